@@ -1,0 +1,1 @@
+"""Shared vocabulary: models, GPUs, parallel layouts, operator specs, the CLI."""
