@@ -1,0 +1,1 @@
+"""Calibration: importers, per-family predictors and bundles (issue 3). Never imports torch."""

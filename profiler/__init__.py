@@ -1,0 +1,1 @@
+"""Profiler: the only torch/CUDA code (issue 4)."""
