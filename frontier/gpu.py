@@ -1,0 +1,77 @@
+"""`GpuSpec`: one accelerator's capacity, speeds and price, from frontier/catalogue/gpus.json.
+
+Every catalogue entry carries a `source` string (datasheet / aiconfigurator systems yaml /
+price source). Conventions: FLOP/s are dense tensor-core peaks (no 2:4 sparsity);
+bandwidths are bytes/s per GPU, one direction; `memory_bytes` is the total nvidia-smi
+reports (e.g. H100 SXM 81559 MiB), not the marketing size. GPUs without NVLink list
+their PCIe peer bandwidth as `nvlink_bw_bytes_per_s`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU type. Units: bytes, bytes/s, FLOP/s, USD/hour; sm_version e.g. 90 for sm_90."""
+
+    name: str
+    memory_bytes: int
+    hbm_bw_bytes_per_s: float
+    bf16_flops: float
+    fp8_flops: float  # 0 when the GPU has no FP8 tensor cores
+    fp4_flops: float  # 0 when the GPU has no FP4 tensor cores
+    nvlink_bw_bytes_per_s: float  # per GPU, one direction
+    network_bw_bytes_per_s: float  # per GPU NIC, one direction (400 Gb/s = 50e9)
+    gpus_per_node: int
+    price_per_hour_usd: float
+    sm_version: int
+    source: str
+
+    def __post_init__(self) -> None:
+        for f in ("memory_bytes", "hbm_bw_bytes_per_s", "bf16_flops", "nvlink_bw_bytes_per_s",
+                  "network_bw_bytes_per_s", "gpus_per_node", "sm_version"):
+            if not getattr(self, f) > 0:
+                raise ValueError(f"GpuSpec {self.name}: {f}={getattr(self, f)} must be > 0")
+        for f in ("fp8_flops", "fp4_flops", "price_per_hour_usd"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"GpuSpec {self.name}: {f}={getattr(self, f)} must be >= 0")
+
+
+def _key(name: str) -> str:
+    """Alias key: lower case, 'nvidia' dropped, only letters and digits ("H100-SXM" -> "h100sxm")."""
+    return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", ""))
+
+
+def _entries() -> list[dict[str, Any]]:
+    text = resources.files("frontier").joinpath("catalogue/gpus.json").read_text()
+    return json.loads(text)["gpus"]
+
+
+def _parse(entry: dict[str, Any]) -> tuple[GpuSpec, list[str]]:
+    fields = dict(entry)
+    aliases = fields.pop("aliases", [])
+    try:
+        return GpuSpec(**fields), aliases
+    except TypeError as exc:  # unknown or missing keys
+        raise ValueError(f"bad gpus.json entry {entry.get('name')!r}: {exc}") from None
+
+
+def list_gpus() -> list[str]:
+    """Canonical names of the catalogue GPUs."""
+    return [e["name"] for e in _entries()]
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """GpuSpec by name or alias, case- and punctuation-insensitive ("H100", "h100_sxm", "NVIDIA H100 80GB HBM3")."""
+    wanted = _key(name)
+    for entry in _entries():
+        spec, aliases = _parse(entry)
+        if wanted in {_key(spec.name), *(_key(a) for a in aliases)}:
+            return spec
+    raise ValueError(f"unknown GPU {name!r}; valid: {', '.join(list_gpus())}")

@@ -1,0 +1,312 @@
+"""`ModelSpec`: the shape of a decoder-only LLM, parsed from a Hugging Face config.json.
+
+Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank` assume):
+
+- Attention (q, o) splits by attention TP; k/v heads per rank = max(1, kv_heads // tp) (vLLM
+  replicates KV heads when tp > kv_heads). MLA's q_a/kv_a down-projections are replicated.
+  Attention is replicated across attention-DP ranks.
+- Dense MLP and shared experts split by tp; routed experts split by ffn_tp * ep
+  (ceil(E / ep) local experts, intermediate ceil(I / ffn_tp)).
+- Embedding and LM head: vocab padded to a multiple of 64 (vLLM DEFAULT_VOCAB_PADDING_SIZE),
+  vocab-parallel split by tp. Embedding on the first pp stage, LM head + final norm on the last;
+  tied embeddings count once when both sit on one stage (pp == 1), twice otherwise.
+- Embeddings, LM head, norms and routers are bf16 (2 bytes) whatever the quantization;
+  biases, attention sinks, q/k norms and MTP (`num_nextn_predict_layers`) layers are not counted (<0.3%).
+- Kernel padding is not modelled (e.g. vLLM's MXFP4 Marlin/TRT-LLM MoE backends round hidden up
+  to 256 and the per-rank intermediate up to 128: +9% expert bytes for gpt-oss).
+- pp stages follow vLLM `get_pp_indices`; the worst (largest) stage is reported.
+- KV cache: every layer holds full pages for each token (one pool, vLLM's hybrid allocator
+  page-size unification); sliding-window layers are NOT discounted. MLA stores
+  (kv_lora_rank + qk_rope_head_dim) elements per token per layer on every TP rank.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from frontier.quant import BF16_BYTES, QuantSpec, parse_quantization
+
+if TYPE_CHECKING:
+    from frontier.parallel import ParallelSpec
+
+VOCAB_PADDING = 64  # vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pp_partition(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage, as vllm/distributed/utils.py get_pp_indices (no env override).
+
+    Remainder layers go to the stages before the last: 61 layers, pp=4 -> [15, 15, 16, 15].
+    """
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of one model; sizes in elements, memory results in bytes."""
+
+    name: str
+    architecture: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  # dense MLP width (0 when every layer is MoE)
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0  # width of ONE shared expert
+    num_dense_layers: int = 0  # leading dense layers of an MoE model
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    sliding_window: int = 0
+    num_sliding_layers: int = 0
+    quant: QuantSpec = field(default_factory=QuantSpec)
+
+    def __post_init__(self) -> None:
+        for f in ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "vocab_size"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"ModelSpec.{f}={getattr(self, f)} must be > 0 ({self.name})")
+        if self.num_experts and (self.num_experts_per_tok <= 0 or self.moe_intermediate_size <= 0):
+            raise ValueError(f"MoE model {self.name}: num_experts_per_tok={self.num_experts_per_tok} and "
+                             f"moe_intermediate_size={self.moe_intermediate_size} must be > 0")
+        if not 0 <= self.num_dense_layers <= self.num_layers:
+            raise ValueError(f"num_dense_layers={self.num_dense_layers} must be in [0, {self.num_layers}]")
+        if self.num_dense_layers and self.intermediate_size <= 0:
+            raise ValueError(f"{self.name}: {self.num_dense_layers} dense layers need intermediate_size > 0")
+        if not 0 <= self.num_sliding_layers <= self.num_layers:
+            raise ValueError(f"num_sliding_layers={self.num_sliding_layers} must be in [0, {self.num_layers}]")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    # ---- weights -------------------------------------------------------------------------
+    def _attention_bytes(self, tp: int) -> float:
+        q = self.quant.bytes_per_param("attention")
+        heads = self.num_attention_heads // tp
+        h = self.hidden_size
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            replicated = h * (self.kv_lora_rank + self.qk_rope_head_dim)  # kv_a_proj_with_mqa
+            split = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)  # kv_b_proj
+            split += heads * self.v_head_dim * h  # o_proj
+            if self.q_lora_rank:
+                replicated += h * self.q_lora_rank  # q_a_proj
+                split += self.q_lora_rank * heads * qk  # q_b_proj
+            else:
+                split += h * heads * qk  # q_proj
+            norms = self.q_lora_rank + self.kv_lora_rank
+            return (replicated + split) * q + norms * BF16_BYTES
+        kv_heads = max(1, self.num_kv_heads // tp)
+        return (2 * h * heads * self.head_dim + 2 * h * kv_heads * self.head_dim) * q
+
+    def _mlp_bytes(self, moe: bool, parallel: ParallelSpec) -> float:
+        h = self.hidden_size
+        if not moe:
+            return 3 * h * _ceil_div(self.intermediate_size, parallel.tp) * self.quant.bytes_per_param("dense_mlp")
+        local_experts = _ceil_div(self.num_experts, parallel.ep)
+        inter = _ceil_div(self.moe_intermediate_size, parallel.moe_tp)
+        routed = local_experts * 3 * h * inter * self.quant.bytes_per_param("routed_experts")
+        shared_inter = self.num_shared_experts * self.shared_expert_intermediate_size
+        shared = 3 * h * _ceil_div(shared_inter, parallel.tp) * self.quant.bytes_per_param("shared_experts")
+        router = h * self.num_experts * BF16_BYTES
+        return routed + shared + router
+
+    def layer_bytes_per_rank(self, layer: int, parallel: ParallelSpec) -> float:
+        """Weight bytes of decoder layer `layer` (0-based) on one rank: attention + MLP/MoE + 2 norms."""
+        moe = self.is_moe and layer >= self.num_dense_layers
+        norms = 2 * self.hidden_size * BF16_BYTES
+        return self._attention_bytes(parallel.tp) + self._mlp_bytes(moe, parallel) + norms
+
+    def weight_bytes_per_rank(self, parallel: ParallelSpec) -> int:
+        """Weight bytes on one GPU of the worst pipeline stage (see module docstring)."""
+        layers = [self.layer_bytes_per_rank(i, parallel) for i in range(self.num_layers)]
+        padded_vocab = _ceil_div(self.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
+        vocab_shard = _ceil_div(padded_vocab, parallel.tp) * self.hidden_size * BF16_BYTES
+        stages, start = [], 0
+        for i, n in enumerate(pp_partition(self.num_layers, parallel.pp)):
+            total = sum(layers[start:start + n])
+            start += n
+            first, last = i == 0, i == parallel.pp - 1
+            if first:
+                total += vocab_shard  # embed_tokens
+            if last:
+                total += self.hidden_size * BF16_BYTES  # final norm
+                if not (self.tie_word_embeddings and first):
+                    total += vocab_shard  # lm_head (a separate copy unless tied on the same stage)
+            stages.append(total)
+        return int(round(max(stages)))
+
+    # ---- KV cache ------------------------------------------------------------------------
+    def kv_bytes_per_token_per_layer(self, tp: int) -> float:
+        """KV bytes one token adds to one layer on one TP rank (K + V, or MLA latent + rope)."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.quant.kv_bytes_per_elem
+        return 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.quant.kv_bytes_per_elem
+
+    def kv_bytes_per_token_per_rank(self, parallel: ParallelSpec) -> int:
+        """KV bytes one token occupies on one rank of the worst pp stage (all its layers)."""
+        layers = max(pp_partition(self.num_layers, parallel.pp))
+        return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
+
+
+# ---- loading ------------------------------------------------------------------------------
+
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text",
+)
+_CATALOGUE_PACKAGES = (("frontier", "catalogue/models"), ("aiconfigurator_core", "model_configs"))
+
+
+def load_model_spec(name_or_path: str) -> ModelSpec:
+    """ModelSpec from a config.json path, a folder holding one, or a catalogue name.
+
+    Catalogue names ("meta-llama/Llama-3.1-8B") match case-insensitively against
+    frontier/catalogue/models/*.json and aiconfigurator_core/model_configs/ (files named
+    `org--Name_config.json`); "Llama-3.1" also finds "Meta-Llama-3.1". A sibling
+    `hf_quant_config.json` (modelopt) is read when present.
+    """
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        hf_quant_path = path.with_name("hf_quant_config.json")
+        hf_quant = json.loads(hf_quant_path.read_text()) if hf_quant_path.is_file() else None
+        return model_spec_from_config(json.loads(path.read_text()), path.parent.name or str(path), hf_quant)
+    config, hf_quant = _catalogue_lookup(name_or_path)
+    return model_spec_from_config(config, name_or_path, hf_quant)
+
+
+def _normalize(name: str) -> str:
+    return name.lower().replace("--", "/").replace("_config.json", "").replace(".json", "")
+
+
+def _catalogue_files() -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for package, sub in _CATALOGUE_PACKAGES:
+        try:
+            folder = resources.files(package).joinpath(sub)
+        except ModuleNotFoundError:
+            continue
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry.name.endswith(".json") and not entry.name.endswith("hf_quant_config.json"):
+                files.setdefault(_normalize(entry.name), (folder, entry))
+    return files
+
+
+def _catalogue_lookup(name: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    files = _catalogue_files()
+    key = _normalize(name)
+    if key not in files and "/" in key:  # meta-llama/Llama-3.1-8B -> meta-llama/meta-llama-3.1-8b
+        org, model = key.split("/", 1)
+        key = f"{org}/meta-{model}" if f"{org}/meta-{model}" in files else key
+    if key not in files and "/" not in key:  # bare name: gpt-oss-120b -> openai/gpt-oss-120b
+        hits = [k for k in files if k.split("/")[-1] in (key, f"meta-{key}")]
+        key = hits[0] if len(hits) == 1 else key
+    if key not in files:
+        close = difflib.get_close_matches(key, list(files), n=5, cutoff=0.5)
+        raise ValueError(f"unknown model {name!r}: not a config.json path nor a catalogue name; close matches: {close}")
+    folder, entry = files[key]
+    quant_entry = folder.joinpath(entry.name.replace("_config.json", "_hf_quant_config.json"))
+    hf_quant = json.loads(quant_entry.read_text()) if quant_entry.name != entry.name and quant_entry.is_file() else None
+    return json.loads(entry.read_text()), hf_quant
+
+
+def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str, Any] | None = None) -> ModelSpec:
+    """ModelSpec from a parsed config.json dict (the LLM may sit under `text_config`)."""
+    top = config
+    cfg = {**top, **top["text_config"]} if isinstance(top.get("text_config"), dict) else top
+    model_type = str(cfg.get("model_type", ""))
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"{name}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if not cfg.get(k)]
+    if missing:
+        raise ValueError(f"{name}: config.json lacks required field(s) {missing}")
+    arch = (cfg.get("architectures") or top.get("architectures") or [model_type])[0]
+    hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    layers = int(cfg["num_hidden_layers"])
+    num_experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
+    inter = int(cfg.get("intermediate_size") or 0)
+    moe_inter = int(cfg.get("moe_intermediate_size") or 0) if num_experts else 0
+    if num_experts and not moe_inter:  # Mixtral, gpt-oss: intermediate_size is the expert width
+        moe_inter, inter = inter, 0
+    dense = _num_dense_layers(cfg, layers) if num_experts else 0
+    if num_experts and dense == 0:
+        inter = 0
+    shared = int(cfg.get("n_shared_experts") or 0)
+    shared_inter = moe_inter if shared else 0
+    if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert of this width
+        shared, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
+    kv_lora = int(cfg.get("kv_lora_rank") or 0)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    if kv_lora:
+        head_dim = int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"])
+    window, sliding_layers = _sliding(cfg, layers)
+    quant_cfg = cfg.get("quantization_config") or top.get("quantization_config")
+    quant = parse_quantization(quant_cfg, hf_quant)
+    return ModelSpec(
+        name=name, architecture=arch, hidden_size=hidden, num_layers=layers, num_attention_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=head_dim, intermediate_size=inter,
+        vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or 0),
+        num_experts=num_experts,
+        num_experts_per_tok=int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0),
+        moe_intermediate_size=moe_inter, num_shared_experts=shared, shared_expert_intermediate_size=shared_inter,
+        num_dense_layers=dense, kv_lora_rank=kv_lora, q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+        qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if kv_lora else 0,
+        qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0) if kv_lora else 0,
+        v_head_dim=int(cfg.get("v_head_dim") or 0) if kv_lora else 0,
+        sliding_window=window, num_sliding_layers=sliding_layers, quant=quant,
+    )
+
+
+def _num_dense_layers(cfg: dict[str, Any], layers: int) -> int:
+    """Dense (non-MoE) layers of an MoE model; counted, and placed first (exact for DeepSeek)."""
+    if cfg.get("first_k_dense_replace") is not None:
+        if int(cfg.get("moe_layer_freq") or 1) != 1:
+            raise ValueError(f"moe_layer_freq={cfg['moe_layer_freq']} unsupported; only 1")
+        return int(cfg["first_k_dense_replace"])
+    only = set(cfg.get("mlp_only_layers") or [])
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    return sum(1 for i in range(layers) if i in only or (i + 1) % step != 0)
+
+
+def _sliding(cfg: dict[str, Any], layers: int) -> tuple[int, int]:
+    window = int(cfg.get("sliding_window") or 0)
+    if not window or cfg.get("use_sliding_window") is False:
+        return 0, 0
+    types = cfg.get("layer_types")
+    if types:
+        return window, sum(1 for t in types if t == "sliding_attention")
+    return window, layers  # Mistral-style: every layer windowed

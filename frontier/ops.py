@@ -1,0 +1,233 @@
+"""Operator specs: the shard of one operator that ONE GPU rank runs in one forward step.
+
+Every spec is a frozen, hashable dataclass, so predictors can memoize on it. Shapes are
+already divided by the parallel layout (TP slices heads and GEMM widths, EP slices
+experts); a spec never needs to know the layout. Each spec states its own work as
+`flops` and `bytes_moved` (HBM traffic, or bytes on the wire for `CommOp`), which is
+what the roofline cost model consumes; learned predictors use the raw fields instead.
+
+Families (`family` class attribute) match the profile partitions: "linear",
+"attention", "moe", "elementwise", "comm".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
+COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+COMM_LINKS = ("nvlink", "network")
+
+
+def _check_positive(cls: str, **fields: float) -> None:
+    for name, value in fields.items():
+        if value <= 0:
+            raise ValueError(f"{cls}.{name} must be > 0, got {value}")
+
+
+@dataclass(frozen=True)
+class GemmOp:
+    """Y[m, n] = X[m, k] @ W[k, n] on one rank; m tokens, n and k already sharded.
+
+    `weight_bytes_per_param` covers quantized weights (incl. scales); `compute_dtype`
+    selects the tensor-core rate ("fp8" for fp8 W8A8 models, "bf16" for weight-only).
+    """
+
+    family: ClassVar[str] = "linear"
+    name: str
+    m: int
+    n: int
+    k: int
+    weight_bytes_per_param: float = 2.0
+    act_bytes: float = 2.0
+    compute_dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        _check_positive("GemmOp", m=self.m, n=self.n, k=self.k,
+                        weight_bytes_per_param=self.weight_bytes_per_param, act_bytes=self.act_bytes)
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"GemmOp.compute_dtype={self.compute_dtype!r}; valid: {COMPUTE_DTYPES}")
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    @property
+    def bytes_moved(self) -> float:
+        """Weights read once + activations in and out."""
+        return (self.n * self.k * self.weight_bytes_per_param
+                + (self.m * self.k + self.m * self.n) * self.act_bytes)
+
+
+@dataclass(frozen=True)
+class AttentionOp:
+    """Attention of one layer on one rank over a (possibly mixed) batch.
+
+    Keeps the per-request length distribution: prefill requests by (new tokens,
+    context already in KV), decode requests by context length (1 new token each).
+    MLA (`is_mla`): the KV cache is one latent of `kv_lora_rank + qk_rope_head_dim`
+    per token, shared by all heads and not split by TP; `head_dim` is then the
+    effective QK dim and `v_head_dim` the value dim used for the FLOP count.
+    """
+
+    family: ClassVar[str] = "attention"
+    prefill_new: tuple[int, ...]
+    prefill_ctx: tuple[int, ...]
+    decode_ctx: tuple[int, ...]
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    kv_bytes_per_elem: float = 2.0
+    act_bytes: float = 2.0
+    is_mla: bool = False
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.prefill_new) != len(self.prefill_ctx):
+            raise ValueError(f"AttentionOp: {len(self.prefill_new)} prefill_new vs "
+                             f"{len(self.prefill_ctx)} prefill_ctx; lengths must match")
+        _check_positive("AttentionOp", num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                        head_dim=self.head_dim)
+        if self.is_mla and self.kv_lora_rank <= 0:
+            raise ValueError(f"AttentionOp.is_mla needs kv_lora_rank > 0, got {self.kv_lora_rank}")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.prefill_new) + len(self.decode_ctx)
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.prefill_new) + len(self.decode_ctx)
+
+    @property
+    def _kv_bytes_per_token(self) -> float:
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_bytes_per_elem
+        return 2 * self.num_kv_heads * self.head_dim * self.kv_bytes_per_elem
+
+    @property
+    def _flops_per_pair(self) -> float:
+        """FLOPs per (query token, key token) pair: QK^T plus PV, all heads."""
+        v_dim = self.v_head_dim if self.v_head_dim else self.head_dim
+        return 2.0 * self.num_heads * (self.head_dim + v_dim)
+
+    @property
+    def flops(self) -> float:
+        # causal prefill: token i of n new attends to ctx + i + 1 keys -> n*ctx + n(n+1)/2 pairs
+        pairs = sum(n * c + n * (n + 1) / 2 for n, c in zip(self.prefill_new, self.prefill_ctx))
+        pairs += sum(self.decode_ctx) + len(self.decode_ctx)
+        return self._flops_per_pair * pairs
+
+    @property
+    def bytes_moved(self) -> float:
+        """KV read (context + new), KV write (new), Q in and O out."""
+        new = self.num_tokens
+        kv_tokens = sum(self.prefill_ctx) + sum(self.prefill_new) + sum(self.decode_ctx) + len(self.decode_ctx)
+        v_dim = self.v_head_dim if self.v_head_dim else self.head_dim
+        qo = new * self.num_heads * (self.head_dim + v_dim) * self.act_bytes
+        return (kv_tokens + new) * self._kv_bytes_per_token + qo
+
+
+@dataclass(frozen=True)
+class MoeOp:
+    """Routed experts of one MoE layer on one rank (gate_up + act + down, fused).
+
+    `tokens` is what enters the layer on this rank; `routed_pairs` the (token, expert)
+    assignments this rank computes. `tokens_per_expert` (length `num_local_experts`)
+    gives the routed load per local expert; None means balanced routing.
+    """
+
+    family: ClassVar[str] = "moe"
+    tokens: int
+    num_experts: int
+    num_local_experts: int
+    topk: int
+    hidden: int
+    inter: int
+    routed_pairs: int
+    weight_bytes_per_param: float = 2.0
+    act_bytes: float = 2.0
+    compute_dtype: str = "bf16"
+    tokens_per_expert: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive("MoeOp", tokens=self.tokens, num_experts=self.num_experts,
+                        num_local_experts=self.num_local_experts, topk=self.topk,
+                        hidden=self.hidden, inter=self.inter)
+        if self.tokens_per_expert is not None and len(self.tokens_per_expert) != self.num_local_experts:
+            raise ValueError(f"MoeOp.tokens_per_expert has {len(self.tokens_per_expert)} entries; "
+                             f"need num_local_experts={self.num_local_experts}")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"MoeOp.compute_dtype={self.compute_dtype!r}; valid: {COMPUTE_DTYPES}")
+
+    @property
+    def active_experts(self) -> int:
+        if self.tokens_per_expert is not None:
+            return sum(1 for t in self.tokens_per_expert if t > 0)
+        return min(self.num_local_experts, self.routed_pairs)
+
+    @property
+    def flops(self) -> float:
+        return 6.0 * self.hidden * self.inter * self.routed_pairs   # gate_up 4hI + down 2hI
+
+    @property
+    def bytes_moved(self) -> float:
+        weights = self.active_experts * 3 * self.hidden * self.inter * self.weight_bytes_per_param
+        acts = self.routed_pairs * (2 * self.hidden + 3 * self.inter) * self.act_bytes
+        return weights + acts
+
+
+@dataclass(frozen=True)
+class ElementwiseOp:
+    """Memory-bound op (norm, rotary, activation, sampler): `bytes_per_token` read+written."""
+
+    family: ClassVar[str] = "elementwise"
+    name: str
+    tokens: int
+    hidden: int
+    bytes_per_token: float
+
+    def __post_init__(self) -> None:
+        _check_positive("ElementwiseOp", tokens=self.tokens, hidden=self.hidden,
+                        bytes_per_token=self.bytes_per_token)
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+    @property
+    def bytes_moved(self) -> float:
+        return self.tokens * self.bytes_per_token
+
+
+@dataclass(frozen=True)
+class CommOp:
+    """A collective or transfer. `bytes` is the tensor size per rank (all_reduce: the
+    reduced tensor; all_gather: the gathered output; p2p: the message)."""
+
+    family: ClassVar[str] = "comm"
+    kind: str
+    bytes: float
+    group_size: int
+    link: str = "nvlink"
+
+    def __post_init__(self) -> None:
+        if self.kind not in COMM_KINDS:
+            raise ValueError(f"CommOp.kind={self.kind!r}; valid: {COMM_KINDS}")
+        if self.link not in COMM_LINKS:
+            raise ValueError(f"CommOp.link={self.link!r}; valid: {COMM_LINKS}")
+        _check_positive("CommOp", bytes=self.bytes, group_size=self.group_size)
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+    @property
+    def bytes_moved(self) -> float:
+        return self.bytes
+
+
+OpSpec = Union[GemmOp, AttentionOp, MoeOp, ElementwiseOp, CommOp]

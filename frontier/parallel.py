@@ -1,0 +1,87 @@
+"""`ParallelSpec`: how one model replica set is laid out over GPUs.
+
+Two domains share the same tp*dp GPUs of a pipeline stage:
+
+    attention:  tp-way tensor parallel  x  dp-way data parallel   (tp * dp GPUs)
+    FFN / MoE:  ffn_tp-way tensor parallel x ep-way expert parallel (ffn_tp * ep GPUs, same GPUs)
+
+so tp * dp == ffn_tp * ep. vLLM: `--enable-expert-parallel` gives ep = tp*dp, ffn_tp = 1;
+without it experts are tensor-parallel over all tp*dp GPUs (ffn_tp = tp*dp, ep = 1).
+world_size = pp * tp * dp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from frontier.model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """tp: attention tensor parallel; pp: pipeline stages; dp: attention data parallel;
+    ep: expert parallel; ffn_tp: tensor parallel of the FFN/MoE domain (None -> tp*dp // ep)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    ffn_tp: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "ep"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"ParallelSpec.{name}={value!r} must be an integer >= 1")
+        if self.ffn_tp is None:
+            if (self.tp * self.dp) % self.ep:
+                raise ValueError(f"ep={self.ep} must divide tp*dp={self.tp}*{self.dp}={self.tp * self.dp}")
+            object.__setattr__(self, "ffn_tp", self.tp * self.dp // self.ep)
+        if not isinstance(self.ffn_tp, int) or self.ffn_tp < 1:
+            raise ValueError(f"ParallelSpec.ffn_tp={self.ffn_tp!r} must be an integer >= 1")
+        if self.tp * self.dp != self.ffn_tp * self.ep:
+            raise ValueError(f"tp*dp={self.tp}*{self.dp}={self.tp * self.dp} must equal "
+                             f"ffn_tp*ep={self.ffn_tp}*{self.ep}={self.ffn_tp * self.ep}")
+
+    @property
+    def world_size(self) -> int:
+        """GPUs used: pp * tp * dp."""
+        return self.pp * self.tp * self.dp
+
+    @property
+    def moe_tp(self) -> int:
+        """Tensor-parallel size of the FFN/MoE domain (== ffn_tp)."""
+        assert self.ffn_tp is not None
+        return self.ffn_tp
+
+    @classmethod
+    def from_vllm(cls, tp: int = 1, pp: int = 1, dp: int = 1, enable_expert_parallel: bool = False) -> ParallelSpec:
+        """Layout vLLM builds from --tensor/--pipeline/--data-parallel-size and --enable-expert-parallel."""
+        if enable_expert_parallel:
+            return cls(tp=tp, pp=pp, dp=dp, ep=tp * dp, ffn_tp=1)
+        return cls(tp=tp, pp=pp, dp=dp, ep=1, ffn_tp=tp * dp)
+
+    def check_model(self, model: ModelSpec) -> None:
+        """Raise ValueError when vLLM could not shard `model` this way.
+
+        Heads: tp divides num_attention_heads. KV heads (vLLM QKVParallelLinear): kv_heads % tp == 0
+        when tp < kv_heads, else tp % kv_heads == 0 (each KV head replicated tp // kv_heads times;
+        MLA has a single latent "head", replicated). Experts: ep divides num_experts.
+        Dense MLP: tp divides intermediate_size. Pipeline: pp <= num_layers.
+        """
+        heads, kv = model.num_attention_heads, model.num_kv_heads
+        if heads % self.tp:
+            raise ValueError(f"tp={self.tp} must divide num_attention_heads={heads} of {model.name}")
+        if not model.is_mla:
+            if self.tp < kv and kv % self.tp:
+                raise ValueError(f"tp={self.tp} must divide num_kv_heads={kv} of {model.name}")
+            if self.tp >= kv and self.tp % kv:
+                raise ValueError(f"tp={self.tp} must be a multiple of num_kv_heads={kv} of {model.name} when tp >= kv heads")
+        if model.intermediate_size and model.intermediate_size % self.tp:
+            raise ValueError(f"tp={self.tp} must divide intermediate_size={model.intermediate_size} of {model.name}")
+        if model.is_moe and model.num_experts % self.ep:
+            raise ValueError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name}")
+        if self.pp > model.num_layers:
+            raise ValueError(f"pp={self.pp} exceeds num_layers={model.num_layers} of {model.name}")

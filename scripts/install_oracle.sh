@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Install the vLLM 0.33 scheduler oracle (tests/oracle) into a Python venv, CPU only.
+#
+# Usage: scripts/install_oracle.sh [VENV_PYTHON]     (default: .venv/bin/python)
+#
+# Idempotent: each step is skipped when already satisfied. Installs
+#   1. torch==2.13.0, the CPU build ("+cpu"), unless torch is already importable.
+#      A CUDA torch is never installed: the +cpu local version is required and
+#      torch is pinned by a constraint while everything else is installed.
+#   2. vllm==0.33.0 with --no-deps (its pins would pull torch 2.14 + CUDA).
+#   3. The pure-Python packages its scheduler import path needs, found by
+#      trying imports in a fresh venv (tests/oracle/vllm_driver.py).
+# vLLM pins torch==2.14.0; pip's "incompatible" warning about it is expected.
+set -euo pipefail
+
+PY="${1:-.venv/bin/python}"
+if [[ ! -x "$PY" ]]; then
+    echo "install_oracle: no python at '$PY' (pass a venv python as \$1)" >&2
+    exit 2
+fi
+PIP=("$PY" -m pip --disable-pip-version-check)
+start_s=$(date +%s)
+
+# The scheduler path's imports, pinned to what vLLM 0.33.0's metadata asks for.
+ORACLE_DEPS=(
+    "packaging"
+    "numpy"
+    "regex"
+    "psutil"
+    "cbor2"
+    "cachetools"
+    "cloudpickle"
+    "msgspec"
+    "pyzmq>=25.0.0"
+    "pybase64"
+    "py-cpuinfo"
+    "pyyaml"
+    "pillow>=13.0.0"
+    "uvloop"
+    "urllib3"
+    "requests>=2.33.0"
+    "aiohttp>=3.14.4"
+    "pydantic>=2.12.0"
+    "prometheus_client>=0.18.0"
+    "partial-json-parser"
+    "transformers>=5.16.1,<5.21.0"
+    "huggingface_hub>=1.31.0"
+    "openai>=2.25.0"
+    "openai-harmony"
+    "fastapi>=0.133.0,<0.137.0"
+    "xgrammar==0.2.8"
+    "llguidance>=1.7.0,<1.8.0"
+)
+
+# 1. torch (CPU).
+if "$PY" -c "import torch" 2>/dev/null; then
+    echo "install_oracle: torch $("$PY" -c 'import torch; print(torch.__version__)') already importable, kept"
+else
+    "${PIP[@]}" install "torch==2.13.0+cpu"
+fi
+if [[ "$("$PY" -c 'import torch; print(torch.version.cuda)')" != "None" ]]; then
+    echo "install_oracle: warning: the torch in this venv is a CUDA build (kept as found)" >&2
+fi
+TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)')"
+constraints="$(mktemp)"
+trap 'rm -f "$constraints"' EXIT
+echo "torch==${TORCH_VERSION}" > "$constraints"
+
+# 2. vLLM itself, without its dependency pins.
+if [[ "$("$PY" -m pip show vllm 2>/dev/null | sed -n 's/^Version: //p')" == "0.33.0" ]]; then
+    echo "install_oracle: vllm 0.33.0 already installed"
+else
+    "${PIP[@]}" install --no-deps "vllm==0.33.0"
+fi
+
+# 3. What the scheduler path imports (pip skips what is already satisfied).
+"${PIP[@]}" install -c "$constraints" "${ORACLE_DEPS[@]}" 2>&1 \
+    | grep -v -e "is ignored: it is neither" -e "^Requirement already satisfied" \
+        -e "vllm 0.33.0 requires" -e "ERROR: pip's dependency resolver" || true
+
+# Check: the driver's imports work.
+"$PY" - <<'EOF'
+import torch
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: F401
+from vllm.config import VllmConfig  # noqa: F401
+import vllm
+print(f"install_oracle: ok: vllm {vllm.__version__}, torch {torch.__version__} (cuda={torch.version.cuda})")
+EOF
+echo "install_oracle: done in $(( $(date +%s) - start_s )) s"

@@ -1,0 +1,268 @@
+"""Batch engine: one scheduled step (one forward pass) -> its duration on one rank.
+
+A step is ONE forward however mixed (DESIGN.md §2): every GEMM sees the step's total
+tokens, so weights are read once per step; attention sees each request's own new
+tokens and context. The step is priced as the op list of ONE rank:
+
+    per decoder layer (ops built once per layer *type*, then multiplied by the layer count):
+      input_norm, rotary, QKV GEMM(s), attention, o_proj, [TP all-reduce], post_norm,
+      dense MLP (gate_up, act, down) | MoE (router, routed experts, shared experts,
+      [dispatch/combine when DP>1]), [TP all-reduce]
+    once: embedding, final_norm; lm_head + sampler over the sampled rows (eager).
+
+Shapes: GEMM/norm/comm ops run at `padded_tokens` when the step hits a CUDA graph
+(FULL or PIECEWISE), at the real token count when eager. Attention always sees the
+real requests (PIECEWISE keeps it eager; the padded rows of a FULL decode graph have
+no context and are ignored).
+
+Timing modes: FULL -> every layer op "kernel"; PIECEWISE -> captured ops "kernel",
+attention "launch"; NONE -> all "launch". lm_head + sampler run after the graph and
+are always "launch".
+
+Approximations (stated, to be replaced by measured data / later models):
+- Sampled rows = number of requests in the step (a chunked prefill that does not end
+  its prompt also samples in vLLM and the token is discarded; spec-decode verify rows
+  are not counted separately).
+- Pipeline parallel: stages run in sequence for one step, so duration = sum of stage
+  times (= all layers) + (pp - 1) activation sends; no cross-step stage pipelining yet.
+- MoE routing balanced; with DP>1 tokens of all DP ranks are gathered to the experts
+  (all_gather + reduce_scatter over the EP/FFN group), as vLLM's allgather backend.
+- MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
+  (latent dims); the kv_b up-projection of prefill context is not priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
+from simulator.cuda_graph import CudaGraphConfig
+
+if TYPE_CHECKING:
+    from frontier.gpu import GpuSpec
+    from frontier.model_spec import ModelSpec
+    from frontier.parallel import ParallelSpec
+    from simulator.cost_model import CostModel
+
+BF16 = 2.0
+VOCAB_PADDING = 64            # vLLM DEFAULT_VOCAB_PADDING_SIZE
+SAMPLER_FP32_PASSES = 3       # logits -> fp32, softmax/probs, sample: ~3 passes over rows x vocab fp32
+MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
+_QUANT_COMPUTE = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}   # mxfp4 / int4_wo: weight-only, bf16 math
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """Tokens scheduled this step per request, and tokens already in KV before it."""
+
+    new_tokens: tuple[int, ...]
+    context_lens: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.new_tokens or len(self.new_tokens) != len(self.context_lens):
+            raise ValueError(f"BatchShape needs equal, non-empty new_tokens ({len(self.new_tokens)}) "
+                             f"and context_lens ({len(self.context_lens)})")
+        if min(self.new_tokens) < 1 or min(self.context_lens) < 0:
+            raise ValueError(f"BatchShape: new_tokens must be >= 1 and context_lens >= 0; got min "
+                             f"{min(self.new_tokens)}, {min(self.context_lens)}")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.new_tokens)
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.new_tokens)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Duration of one step on the slowest rank, in seconds."""
+
+    duration_s: float
+    num_tokens: int
+    padded_tokens: int
+    cudagraph_mode: str   # "FULL" | "PIECEWISE" | "NONE"
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class BatchEngine:
+    """Prices steps for one replica: model x parallel layout x GPU x cost model x graphs."""
+
+    def __init__(self, model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
+                 cost_model: CostModel, cudagraph: CudaGraphConfig) -> None:
+        parallel.check_model(model)
+        self.model, self.parallel, self.gpu = model, parallel, gpu
+        self.cost_model, self.cudagraph = cost_model, cudagraph
+        self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
+        in_node = parallel.world_size <= gpu.gpus_per_node
+        self._tp_link = "nvlink" if parallel.tp * parallel.dp <= gpu.gpus_per_node else "network"
+        self._pp_link = "nvlink" if in_node else "network"
+        self._ab = model.quant.activation_bytes
+        self._step_cache: dict[BatchShape, StepCost] = {}
+        self._dense_cache: dict[tuple[int, str], float] = {}
+        self._head_cache: dict[int, float] = {}
+
+    # ---- public ---------------------------------------------------------------------------
+    def step_cost(self, batch: BatchShape) -> StepCost:
+        cached = self._step_cache.get(batch)
+        if cached is not None:
+            return cached
+        new = batch.new_tokens
+        num_tokens, num_reqs = sum(new), len(new)
+        uniform = new.count(self._q) == num_reqs
+        mode, padded = self.cudagraph.dispatch(num_tokens, num_reqs, uniform)
+        dense_timing = "launch" if mode == "NONE" else "kernel"
+        attn_timing = "kernel" if mode == "FULL" else "launch"
+        duration = (self._dense_time_s(padded, dense_timing)
+                    + self._attention_time_s(batch, attn_timing)
+                    + self._head_time_s(num_reqs))
+        cost = StepCost(duration, num_tokens, padded, mode)
+        if len(self._step_cache) >= MAX_CACHE_ENTRIES:
+            self._step_cache.clear()
+        self._step_cache[batch] = cost
+        return cost
+
+    def layer_ops(self, m: int) -> list[tuple[object, int]]:
+        """(op, multiplicity) for every non-attention op of a forward over m tokens."""
+        mdl, par, ab, tp = self.model, self.parallel, self._ab, self._tp
+        h, n_layers = mdl.hidden_size, mdl.num_layers
+        heads = mdl.num_attention_heads // tp
+        ops: list[tuple[object, int]] = [
+            (ElementwiseOp("embedding", m, h, 2 * h * ab), 1),
+            (ElementwiseOp("final_norm", m, h, 2 * h * ab), 1),
+            (ElementwiseOp("input_norm", m, h, 4 * h * ab), n_layers),     # fused residual add + RMSNorm
+            (ElementwiseOp("post_norm", m, h, 4 * h * ab), n_layers),
+        ]
+        ops += [(op, n_layers) for op in self._attn_gemms(m, heads)]
+        if tp > 1:
+            ops.append((CommOp("all_reduce", m * h * ab, tp, self._tp_link), 2 * n_layers))
+        n_dense = n_layers - mdl.num_moe_layers
+        if n_dense:
+            inter = _cdiv(mdl.intermediate_size, tp)
+            ops += [(op, n_dense) for op in self._mlp_ops("dense_mlp", "mlp", m, inter)]
+        if mdl.num_moe_layers:
+            ops += [(op, mdl.num_moe_layers) for op in self._moe_ops(m)]
+        if par.pp > 1:
+            ops.append((CommOp("p2p", 2 * m * h * ab, 2, self._pp_link), par.pp - 1))  # hidden + residual
+        return ops
+
+    # ---- pieces -----------------------------------------------------------------------------
+    def _gemm(self, name: str, m: int, n: int, k: int, part: str | None) -> GemmOp:
+        q = self.model.quant
+        wb = q.bytes_per_param(part) if part else BF16
+        dtype = _QUANT_COMPUTE.get(q.method, "bf16") if wb < BF16 else "bf16"
+        return GemmOp(name, m, n, k, wb, self._ab, dtype)
+
+    def _attn_gemms(self, m: int, heads: int) -> list[object]:
+        mdl, h, ab = self.model, self.model.hidden_size, self._ab
+        if not mdl.is_mla:
+            kv = max(1, mdl.num_kv_heads // self._tp)
+            d = mdl.head_dim
+            return [self._gemm("qkv_proj", m, (heads + 2 * kv) * d, h, "attention"),
+                    ElementwiseOp("rotary", m, h, 2 * (heads + kv) * d * ab),
+                    self._gemm("o_proj", m, h, heads * d, "attention")]
+        qk = mdl.qk_nope_head_dim + mdl.qk_rope_head_dim
+        ops: list[object] = []
+        if mdl.q_lora_rank:
+            ops += [self._gemm("q_a_proj", m, mdl.q_lora_rank, h, "attention"),
+                    self._gemm("q_b_proj", m, heads * qk, mdl.q_lora_rank, "attention")]
+        else:
+            ops.append(self._gemm("q_proj", m, heads * qk, h, "attention"))
+        ops += [self._gemm("kv_a_proj", m, mdl.kv_lora_rank + mdl.qk_rope_head_dim, h, "attention"),
+                ElementwiseOp("mla_norms", m, h, 2 * (mdl.q_lora_rank + mdl.kv_lora_rank) * ab),
+                self._gemm("kv_b_proj", m, heads * (mdl.qk_nope_head_dim + mdl.v_head_dim),
+                           mdl.kv_lora_rank, "attention"),
+                self._gemm("o_proj", m, h, heads * mdl.v_head_dim, "attention")]
+        return ops
+
+    def _mlp_ops(self, part: str, prefix: str, m: int, inter: int) -> list[object]:
+        h = self.model.hidden_size
+        return [self._gemm(f"{prefix}_gate_up_proj", m, 2 * inter, h, part),
+                ElementwiseOp(f"{prefix}_act", m, inter, 3 * inter * self._ab),
+                self._gemm(f"{prefix}_down_proj", m, h, inter, part)]
+
+    def _moe_ops(self, m: int) -> list[object]:
+        mdl, par, ab = self.model, self.parallel, self._ab
+        h, e = mdl.hidden_size, mdl.num_experts
+        local = _cdiv(e, par.ep)
+        tokens = m * par.dp                      # DP ranks' tokens gathered to the experts
+        pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
+        wb = mdl.quant.bytes_per_param("routed_experts")
+        dtype = _QUANT_COMPUTE.get(mdl.quant.method, "bf16") if wb < BF16 else "bf16"
+        ops: list[object] = [GemmOp("router", m, e, h, BF16, ab),
+                             MoeOp(tokens, e, local, mdl.num_experts_per_tok, h,
+                                   _cdiv(mdl.moe_intermediate_size, par.moe_tp), max(pairs, 1), wb, ab, dtype)]
+        shared = mdl.num_shared_experts * mdl.shared_expert_intermediate_size
+        if shared:
+            ops += self._mlp_ops("shared_experts", "shared", m, _cdiv(shared, self._tp))
+        if par.dp > 1:
+            group = par.tp * par.dp
+            ops += [CommOp("all_gather", tokens * h * ab, group, self._tp_link),
+                    CommOp("reduce_scatter", tokens * h * ab, group, self._tp_link)]
+        return ops
+
+    def _times(self, ops: list[tuple[object, int]], timing: str) -> float:
+        times = self.cost_model.op_times_s([op for op, _ in ops], timing)
+        return sum(t * n for t, (_, n) in zip(times, ops))
+
+    def _dense_time_s(self, m: int, timing: str) -> float:
+        key = (m, timing)
+        t = self._dense_cache.get(key)
+        if t is None:
+            t = self._dense_cache[key] = self._times(self.layer_ops(m), timing)
+        return t
+
+    def _head_time_s(self, rows: int) -> float:
+        t = self._head_cache.get(rows)
+        if t is None:
+            mdl, ab = self.model, self._ab
+            vocab = _cdiv(mdl.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
+            ops: list[tuple[object, int]] = [
+                (GemmOp("lm_head", rows, _cdiv(vocab, self._tp), mdl.hidden_size, BF16, ab), 1),
+                (ElementwiseOp("sampler", rows, mdl.vocab_size, SAMPLER_FP32_PASSES * 4 * mdl.vocab_size), 1)]
+            if self._tp > 1:   # logits gathered to rank 0
+                ops.append((CommOp("all_gather", rows * vocab * ab, self._tp, self._tp_link), 1))
+            t = self._head_cache[rows] = self._times(ops, "launch")
+        return t
+
+    def attention_ops(self, batch: BatchShape) -> list[tuple[AttentionOp, int]]:
+        """(attention op, number of layers) for the step; sliding layers see clipped context."""
+        mdl = self.model
+        groups = [(batch.context_lens, mdl.num_layers - mdl.num_sliding_layers)]
+        if mdl.sliding_window and mdl.num_sliding_layers:
+            w = mdl.sliding_window
+            groups.append((tuple(min(c, w) for c in batch.context_lens), mdl.num_sliding_layers))
+        out = []
+        for ctx, n_layers in groups:
+            if n_layers:
+                out += [(op, n_layers) for op in self._attention_for(batch.new_tokens, ctx)]
+        return out
+
+    def _attention_for(self, new: tuple[int, ...], ctx: tuple[int, ...]) -> list[AttentionOp]:
+        mdl, tp = self.model, self._tp
+        heads, kvb, ab = mdl.num_attention_heads // tp, mdl.quant.kv_bytes_per_elem, self._ab
+        if new.count(1) == len(new):
+            dec, p_new, p_ctx = ctx, (), ()
+        else:
+            dec = tuple(c for n, c in zip(new, ctx) if n == 1)
+            p_new = tuple(n for n in new if n != 1)
+            p_ctx = tuple(c for n, c in zip(new, ctx) if n != 1)
+        if not mdl.is_mla:
+            kv = max(1, mdl.num_kv_heads // tp)
+            return [AttentionOp(p_new, p_ctx, dec, heads, kv, mdl.head_dim, kvb, ab)]
+        latent, rope = mdl.kv_lora_rank, mdl.qk_rope_head_dim
+        ops = []
+        if p_new:   # un-absorbed MHA prefill
+            ops.append(AttentionOp(p_new, p_ctx, (), heads, 1, mdl.qk_nope_head_dim + rope, kvb, ab,
+                                   True, latent, rope, mdl.v_head_dim))
+        if dec:     # absorbed MQA decode over the latent
+            ops.append(AttentionOp((), (), dec, heads, 1, latent + rope, kvb, ab, True, latent, rope, latent))
+        return ops
+
+    def _attention_time_s(self, batch: BatchShape, timing: str) -> float:
+        return self._times(self.attention_ops(batch), timing)

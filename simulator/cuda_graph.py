@@ -1,0 +1,118 @@
+"""CUDA-graph runtime adapter: capture sizes and per-step dispatch, as vLLM 0.33 does it.
+
+Mirrors `VllmConfig._set_cudagraph_sizes` (vllm/config/vllm.py), the default
+FULL_AND_PIECEWISE mode and the dispatch of model runner V2, the 0.33 default
+(`CudaGraphManager._init_candidates` / `dispatch` in vllm/v1/worker/gpu/cudagraph_utils.py;
+for one token per decode request it agrees with V1's `CudagraphDispatcher`). With
+speculative decoding V2 keeps the PIECEWISE sizes as they are and captures FULL decode
+graphs at each size rounded up to a multiple of q (V1 would instead round the whole list).
+Sizes count tokens. Not modelled: user-given capture lists, interactivity mode,
+dynamic speculative tiers, LoRA keys, attention backends that lower the mode.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+SM100_FAMILY = 100          # datacenter Blackwell (B200/GB200/B300): capture ceiling 1024
+DEFAULT_MAX_CAPTURE = 512
+SM100_MAX_CAPTURE = 1024
+
+
+def _grid(max_size: int) -> list[int]:
+    """[1,2,4] + multiples of 8 below 256 + multiples of 16 from 256, all <= max_size."""
+    sizes = [n for n in (1, 2, 4) if n <= max_size]
+    if max_size >= 8:
+        sizes += list(range(8, min(max_size + 1, 256), 8))
+    if max_size >= 256:
+        sizes += list(range(256, max_size + 1, 16))
+    return sizes
+
+
+def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
+                       num_spec_tokens: int = 0) -> tuple[int, ...]:
+    """Capture sizes exactly as vLLM 0.33 `_set_cudagraph_sizes` derives the default."""
+    ceiling = SM100_MAX_CAPTURE if sm_version // 10 == SM100_FAMILY // 10 else DEFAULT_MAX_CAPTURE  # sm_100..109
+    q = 1 + num_spec_tokens
+    max_size = min(max_num_seqs * q * 2, ceiling)
+    decode_sizes: list[int] = []
+    if q > 1:
+        max_reqs = min(max_num_seqs, ceiling)
+        counts = sorted(set(_grid(max_reqs) + [max_reqs]))
+        decode_sizes = sorted({n * q for n in counts if n * q <= max_size})
+    elif max_num_seqs <= max_size:
+        decode_sizes = [max_num_seqs]
+    max_size = min(max_num_batched_tokens, max_size)
+    sizes = _grid(max_size)
+    if max_num_batched_tokens <= max_size and max_num_batched_tokens not in sizes:
+        sizes.append(max_num_batched_tokens)
+    sizes += [s for s in decode_sizes if s <= max_num_batched_tokens]
+    sizes = sorted(set(sizes))
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class CudaGraphConfig:
+    """Which shapes run as CUDA graphs. Empty `capture_sizes` (or enforce_eager) = eager."""
+
+    enforce_eager: bool
+    capture_sizes: tuple[int, ...]
+    max_num_seqs: int
+    num_spec_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs <= 0:
+            raise ValueError(f"max_num_seqs must be > 0, got {self.max_num_seqs}")
+        if self.num_spec_tokens < 0:
+            raise ValueError(f"num_spec_tokens must be >= 0, got {self.num_spec_tokens}")
+        if any(s <= 0 for s in self.capture_sizes) or list(self.capture_sizes) != sorted(set(self.capture_sizes)):
+            raise ValueError(f"capture_sizes must be positive, strictly ascending; got {self.capture_sizes}")
+        object.__setattr__(self, "_full", self.full_sizes)
+
+    @classmethod
+    def from_vllm(cls, max_num_seqs: int, max_num_batched_tokens: int, enforce_eager: bool = False,
+                  sm_version: int = 90, num_spec_tokens: int = 0) -> CudaGraphConfig:
+        if max_num_seqs <= 0 or max_num_batched_tokens <= 0:
+            raise ValueError(f"max_num_seqs={max_num_seqs} and max_num_batched_tokens="
+                             f"{max_num_batched_tokens} must both be > 0")
+        sizes = () if enforce_eager else vllm_capture_sizes(
+            max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens)
+        return cls(enforce_eager=enforce_eager, capture_sizes=sizes, max_num_seqs=max_num_seqs,
+                   num_spec_tokens=num_spec_tokens)
+
+    @property
+    def max_capture_size(self) -> int:
+        return self.capture_sizes[-1] if self.capture_sizes else 0
+
+    @property
+    def uniform_decode_query_len(self) -> int:
+        return 1 + self.num_spec_tokens
+
+    @property
+    def full_sizes(self) -> tuple[int, ...]:
+        """Token counts of the FULL uniform-decode graphs: each capture size rounded up to a
+        multiple of q, kept when <= min(q * max_num_seqs, max capture size)."""
+        q, top = self.uniform_decode_query_len, self.max_capture_size
+        limit = min(q * self.max_num_seqs, top)
+        return tuple(sorted({-(-s // q) * q for s in self.capture_sizes if -(-s // q) * q <= limit}))
+
+    def dispatch(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> tuple[str, int]:
+        """(mode, padded_tokens) for one step, as `CudagraphDispatcher.dispatch`.
+
+        Above the largest capture size, or eager: ("NONE", num_tokens). Else the step
+        is padded: a uniform decode batch (every request has q tokens) runs FULL at the
+        smallest FULL size >= num_tokens when one exists; anything else runs PIECEWISE at
+        the smallest capture size >= num_tokens (attention eager on the real tokens).
+        """
+        if num_tokens <= 0 or num_reqs <= 0 or num_reqs > num_tokens:
+            raise ValueError(f"dispatch needs 0 < num_reqs <= num_tokens, got {num_reqs}, {num_tokens}")
+        if self.enforce_eager or not self.capture_sizes or num_tokens > self.capture_sizes[-1]:
+            return "NONE", num_tokens
+        q = self.uniform_decode_query_len
+        if uniform_decode and num_tokens == q * num_reqs:
+            full = self._full
+            i = bisect.bisect_left(full, num_tokens)
+            if i < len(full):
+                return "FULL", full[i]
+        return "PIECEWISE", self.capture_sizes[bisect.bisect_left(self.capture_sizes, num_tokens)]

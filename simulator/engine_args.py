@@ -1,0 +1,141 @@
+"""vLLM engine arguments (the flags of ``vllm serve``) and how vLLM 0.33 fills their defaults.
+
+``EngineArgs`` holds what the user said (``None`` = "use vLLM's default");
+``EngineArgs.resolve(model, gpu)`` returns a ``ResolvedEngine`` with every value
+set, following ``vllm/engine/arg_utils.py`` (``get_batch_defaults`` and
+``_set_default_max_num_seqs_and_batched_tokens_args``) for the OpenAI API
+server usage context, which is what ``vllm serve`` runs:
+
+    device memory >= 160 GiB (B200, B300)        -> max_num_batched_tokens 16384, max_num_seqs 1024
+    >= 70 GiB and not A100 (H100, H200, H800...) -> 8192, 1024
+    otherwise (A100, L40S, L4, H20 is 96 GB -> 70 GiB tier) -> 2048, 256
+    max_num_batched_tokens = min(max_num_seqs * max_model_len, that)   (only when defaulted)
+
+``max_model_len`` defaults to the model's ``max_position_embeddings``.
+``block_size`` defaults to 16, or 64 for MLA models (FlashMLA supports only 64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from frontier.gpu import GpuSpec
+from frontier.model_spec import ModelSpec
+from frontier.parallel import ParallelSpec
+
+GiB = 1 << 30
+
+SCHEDULING_POLICIES = ("fcfs", "priority")
+ROUTERS = ("round_robin", "least_loaded")
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """The vLLM flags a simulated deployment accepts; ``None`` means vLLM's default."""
+
+    model: str = "meta-llama/Llama-3.1-8B"
+    gpu: str = "H100"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    num_replicas: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    block_size: int | None = None
+    gpu_memory_utilization: float = 0.92
+    num_gpu_blocks_override: int | None = None
+    enable_prefix_caching: bool = True
+    long_prefill_token_threshold: int = 0
+    enforce_eager: bool = False
+    async_scheduling: bool = True
+    scheduling_policy: str = "fcfs"
+    router: str = "round_robin"
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                     "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                     "block_size", "num_gpu_blocks_override"):
+            _positive(name, getattr(self, name))
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError("--long-prefill-token-threshold must be >= 0 (0 = off), "
+                             f"got {self.long_prefill_token_threshold!r}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"--scheduling-policy {self.scheduling_policy!r} is not one of "
+                             f"{', '.join(SCHEDULING_POLICIES)}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"--router {self.router!r} is not one of {', '.join(ROUTERS)}")
+        if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
+            raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def parallel(self) -> ParallelSpec:
+        """The parallel layout of one engine (one DP rank group of TP x PP GPUs per DP rank)."""
+        return ParallelSpec.from_vllm(
+            tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
+            dp=self.data_parallel_size, enable_expert_parallel=self.enable_expert_parallel)
+
+    def resolve(self, model: ModelSpec, gpu: GpuSpec) -> "ResolvedEngine":
+        """Fill vLLM 0.33's defaults for ``vllm serve`` on ``gpu``."""
+        max_model_len = self.max_model_len or model.max_position_embeddings
+        if self.max_model_len is not None and self.max_model_len > model.max_position_embeddings:
+            raise ValueError(
+                f"--max-model-len {self.max_model_len} exceeds the model's max_position_embeddings "
+                f"{model.max_position_embeddings}")
+        mem = gpu.memory_bytes
+        if mem >= 160 * GiB:
+            default_tokens, default_seqs = 16384, 1024
+        elif mem >= 70 * GiB and "a100" not in gpu.name.lower():
+            default_tokens, default_seqs = 8192, 1024
+        else:
+            default_tokens, default_seqs = 2048, 256
+        max_num_seqs = self.max_num_seqs or default_seqs
+        if self.max_num_batched_tokens is None:
+            max_num_batched_tokens = min(max_num_seqs * max_model_len, default_tokens)
+        else:
+            max_num_batched_tokens = self.max_num_batched_tokens
+        block_size = self.block_size or (64 if model.is_mla else 16)
+        return ResolvedEngine(
+            args=self, model=model, gpu=gpu, parallel=self.parallel(),
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len, block_size=block_size)
+
+
+@dataclass(frozen=True)
+class ResolvedEngine:
+    """Engine arguments with every default filled in, plus the parsed model and GPU."""
+
+    args: EngineArgs
+    model: ModelSpec
+    gpu: GpuSpec
+    parallel: ParallelSpec
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    block_size: int
+
+    @property
+    def gpus_per_engine(self) -> int:
+        """GPUs of one engine: one DP rank's TP x PP group."""
+        return self.parallel.tp * self.parallel.pp
+
+    @property
+    def num_engines(self) -> int:
+        """Independent engines (schedulers): replicas x data-parallel ranks."""
+        return self.args.num_replicas * self.args.data_parallel_size
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_engines * self.gpus_per_engine

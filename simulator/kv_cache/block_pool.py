@@ -1,0 +1,199 @@
+"""Block pool and free-block queue, mirroring vLLM 0.33 `block_pool.py` / `kv_cache_utils.py`.
+
+Blocks are plain ints (block ids); per-block state lives in lists indexed by id. Block 0 is the
+null block: taken out of the free queue at construction and never freed.
+
+Free queue (vLLM `FreeKVCacheBlockQueue`), a doubly linked list over block ids:
+
+    HEAD <-> b_a <-> b_b <-> ... <-> b_z <-> TAIL
+     ^ new blocks are taken here            ^ freed *hashed* blocks are appended here (LRU)
+     ^ freed *unhashed* blocks are prepended here, in the order given (reused first)
+
+Eviction is implicit: a hashed block taken from the head for a new allocation loses its hash.
+A cached block hit by a new request is removed from the middle of the queue (`touch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+class FreeBlockQueue:
+    """O(1) doubly linked list of free block ids in exact vLLM order (initially 0, 1, ..., n-1)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self._head = num_blocks
+        self._tail = num_blocks + 1
+        size = num_blocks + 2
+        # prev/next of a block not in the queue are -1.
+        self._prev = [i - 1 for i in range(size)]
+        self._next = [i + 1 for i in range(size)]
+        self._prev[0] = self._head
+        self._next[num_blocks - 1] = self._tail
+        self._prev[self._head] = self._next[self._tail] = -1
+        self._next[self._head] = 0
+        self._prev[self._tail] = num_blocks - 1
+        self.num_free_blocks = num_blocks
+
+    def __contains__(self, block_id: int) -> bool:
+        return self._prev[block_id] != -1
+
+    def popleft_n(self, n: int) -> list[int]:
+        """Take the first n free blocks (head first)."""
+        if n > self.num_free_blocks:
+            raise ValueError(f"cannot take {n} blocks, {self.num_free_blocks} free")
+        nxt, prev = self._next, self._prev
+        out = []
+        cur = nxt[self._head]
+        for _ in range(n):
+            out.append(cur)
+            following = nxt[cur]
+            prev[cur] = nxt[cur] = -1
+            cur = following
+        nxt[self._head] = cur
+        prev[cur] = self._head
+        self.num_free_blocks -= n
+        return out
+
+    def remove(self, block_id: int) -> None:
+        p, n = self._prev[block_id], self._next[block_id]
+        if p == -1:
+            raise RuntimeError(f"block {block_id} is not in the free queue")
+        self._next[p] = n
+        self._prev[n] = p
+        self._prev[block_id] = self._next[block_id] = -1
+        self.num_free_blocks -= 1
+
+    def append_n(self, blocks: Sequence[int]) -> None:
+        """Put blocks at the tail, in order (the last one becomes the tail)."""
+        last = self._prev[self._tail]
+        for b in blocks:
+            self._next[last] = b
+            self._prev[b] = last
+            last = b
+        self._next[last] = self._tail
+        self._prev[self._tail] = last
+        self.num_free_blocks += len(blocks)
+
+    def prepend_n(self, blocks: Sequence[int]) -> None:
+        """Put blocks at the head, keeping their order (blocks[0] becomes the head)."""
+        if not blocks:
+            return
+        first = self._next[self._head]
+        prev = self._head
+        for b in blocks:
+            self._prev[b] = prev
+            self._next[prev] = b
+            prev = b
+        self._next[prev] = first
+        self._prev[first] = prev
+        self.num_free_blocks += len(blocks)
+
+    def order(self) -> list[int]:
+        """Free block ids from head to tail (for tests and debugging; O(n))."""
+        out, cur = [], self._next[self._head]
+        while cur != self._tail:
+            out.append(cur)
+            cur = self._next[cur]
+        return out
+
+
+class BlockPool:
+    """All KV blocks of one replica (one KV group), their reference counts and the prefix cache.
+
+    `cached` maps a block hash to the blocks holding it, in insertion order; a lookup returns the
+    first (vLLM `BlockHashToBlockMap.get_one_block`). Duplicates arise when two requests fill
+    identical blocks at the same time; block tables stay append-only, so both are kept.
+    """
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
+        if num_gpu_blocks < 2:
+            raise ValueError(f"num_gpu_blocks={num_gpu_blocks}; must be >= 2 (block 0 is the null block)")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.ref_cnt = [0] * num_gpu_blocks
+        self.block_hash: list[int | None] = [None] * num_gpu_blocks
+        self.cached: dict[int, dict[int, int]] = {}
+        self.free_queue = FreeBlockQueue(num_gpu_blocks)
+        self.null_block = self.free_queue.popleft_n(1)[0]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.free_queue.num_free_blocks
+
+    def usage(self) -> float:
+        """Fraction of usable blocks (all but the null block) not in the free queue."""
+        return 1.0 - self.num_free_blocks / (self.num_gpu_blocks - 1)
+
+    def get_cached_block(self, block_hash: int) -> int | None:
+        blocks = self.cached.get(block_hash)
+        return next(iter(blocks)) if blocks else None
+
+    def get_new_blocks(self, n: int) -> list[int]:
+        """Take n blocks from the head of the free queue, evicting their cached hashes."""
+        blocks = self.free_queue.popleft_n(n)
+        ref = self.ref_cnt
+        for b in blocks:
+            if self.enable_caching and self.block_hash[b] is not None:
+                self._evict(b)
+            ref[b] += 1
+        return blocks
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """A prefix hit: take free blocks out of the queue and add a reference."""
+        ref = self.ref_cnt
+        for b in blocks:
+            if ref[b] == 0:
+                self.free_queue.remove(b)
+            ref[b] += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[int]) -> None:
+        """Drop one reference per block; blocks reaching 0 go back to the queue.
+
+        Order = eviction priority (first evicted first). Unhashed ones are prepended (reused first,
+        vLLM 0.33), hashed ones appended (LRU).
+        """
+        first, last = [], []
+        ref = self.ref_cnt
+        for b in ordered_blocks:
+            if b == self.null_block:
+                continue
+            ref[b] -= 1
+            if ref[b] == 0:
+                if self.block_hash[b] is None or not self.enable_caching:
+                    first.append(b)
+                else:
+                    last.append(b)
+        self.free_queue.prepend_n(first)
+        self.free_queue.append_n(last)
+
+    def cache_block(self, block: int, block_hash: int) -> None:
+        """Register a newly full block under its hash (vLLM `_insert_block_hash`)."""
+        if self.block_hash[block] == block_hash:
+            return
+        assert self.block_hash[block] is None, f"block {block} already has another hash"
+        self.block_hash[block] = block_hash
+        self.cached.setdefault(block_hash, {})[block] = block
+
+    def _evict(self, block: int) -> None:
+        h = self.block_hash[block]
+        holders = self.cached.get(h)
+        if holders is not None:
+            holders.pop(block, None)
+            if not holders:
+                del self.cached[h]
+        self.block_hash[block] = None
+
+    def check_invariants(self, held: int) -> None:
+        """Raise if blocks are not conserved: free + referenced == total - 1 (null block)."""
+        referenced = sum(1 for r in self.ref_cnt if r > 0)
+        if self.num_free_blocks + referenced != self.num_gpu_blocks - 1:
+            raise AssertionError(
+                f"blocks not conserved: free {self.num_free_blocks} + referenced {referenced} "
+                f"!= {self.num_gpu_blocks - 1}"
+            )
+        total_refs = sum(self.ref_cnt)
+        if total_refs != held:
+            raise AssertionError(f"sum(ref_cnt)={total_refs} != blocks held by requests {held}")
+        if any(r < 0 for r in self.ref_cnt):
+            raise AssertionError("negative reference count")

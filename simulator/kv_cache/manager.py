@@ -1,0 +1,194 @@
+"""KV cache manager for one full-attention KV group, mirroring vLLM 0.33 `KVCacheManager` +
+`UnitaryKVCacheCoordinator` + `FullAttentionManager` (no sliding window, no connector, no EAGLE).
+
+Slot arithmetic of `allocate_slots` (bs = block_size):
+
+    | computed (c) | new prefix hit (h) | new tokens (n) | lookahead (L) |
+    need_slots   = min(c + h + n + L, max_model_len)
+    new_blocks   = max(ceil(need_slots / bs) - held - len(hit_blocks), 0)
+                   + hit blocks currently free (ref 0: touching takes them out of the free queue)
+    refuse when new_blocks + watermark > free blocks            (watermark: waiting/preempted only)
+    cache (hash-register) full blocks up to min(c + h + n, num_tokens)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.kv_cache.block_pool import BlockPool
+from simulator.request import Request, RequestStatus
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class PrefixCacheStats:
+    """Counted at admission (vLLM `record_prefix_cache_stats`): queries += num_tokens, hits += hit."""
+
+    queries: int = 0
+    hits: int = 0
+    requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+    preempted_requests: int = 0
+
+
+class KVCacheManager:
+    """Block tables per request over a `BlockPool`.
+
+    num_gpu_blocks: blocks in the pool including the null block 0 (usable = num_gpu_blocks - 1).
+    watermark: fraction of num_gpu_blocks kept free when admitting waiting/preempted requests.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        enable_prefix_caching: bool = True,
+        watermark: float = 0.0,
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size={block_size}; must be >= 1")
+        if max_model_len < 1:
+            raise ValueError(f"max_model_len={max_model_len}; must be >= 1")
+        if not 0.0 <= watermark < 1.0:
+            raise ValueError(f"watermark={watermark}; must be in [0, 1)")
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_prefix_caching
+        self.pool = BlockPool(num_gpu_blocks, enable_prefix_caching)
+        self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.req_to_blocks: dict[str, list[int]] = {}
+        self.num_cached_block: dict[str, int] = {}
+        self.stats = PrefixCacheStats()
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.pool.num_gpu_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        """KV usage as vLLM reports it: 1 - free / (num_gpu_blocks - 1)."""
+        return self.pool.usage()
+
+    def get_block_ids(self, request_id: str) -> list[int]:
+        return list(self.req_to_blocks.get(request_id, ()))
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
+        """Longest cached prefix of whole blocks, capped at num_tokens - 1 tokens.
+
+        Returns (hit blocks, hit tokens). A 32-token prompt with block 16 hits 16 (the last token
+        must be recomputed for logits, and hits are whole blocks); a 33-token prompt hits 32.
+        """
+        if not self.enable_caching:
+            return [], 0
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        hashes = request.block_hashes
+        blocks: list[int] = []
+        get = self.pool.get_cached_block
+        for i in range(min(max_blocks, len(hashes))):
+            b = get(hashes[i])
+            if b is None:
+                break
+            blocks.append(b)
+        return blocks, len(blocks) * self.block_size
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        if not self.enable_caching:
+            return
+        s = self.stats
+        if request.num_preemptions > 0:
+            s.preempted_queries += request.num_tokens
+            s.preempted_hits += num_hits
+            s.preempted_requests += 1
+        else:
+            s.queries += request.num_tokens
+            s.hits += num_hits
+            s.requests += 1
+
+    def _num_blocks_to_allocate(self, request_id: str, num_tokens: int, hit_blocks: list[int]) -> int:
+        held = len(self.req_to_blocks.get(request_id, ()))
+        need = max(cdiv(num_tokens, self.block_size) - held - len(hit_blocks), 0)
+        ref = self.pool.ref_cnt
+        return need + sum(1 for b in hit_blocks if ref[b] == 0)
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: list[int] | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        has_scheduled_reqs: bool = True,
+    ) -> list[int] | None:
+        """Give the request slots for `num_new_tokens` more tokens; None if the pool is too full.
+
+        new_computed_blocks / num_new_computed_tokens: the prefix hit of a request being admitted.
+        full_sequence_must_fit: admission gate of 0.33 (`scheduler_reserve_full_isl`): first check
+        that blocks for min(num_tokens, max_model_len) tokens (minus hits) + watermark are free.
+        has_scheduled_reqs: whether any request is running; the watermark applies only then.
+        Returns the newly allocated block ids (possibly empty).
+        """
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
+        hit_blocks = new_computed_blocks or []
+        rid = request.request_id
+        num_local_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = min(num_local_computed, self.max_model_len)
+        watermark = 0
+        if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            watermark = self.watermark_blocks
+        free = self.pool.num_free_blocks
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, self.max_model_len)
+            if self._num_blocks_to_allocate(rid, full, hit_blocks) + watermark > free:
+                return None
+        num_main = total_computed + num_new_tokens
+        need_slots = min(num_main + num_lookahead_tokens, self.max_model_len)
+        if self._num_blocks_to_allocate(rid, need_slots, hit_blocks) + watermark > free:
+            return None
+
+        blocks = self.req_to_blocks.setdefault(rid, [])
+        if hit_blocks:
+            self.pool.touch(hit_blocks)
+            blocks.extend(hit_blocks)
+            self.num_cached_block[rid] = len(blocks)
+        num_new = cdiv(need_slots, self.block_size) - len(blocks)
+        new_blocks = self.pool.get_new_blocks(num_new) if num_new > 0 else []
+        blocks.extend(new_blocks)
+        if self.enable_caching:
+            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        return new_blocks
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Hash-register the request's full blocks covering its first `num_tokens` tokens."""
+        if not self.enable_caching:
+            return
+        rid = request.request_id
+        num_cached = self.num_cached_block.get(rid, 0)
+        num_full = min(num_tokens, len(request.block_hashes) * self.block_size) // self.block_size
+        if num_cached >= num_full:
+            return
+        blocks = self.req_to_blocks[rid]
+        hashes = request.block_hashes
+        for i in range(num_cached, num_full):
+            self.pool.cache_block(blocks[i], hashes[i])
+        self.num_cached_block[rid] = num_full
+
+    def free(self, request: Request) -> None:
+        """Release the request's blocks, tail first (so a chain's tail is evicted first)."""
+        blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.num_cached_block.pop(request.request_id, None)
+        self.pool.free_blocks(reversed(blocks))
+
+    def check_invariants(self) -> None:
+        held = sum(len(b) for b in self.req_to_blocks.values())
+        self.pool.check_invariants(held)

@@ -1,0 +1,162 @@
+"""One engine replica: vLLM's ``EngineCore`` busy loop with simulated time.
+
+A replica owns a scheduler (with its KV cache) and a batch engine that prices
+steps. It drives the scheduler with exactly the protocol of vLLM 0.33's
+``EngineCore`` (see ``simulator.scheduler``), and adds time:
+
+* the GPU runs one step at a time; a step launched while another runs starts
+  when that one ends;
+* a step's output is processed (tokens appended, requests finished, blocks
+  freed) at the instant the step ends; its tokens reach the client then;
+* sync: schedule -> run -> process, one step at a time (no CPU overhead is
+  modelled between steps);
+* async (default): a batch queue of depth 2, so step N+1 is scheduled while
+  step N runs and there is no gap between steps::
+
+      engine  sched1 sched2 (wait) upd1 sched3 (wait) upd2 sched4 ...
+      GPU     [ step 1          ][ step 2          ][ step 3 ...
+
+When a schedule() grants no tokens and no step is in flight, nothing can
+change until a request arrives: the replica goes idle and the next
+``add_request`` wakes it. That is where the real engine would spin.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from simulator.batch_engine import BatchEngine, BatchShape
+from simulator.events import PRIO_STEP_DONE, EventLoop
+from simulator.request import Request, RequestSpec
+from simulator.scheduler import Scheduler
+from simulator.scheduler_config import SchedulerOutput, UpdateResult
+from simulator.trace import BatchTrace
+
+BATCH_QUEUE_DEPTH = 2
+
+OnUpdate = Callable[["Replica", UpdateResult, float], None]
+
+
+class Replica:
+    """An engine core: scheduler + batch engine, stepping on an event loop."""
+
+    def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, engine: BatchEngine,
+                 trace: BatchTrace, on_update: OnUpdate, *, async_scheduling: bool) -> None:
+        self.replica_id = replica_id
+        self.loop = loop
+        self.scheduler = scheduler
+        self.engine = engine
+        self.trace = trace
+        self.on_update = on_update
+        self.async_scheduling = async_scheduling
+        self.gpu_free_s = 0.0           # when the GPU finishes the last launched step
+        self.busy_s = 0.0               # total GPU time of executed steps
+        self._queue: deque[tuple[SchedulerOutput, float]] = deque()   # (step, end_s), newest left
+        self._active = False            # the loop is running or an event will resume it
+        self._num_steps = 0
+
+    # ------------------------------------------------------------------ client side
+    def add_request(self, spec: RequestSpec) -> Request:
+        """Hand a request to the scheduler and wake the loop if it is idle."""
+        request = self.scheduler.add_request(spec)
+        if not self._active:
+            self._run()
+        return request
+
+    def num_unfinished(self) -> int:
+        running, waiting = self.scheduler.get_request_counts()
+        return running + waiting
+
+    # ------------------------------------------------------------------ engine loop
+    def _launch(self, out: SchedulerOutput) -> float:
+        """Price and place one step on the GPU timeline; return its end time."""
+        now = self.loop.now_s
+        if out.total_num_scheduled_tokens == 0:
+            return now
+        cost = self.engine.step_cost(BatchShape(out.num_scheduled_tokens, out.context_lens))
+        start = max(now, self.gpu_free_s)
+        end = start + cost.duration_s
+        self.gpu_free_s = end
+        self.busy_s += cost.duration_s
+        kv = self.scheduler.kv
+        running, waiting = self.scheduler.get_request_counts()
+        self.trace.add_step(
+            self.replica_id, self._num_steps, start, end, out.request_ids, out.num_scheduled_tokens,
+            out.context_lens, cost.padded_tokens, cost.cudagraph_mode,
+            kv.num_gpu_blocks - 1 - kv.num_free_blocks, kv.num_gpu_blocks - 1, waiting,
+            len(out.preempted_request_ids))
+        self._num_steps += 1
+        return end
+
+    def _run(self) -> None:
+        """Advance the engine loop until it must wait for the GPU or has nothing to do.
+
+        Requests added while the loop runs (a client sending its next request when
+        one finishes) only join the scheduler's queue; the loop picks them up.
+        """
+        self._active = True
+        if self.async_scheduling:
+            self._run_async()
+        else:
+            self._run_sync()
+
+    def _run_sync(self) -> None:
+        sched = self.scheduler
+        while sched.has_requests():
+            out = sched.schedule()
+            end = self._launch(out)
+            if out.total_num_scheduled_tokens == 0:
+                sched.update_from_output(out)
+                if not sched.has_unfinished_requests() and sched.has_requests():
+                    continue        # only finishes left to report: one more (empty) schedule
+                break               # nothing can run until a request arrives
+            self._wait_until(end, out)
+            return
+        self._active = False
+
+    def _run_async(self, resumed: bool = False) -> None:
+        """vLLM's ``step_with_batch_queue`` loop; ``resumed``: the oldest step just ended."""
+        sched, queue = self.scheduler, self._queue
+        while True:
+            if not resumed:
+                if sched.has_requests():
+                    out = sched.schedule()
+                    end = self._launch(out)
+                    queue.appendleft((out, end))
+                    executed = out.total_num_scheduled_tokens > 0
+                    if len(queue) < BATCH_QUEUE_DEPTH and (executed or sched.has_requests()):
+                        continue
+                elif not queue:
+                    self._active = False
+                    return
+                out, end = queue[-1]
+                if end > self.loop.now_s:
+                    self._wait_until(end, None)      # block on the oldest step's result
+                    return
+            resumed = False
+            out, _ = queue.pop()
+            self._process(out)
+            if out.total_num_scheduled_tokens == 0 and not self._in_flight():
+                if not sched.has_unfinished_requests() and sched.has_requests():
+                    continue    # only finishes left to report
+                self._active = False
+                return          # idle: nothing changes until a request arrives
+
+    def _in_flight(self) -> bool:
+        return any(o.total_num_scheduled_tokens > 0 for o, _ in self._queue)
+
+    def _wait_until(self, end_s: float, sync_out: SchedulerOutput | None) -> None:
+        def resume() -> None:
+            if sync_out is not None:
+                self._process(sync_out)
+                self._run_sync()
+            else:
+                self._run_async(resumed=True)
+
+        self.loop.at(end_s, resume, PRIO_STEP_DONE)
+
+    def _process(self, out: SchedulerOutput) -> None:
+        result = self.scheduler.update_from_output(out)
+        if result.token_request_ids or result.finished_request_ids:
+            self.on_update(self, result, self.loop.now_s)

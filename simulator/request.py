@@ -1,0 +1,166 @@
+"""Requests: the frozen workload input (`RequestSpec`) and the mutable simulator state (`Request`).
+
+`Request` mirrors the fields of `vllm/v1/request.py::Request` that the v1 scheduler and KV cache
+manager read. There are no prefill/decode phases: a request has `num_tokens` (prompt + outputs)
+and `num_computed_tokens` (tokens whose KV is in the cache); a step grants tokens until the second
+catches up with the first.
+
+Content model. The simulator does not generate text. Every sampled output token has the id
+`OUTPUT_TOKEN_ID` (the vLLM oracle test feeds the real scheduler the same id). Prompt content is
+either explicit (`prompt_token_ids`) or "unique to this request" (`None`), in which case no block of
+the request can ever match another request's block.
+
+Block hashes are computed incrementally as blocks fill, exactly when vLLM's block hasher computes
+them (`kv_cache_utils.get_request_block_hasher`): at creation for the full prompt blocks, then each
+time an appended output token completes a block. Hash chain (block i covers tokens
+[i*bs, (i+1)*bs)):
+
+    h_0 = hash((None,    key_0))      key_i = tuple(block tokens)          if prompt_token_ids given
+    h_i = hash((h_{i-1}, key_i))      key_i = ("u", request_id, i)         if prompt is unique
+
+Python's `hash` of an int tuple is deterministic; with a string inside it is stable within one
+process, which is all the cache needs (only equality of hashes is used, never their order).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+OUTPUT_TOKEN_ID = 0
+"""Token id of every sampled output token (the simulator never models EOS; outputs end on length)."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request of a workload.
+
+    prompt_token_ids: explicit prompt content (enables prefix sharing); None = content unique to
+    this request. When given, its length must equal `prompt_len`.
+    """
+
+    request_id: str
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    priority: int = 0
+    prompt_token_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 1:
+            raise ValueError(f"prompt_len={self.prompt_len} of {self.request_id!r}; must be >= 1")
+        if self.output_len < 1:
+            raise ValueError(f"output_len={self.output_len} of {self.request_id!r}; must be >= 1")
+        if self.arrival_s < 0:
+            raise ValueError(f"arrival_s={self.arrival_s} of {self.request_id!r}; must be >= 0")
+        if self.prompt_token_ids is not None and len(self.prompt_token_ids) != self.prompt_len:
+            raise ValueError(
+                f"len(prompt_token_ids)={len(self.prompt_token_ids)} of {self.request_id!r}; "
+                f"must equal prompt_len={self.prompt_len}"
+            )
+
+
+class RequestStatus(enum.IntEnum):
+    """Same order as vLLM's `RequestStatus`: everything after PREEMPTED is finished."""
+
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """Mutable scheduler state of one request (identity semantics, like vLLM's Request).
+
+    num_computed_tokens: tokens with KV in the cache, advanced optimistically at schedule time.
+    num_output_placeholders: async scheduling; outputs scheduled but not yet returned.
+    num_in_flight_tokens: tokens scheduled in steps whose output is not processed yet.
+    num_stale_output_tokens: in-flight tokens of steps scheduled before a preemption.
+    num_cached_tokens: prefix-cache hit tokens at the first admission; -1 before it.
+    """
+
+    request_id: str
+    arrival_s: float
+    prompt_len: int
+    max_tokens: int
+    block_size: int
+    priority: int = 0
+    prompt_token_ids: tuple[int, ...] | None = None
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    num_output_placeholders: int = 0
+    num_in_flight_tokens: int = 0
+    num_stale_output_tokens: int = 0
+    drop_stale_output: bool = False
+    is_prefill_chunk: bool = False
+    status: RequestStatus = RequestStatus.WAITING
+    num_preemptions: int = 0
+    num_cached_tokens: int = -1
+    block_hashes: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._update_block_hashes()
+
+    @classmethod
+    def from_spec(cls, spec: RequestSpec, block_size: int) -> Request:
+        return cls(
+            request_id=spec.request_id,
+            arrival_s=spec.arrival_s,
+            prompt_len=spec.prompt_len,
+            max_tokens=spec.output_len,
+            block_size=block_size,
+            priority=spec.priority,
+            prompt_token_ids=spec.prompt_token_ids,
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt tokens + output tokens returned so far (vLLM `num_tokens`; no spec tokens)."""
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    def append_output_token(self) -> None:
+        """Append one sampled token (`OUTPUT_TOKEN_ID`) and hash any block it completes."""
+        self.num_output_tokens += 1
+        self._update_block_hashes()
+
+    def _update_block_hashes(self) -> None:
+        bs = self.block_size
+        n = len(self.block_hashes)
+        num_tokens = self.prompt_len + self.num_output_tokens
+        while (n + 1) * bs <= num_tokens:
+            parent = self.block_hashes[-1] if n else None
+            self.block_hashes.append(hash((parent, self._block_key(n))))
+            n += 1
+
+    def _block_key(self, i: int) -> tuple:
+        if self.prompt_token_ids is None:
+            return ("u", self.request_id, i)
+        bs, p = self.block_size, self.prompt_len
+        start, end = i * bs, (i + 1) * bs
+        if end <= p:
+            return self.prompt_token_ids[start:end]
+        head = self.prompt_token_ids[start:p] if start < p else ()
+        return head + (OUTPUT_TOKEN_ID,) * (end - max(start, p))
+
+    def __lt__(self, other: Request) -> bool:
+        """Priority-queue order of vLLM: (priority, arrival, request_id); lower is served first."""
+        if self.priority != other.priority:
+            return self.priority < other.priority
+        if self.arrival_s != other.arrival_s:
+            return self.arrival_s < other.arrival_s
+        if self.request_id != other.request_id:
+            return self.request_id < other.request_id
+        return id(self) < id(other)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, {self.status.name}, computed={self.num_computed_tokens}, "
+            f"tokens={self.num_tokens}, out={self.num_output_tokens}/{self.max_tokens})"
+        )

@@ -1,0 +1,51 @@
+"""Request routers that pick a replica (engine) for each arriving request.
+
+* ``round_robin``: replica ``i mod N`` for the i-th routed request.
+* ``least_loaded``: the replica with the fewest unfinished requests (waiting +
+  running, as vLLM's DP load balancer counts them); ties go to the lowest
+  index after the last pick, so equal replicas are used in rotation.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+
+class Loaded(Protocol):
+    def num_unfinished(self) -> int:
+        """Requests this replica holds that have not finished."""
+
+
+class RoundRobinRouter:
+    def __init__(self, num_replicas: int) -> None:
+        self._n = num_replicas
+        self._next = 0
+
+    def pick(self, replicas: Sequence[Loaded]) -> int:
+        index = self._next
+        self._next = (index + 1) % self._n
+        return index
+
+
+class LeastLoadedRouter:
+    def __init__(self, num_replicas: int) -> None:
+        self._n = num_replicas
+        self._start = 0
+
+    def pick(self, replicas: Sequence[Loaded]) -> int:
+        best, best_load = -1, -1
+        for offset in range(self._n):
+            index = (self._start + offset) % self._n
+            load = replicas[index].num_unfinished()
+            if best < 0 or load < best_load:
+                best, best_load = index, load
+        self._start = (best + 1) % self._n
+        return best
+
+
+def make_router(name: str, num_replicas: int) -> RoundRobinRouter | LeastLoadedRouter:
+    if name == "round_robin":
+        return RoundRobinRouter(num_replicas)
+    if name == "least_loaded":
+        return LeastLoadedRouter(num_replicas)
+    raise ValueError(f"router {name!r} is not one of round_robin, least_loaded")

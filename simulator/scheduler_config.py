@@ -1,0 +1,101 @@
+"""Scheduler configuration and the narrow results the scheduler hands to its caller."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """vLLM 0.33 scheduler knobs (defaults as in `vllm/config/scheduler.py` where one exists).
+
+    max_num_seqs: cap on running requests (checked at admission).
+    max_num_batched_tokens: token budget of one step (prefill chunks + decodes).
+    max_model_len: context cap; a request stops at num_tokens >= max_model_len.
+    long_prefill_token_threshold: cap on one request's tokens per step (0 = off); ignored in a
+        step where only one request is running or waiting (0.33).
+    policy: "fcfs" or "priority" (lower priority value served first).
+    async_scheduling: mirror `AsyncScheduler` (vLLM 0.33 default on); see `Scheduler` docstring.
+    watermark: fraction of blocks kept free at admission when something runs.
+    debug: check invariants every step and raise (also on with env FRONTIER_SCHED_DEBUG=1).
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+    long_prefill_token_threshold: int = 0
+    policy: str = "fcfs"
+    async_scheduling: bool = True
+    enable_chunked_prefill: bool = True
+    watermark: float = 0.0
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    debug: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}; must be >= 1")
+        if self.policy not in ("fcfs", "priority"):
+            raise ValueError(f"policy={self.policy!r}; valid: 'fcfs', 'priority'")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark={self.watermark}; must be in [0, 1)")
+        if not 0 <= self.long_prefill_token_threshold <= self.max_model_len:
+            raise ValueError(
+                f"long_prefill_token_threshold={self.long_prefill_token_threshold}; "
+                f"must be in [0, max_model_len={self.max_model_len}]"
+            )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens}; must be >= "
+                f"max_num_seqs={self.max_num_seqs}"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens}; must be >= "
+                f"max_model_len={self.max_model_len} when chunked prefill is off"
+            )
+
+    @property
+    def debug_checks(self) -> bool:
+        return self.debug or os.environ.get("FRONTIER_SCHED_DEBUG", "") not in ("", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOutput:
+    """One step's plan. Per-request tuples are aligned and in vLLM's scheduling order
+    (running requests in list order, then newly admitted/resumed ones).
+
+    context_lens: num_computed_tokens before the step (prefix hits included for admissions).
+    samples: whether the step reaches the end of the request's known tokens, so the forward pass
+        produces an output token for it (False for a partial prefill chunk).
+    """
+
+    step_id: int
+    request_ids: tuple[str, ...]
+    num_scheduled_tokens: tuple[int, ...]
+    context_lens: tuple[int, ...]
+    samples: tuple[bool, ...]
+    new_request_ids: tuple[str, ...]
+    resumed_request_ids: tuple[str, ...]
+    preempted_request_ids: tuple[str, ...]
+    total_num_scheduled_tokens: int
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(zip(self.request_ids, self.num_scheduled_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """What processing one step's output produced, for the caller to time.
+
+    token_request_ids: requests that received one output token (includes first tokens and the
+        stale token of a request preempted while that step was in flight).
+    first_token_request_ids: subset receiving their first output token.
+    finished_request_ids: requests that finished (their blocks are already freed).
+    """
+
+    token_request_ids: tuple[str, ...]
+    first_token_request_ids: tuple[str, ...]
+    finished_request_ids: tuple[str, ...]

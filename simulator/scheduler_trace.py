@@ -1,0 +1,111 @@
+"""Scheduler-only runs with a fake model runner: the trace the vLLM oracle test compares.
+
+Fake model runner: one sampled token (id `OUTPUT_TOKEN_ID`) for each request whose step reached
+the end of its known tokens, decided right after `schedule()` (`SchedulerOutput.samples`, i.e.
+vLLM's `not request.is_prefill_chunk`); none for a partial prefill chunk. A request preempted
+while its step is in flight still receives that step's (stale) token, as in vLLM.
+
+Driving loops (same as vLLM 0.33 `EngineCore`):
+  sync  — `step()`: while has_requests(): schedule(); update_from_output().
+  async — `step_with_batch_queue()` with a queue of depth 2: schedule and launch; if the queue is
+          not full and (the step ran tokens or more requests remain), schedule again; otherwise
+          process the oldest in-flight step. See `simulator.scheduler` for the timeline.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from simulator.kv_cache.manager import KVCacheManager
+from simulator.request import RequestSpec
+from simulator.scheduler import Scheduler
+from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateResult
+
+BATCH_QUEUE_DEPTH = 2
+MAX_IDLE_STEPS = 10_000
+
+
+def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int) -> Scheduler:
+    kv = KVCacheManager(
+        num_gpu_blocks,
+        config.block_size,
+        config.max_model_len,
+        enable_prefix_caching=config.enable_prefix_caching,
+        watermark=config.watermark,
+    )
+    return Scheduler(config, kv)
+
+
+def drive(
+    sched: Scheduler,
+    on_schedule: Callable[[SchedulerOutput], None] | None = None,
+    on_update: Callable[[SchedulerOutput, UpdateResult], None] | None = None,
+) -> int:
+    """Run the vLLM engine loop (sync or batch queue of depth 2) until the scheduler is drained.
+
+    on_schedule(out) is called after every schedule(), on_update(out, result) after every
+    update_from_output(). Returns the number of schedule() calls. Raises RuntimeError after
+    MAX_IDLE_STEPS consecutive empty steps (a request that can never fit the KV cache).
+    """
+    idle = 0
+    calls = 0
+
+    def scheduled() -> SchedulerOutput:
+        nonlocal idle, calls
+        out = sched.schedule()
+        calls += 1
+        idle = 0 if out.total_num_scheduled_tokens > 0 else idle + 1
+        if idle > MAX_IDLE_STEPS:
+            raise RuntimeError(f"no progress for {MAX_IDLE_STEPS} steps; a request cannot fit the KV cache")
+        if on_schedule is not None:
+            on_schedule(out)
+        return out
+
+    def update(out: SchedulerOutput) -> None:
+        result = sched.update_from_output(out)
+        if on_update is not None:
+            on_update(out, result)
+
+    if not sched.config.async_scheduling:
+        while sched.has_requests():
+            update(scheduled())
+        return calls
+
+    queue: deque[SchedulerOutput] = deque()
+    while True:
+        if sched.has_requests():
+            out = scheduled()
+            queue.appendleft(out)
+            if len(queue) < BATCH_QUEUE_DEPTH and (out.total_num_scheduled_tokens > 0 or sched.has_requests()):
+                continue
+        elif not queue:
+            break
+        update(queue.pop())
+    return calls
+
+
+def run_scheduler_only(
+    requests: list[RequestSpec],
+    config: SchedulerConfig,
+    num_gpu_blocks: int,
+    *,
+    include_empty_steps: bool = False,
+) -> list[dict[str, int]]:
+    """Add all requests at t=0 in list order and drive the scheduler until all finish.
+
+    Returns one dict per schedule() call that scheduled tokens: {request_id: num_scheduled_tokens}
+    in scheduling order (dict order). Steps scheduling nothing (e.g. async steps where every running
+    request already reached max_tokens) are omitted unless include_empty_steps.
+    """
+    sched = make_scheduler(config, num_gpu_blocks)
+    for spec in requests:
+        sched.add_request(spec)
+    steps: list[dict[str, int]] = []
+
+    def record(out: SchedulerOutput) -> None:
+        if out.total_num_scheduled_tokens > 0 or include_empty_steps:
+            steps.append(out.as_dict())
+
+    drive(sched, on_schedule=record)
+    return steps

@@ -1,0 +1,214 @@
+"""Run one co-located deployment against one workload: the ``frontier simulate`` job.
+
+Control plane: the engine arguments compile into one cluster of role ``C``
+(co-located) holding ``num_replicas x data_parallel_size`` engines, each a
+``Replica`` of TP x PP GPUs with its own scheduler and KV cache, behind a
+router. The benchmark client replays the workload like ``vllm bench serve``:
+requests arrive on the schedule, wait for a ``--max-concurrency`` slot if
+one is set, are sent to a replica and observe each output token when the
+step that produced it ends.
+
+A request whose prompt does not fit ``max_model_len`` is refused, as vLLM's
+server refuses it, and counted as failed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from frontier.gpu import get_gpu
+from frontier.model_spec import load_model_spec
+from simulator.batch_engine import BatchEngine
+from simulator.cost_model import RooflineCostModel
+from simulator.cuda_graph import CudaGraphConfig
+from simulator.engine_args import EngineArgs, ResolvedEngine
+from simulator.events import PRIO_ARRIVAL, EventLoop
+from simulator.kv_cache.manager import KVCacheManager
+from simulator.memory import MemoryBudget, kv_budget
+from simulator.metrics import RequestRecord, summarize
+from simulator.replica import Replica
+from simulator.request import Request, RequestSpec
+from simulator.router import make_router
+from simulator.scheduler import Scheduler
+from simulator.scheduler_config import SchedulerConfig, UpdateResult
+from simulator.trace import BatchTrace
+from simulator.workload import WorkloadSpec, generate_requests
+
+
+@dataclass(frozen=True)
+class SimulationSpec:
+    """Everything one run needs: the deployment, the workload and client options."""
+
+    engine: EngineArgs = field(default_factory=EngineArgs)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    max_concurrency: int | None = None
+    keep_batch_trace: bool = False
+    debug: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(f"--max-concurrency must be >= 1, got {self.max_concurrency!r}")
+
+
+@dataclass
+class SimulationResult:
+    resolved: ResolvedEngine
+    memory: MemoryBudget
+    records: list[RequestRecord]
+    failed: dict[str, str]              # request_id -> reason
+    trace: BatchTrace
+    summary: dict[str, Any]
+    simulated_duration_s: float
+    sim_wall_s: float
+    num_events: int
+
+
+@dataclass(slots=True)
+class _InFlight:
+    spec: RequestSpec
+    send_s: float
+    request: Request
+    token_times_s: list[float]
+
+
+class BenchmarkClient:
+    """Replays arrivals, applies the concurrency limit and records what the client sees."""
+
+    def __init__(self, loop: EventLoop, specs: list[RequestSpec], replicas: list[Replica],
+                 router_name: str, max_model_len: int, max_concurrency: int | None) -> None:
+        self.loop = loop
+        self.specs = specs
+        self.replicas = replicas
+        self.router = make_router(router_name, len(replicas))
+        self.max_model_len = max_model_len
+        self.max_concurrency = max_concurrency
+        self.in_flight: dict[str, _InFlight] = {}
+        self.held: deque[RequestSpec] = deque()     # arrived, waiting for a concurrency slot
+        self.records: list[RequestRecord] = []
+        self.failed: dict[str, str] = {}
+        self._next = 0
+        for replica in replicas:
+            replica.on_update = self._on_update
+
+    def start(self) -> None:
+        self._schedule_next_arrival()
+
+    def _schedule_next_arrival(self) -> None:
+        if self._next < len(self.specs):
+            spec = self.specs[self._next]
+            self._next += 1
+            self.loop.at(spec.arrival_s, lambda: self._arrive(spec), PRIO_ARRIVAL)
+
+    def _arrive(self, spec: RequestSpec) -> None:
+        self._schedule_next_arrival()
+        if self.max_concurrency is not None and len(self.in_flight) >= self.max_concurrency:
+            self.held.append(spec)
+        else:
+            self._send(spec)
+
+    def _send(self, spec: RequestSpec) -> None:
+        now = self.loop.now_s
+        if spec.prompt_len >= self.max_model_len:
+            self.failed[spec.request_id] = (
+                f"prompt of {spec.prompt_len} tokens does not fit max_model_len {self.max_model_len}")
+            self._release_slot()
+            return
+        replica = self.replicas[self.router.pick(self.replicas)]
+        state = _InFlight(spec, now, None, [])  # type: ignore[arg-type]
+        self.in_flight[spec.request_id] = state
+        state.request = replica.add_request(spec)
+
+    def _release_slot(self) -> None:
+        if self.held and (self.max_concurrency is None or len(self.in_flight) < self.max_concurrency):
+            self._send(self.held.popleft())
+
+    def _on_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
+        in_flight = self.in_flight
+        for rid in result.token_request_ids:
+            in_flight[rid].token_times_s.append(now_s)
+        for rid in result.finished_request_ids:
+            state = in_flight.pop(rid)
+            req = state.request
+            times = state.token_times_s
+            self.records.append(RequestRecord(
+                request_id=rid, arrival_s=state.spec.arrival_s, send_s=state.send_s,
+                first_token_s=times[0], finish_s=times[-1], prompt_len=state.spec.prompt_len,
+                output_len=req.num_output_tokens, token_times_s=tuple(times),
+                num_preemptions=req.num_preemptions,
+                num_prefix_hit_tokens=max(req.num_cached_tokens, 0)))
+            self._release_slot()
+
+
+def build_memory(resolved: ResolvedEngine) -> MemoryBudget:
+    """The KV budget of one engine rank, vLLM's formula."""
+    args = resolved.args
+    return kv_budget(
+        resolved.model, resolved.parallel, resolved.gpu,
+        gpu_memory_utilization=args.gpu_memory_utilization, block_size=resolved.block_size,
+        max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
+        enforce_eager=args.enforce_eager, num_gpu_blocks_override=args.num_gpu_blocks_override,
+        max_model_len=resolved.max_model_len)
+
+
+def resolve_engine(args: EngineArgs) -> ResolvedEngine:
+    model = load_model_spec(args.model)
+    gpu = get_gpu(args.gpu)
+    resolved = args.resolve(model, gpu)
+    resolved.parallel.check_model(model)
+    return resolved
+
+
+def run_simulation(spec: SimulationSpec) -> SimulationResult:
+    """Simulate ``spec`` to completion (every request finished or refused)."""
+    resolved = resolve_engine(spec.engine)
+    args = resolved.args
+    memory = build_memory(resolved)
+    usable_tokens = (memory.num_gpu_blocks - 1) * resolved.block_size
+    if usable_tokens < resolved.max_model_len and args.num_gpu_blocks_override is None:
+        raise ValueError(
+            f"the KV cache holds {usable_tokens} tokens, fewer than --max-model-len "
+            f"{resolved.max_model_len}: lower --max-model-len or raise --gpu-memory-utilization "
+            f"or the parallel size")
+    cudagraph = CudaGraphConfig.from_vllm(
+        resolved.max_num_seqs, resolved.max_num_batched_tokens, enforce_eager=args.enforce_eager,
+        sm_version=resolved.gpu.sm_version)
+    engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
+                         RooflineCostModel(resolved.gpu), cudagraph)
+    sched_config = SchedulerConfig(
+        max_num_seqs=resolved.max_num_seqs, max_num_batched_tokens=resolved.max_num_batched_tokens,
+        max_model_len=resolved.max_model_len,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
+        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching,
+        debug=spec.debug)
+    loop = EventLoop()
+    trace = BatchTrace(keep_requests=spec.keep_batch_trace)
+    replicas = []
+    for i in range(resolved.num_engines):
+        kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
+                            enable_prefix_caching=args.enable_prefix_caching)
+        replicas.append(Replica(i, loop, Scheduler(sched_config, kv), engine, trace,
+                                on_update=lambda *a: None, async_scheduling=args.async_scheduling))
+    specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
+    client = BenchmarkClient(loop, specs, replicas, args.router, resolved.max_model_len,
+                             spec.max_concurrency)
+    wall0 = time.perf_counter()
+    client.start()
+    loop.run()
+    sim_wall_s = time.perf_counter() - wall0
+    stuck = sorted(client.in_flight) + [s.request_id for s in client.held]
+    for rid in stuck:
+        client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
+    records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
+    duration_s = max((r.finish_s for r in records), default=0.0)
+    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
+                        request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
+                        model_id=args.model, num_prompts=len(specs)) if records else {}
+    summary["failed"] = len(client.failed)
+    summary["simulated_duration_s"] = loop.now_s
+    summary["sim_wall_s"] = sim_wall_s
+    return SimulationResult(resolved, memory, records, client.failed, trace, summary,
+                            loop.now_s, sim_wall_s, loop.num_events)

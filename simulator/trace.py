@@ -1,0 +1,84 @@
+"""Per-step batch trace: one row per scheduled request per step, plus one row per step.
+
+Columns are kept as plain Python lists while the simulation runs (appending
+is the cheapest thing per step) and become Parquet tables at the end. The
+request-level table is only filled when asked for (``keep_requests``): at
+scale it is the largest output by far.
+
+``batch_trace`` (one row per scheduled request per step):
+    replica_id, step, start_s, end_s, request_id, num_scheduled_tokens, context_len
+``steps`` (one row per step):
+    replica_id, step, start_s, end_s, num_reqs, num_tokens, padded_tokens,
+    cudagraph_mode, kv_blocks_used, kv_blocks_total, num_waiting, num_preempted
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REQUEST_COLUMNS = ("replica_id", "step", "start_s", "end_s", "request_id",
+                   "num_scheduled_tokens", "context_len")
+STEP_COLUMNS = ("replica_id", "step", "start_s", "end_s", "num_reqs", "num_tokens",
+                "padded_tokens", "cudagraph_mode", "kv_blocks_used", "kv_blocks_total",
+                "num_waiting", "num_preempted")
+
+
+class BatchTrace:
+    """Column store of the steps every replica ran."""
+
+    def __init__(self, keep_requests: bool) -> None:
+        self.keep_requests = keep_requests
+        self.req_cols: dict[str, list] = {c: [] for c in REQUEST_COLUMNS}
+        self.step_cols: dict[str, list] = {c: [] for c in STEP_COLUMNS}
+
+    def add_step(self, replica_id: int, step: int, start_s: float, end_s: float,
+                 request_ids: Sequence[str], num_tokens: Sequence[int], context_lens: Sequence[int],
+                 padded_tokens: int, cudagraph_mode: str, kv_blocks_used: int,
+                 kv_blocks_total: int, num_waiting: int, num_preempted: int) -> None:
+        """Record one step; ``request_ids``/``num_tokens``/``context_lens`` are per scheduled request."""
+        s = self.step_cols
+        s["replica_id"].append(replica_id)
+        s["step"].append(step)
+        s["start_s"].append(start_s)
+        s["end_s"].append(end_s)
+        s["num_reqs"].append(len(request_ids))
+        s["num_tokens"].append(sum(num_tokens))
+        s["padded_tokens"].append(padded_tokens)
+        s["cudagraph_mode"].append(cudagraph_mode)
+        s["kv_blocks_used"].append(kv_blocks_used)
+        s["kv_blocks_total"].append(kv_blocks_total)
+        s["num_waiting"].append(num_waiting)
+        s["num_preempted"].append(num_preempted)
+        if self.keep_requests:
+            r = self.req_cols
+            n = len(request_ids)
+            r["replica_id"].extend([replica_id] * n)
+            r["step"].extend([step] * n)
+            r["start_s"].extend([start_s] * n)
+            r["end_s"].extend([end_s] * n)
+            r["request_id"].extend(request_ids)
+            r["num_scheduled_tokens"].extend(num_tokens)
+            r["context_len"].extend(context_lens)
+
+    def num_steps(self) -> int:
+        return len(self.step_cols["step"])
+
+    def requests_table(self) -> pa.Table:
+        return pa.table(self.req_cols)
+
+    def steps_table(self) -> pa.Table:
+        return pa.table(self.step_cols)
+
+
+def write_parquet(table: pa.Table, path: str | Path) -> Path:
+    """Write ``table`` atomically (temp file then rename) and return the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(p)
+    return p

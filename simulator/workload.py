@@ -1,0 +1,123 @@
+"""Workload description and request generation, faithful to ``vllm bench serve`` (vLLM 0.33).
+
+    spec = WorkloadSpec(dataset_name="random", num_prompts=100, request_rate=10.0)
+    requests = generate_requests(spec, vocab_size=model.vocab_size)
+
+Arrival times follow vLLM's ``get_request`` (see ``workloads/arrivals.py``); lengths and token
+ids follow the dataset classes (``workloads/random_dataset.py``, ``workloads/sharegpt.py``);
+a trace carries its own arrival times (``workloads/trace.py``).  ``--max-concurrency`` is not a
+workload property: the simulator applies it as the client's semaphore.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.request import RequestSpec
+from simulator.workloads.arrivals import arrival_times_s
+from simulator.workloads.random_dataset import length_bounds, sample_random_requests
+from simulator.workloads.sharegpt import sample_sharegpt_requests
+from simulator.workloads.trace import load_trace
+
+DATASETS = ("random", "sharegpt", "trace")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One benchmark workload, named after ``vllm bench serve`` flags (defaults are vLLM's).
+
+    dataset_name: "random" | "sharegpt" | "trace".
+    num_prompts: requests to generate (trace: the first ``num_prompts`` rows).
+    request_rate: mean arrivals per second; ``inf`` sends everything at t = 0 (ignored for traces).
+    burstiness: gamma shape of the inter-arrival gaps (1 = Poisson, < 1 burstier, ``inf`` = constant).
+    seed: seeds the arrival process and the dataset sampling, as ``--seed`` does.
+    random_input_len / random_output_len / random_range_ratio / random_prefix_len: the random
+        dataset; lengths uniform in [L(1-r), L(1+r)], plus a prefix shared by every request.
+    sharegpt_output_len: overrides every ShareGPT output length (``--sharegpt-output-len``).
+    dataset_path: the trace file (required for "trace"), or a ShareGPT JSON replacing the
+        packaged one; not allowed with "random" (vLLM rejects it too).
+    """
+
+    dataset_name: str = "random"
+    num_prompts: int = 1000
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    seed: int = 0
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_range_ratio: float = 0.0
+    random_prefix_len: int = 0
+    sharegpt_output_len: int | None = None
+    dataset_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dataset_name not in DATASETS:
+            raise ValueError(f"dataset_name={self.dataset_name!r} is invalid; valid: {', '.join(DATASETS)}")
+        if not _is_int(self.num_prompts) or self.num_prompts < 1:
+            raise ValueError(f"num_prompts={self.num_prompts!r} is invalid; need an integer >= 1")
+        if not isinstance(self.request_rate, (int, float)) or not self.request_rate > 0:
+            raise ValueError(f"request_rate={self.request_rate!r} is invalid; need a number > 0 (inf = all at t=0)")
+        if not isinstance(self.burstiness, (int, float)) or not self.burstiness > 0:
+            raise ValueError(f"burstiness={self.burstiness!r} is invalid; need a number > 0 (inf = constant gaps)")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed={self.seed!r} is invalid; need an integer in [0, 2**32)")
+        if not _is_int(self.random_input_len) or self.random_input_len < 0:
+            raise ValueError(f"random_input_len={self.random_input_len!r} is invalid; need an integer >= 0")
+        if not _is_int(self.random_output_len) or self.random_output_len < 1:
+            raise ValueError(f"random_output_len={self.random_output_len!r} is invalid; need an integer >= 1")
+        if not isinstance(self.random_range_ratio, (int, float)) or not 0.0 <= self.random_range_ratio < 1.0:
+            raise ValueError(f"random_range_ratio={self.random_range_ratio!r} is invalid; need a number in [0, 1)")
+        if not _is_int(self.random_prefix_len) or self.random_prefix_len < 0:
+            raise ValueError(f"random_prefix_len={self.random_prefix_len!r} is invalid; need an integer >= 0")
+        if self.dataset_name == "random":
+            low, _ = length_bounds(self.random_input_len, self.random_range_ratio, at_least_one=False)
+            if self.random_prefix_len + low < 1:
+                raise ValueError(
+                    f"random_input_len={self.random_input_len} with random_range_ratio={self.random_range_ratio} "
+                    f"and random_prefix_len={self.random_prefix_len} allows an empty prompt; "
+                    "need random_prefix_len + floor(random_input_len * (1 - ratio)) >= 1"
+                )
+            if self.dataset_path is not None:
+                raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name='random'; remove it")
+        if self.sharegpt_output_len is not None and (
+            not _is_int(self.sharegpt_output_len) or self.sharegpt_output_len < 1
+        ):
+            raise ValueError(
+                f"sharegpt_output_len={self.sharegpt_output_len!r} is invalid; need None or an integer >= 1"
+            )
+        if self.dataset_name == "trace" and self.dataset_path is None:
+            raise ValueError("dataset_name='trace' needs dataset_path (a .jsonl, .csv or .parquet file)")
+
+
+def generate_requests(spec: WorkloadSpec, vocab_size: int | None = None) -> list[RequestSpec]:
+    """The requests of ``spec`` in arrival order, ``arrival_s`` from the start of the schedule.
+
+    ``vocab_size`` (the model's) is needed only by the random dataset with a shared prefix,
+    whose token ids it bounds.  Random prompts without a prefix carry no token ids
+    (``prompt_token_ids=None``: unique content); ShareGPT and trace prompts carry real ids
+    when available, so prefix caching sees genuine sharing.
+    """
+    if vocab_size is not None and (not _is_int(vocab_size) or vocab_size < 1):
+        raise ValueError(f"vocab_size={vocab_size!r} is invalid; need None or an integer >= 1")
+    if spec.dataset_name == "trace":
+        return load_trace(spec.dataset_path, spec.num_prompts)
+    arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
+    if spec.dataset_name == "random":
+        return sample_random_requests(
+            spec.num_prompts,
+            spec.random_input_len,
+            spec.random_output_len,
+            spec.random_range_ratio,
+            spec.random_prefix_len,
+            spec.seed,
+            arrivals,
+            vocab_size,
+        )
+    return sample_sharegpt_requests(
+        spec.num_prompts, spec.seed, arrivals, output_len=spec.sharegpt_output_len, dataset_path=spec.dataset_path
+    )

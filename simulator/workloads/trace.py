@@ -1,0 +1,115 @@
+"""Replay a request trace from JSONL, CSV or Parquet.
+
+Columns (one row per request):
+
+    arrival_time_s     float >= 0, seconds from the start of the schedule      (required)
+    output_len         int >= 1                                               (required)
+    prompt_len         int >= 1            } at least one of the two; when both are given
+    prompt_token_ids   list of int >= 0    } they must agree.  CSV: a JSON list "[1, 2, 3]"
+                                             or space-separated ids "1 2 3".
+    request_id         str, unique (default: the row index)                   (optional)
+    priority           int (default 0; lower runs first under priority scheduling)  (optional)
+
+Like vLLM's ``timed_trace`` the first ``num_prompts`` rows (file order) are used; the result is
+sorted by arrival time (stable).  Rows are numbered from 0 in error messages.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from simulator.request import RequestSpec
+
+REQUIRED = ("arrival_time_s", "output_len")
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        rows = []
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path}: line {n + 1} is not valid JSON ({e.msg})") from None
+        return rows
+    if suffix == ".csv":
+        with open(path, encoding="utf-8", newline="") as f:
+            return [{k: v for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+    if suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    raise ValueError(f"trace file {str(path)!r} has suffix {suffix!r}; valid: .jsonl, .json, .csv, .parquet")
+
+
+def _as_int(value: Any, name: str, row: int, minimum: int) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"trace row {row}: {name}={value!r} is not a number") from None
+    if not f.is_integer() or f < minimum:
+        raise ValueError(f"trace row {row}: {name}={value!r} is invalid; need an integer >= {minimum}")
+    return int(f)
+
+
+def _token_ids(value: Any, row: int) -> tuple[int, ...]:
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text) if text.startswith("[") else [int(t) for t in text.split()]
+        except ValueError:
+            raise ValueError(f"trace row {row}: prompt_token_ids={value!r} is not a list of ints") from None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"trace row {row}: prompt_token_ids={value!r} must be a non-empty list of ints")
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
+        raise ValueError(f"trace row {row}: prompt_token_ids holds a value that is not an int >= 0")
+    return tuple(value)
+
+
+def _parse_row(raw: dict[str, Any], row: int) -> RequestSpec:
+    missing = [c for c in REQUIRED if raw.get(c) is None]
+    if raw.get("prompt_len") is None and raw.get("prompt_token_ids") is None:
+        missing.append("prompt_len|prompt_token_ids")
+    if missing:
+        raise ValueError(f"trace row {row}: missing column(s) {', '.join(missing)}")
+    try:
+        arrival_s = float(raw["arrival_time_s"])
+    except (TypeError, ValueError):
+        raise ValueError(f"trace row {row}: arrival_time_s={raw['arrival_time_s']!r} is not a number") from None
+    if not math.isfinite(arrival_s) or arrival_s < 0:
+        raise ValueError(f"trace row {row}: arrival_time_s={arrival_s} is invalid; need a finite value >= 0")
+    output_len = _as_int(raw["output_len"], "output_len", row, 1)
+    ids = None if raw.get("prompt_token_ids") is None else _token_ids(raw["prompt_token_ids"], row)
+    if raw.get("prompt_len") is not None:
+        prompt_len = _as_int(raw["prompt_len"], "prompt_len", row, 1)
+        if ids is not None and len(ids) != prompt_len:
+            raise ValueError(f"trace row {row}: prompt_len={prompt_len} but prompt_token_ids has {len(ids)} ids")
+    else:
+        prompt_len = len(ids)
+    priority = 0 if raw.get("priority") is None else _as_int(raw["priority"], "priority", row, -(2**63))
+    request_id = str(raw["request_id"]) if raw.get("request_id") is not None else str(row)
+    return RequestSpec(request_id, arrival_s, prompt_len, output_len, priority=priority, prompt_token_ids=ids)
+
+
+def load_trace(path: str, num_requests: int) -> list[RequestSpec]:
+    """The first ``num_requests`` rows of the trace at ``path``, sorted by arrival time."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"trace file {path!r} does not exist")
+    rows = _read_rows(p)
+    if not rows:
+        raise ValueError(f"trace file {path!r} has no rows")
+    requests = [_parse_row(raw, n) for n, raw in enumerate(rows[:num_requests])]
+    seen: dict[str, int] = {}
+    for n, r in enumerate(requests):
+        if r.request_id in seen:
+            raise ValueError(f"trace row {n}: request_id={r.request_id!r} repeats row {seen[r.request_id]}")
+        seen[r.request_id] = n
+    return sorted(requests, key=lambda r: r.arrival_s)

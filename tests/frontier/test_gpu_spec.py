@@ -1,0 +1,43 @@
+"""GpuSpec catalogue: aliases, exact capacities, unknown-name errors."""
+
+import pytest
+
+from frontier.gpu import GpuSpec, get_gpu, list_gpus
+
+REQUIRED = ["A100-40GB", "A100-80GB", "H100-SXM", "H800", "H20", "H200", "B200", "L40S", "L4"]
+
+
+def test_required_gpus_present():
+    assert set(REQUIRED) <= set(list_gpus())
+
+
+@pytest.mark.parametrize("alias", ["H100", "h100_sxm", "H100-SXM", "NVIDIA H100 80GB HBM3", "h100 sxm5"])
+def test_h100_aliases(alias):
+    assert get_gpu(alias).name == "H100-SXM"
+
+
+def test_exact_values():
+    h100 = get_gpu("H100-SXM")
+    assert h100.memory_bytes == 81559 * 2**20 == 85_520_809_984  # nvidia-smi total
+    assert (h100.hbm_bw_bytes_per_s, h100.bf16_flops, h100.fp8_flops) == (3.35e12, 989e12, 1979e12)
+    assert (h100.nvlink_bw_bytes_per_s, h100.network_bw_bytes_per_s, h100.sm_version) == (450e9, 50e9, 90)
+    assert get_gpu("a100-40gb").fp8_flops == 0 and get_gpu("A100").name == "A100-80GB"
+    assert get_gpu("B200").fp4_flops == 9e15 and get_gpu("h800").nvlink_bw_bytes_per_s == 200e9
+    assert get_gpu("L40S").memory_bytes == 46068 * 2**20
+
+
+def test_every_entry_has_a_source_and_price():
+    for name in list_gpus():
+        gpu = get_gpu(name)
+        assert gpu.source and gpu.price_per_hour_usd > 0 and gpu.bf16_flops >= 1e14
+
+
+def test_unknown_gpu_lists_valid_names():
+    with pytest.raises(ValueError, match=r"unknown GPU 'V100'; valid: A100-40GB, .*H100-SXM") as err:
+        get_gpu("V100")
+    assert "\n" not in str(err.value)
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="memory_bytes=0 must be > 0"):
+        GpuSpec("x", 0, 1.0, 1.0, 0, 0, 1.0, 1.0, 8, 1.0, 90, "test")

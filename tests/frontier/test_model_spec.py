@@ -1,0 +1,206 @@
+"""ModelSpec: exact weight / KV bytes per rank for catalogue models (hand-computed in comments)."""
+
+import dataclasses
+import json
+
+import pytest
+
+from frontier.model_spec import load_model_spec, model_spec_from_config, pp_partition
+from frontier.parallel import ParallelSpec
+from frontier.quant import QuantSpec
+
+GB = 1e9
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_model_spec("meta-llama/Llama-3.1-8B")
+
+
+def test_llama_fields(llama):
+    assert (llama.hidden_size, llama.num_layers, llama.num_attention_heads, llama.num_kv_heads) == (4096, 32, 32, 8)
+    assert (llama.head_dim, llama.intermediate_size, llama.vocab_size) == (128, 14336, 128256)
+    assert not llama.is_moe and not llama.is_mla and not llama.tie_word_embeddings
+    assert llama.architecture == "LlamaForCausalLM" and llama.quant.method == "none"
+
+
+# Llama-3.1-8B per layer (params): q,o 4096*4096 each, k,v 4096*1024 each -> 41,943,040 attention;
+# MLP 3*4096*14336 = 176,160,768; sum 218,103,808; norms 2*4096 (bf16, replicated).
+# Vocab 128256 = 2004*64 (no padding): embed = lm_head = 128256*4096 = 525,336,576 params.
+# Whole model: 32*218,103,808 + 32*8192 + 4096 + 2*525,336,576 = 8,030,261,248 params (the published count).
+@pytest.mark.parametrize("tp, expected", [
+    (1, 16_060_522_496),  # 2 B * 8,030,261,248
+    (2, 8_030_527_488),   # 32*(436,207,616/2 + 16,384) + 2*(128256/2*4096*2) + 8192
+    (4, 4_015_529_984),   # 32*(436,207,616/4 + 16,384) + 2*(128256/4*4096*2) + 8192
+])
+def test_llama_bf16_weight_bytes(llama, tp, expected):
+    assert llama.weight_bytes_per_rank(ParallelSpec(tp=tp)) == expected
+
+
+@pytest.mark.parametrize("tp, expected", [
+    (1, 9_081_200_640),  # 32*(218,103,808*1 B + 16,384) + 2*525,336,576*2 B + 8192
+    (2, 4_540_866_560),  # 32*(109,051,904 + 16,384) + 2*262,668,288*2 + 8192
+])
+def test_llama_fp8_weight_bytes(llama, tp, expected):
+    fp8 = dataclasses.replace(llama, quant=QuantSpec.from_method("fp8"))
+    assert fp8.weight_bytes_per_rank(ParallelSpec(tp=tp)) == expected
+
+
+def test_llama_pp2_worst_stage_is_last(llama):
+    # [16, 16] layers; last stage = 16 layers + lm_head + final norm (8192 B more than the first)
+    # 16*436,224,000 + 1,050,673,152 + 8192
+    assert pp_partition(32, 2) == [16, 16]
+    assert llama.weight_bytes_per_rank(ParallelSpec(pp=2)) == 8_030_265_344
+
+
+@pytest.mark.parametrize("parallel, expected", [
+    (ParallelSpec(tp=1), 131_072),  # 32 layers * 2 (K,V) * 8 heads * 128 * 2 B
+    (ParallelSpec(tp=8), 16_384),   # 32 * 2 * 1 * 128 * 2
+    (ParallelSpec(tp=16), 16_384),  # tp > kv heads: one replicated KV head per rank
+    (ParallelSpec(pp=2), 65_536),   # 16 layers on the worst stage
+])
+def test_llama_kv_bytes_per_token(llama, parallel, expected):
+    assert llama.kv_bytes_per_token_per_rank(parallel) == expected
+
+
+def test_llama_fp8_kv(llama):
+    fp8kv = dataclasses.replace(llama, quant=QuantSpec.from_method("none", kv_cache_dtype="fp8"))
+    assert fp8kv.kv_bytes_per_token_per_rank(ParallelSpec()) == 65_536  # 131072 / 2
+
+
+def test_pp_partition_matches_vllm_get_pp_indices():
+    assert pp_partition(61, 4) == [15, 15, 16, 15]  # remainder goes before the last stage
+    assert pp_partition(10, 4) == [2, 3, 3, 2]
+    assert pp_partition(7, 2) == [4, 3]
+
+
+def test_deepseek_v3_mla():
+    ds = load_model_spec("deepseek-ai/DeepSeek-V3")
+    assert ds.is_mla and ds.is_moe and ds.num_dense_layers == 3 and ds.num_moe_layers == 58
+    assert (ds.num_experts, ds.num_experts_per_tok, ds.num_shared_experts) == (256, 8, 1)
+    assert ds.quant.method == "fp8_block" and ds.quant.weight_bytes_per_param == 1 + 4 / (128 * 128)
+    # 61 layers * (kv_lora_rank 512 + qk_rope_head_dim 64) * 2 B = 70,272; the latent is not split by TP
+    assert ds.kv_bytes_per_token_per_rank(ParallelSpec()) == 70_272
+    assert ds.kv_bytes_per_token_per_rank(ParallelSpec(tp=8)) == 70_272
+    assert ds.kv_bytes_per_token_per_rank(ParallelSpec(pp=4)) == 16 * 576 * 2  # worst stage has 16 layers
+    # ~671B params at ~1 B/param + bf16 embeddings: 673.15 GB, MTP layer not counted
+    assert 670 * GB < ds.weight_bytes_per_rank(ParallelSpec()) < 676 * GB
+
+
+def test_qwen3_30b_a3b_expert_sharding():
+    m = load_model_spec("Qwen/Qwen3-30B-A3B")
+    assert m.is_moe and m.intermediate_size == 0 and m.num_moe_layers == 48
+    # TP4 + EP4 (vLLM --enable-expert-parallel): per layer on one rank
+    #   attention (8 q heads, 1 kv head, hd 128): (2*2048*8*128 + 2*2048*1*128)*2 B = 9,437,184
+    #   router 2048*128*2 B = 524,288; experts 128/4=32 local * 3*2048*768 * 2 B = 301,989,888; norms 8192
+    #   layer = 311,959,552; 48 layers = 14,974,058,496
+    #   vocab 151936/4*2048*2 B = 155,582,464, embed + lm_head = 311,164,928; final norm 4096
+    ep = ParallelSpec.from_vllm(tp=4, enable_expert_parallel=True)
+    assert (ep.ep, ep.moe_tp) == (4, 1)
+    assert m.weight_bytes_per_rank(ep) == 15_285_227_520
+    # without EP the experts are TP-sharded 4 ways: same bytes (128 * 3*2048*192 * 2 B)
+    assert m.weight_bytes_per_rank(ParallelSpec.from_vllm(tp=4)) == 15_285_227_520
+    # DP4 attention + EP4: attention replicated (full 18,874,368 params), experts 32 per rank
+    #   layer = 37,748,736 + 524,288 + 301,989,888 + 8192 = 340,271,104; *48 = 16,333,012,992
+    #   vocab unsplit: 2 * 151936*2048*2 = 1,244,659,712; + 4096
+    dp = ParallelSpec.from_vllm(tp=1, dp=4, enable_expert_parallel=True)
+    assert m.weight_bytes_per_rank(dp) == 17_577_676_800
+    # experts alone scale with 1/ep: layer(ep=1) - layer(ep=8) = 603,979,776*2 B * (1 - 1/8)
+    full, ep8 = ParallelSpec(tp=8, ep=8, ffn_tp=1), ParallelSpec(tp=8, ep=1, ffn_tp=8)
+    assert m.layer_bytes_per_rank(0, ep8) == m.layer_bytes_per_rank(0, full)
+    assert m.layer_bytes_per_rank(0, ParallelSpec(tp=1)) - m.layer_bytes_per_rank(0, ParallelSpec(tp=1, dp=8, ep=8)) == 1_056_964_608
+    # KV: 48 layers * 2 * 4 kv heads * 128 * 2 B = 98,304
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 98_304
+
+
+def test_gpt_oss_120b_mxfp4():
+    m = load_model_spec("openai/gpt-oss-120b")
+    assert m.quant.method == "mxfp4" and m.quant.weight_bytes_per_param == 0.53125
+    assert m.quant.quantized_parts == ("routed_experts",)
+    assert (m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size) == (128, 4, 2880)
+    assert (m.sliding_window, m.num_sliding_layers) == (128, 18)
+    # experts 36*128*3*2880*2880 params * 0.53125 = 60,914,073,600 B; attention bf16 1,911,029,760;
+    # embed + lm_head 2*201088*2880*2 = 2,316,533,760; routers 26,542,080; norms ~0.8 MB -> 65.17e9 B
+    total = m.weight_bytes_per_rank(ParallelSpec())
+    assert 65.1 * GB < total < 65.2 * GB
+    # KV: all 36 layers hold full pages (sliding layers not discounted): 36*2*8*64*2 = 73,728
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 73_728
+
+
+def test_kimi_k25_text_config_int4():
+    m = load_model_spec("moonshotai/Kimi-K2.5")
+    assert m.architecture == "DeepseekV3ForCausalLM" and m.hidden_size == 7168 and m.num_experts == 384
+    assert m.quant.method == "int4_wo" and m.quant.weight_bytes_per_param == 0.5 + 2 / 32
+    assert m.quant.quantized_parts == ("routed_experts",)  # attention, shared experts, dense MLP ignored
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 61 * 576 * 2
+    assert 590 * GB < m.weight_bytes_per_rank(ParallelSpec()) < 598 * GB  # checkpoint is ~594 GB
+
+
+def test_tied_embeddings_count_once_on_one_stage():
+    m = load_model_spec("Qwen/Qwen3-0.6B")
+    assert m.tie_word_embeddings
+    untied = dataclasses.replace(m, tie_word_embeddings=False)
+    vocab_bytes = 151936 * 1024 * 2
+    assert untied.weight_bytes_per_rank(ParallelSpec()) - m.weight_bytes_per_rank(ParallelSpec()) == vocab_bytes
+    # pp=2: embed on stage 0, lm_head copy on stage 1 -> tying saves nothing on the worst stage
+    assert untied.weight_bytes_per_rank(ParallelSpec(pp=2)) == m.weight_bytes_per_rank(ParallelSpec(pp=2))
+
+
+def test_modelopt_fp8_hf_quant_config():
+    m = load_model_spec("nvidia/Llama-3.1-70B-Instruct-FP8")
+    assert m.quant.method == "fp8" and m.quant.kv_bytes_per_elem == 1.0
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 80 * 2 * 8 * 128  # fp8 KV
+
+
+def test_catalogue_name_forms():
+    assert load_model_spec("META-LLAMA/llama-3.1-8b").num_layers == 32
+    assert load_model_spec("openai--gpt-oss-20b").num_experts == 32
+    assert load_model_spec("gpt-oss-120b").num_experts == 128
+
+
+def test_unknown_name_lists_close_matches():
+    with pytest.raises(ValueError, match=r"unknown model 'Qwen/Qwen3-31B-A3B'.*qwen/qwen3-30b-a3b") as err:
+        load_model_spec("Qwen/Qwen3-31B-A3B")
+    assert "\n" not in str(err.value)
+
+
+def _tiny(**extra):
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, **extra}
+
+
+def test_load_from_path_and_folder(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(_tiny(num_key_value_heads=2)))
+    for where in (tmp_path, tmp_path / "config.json"):
+        m = load_model_spec(str(where))
+        assert (m.num_kv_heads, m.head_dim, m.max_position_embeddings) == (2, 16, 0)
+
+
+def test_unsupported_model_type_is_one_line():
+    with pytest.raises(ValueError, match="unsupported model_type 'nemotron_h'"):
+        model_spec_from_config(_tiny(model_type="nemotron_h"), "x")
+
+
+def test_mistral_sliding_window_and_vocab_padding():
+    m = model_spec_from_config(_tiny(model_type="mistral", sliding_window=4096), "m")
+    assert (m.sliding_window, m.num_sliding_layers) == (4096, 2)
+    # vocab 100 pads to 128: embed = lm_head = 128*64*2 B; layers 2*(2*(4*64*16*2)+3*64*128)*2 B + norms
+    layer = (2 * 64 * 64 + 2 * 64 * 64 + 3 * 64 * 128) * 2 + 2 * 64 * 2
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * layer + 2 * 128 * 64 * 2 + 64 * 2
+
+
+def test_frontier_catalogue_additions():
+    # frontier/catalogue/models/: Llama-2-70b-hf (used by the shared Vidur profiles)
+    m = load_model_spec("meta-llama/Llama-2-70b-hf")
+    assert (m.num_layers, m.num_attention_heads, m.num_kv_heads, m.intermediate_size) == (80, 64, 8, 28672)
+    # per layer (params): q,o 8192^2 each + k,v 8192*1024 each = 150,994,944; MLP 3*8192*28672 = 704,643,072
+    # 80 layers -> 68,451,041,280 (+ norms 80*16384); embed + lm_head 2*32000*8192 = 524,288,000; final 8192
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * (68_451_041_280 + 80 * 16_384 + 524_288_000 + 8192)
+    assert load_model_spec("meta-llama/Llama-2-7b-hf").kv_bytes_per_token_per_rank(ParallelSpec()) == 524_288
+
+
+def test_missing_required_field_is_value_error():
+    cfg = _tiny()
+    del cfg["vocab_size"]
+    with pytest.raises(ValueError, match=r"lacks required field\(s\) \['vocab_size'\]"):
+        model_spec_from_config(cfg, "x")

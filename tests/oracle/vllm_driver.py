@@ -1,0 +1,332 @@
+"""Drive the REAL vLLM 0.33 scheduler on a CPU and record what it schedules.
+
+Importable only where ``vllm==0.33.0`` is installed (``scripts/install_oracle.sh``).
+The scheduler never touches weights: it is given a fixed KV block count and a
+fake model runner whose every sampled token id is 0 (``OUTPUT_TOKEN_ID`` in the
+simulator is also 0), with ``ignore_eos=True`` and ``max_tokens=output_len``.
+
+Trace format: one dict per executed step, ``{request_id: num_scheduled_tokens}``
+in the order the scheduler granted tokens (``SchedulerOutput.num_scheduled_tokens``
+is filled in grant order: the running scan first, in ``running`` list order, then
+admitted waiting requests in admission order). Steps that scheduled no token
+(``total_num_scheduled_tokens == 0``) are not GPU steps and are left out.
+
+Fake model runner. A request samples one token (id 0) in a step iff that step
+reached the end of its known tokens. This is decided right after the
+``schedule()`` call that produced the step, from ``request.is_prefill_chunk``
+which ``Scheduler._update_after_schedule`` sets to
+``num_computed_tokens < num_tokens + num_output_placeholders`` (the counter has
+already been advanced by the scheduled tokens). A partial prefill chunk samples
+nothing. The decision is snapshotted at schedule time because, with async
+scheduling, the request may be preempted (``num_computed_tokens`` reset to 0)
+before that step's output is processed; the real GPU runner would still have
+sampled for it.
+
+Synchronous protocol (``EngineCore.step``, batch queue off)::
+
+    while scheduler.has_requests():
+        out = scheduler.schedule()
+        sampled = fake_sample(out)                 # snapshot, see above
+        scheduler.update_from_output(out, sampled)
+
+Asynchronous protocol (``AsyncScheduler`` + ``EngineCore.step_with_batch_queue``
+with ``batch_queue_size = max_concurrent_batches = 2``). One call of
+``step_with_batch_queue`` is mirrored as::
+
+    if scheduler.has_requests():
+        out = scheduler.schedule(); queue.appendleft((fake_sample(out), out))
+        if len(queue) < 2 and (out.total_num_scheduled_tokens > 0
+                               or scheduler.has_requests()):
+            return                                  # fill the queue first
+    elif not queue:
+        return
+    sampled, out = queue.pop()                      # oldest batch
+    scheduler.update_from_output(out, sampled)
+
+and the busy loop calls it while ``scheduler.has_requests() or queue``
+(``EngineCore.has_work``). Timeline (S = schedule, U = update_from_output)::
+
+    call 1:  S1                 (queue [1]    -> return, queue not full)
+    call 2:  S2  U1             (queue [2,1]  -> pop 1)
+    call 3:  S3  U2             ...
+    call k:      U(k-1)         (no requests left to schedule: just drain)
+
+So step N+1 is scheduled before step N's output is processed; decodes carry
+``num_output_placeholders`` and are rescheduled without waiting, and finishes
+are seen one step late.
+
+All requests arrive at t=0 (``arrival_time=0.0``) and are added in list order,
+so the priority heap's tie-break ``(priority, arrival_time, request_id)`` falls
+to ``request_id``: give zero-padded ids when list order must win ties. ``prompt_token_ids=None`` gets ids no other request shares:
+``1 + index * 1_000_003 + position`` (never 0, the output token id).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import torch
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256_cbor
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+
+OUTPUT_TOKEN_ID = 0
+_UNIQUE_ID_STRIDE = 1_000_003
+_NUM_KV_HEADS = 8
+_HEAD_DIM = 128
+
+# A Llama-shaped config.json; ModelConfig only reads it, no weights are loaded.
+_TINY_LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": _NUM_KV_HEADS * _HEAD_DIM,
+    "intermediate_size": 2048,
+    "num_attention_heads": _NUM_KV_HEADS,
+    "num_key_value_heads": _NUM_KV_HEADS,
+    "head_dim": _HEAD_DIM,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 1 << 20,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
+
+
+class RequestLike(Protocol):
+    """What the driver reads from a request (``simulator.request.RequestSpec`` fits)."""
+
+    request_id: str
+    prompt_len: int
+    output_len: int
+    priority: int
+    prompt_token_ids: tuple[int, ...] | None
+
+
+class _NoStructuredOutput:
+    """Stand-in StructuredOutputManager: accepts every token, does nothing else."""
+
+    def accept_tokens(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def _prompt_ids(req: RequestLike, index: int) -> list[int]:
+    if req.prompt_token_ids is not None:
+        if len(req.prompt_token_ids) != req.prompt_len:
+            raise ValueError(
+                f"request {req.request_id}: len(prompt_token_ids)="
+                f"{len(req.prompt_token_ids)} != prompt_len={req.prompt_len}"
+            )
+        return list(req.prompt_token_ids)
+    base = 1 + index * _UNIQUE_ID_STRIDE
+    return list(range(base, base + req.prompt_len))
+
+
+def _build_scheduler(
+    model_dir: Path,
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    max_model_len: int,
+    block_size: int,
+    num_gpu_blocks: int,
+    enable_prefix_caching: bool,
+    long_prefill_token_threshold: int,
+    policy: str,
+    async_scheduling: bool,
+    watermark: float,
+) -> Scheduler:
+    model_config = ModelConfig(
+        model=str(model_dir),
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        max_model_len=max_model_len,
+    )
+    scheduler_config = SchedulerConfig(
+        max_model_len=max_model_len,
+        is_encoder_decoder=False,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_chunked_prefill=True,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        policy=policy,
+        async_scheduling=async_scheduling,
+        watermark=watermark,
+    )
+    cache_config = CacheConfig(
+        block_size=block_size, enable_prefix_caching=enable_prefix_caching
+    )
+    cache_config.num_gpu_blocks = num_gpu_blocks
+    vllm_config = VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        device_config=DeviceConfig("cpu"),
+    )
+    # VllmConfig may re-resolve these; the oracle must run exactly what was asked.
+    vllm_config.scheduler_config.async_scheduling = async_scheduling
+    vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_gpu_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(
+                    block_size=block_size,
+                    num_kv_heads=_NUM_KV_HEADS,
+                    head_size=_HEAD_DIM,
+                    dtype=torch.bfloat16,
+                ),
+            )
+        ],
+    )
+    cls = AsyncScheduler if async_scheduling else Scheduler
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=_NoStructuredOutput(),
+        block_size=block_size,
+    )
+
+
+def _fake_sample(scheduler: Scheduler, out: Any) -> ModelRunnerOutput:
+    """Model output for ``out``, decided right after the schedule() that made it."""
+    req_ids = list(out.num_scheduled_tokens)
+    sampled = [
+        [] if scheduler.requests[rid].is_prefill_chunk else [OUTPUT_TOKEN_ID]
+        for rid in req_ids
+    ]
+    return ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+        logprobs=None,
+        prompt_logprobs_dict={},
+        pooler_output=[],
+    )
+
+
+def _record(trace: list[dict[str, int]], out: Any) -> None:
+    if out.total_num_scheduled_tokens > 0:
+        trace.append(dict(out.num_scheduled_tokens))
+
+
+def _run_sync(scheduler: Scheduler, max_steps: int) -> list[dict[str, int]]:
+    trace: list[dict[str, int]] = []
+    while scheduler.has_requests():
+        if len(trace) >= max_steps:
+            raise RuntimeError(f"vLLM scheduler did not finish in {max_steps} steps")
+        out = scheduler.schedule()
+        sampled = _fake_sample(scheduler, out)
+        _record(trace, out)
+        scheduler.update_from_output(out, sampled)
+    return trace
+
+
+def _run_async(
+    scheduler: Scheduler, max_steps: int, batch_queue_size: int = 2
+) -> list[dict[str, int]]:
+    trace: list[dict[str, int]] = []
+    batch_queue: deque[tuple[ModelRunnerOutput, Any]] = deque(maxlen=batch_queue_size)
+    while scheduler.has_requests() or batch_queue:  # EngineCore.has_work
+        if len(trace) >= max_steps:
+            raise RuntimeError(f"vLLM scheduler did not finish in {max_steps} steps")
+        # ---- one EngineCore.step_with_batch_queue() call ----
+        if scheduler.has_requests():
+            out = scheduler.schedule()
+            model_executed = out.total_num_scheduled_tokens > 0
+            batch_queue.appendleft((_fake_sample(scheduler, out), out))
+            _record(trace, out)
+            if len(batch_queue) < batch_queue_size and (
+                model_executed or scheduler.has_requests()
+            ):
+                continue
+        elif not batch_queue:
+            continue
+        sampled, out = batch_queue.pop()
+        scheduler.update_from_output(out, sampled)
+    return trace
+
+
+def run_vllm_scheduler(
+    requests: Sequence[RequestLike],
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    max_model_len: int,
+    block_size: int,
+    num_gpu_blocks: int,
+    enable_prefix_caching: bool,
+    long_prefill_token_threshold: int = 0,
+    policy: str = "fcfs",
+    async_scheduling: bool = False,
+    watermark: float = 0.0,
+    max_steps: int = 1_000_000,
+) -> list[dict[str, int]]:
+    """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
+
+    Returns one ``{request_id: num_scheduled_tokens}`` per executed step, in
+    grant order. ``num_gpu_blocks`` counts block 0 (vLLM's null block).
+    """
+    with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
+        model_dir = Path(tmp)
+        (model_dir / "config.json").write_text(json.dumps(_TINY_LLAMA_CONFIG))
+        scheduler = _build_scheduler(
+            model_dir,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+            block_size=block_size,
+            num_gpu_blocks=num_gpu_blocks,
+            enable_prefix_caching=enable_prefix_caching,
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            policy=policy,
+            async_scheduling=async_scheduling,
+            watermark=watermark,
+        )
+    block_hasher = None
+    if enable_prefix_caching:
+        init_none_hash(sha256_cbor)
+        block_hasher = get_request_block_hasher(block_size, sha256_cbor)
+    for index, req in enumerate(requests):
+        scheduler.add_request(
+            Request(
+                request_id=req.request_id,
+                prompt_token_ids=_prompt_ids(req, index),
+                sampling_params=SamplingParams(
+                    max_tokens=req.output_len, ignore_eos=True
+                ),
+                pooling_params=None,
+                arrival_time=0.0,
+                priority=req.priority,
+                block_hasher=block_hasher,
+            )
+        )
+    if async_scheduling:
+        return _run_async(scheduler, max_steps)
+    return _run_sync(scheduler, max_steps)

@@ -1,0 +1,96 @@
+"""KV budget, vLLM 0.33 formula: requested = ceil(total*gmu); kv = requested - non_kv - graphs."""
+
+import dataclasses
+import math
+
+import pytest
+
+from frontier.gpu import GpuSpec
+from frontier.model_spec import ModelSpec
+from frontier.parallel import ParallelSpec
+from simulator import memory
+from simulator.memory import activation_peak_bytes, kv_budget
+
+H100 = GpuSpec(name="H100-SXM", memory_bytes=85520809984, hbm_bw_bytes_per_s=3.35e12, bf16_flops=989e12,
+               fp8_flops=1979e12, fp4_flops=0, nvlink_bw_bytes_per_s=450e9, network_bw_bytes_per_s=50e9,
+               gpus_per_node=8, price_per_hour_usd=0.0, sm_version=90, source="test")   # 81559 MiB as nvidia-smi
+LLAMA_8B = ModelSpec(name="llama-3.1-8b", architecture="LlamaForCausalLM", hidden_size=4096, num_layers=32,
+                     num_attention_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                     vocab_size=128256, tie_word_embeddings=False, max_position_embeddings=131072)
+
+MIB = 1 << 20
+
+
+def budget(**kw):
+    args = dict(max_num_batched_tokens=8192, max_num_seqs=256)
+    args.update(kw)
+    parallel = args.pop("parallel", ParallelSpec())
+    model = args.pop("model", LLAMA_8B)
+    return kv_budget(model, parallel, H100, **args)
+
+
+def test_llama_8b_h100_tp1_formula():
+    b = budget()
+    requested = math.ceil(85520809984 * 0.92)
+    assert b.requested_bytes == requested
+    assert b.weights_bytes == LLAMA_8B.weight_bytes_per_rank(ParallelSpec())
+    assert b.non_torch_bytes == memory.NON_TORCH_TP1_BYTES
+    # profile_run peak: 8192 tokens * (3*h + gate_up 2I + act I) * 2 bytes (> sampler 256 x vocab fp32)
+    assert b.activation_bytes == 8192 * (3 * 4096 + 3 * 14336) * 2 == 905_969_664
+    assert b.bytes_per_block == 32 * 2 * 16 * 8 * 128 * 2 == 2 * MIB
+    expected_kv = requested - b.weights_bytes - b.non_torch_bytes - b.activation_bytes - b.cuda_graph_bytes
+    assert b.kv_bytes == expected_kv
+    assert b.num_gpu_blocks == expected_kv // (2 * MIB)
+    assert b.kv_cache_tokens == b.num_gpu_blocks * 16
+    assert 430_000 < b.kv_cache_tokens < 500_000          # vLLM logs ~4.5e5 tokens for this setup
+
+
+def test_override_wins():
+    b = budget(num_gpu_blocks_override=1000)
+    assert (b.num_gpu_blocks, b.kv_cache_tokens, b.kv_bytes) == (1000, 16000, 1000 * 2 * MIB)
+
+
+def test_logged_tokens_and_concurrency_follow_max_model_len():
+    b = budget(num_gpu_blocks_override=1000)
+    assert b.max_concurrency(8192) == 1000 / 512
+    # max_model_len 1000 -> 63 blocks per request; int(1000 / 63 * 1000)
+    assert b.logged_kv_cache_tokens(1000) == int(1000 / 63 * 1000) == 15873
+    assert budget(num_gpu_blocks_override=1000, max_model_len=1000).kv_cache_tokens == 15873
+
+
+def test_eager_has_no_graph_memory_and_more_blocks():
+    eager, graphs = budget(enforce_eager=True), budget()
+    assert eager.cuda_graph_bytes == 0 < graphs.cuda_graph_bytes
+    assert eager.num_gpu_blocks > graphs.num_gpu_blocks
+
+
+def test_tp_splits_weights_and_kv_heads():
+    tp1, tp2 = budget(), budget(parallel=ParallelSpec(tp=2))
+    assert tp2.bytes_per_block == tp1.bytes_per_block // 2
+    assert tp2.non_torch_bytes == memory.NON_TORCH_MULTI_GPU_BYTES
+    assert tp2.num_gpu_blocks > 2 * tp1.num_gpu_blocks
+
+
+def test_sampler_peak_dominates_with_few_tokens():
+    peak = activation_peak_bytes(LLAMA_8B, ParallelSpec(), 256, 256)
+    assert peak == 256 * 4096 * 2 + 256 * 128256 * (2 + 4 * memory.SAMPLER_FP32_COPIES)
+
+
+def test_model_that_does_not_fit():
+    big = dataclasses.replace(LLAMA_8B, num_layers=176)       # 73.46 GiB of weights > 73.28 requested
+    with pytest.raises(ValueError, match="does not fit.*raise tp/pp or gpu_memory_utilization"):
+        budget(model=big)
+    almost = dataclasses.replace(LLAMA_8B, num_layers=172)    # weights fit, activations + graphs do not
+    with pytest.raises(ValueError, match="no memory left for KV cache"):
+        budget(model=almost)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        budget(gpu_memory_utilization=1.5)
+    with pytest.raises(ValueError, match="block_size"):
+        budget(block_size=0)
+    with pytest.raises(ValueError, match="num_gpu_blocks_override"):
+        budget(num_gpu_blocks_override=0)
+    with pytest.raises(ValueError, match="max_model_len"):
+        budget().max_concurrency(0)
