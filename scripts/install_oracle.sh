@@ -9,7 +9,8 @@
 #      torch is pinned by a constraint while everything else is installed.
 #   2. vllm==0.33.0 with --no-deps (its pins would pull torch 2.14 + CUDA).
 #   3. The pure-Python packages its scheduler import path needs, found by
-#      trying imports in a fresh venv (tests/oracle/vllm_driver.py).
+#      trying imports in a fresh venv (tests/oracle/vllm_driver.py); xgrammar
+#      with --no-deps so that triton (~1 GB, unused on a CPU) stays out.
 # vLLM pins torch==2.14.0; pip's "incompatible" warning about it is expected.
 set -euo pipefail
 
@@ -48,9 +49,11 @@ ORACLE_DEPS=(
     "openai>=2.25.0"
     "openai-harmony"
     "fastapi>=0.133.0,<0.137.0"
-    "xgrammar==0.2.8"
+    "apache-tvm-ffi>=0.1.11"
     "llguidance>=1.7.0,<1.8.0"
 )
+# xgrammar is imported but never used here; its triton dependency (~1 GB) is not.
+NO_DEPS=("xgrammar==0.2.8")
 
 # 1. torch (CPU).
 if "$PY" -c "import torch" 2>/dev/null; then
@@ -77,6 +80,8 @@ fi
 "${PIP[@]}" install -c "$constraints" "${ORACLE_DEPS[@]}" 2>&1 \
     | grep -v -e "is ignored: it is neither" -e "^Requirement already satisfied" \
         -e "vllm 0.33.0 requires" -e "ERROR: pip's dependency resolver" || true
+"${PIP[@]}" install --no-deps "${NO_DEPS[@]}" 2>&1 \
+    | grep -v -e "is ignored: it is neither" -e "^Requirement already satisfied" || true
 
 # Check: the driver's imports work.
 "$PY" - <<'EOF'

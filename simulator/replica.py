@@ -19,6 +19,8 @@ steps. It drives the scheduler with exactly the protocol of vLLM 0.33's
 When a schedule() grants no tokens and no step is in flight, nothing can
 change until a request arrives: the replica goes idle and the next
 ``add_request`` wakes it. That is where the real engine would spin.
+Requests arriving while the loop runs or waits only join the scheduler's
+queues, as they join vLLM's input queue, and the next schedule() sees them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections import deque
 from typing import Callable
 
 from simulator.batch_engine import BatchEngine, BatchShape
-from simulator.events import PRIO_STEP_DONE, EventLoop
+from simulator.events import PRIO_KICK, PRIO_STEP_DONE, EventLoop
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerOutput, UpdateResult
@@ -58,10 +60,15 @@ class Replica:
 
     # ------------------------------------------------------------------ client side
     def add_request(self, spec: RequestSpec) -> Request:
-        """Hand a request to the scheduler and wake the loop if it is idle."""
+        """Hand a request to the scheduler and wake the loop if it is idle.
+
+        The wake-up runs after every other arrival of the same instant (``PRIO_KICK``),
+        as vLLM's engine drains its whole input queue before it schedules.
+        """
         request = self.scheduler.add_request(spec)
         if not self._active:
-            self._run()
+            self._active = True
+            self.loop.at(self.loop.now_s, self._run, PRIO_KICK)
         return request
 
     def num_unfinished(self) -> int:

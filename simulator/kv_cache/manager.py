@@ -139,8 +139,11 @@ class KVCacheManager:
         """
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
-        hit_blocks = new_computed_blocks or []
         rid = request.request_id
+        held_blocks = self.req_to_blocks.get(rid)
+        if held_blocks is not None and not full_sequence_must_fit and not new_computed_blocks:
+            return self._allocate_running(request, held_blocks, num_new_tokens, num_lookahead_tokens, has_scheduled_reqs)
+        hit_blocks = new_computed_blocks or []
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
         total_computed = min(num_local_computed, self.max_model_len)
         watermark = 0
@@ -166,6 +169,26 @@ class KVCacheManager:
         blocks.extend(new_blocks)
         if self.enable_caching:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        return new_blocks
+
+    def _allocate_running(
+        self, request: Request, blocks: list[int], num_new_tokens: int, lookahead: int, has_scheduled_reqs: bool
+    ) -> list[int] | None:
+        """Fast path of `allocate_slots` for a request that already holds blocks (same result)."""
+        bs, max_len = self.block_size, self.max_model_len
+        num_main = min(request.num_computed_tokens, max_len) + num_new_tokens
+        num_new = cdiv(min(num_main + lookahead, max_len), bs) - len(blocks)
+        watermark = 0
+        if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            watermark = self.watermark_blocks
+        if max(num_new, 0) + watermark > self.pool.num_free_blocks:
+            return None
+        new_blocks = self.pool.get_new_blocks(num_new) if num_new > 0 else []
+        blocks.extend(new_blocks)
+        if self.enable_caching:
+            num_full = min(num_main, request.num_tokens, len(request.block_hashes) * bs) // bs
+            if num_full > self.num_cached_block.get(request.request_id, 0):
+                self.cache_blocks(request, num_full * bs)
         return new_blocks
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:

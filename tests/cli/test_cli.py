@@ -1,0 +1,84 @@
+"""The `frontier` CLI: vLLM flag names, scenario files, outputs, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from frontier.cli import app
+
+runner = CliRunner()
+BASE = ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--max-model-len", "4096",
+        "--num-prompts", "20", "--random-input-len", "200", "--random-output-len", "10"]
+
+
+def test_simulate_prints_the_vllm_bench_summary_and_writes_files(tmp_path):
+    res = runner.invoke(app, BASE + [
+        "--batch-trace", str(tmp_path / "bt.parquet"), "--save-result", "--result-dir", str(tmp_path),
+        "--result-filename", "r.json", "--output-dir", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    for label in ("Successful requests:", "Mean TTFT (ms):", "Median TPOT (ms):", "P99 ITL (ms):",
+                  "Mean E2EL (ms):", "Request throughput (req/s):", "Simulated duration (s):",
+                  "Simulation wall time (s):"):
+        assert label in res.output
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["completed"] == 20 and saved["num_prompts"] == 20
+    for key in ("mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "request_throughput",
+                "output_throughput", "total_token_throughput", "simulated_duration_s", "sim_wall_s"):
+        assert key in saved
+    trace = pq.read_table(tmp_path / "bt.parquet")
+    assert set(["replica_id", "step", "start_s", "end_s", "request_id", "num_scheduled_tokens"]) <= set(trace.column_names)
+    assert sum(trace.column("num_scheduled_tokens").to_pylist()) == 20 * 200 + 20 * 9
+    steps = pq.read_table(tmp_path / "out" / "steps.parquet")
+    assert "kv_blocks_used" in steps.column_names and "padded_tokens" in steps.column_names
+    assert pq.read_table(tmp_path / "out" / "requests.parquet").num_rows == 20
+
+
+def test_scenario_file_and_flags_merge_flags_win(tmp_path):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("model: meta-llama/Llama-3.1-8B\nmax-model-len: 4096\nnum_prompts: 7\n"
+                   "random-input-len: 64\nrandom-output-len: 4\n")
+    res = runner.invoke(app, ["simulate", "--config", str(cfg), "--num-prompts", "3"])
+    assert res.exit_code == 0, res.output
+    assert "Successful requests:                     3" in res.output
+
+
+def test_bad_inputs_get_one_line_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max-num-seq: 4\n")
+    cases = [
+        (["simulate", "--gpu", "X100"], "unknown GPU 'X100'"),
+        (["simulate", "--max-num-seqs", "0"], "--max-num-seqs must be a positive integer"),
+        (["simulate", "--dataset-name", "nope"], "dataset_name='nope'"),
+        (["simulate", "--config", str(bad)], "unknown key 'max-num-seq'"),
+        (["simulate", "--model", "no/such-model"], "no/such-model"),
+        (["simulate", "--scheduling-policy", "lifo"], "--scheduling-policy 'lifo'"),
+        (["memory", "--model", "meta-llama/Llama-3.1-8B", "-tp", "3"], "3"),
+    ]
+    for argv, needle in cases:
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 2, (argv, res.output)
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], (argv, res.output)
+
+
+def test_memory_json_has_the_breakdown():
+    res = runner.invoke(app, ["memory", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
+                              "--num-gpu-blocks-override", "1000", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    for key in ("weights_gib", "activation_gib", "non_torch_gib", "cuda_graph_gib", "kv_cache_gib",
+                "num_gpu_blocks", "kv_cache_tokens", "max_concurrency"):
+        assert key in report
+    assert report["num_gpu_blocks"] == 1000
+    assert report["weights_gib"] == 16060522496 / 2**30
+
+
+def test_simulator_and_calibration_never_import_torch():
+    code = ("import sys, simulator.simulation, simulator.output, frontier.cli, calibration; "
+            "from frontier.cli import app; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
