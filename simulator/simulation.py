@@ -1,7 +1,7 @@
 """Run one co-located deployment against one workload: the ``frontier simulate`` job.
 
-Control plane: the engine arguments compile into one cluster of role ``C``
-(co-located) holding ``num_replicas x data_parallel_size`` engines, each a
+Control plane (``simulator.cluster``): the engine arguments compile into one
+cluster of role ``C`` (co-located) holding ``num_replicas x data_parallel_size`` engines, each a
 ``Replica`` of TP x PP GPUs with its own scheduler and KV cache, behind a
 router. The benchmark client replays the workload like ``vllm bench serve``:
 requests arrive on the schedule, wait for a ``--max-concurrency`` slot if
@@ -22,6 +22,7 @@ from typing import Any
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from simulator.batch_engine import BatchEngine
+from simulator.cluster import Cluster, Role
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.engine_args import EngineArgs, ResolvedEngine
@@ -31,7 +32,6 @@ from simulator.memory import MemoryBudget, kv_budget
 from simulator.metrics import RequestRecord, summarize
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
-from simulator.router import make_router
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerConfig, UpdateResult
 from simulator.trace import BatchTrace
@@ -77,12 +77,11 @@ class _InFlight:
 class BenchmarkClient:
     """Replays arrivals, applies the concurrency limit and records what the client sees."""
 
-    def __init__(self, loop: EventLoop, specs: list[RequestSpec], replicas: list[Replica],
-                 router_name: str, max_model_len: int, max_concurrency: int | None) -> None:
+    def __init__(self, loop: EventLoop, specs: list[RequestSpec], entry: Cluster,
+                 max_model_len: int, max_concurrency: int | None) -> None:
         self.loop = loop
         self.specs = specs
-        self.replicas = replicas
-        self.router = make_router(router_name, len(replicas))
+        self.entry = entry
         self.max_model_len = max_model_len
         self.max_concurrency = max_concurrency
         self.in_flight: dict[str, _InFlight] = {}
@@ -90,7 +89,7 @@ class BenchmarkClient:
         self.records: list[RequestRecord] = []
         self.failed: dict[str, str] = {}
         self._next = 0
-        for replica in replicas:
+        for replica in entry.replicas:
             replica.on_update = self._on_update
 
     def start(self) -> None:
@@ -116,10 +115,9 @@ class BenchmarkClient:
                 f"prompt of {spec.prompt_len} tokens does not fit max_model_len {self.max_model_len}")
             self._release_slot()
             return
-        replica = self.replicas[self.router.pick(self.replicas)]
         state = _InFlight(spec, now, None, [])  # type: ignore[arg-type]
         self.in_flight[spec.request_id] = state
-        state.request = replica.add_request(spec)
+        state.request = self.entry.submit(spec)
 
     def _release_slot(self) -> None:
         if self.held and (self.max_concurrency is None or len(self.in_flight) < self.max_concurrency):
@@ -192,9 +190,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
                             enable_prefix_caching=args.enable_prefix_caching)
         replicas.append(Replica(i, loop, Scheduler(sched_config, kv), engine, trace,
                                 on_update=lambda *a: None, async_scheduling=args.async_scheduling))
+    cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.gpus_per_engine)
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
-    client = BenchmarkClient(loop, specs, replicas, args.router, resolved.max_model_len,
-                             spec.max_concurrency)
+    client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
     wall0 = time.perf_counter()
     client.start()
     loop.run()

@@ -6,7 +6,8 @@ request-level table is only filled when asked for (``keep_requests``): at
 scale it is the largest output by far.
 
 ``batch_trace`` (one row per scheduled request per step):
-    replica_id, step, start_s, end_s, request_id, num_scheduled_tokens, context_len
+    replica_id, step, start_s, end_s, request_id, num_scheduled_tokens, context_len,
+    and the step's padded_tokens, cudagraph_mode and kv_blocks_used
 ``steps`` (one row per step):
     replica_id, step, start_s, end_s, num_reqs, num_tokens, padded_tokens,
     cudagraph_mode, kv_blocks_used, kv_blocks_total, num_waiting, num_preempted
@@ -21,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REQUEST_COLUMNS = ("replica_id", "step", "start_s", "end_s", "request_id",
-                   "num_scheduled_tokens", "context_len")
+                   "num_scheduled_tokens", "context_len", "padded_tokens", "cudagraph_mode",
+                   "kv_blocks_used")
 STEP_COLUMNS = ("replica_id", "step", "start_s", "end_s", "num_reqs", "num_tokens",
                 "padded_tokens", "cudagraph_mode", "kv_blocks_used", "kv_blocks_total",
                 "num_waiting", "num_preempted")
@@ -63,6 +65,9 @@ class BatchTrace:
             r["request_id"].extend(request_ids)
             r["num_scheduled_tokens"].extend(num_tokens)
             r["context_len"].extend(context_lens)
+            r["padded_tokens"].extend([padded_tokens] * n)
+            r["cudagraph_mode"].extend([cudagraph_mode] * n)
+            r["kv_blocks_used"].extend([kv_blocks_used] * n)
 
     def num_steps(self) -> int:
         return len(self.step_cols["step"])
