@@ -80,6 +80,8 @@ class Request:
     num_in_flight_tokens: tokens scheduled in steps whose output is not processed yet.
     num_stale_output_tokens: in-flight tokens of steps scheduled before a preemption.
     num_cached_tokens: prefix-cache hit tokens at the first admission; -1 before it.
+    Timing (first token, finish, per-token times) is not kept here: the caller records it from
+    the `UpdateResult` that `Scheduler.update_from_output` returns.
     """
 
     request_id: str

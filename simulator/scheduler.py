@@ -39,6 +39,25 @@ from simulator.request_queue import make_request_queue
 from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateResult
 
 
+class _StepState:
+    """Scratch state of one schedule() call."""
+
+    __slots__ = ("token_budget", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted")
+
+    def __init__(self, token_budget: int) -> None:
+        self.token_budget = token_budget
+        self.num_sched: dict[str, int] = {}  # request_id -> tokens, in scheduling order
+        self.ctx: dict[str, int] = {}  # request_id -> num_computed_tokens before the step
+        self.new_ids: list[str] = []
+        self.resumed_ids: list[str] = []
+        self.preempted: list[Request] = []
+
+    def add(self, r: Request, n: int, context_len: int) -> None:
+        self.num_sched[r.request_id] = n
+        self.ctx[r.request_id] = context_len
+        self.token_budget -= n
+
+
 class Scheduler:
     """Token-budget scheduler over running (admission order) and waiting requests."""
 
@@ -85,22 +104,23 @@ class Scheduler:
 
     # ------------------------------------------------------------------ schedule
     def schedule(self) -> SchedulerOutput:
-        cfg, kv = self.config, self.kv
+        """Plan one step: running requests first (list order), then admissions if nobody was preempted."""
         self._step_id += 1
-        token_budget = cfg.max_num_batched_tokens
-        num_sched: dict[str, int] = {}
-        ctx: dict[str, int] = {}
-        scheduled_running: list[Request] = []
-        new_ids: list[str] = []
-        resumed_ids: list[str] = []
-        preempted: list[Request] = []
-        thr = cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
-        max_len = cfg.max_model_len
+        st = _StepState(self.config.max_num_batched_tokens)
+        n_eligible = len(self.running) + len(self.waiting)
+        thr = self.config.long_prefill_token_threshold if n_eligible > 1 else 0
+        self._schedule_running(st, thr)
+        if not st.preempted:
+            self._schedule_waiting(st, thr)
+        out = self._update_after_schedule(st)
+        if self._debug:
+            self.check_invariants(out)
+        return out
 
-        # Phase A: running requests in list order.
-        running = self.running
+    def _schedule_running(self, st: _StepState, thr: int) -> None:
+        kv, max_len, running = self.kv, self.config.max_model_len, self.running
         i = 0
-        while i < len(running) and token_budget > 0:
+        while i < len(running) and st.token_budget > 0:
             r = running[i]
             if (
                 r.num_output_placeholders > 0
@@ -111,7 +131,7 @@ class Scheduler:
             n = r.num_tokens + r.num_output_placeholders - r.num_computed_tokens
             if 0 < thr < n:
                 n = thr
-            n = min(n, token_budget, max_len - r.num_computed_tokens - 1)
+            n = min(n, st.token_budget, max_len - r.num_computed_tokens - 1)
             if n == 0:
                 i += 1
                 continue
@@ -125,70 +145,55 @@ class Scheduler:
                     del running[vi]
                     if vi < i:
                         i -= 1
-                    if victim.request_id in num_sched:
-                        scheduled_running.remove(victim)
-                        token_budget += num_sched.pop(victim.request_id)
-                        del ctx[victim.request_id]
+                    if victim.request_id in st.num_sched:  # already scheduled this step: undo
+                        st.token_budget += st.num_sched.pop(victim.request_id)
+                        del st.ctx[victim.request_id]
                 else:
                     victim = running.pop()
                 self._preempt(victim)
-                preempted.append(victim)
+                st.preempted.append(victim)
                 if victim is r:
                     break
             if blocks is None:
                 if self._priority and r.status == RequestStatus.PREEMPTED:
-                    continue
+                    continue  # r preempted itself; later (higher-priority) requests may still fit
                 break
-            scheduled_running.append(r)
-            num_sched[r.request_id] = n
-            ctx[r.request_id] = r.num_computed_tokens
-            token_budget -= n
+            st.add(r, n, r.num_computed_tokens)
             i += 1
 
-        # Phase B: waiting requests, only in a step without preemption.
-        if not preempted:
-            skipped: deque[Request] = deque()
-            waiting = self.waiting
-            while token_budget > 0 and waiting:
-                if len(running) >= cfg.max_num_seqs:
-                    break
-                r = waiting.peek_request()
-                if r.num_stale_output_tokens and not r.drop_stale_output:
-                    skipped.appendleft(waiting.pop_request())
-                    continue
-                hit_blocks, hit = kv.get_computed_blocks(r)
-                n = r.num_tokens - hit
-                if 0 < thr < n:
-                    n = thr
-                if not cfg.enable_chunked_prefill and n > token_budget:
-                    break
-                n = min(n, token_budget)
-                blocks = kv.allocate_slots(
-                    r, n, hit, hit_blocks, full_sequence_must_fit=True, has_scheduled_reqs=bool(running)
-                )
-                if blocks is None:
-                    break  # head-of-line blocking
-                kv.record_prefix_cache_stats(r, hit)
-                waiting.pop_request()
-                running.append(r)
-                if r.status == RequestStatus.WAITING:
-                    new_ids.append(r.request_id)
-                else:
-                    resumed_ids.append(r.request_id)
-                if r.num_preemptions == 0:
-                    r.num_cached_tokens = hit
-                num_sched[r.request_id] = n
-                ctx[r.request_id] = hit
-                token_budget -= n
-                r.status = RequestStatus.RUNNING
-                r.num_computed_tokens = hit
-            if skipped:
-                waiting.prepend_requests(skipped)
-
-        out = self._update_after_schedule(num_sched, ctx, new_ids, resumed_ids, preempted)
-        if self._debug:
-            self.check_invariants(out)
-        return out
+    def _schedule_waiting(self, st: _StepState, thr: int) -> None:
+        cfg, kv, running, waiting = self.config, self.kv, self.running, self.waiting
+        skipped: deque[Request] = deque()
+        while st.token_budget > 0 and waiting:
+            if len(running) >= cfg.max_num_seqs:
+                break
+            r = waiting.peek_request()
+            if r.num_stale_output_tokens and not r.drop_stale_output:
+                skipped.appendleft(waiting.pop_request())  # in-flight output of a preempted step
+                continue
+            hit_blocks, hit = kv.get_computed_blocks(r)
+            n = r.num_tokens - hit
+            if 0 < thr < n:
+                n = thr
+            if not cfg.enable_chunked_prefill and n > st.token_budget:
+                break
+            n = min(n, st.token_budget)
+            blocks = kv.allocate_slots(
+                r, n, hit, hit_blocks, full_sequence_must_fit=True, has_scheduled_reqs=bool(running)
+            )
+            if blocks is None:
+                break  # head-of-line blocking
+            kv.record_prefix_cache_stats(r, hit)
+            waiting.pop_request()
+            running.append(r)
+            (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
+            if r.num_preemptions == 0:
+                r.num_cached_tokens = hit
+            st.add(r, n, hit)
+            r.status = RequestStatus.RUNNING
+            r.num_computed_tokens = hit
+        if skipped:
+            waiting.prepend_requests(skipped)
 
     def _preempt(self, r: Request) -> None:
         self.kv.free(r)
@@ -200,11 +205,12 @@ class Scheduler:
         r.num_preemptions += 1
         self.waiting.prepend_request(r)
 
-    def _update_after_schedule(self, num_sched, ctx, new_ids, resumed_ids, preempted) -> SchedulerOutput:
+    def _update_after_schedule(self, st: _StepState) -> SchedulerOutput:
+        """Advance num_computed_tokens optimistically; async: one placeholder per sampling request."""
         requests = self.requests
         is_async = self.config.async_scheduling
         samples = []
-        for rid, n in num_sched.items():
+        for rid, n in st.num_sched.items():
             r = requests[rid]
             r.num_computed_tokens += n
             r.num_in_flight_tokens += n
@@ -215,14 +221,14 @@ class Scheduler:
         self._finished_req_ids = set()
         return SchedulerOutput(
             step_id=self._step_id,
-            request_ids=tuple(num_sched),
-            num_scheduled_tokens=tuple(num_sched.values()),
-            context_lens=tuple(ctx[rid] for rid in num_sched),
+            request_ids=tuple(st.num_sched),
+            num_scheduled_tokens=tuple(st.num_sched.values()),
+            context_lens=tuple(st.ctx.values()),
             samples=tuple(samples),
-            new_request_ids=tuple(new_ids),
-            resumed_request_ids=tuple(resumed_ids),
-            preempted_request_ids=tuple(r.request_id for r in preempted),
-            total_num_scheduled_tokens=sum(num_sched.values()),
+            new_request_ids=tuple(st.new_ids),
+            resumed_request_ids=tuple(st.resumed_ids),
+            preempted_request_ids=tuple(r.request_id for r in st.preempted),
+            total_num_scheduled_tokens=sum(st.num_sched.values()),
         )
 
     # ------------------------------------------------------------------ update

@@ -206,12 +206,31 @@ def _build_scheduler(
         ],
     )
     cls = AsyncScheduler if async_scheduling else Scheduler
-    return cls(
+    scheduler = cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=_NoStructuredOutput(),
         block_size=block_size,
     )
+    effective = {
+        "max_num_seqs": scheduler.max_num_active_reqs,
+        "max_num_batched_tokens": scheduler.max_num_scheduled_tokens,
+        "max_model_len": scheduler.max_model_len,
+        "long_prefill_token_threshold": scheduler.scheduler_config.long_prefill_token_threshold,
+        "enable_prefix_caching": scheduler.kv_cache_manager.enable_caching,
+        "max_concurrent_batches": vllm_config.max_concurrent_batches,
+    }
+    wanted = {
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_model_len": max_model_len,
+        "long_prefill_token_threshold": long_prefill_token_threshold,
+        "enable_prefix_caching": enable_prefix_caching,
+        "max_concurrent_batches": 2 if async_scheduling else 1,
+    }
+    if effective != wanted:
+        raise RuntimeError(f"vLLM changed the scheduler knobs: asked {wanted}, got {effective}")
+    return scheduler
 
 
 def _fake_sample(scheduler: Scheduler, out: Any) -> ModelRunnerOutput:
@@ -238,14 +257,14 @@ def _record(trace: list[dict[str, int]], out: Any) -> None:
 
 def _run_sync(scheduler: Scheduler, max_steps: int) -> list[dict[str, int]]:
     trace: list[dict[str, int]] = []
-    while scheduler.has_requests():
-        if len(trace) >= max_steps:
-            raise RuntimeError(f"vLLM scheduler did not finish in {max_steps} steps")
+    for _ in range(max_steps):
+        if not scheduler.has_requests():
+            return trace
         out = scheduler.schedule()
         sampled = _fake_sample(scheduler, out)
         _record(trace, out)
         scheduler.update_from_output(out, sampled)
-    return trace
+    raise RuntimeError(f"vLLM scheduler still busy after {max_steps} schedule() calls")
 
 
 def _run_async(
@@ -253,9 +272,9 @@ def _run_async(
 ) -> list[dict[str, int]]:
     trace: list[dict[str, int]] = []
     batch_queue: deque[tuple[ModelRunnerOutput, Any]] = deque(maxlen=batch_queue_size)
-    while scheduler.has_requests() or batch_queue:  # EngineCore.has_work
-        if len(trace) >= max_steps:
-            raise RuntimeError(f"vLLM scheduler did not finish in {max_steps} steps")
+    for _ in range(max_steps):
+        if not (scheduler.has_requests() or batch_queue):  # EngineCore.has_work
+            return trace
         # ---- one EngineCore.step_with_batch_queue() call ----
         if scheduler.has_requests():
             out = scheduler.schedule()
@@ -270,7 +289,7 @@ def _run_async(
             continue
         sampled, out = batch_queue.pop()
         scheduler.update_from_output(out, sampled)
-    return trace
+    raise RuntimeError(f"vLLM scheduler still busy after {max_steps} engine steps")
 
 
 def run_vllm_scheduler(
@@ -286,12 +305,14 @@ def run_vllm_scheduler(
     policy: str = "fcfs",
     async_scheduling: bool = False,
     watermark: float = 0.0,
-    max_steps: int = 1_000_000,
+    max_steps: int = 200_000,
 ) -> list[dict[str, int]]:
     """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
 
     Returns one ``{request_id: num_scheduled_tokens}`` per executed step, in
     grant order. ``num_gpu_blocks`` counts block 0 (vLLM's null block).
+    ``watermark`` is ``SchedulerConfig.watermark``. Raises RuntimeError after
+    ``max_steps`` engine steps (e.g. a request that can never fit the KV cache).
     """
     with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
         model_dir = Path(tmp)
