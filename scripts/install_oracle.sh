@@ -14,7 +14,7 @@
 # vLLM pins torch==2.14.0; pip's "incompatible" warning about it is expected.
 set -euo pipefail
 
-PY="${1:-.venv/bin/python}"
+PY="${1:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}"
 if [[ ! -x "$PY" ]]; then
     echo "install_oracle: no python at '$PY' (pass a venv python as \$1)" >&2
     exit 2

@@ -57,7 +57,8 @@ are seen one step late.
 
 All requests arrive at t=0 (``arrival_time=0.0``) and are added in list order,
 so the priority heap's tie-break ``(priority, arrival_time, request_id)`` falls
-to ``request_id``: give zero-padded ids when list order must win ties. ``prompt_token_ids=None`` gets ids no other request shares:
+to ``request_id``: give zero-padded ids when list order must win ties.
+``prompt_token_ids=None`` gets ids no other request shares:
 ``1 + index * 1_000_003 + position`` (never 0, the output token id).
 """
 
