@@ -25,7 +25,7 @@ demo: $(BIN)/frontier
 	$(BIN)/frontier simulate --config datasets/scenarios/demo.yaml --output-dir out/demo
 
 test: $(BIN)/frontier $(VENV)/.oracle
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	FRONTIER_REQUIRE_ORACLE=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) out

@@ -82,6 +82,7 @@ def simulate(
     result_dir: Optional[Path] = typer.Option(None, rich_help_panel=OUT_HELP),
     result_filename: Optional[str] = typer.Option(None, rich_help_panel=OUT_HELP),
     debug: Optional[bool] = typer.Option(None, "--debug/--no-debug", help="Check scheduler and KV invariants on every step.", rich_help_panel=OUT_HELP),
+    step_jitter: Optional[float] = typer.Option(None, help="Relative std-dev of seeded per-step time noise (default 0).", rich_help_panel=ENGINE_HELP),
 ) -> None:
     """Simulate a vLLM deployment serving a benchmark workload and print vllm bench serve's summary."""
     from simulator.engine_args import EngineArgs
@@ -93,7 +94,7 @@ def simulate(
     cli = dict(locals())
     cli.pop("config")
     out_keys = ("output_dir", "batch_trace", "save_result", "result_dir", "result_filename", "debug",
-                "max_concurrency")
+                "max_concurrency", "step_jitter")
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
@@ -103,7 +104,8 @@ def simulate(
             engine=_pick(EngineArgs, values), workload=_pick(WorkloadSpec, values),
             max_concurrency=values.get("max_concurrency"),
             keep_batch_trace=values.get("batch_trace") is not None,
-            debug=bool(values.get("debug", False)))
+            debug=bool(values.get("debug", False)),
+            step_jitter=float(values.get("step_jitter", 0.0)))
         result = run_simulation(spec)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

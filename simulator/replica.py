@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
+import numpy as np
+
 from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.events import PRIO_KICK, PRIO_STEP_DONE, EventLoop
 from simulator.request import Request, RequestSpec
@@ -44,7 +46,8 @@ class Replica:
     """An engine core: scheduler + batch engine, stepping on an event loop."""
 
     def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, engine: BatchEngine,
-                 trace: BatchTrace, on_update: OnUpdate, *, async_scheduling: bool) -> None:
+                 trace: BatchTrace, on_update: OnUpdate, *, async_scheduling: bool,
+                 step_jitter: float = 0.0, jitter_seed: int = 0) -> None:
         self.replica_id = replica_id
         self.loop = loop
         self.scheduler = scheduler
@@ -57,6 +60,11 @@ class Replica:
         self._queue: deque[tuple[SchedulerOutput, float]] = deque()   # (step, end_s), newest left
         self._active = False            # the loop is running or an event will resume it
         self._num_steps = 0
+        # Real engines carry per-step noise; identical requests in a noiseless simulation can
+        # lock batches in phase. ``step_jitter`` scales each step by max(0, 1 + sigma * N(0, 1)),
+        # drawn from a generator seeded per replica, so runs stay reproducible.
+        self._jitter = step_jitter
+        self._rng = np.random.default_rng([jitter_seed, replica_id]) if step_jitter > 0 else None
 
     # ------------------------------------------------------------------ client side
     def add_request(self, spec: RequestSpec) -> Request:
@@ -82,10 +90,13 @@ class Replica:
         if out.total_num_scheduled_tokens == 0:
             return now
         cost = self.engine.step_cost(BatchShape(out.num_scheduled_tokens, out.context_lens))
+        duration = cost.duration_s
+        if self._rng is not None:
+            duration *= max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
         start = max(now, self.gpu_free_s)
-        end = start + cost.duration_s
+        end = start + duration
         self.gpu_free_s = end
-        self.busy_s += cost.duration_s
+        self.busy_s += duration
         kv = self.scheduler.kv
         running, waiting = self.scheduler.get_request_counts()
         self.trace.add_step(

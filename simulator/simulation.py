@@ -47,8 +47,11 @@ class SimulationSpec:
     max_concurrency: int | None = None
     keep_batch_trace: bool = False
     debug: bool = False
+    step_jitter: float = 0.0        # relative std-dev of per-step time noise (0 = deterministic steps)
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.step_jitter < 1.0:
+            raise ValueError(f"--step-jitter must be in [0, 1), got {self.step_jitter!r}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"--max-concurrency must be >= 1, got {self.max_concurrency!r}")
 
@@ -189,7 +192,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
                             enable_prefix_caching=args.enable_prefix_caching)
         replicas.append(Replica(i, loop, Scheduler(sched_config, kv), engine, trace,
-                                on_update=lambda *a: None, async_scheduling=args.async_scheduling))
+                                on_update=lambda *a: None, async_scheduling=args.async_scheduling,
+                                step_jitter=spec.step_jitter, jitter_seed=spec.workload.seed))
     cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.gpus_per_engine)
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)

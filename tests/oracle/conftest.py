@@ -1,7 +1,8 @@
 """tests/oracle: the real vLLM 0.33 scheduler as an oracle (needs `scripts/install_oracle.sh`).
 
 Every test here is marked `oracle`. The whole folder is skipped, with the import error as the
-reason, when `import vllm` fails; `vllm` is imported only when a test of this folder is selected.
+reason, when `import vllm` fails — unless FRONTIER_REQUIRE_ORACLE=1 (set by `make test`, so CI
+can never pass without the oracle), which turns that into an error; `vllm` is imported only when a test of this folder is selected.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     error = _vllm_import_error()
     skip = None
+    if error is not None and os.environ.get("FRONTIER_REQUIRE_ORACLE", "") not in ("", "0"):
+        raise pytest.UsageError(f"FRONTIER_REQUIRE_ORACLE is set but vLLM cannot be imported: {error}")
     if error is not None:
         skip = pytest.mark.skip(
             reason=f"vLLM oracle unavailable ({error}); run scripts/install_oracle.sh to enable"

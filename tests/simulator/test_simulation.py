@@ -94,3 +94,15 @@ def test_summary_carries_simulated_duration_and_wall_time():
 def test_model_too_big_for_the_gpu_is_a_clear_error():
     with pytest.raises(ValueError, match="GiB"):
         run(WorkloadSpec(num_prompts=1), model="meta-llama/Llama-3.1-70B", gpu="L4")
+
+
+def test_step_jitter_is_seeded_and_changes_timing_not_tokens():
+    wl = WorkloadSpec(num_prompts=30, random_input_len=128, random_output_len=16, request_rate=20.0)
+    engine = EngineArgs(**SMALL)
+    plain = run_simulation(SimulationSpec(engine=engine, workload=wl))
+    a = run_simulation(SimulationSpec(engine=engine, workload=wl, step_jitter=0.1))
+    b = run_simulation(SimulationSpec(engine=engine, workload=wl, step_jitter=0.1))
+    assert a.summary["mean_tpot_ms"] == b.summary["mean_tpot_ms"] != plain.summary["mean_tpot_ms"]
+    assert a.summary["total_output_tokens"] == plain.summary["total_output_tokens"]
+    with pytest.raises(ValueError, match="--step-jitter"):
+        SimulationSpec(step_jitter=1.5)
