@@ -89,6 +89,9 @@ class EngineArgs:
 
     def resolve(self, model: ModelSpec, gpu: GpuSpec) -> "ResolvedEngine":
         """Fill vLLM 0.33's defaults for ``vllm serve`` on ``gpu``."""
+        if self.max_model_len is None and model.max_position_embeddings < 1:
+            raise ValueError(f"model {model.name!r} does not state max_position_embeddings; "
+                             "give --max-model-len")
         max_model_len = self.max_model_len or model.max_position_embeddings
         if self.max_model_len is not None and self.max_model_len > model.max_position_embeddings:
             raise ValueError(

@@ -98,7 +98,7 @@ class Replica:
         self.gpu_free_s = end
         self.busy_s += duration
         kv = self.scheduler.kv
-        running, waiting = self.scheduler.get_request_counts()
+        _, waiting = self.scheduler.get_request_counts()
         self.trace.add_step(
             self.replica_id, self._num_steps, start, end, out.request_ids, out.num_scheduled_tokens,
             out.context_lens, cost.padded_tokens, cost.cudagraph_mode,

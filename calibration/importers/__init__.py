@@ -1,0 +1,1 @@
+"""Importers: public measured data (AIConfigurator perf DB, Vidur CSVs) -> frontier profile schema."""

@@ -1,0 +1,241 @@
+"""The profile schema: Parquet rows of timed operator calls (and memory runs), shared by
+``profiler/`` (writes), ``calibration/`` importers (write) and predictors (read).
+
+One row = one timed operator call on one GPU rank (or, family "memory", one dummy memory
+run). Files form a hive partition::
+
+    <root>/family=<family>/gpu=<gpu>/part-<n>.parquet
+
+Identity lives in columns too (``family`` and ``gpu`` are repeated inside every file), so a
+file read on its own is complete. Every row carries :data:`SCHEMA_VERSION`; a root holds one
+version only.
+
+Units: latencies in seconds (``latency_s_*``), sizes in bytes (``*_bytes``). Lengths are
+token counts.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+
+FAMILIES = ("linear", "attention", "moe", "comm", "memory")
+TIMING_MODES = ("kernel", "launch")  # kernel: CUDA-graph replay / kernel-only; launch: eager, launch-inclusive
+SOURCES = ("aiconfigurator", "vidur", "frontier-profiler")
+DTYPES = ("fp32", "fp16", "bf16", "fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4",
+          "w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
+_DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+                  "float": "fp32", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8"}
+ATTENTION_OPS = ("context", "generation", "mixed")
+COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+LINKS = ("nvlink", "network", "pcie")
+
+_S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+
+COMMON = pa.schema([
+    ("family", _S),
+    ("timing_mode", _S),          # "kernel" | "launch"; null only for family "memory"
+    ("latency_s_median", _F),     # null only for family "memory"
+    ("latency_s_p10", _F),        # null when unknown
+    ("latency_s_p90", _F),        # null when unknown
+    ("num_samples", _I),          # null when unknown
+    ("gpu", _S),                  # catalogue name: frontier.gpu.get_gpu(...).name
+    ("device_name", _S),          # torch.cuda.get_device_name() as recorded
+    ("framework", _S),            # e.g. "vllm", "nccl", "sarathi"
+    ("framework_version", _S),
+    ("backend", _S),              # e.g. "vllm_graph", "nccl", attention backend
+    ("kernel_source", _S),        # concrete kernel path as the data names it
+    ("source", _S),               # "aiconfigurator" | "vidur" | "frontier-profiler"
+    ("source_table", _S),         # the table/file the row came from
+    ("driver_version", _S),
+    ("cuda_version", _S),
+    ("torch_version", _S),
+    ("git_sha", _S),
+    ("schema_version", pa.int32()),
+])
+
+# Family-specific columns (the operator spec). Appended after COMMON.
+FAMILY_COLUMNS: dict[str, pa.Schema] = {
+    # Y[m,n] = X[m,k] W[k,n]; m = tokens in the TP slice, n/k already sharded.
+    "linear": pa.schema([("op_name", _S), ("m", _I), ("n", _I), ("k", _I), ("dtype", _S)]),
+    # The batch's length distribution. Stats over an empty set (no prefill / no decode
+    # requests) are 0. prefill_len = new tokens per prefill request; prefill_ctx = cached
+    # prefix per prefill request; decode_ctx = KV length (incl. the new token) per decode
+    # request. scope: "kernel" (attention kernel + KV-cache write) or "module" (whole MLA
+    # module incl. q/kv projections, RoPE and output projection).
+    "attention": pa.schema([
+        ("op_name", _S), ("scope", _S),
+        ("batch_size", _I), ("num_prefill", _I), ("num_decode", _I), ("prefill_tokens", _I),
+        ("prefill_len_min", _I), ("prefill_len_max", _I), ("prefill_len_mean", _F),
+        ("prefill_len_p50", _F), ("prefill_len_p90", _F), ("prefill_ctx_max", _I),
+        ("decode_ctx_min", _I), ("decode_ctx_max", _I), ("decode_ctx_mean", _F),
+        ("decode_ctx_p50", _F), ("decode_ctx_p90", _F),
+        ("num_heads", _I), ("num_kv_heads", _I), ("head_dim", _I), ("window_size", _I),
+        ("attn_dtype", _S), ("kv_dtype", _S), ("is_mla", _B),
+        # MLA only (null otherwise): latent dims and the projection GEMM dtype of the module.
+        ("kv_lora_rank", _I), ("q_lora_rank", _I), ("qk_nope_head_dim", _I),
+        ("qk_rope_head_dim", _I), ("v_head_dim", _I), ("mla_gemm_dtype", _S),
+    ]),
+    # Fused routed-expert MLP on one rank; full-model shape + the parallel layout.
+    # Load stats: tokens per expert on the measured rank (null when unknown).
+    "moe": pa.schema([
+        ("op_name", _S), ("num_tokens", _I), ("hidden_size", _I), ("inter_size", _I),
+        ("topk", _I), ("num_experts", _I), ("moe_tp_size", _I), ("moe_ep_size", _I),
+        ("moe_dtype", _S), ("distribution", _S),
+        ("max_tokens_per_expert", _F), ("var_tokens_per_expert", _F),
+    ]),
+    "comm": pa.schema([
+        ("op_name", _S), ("message_bytes", _I), ("num_gpus", _I), ("dtype", _S), ("link", _S),
+    ]),
+    "memory": pa.schema([
+        ("model", _S), ("tp", _I), ("pp", _I), ("ep", _I), ("max_num_batched_tokens", _I),
+        ("weights_bytes", _I), ("torch_peak_increase_bytes", _I), ("non_torch_bytes", _I),
+        ("cuda_graph_bytes", _I),
+    ]),
+}
+
+_ENUMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "linear": {"dtype": DTYPES},
+    "attention": {"op_name": ATTENTION_OPS, "scope": ("kernel", "module")},
+    "moe": {"moe_dtype": DTYPES},
+    "comm": {"op_name": COMM_OPS, "link": LINKS},
+    "memory": {},
+}
+
+
+def normalize_dtype(name: str) -> str:
+    """Canonical dtype name ("bfloat16" -> "bf16", "half" -> "fp16"); ValueError if unknown."""
+    key = str(name).strip().lower()
+    key = _DTYPE_ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}")
+    return key
+
+
+def schema_for(family: str) -> pa.Schema:
+    """Full arrow schema (COMMON + family columns) of one family."""
+    _check_family(family)
+    return pa.schema(list(COMMON) + list(FAMILY_COLUMNS[family]))
+
+
+def columns_for(family: str) -> list[str]:
+    """Column names, in order, of one family."""
+    return schema_for(family).names
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown profile family {family!r}; valid: {', '.join(FAMILIES)}")
+
+
+def validate(df: pd.DataFrame, family: str) -> None:
+    """Raise ValueError (one line) if ``df`` does not satisfy the family's contract."""
+    cols = columns_for(family)
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise ValueError(f"{family} profile lacks columns {missing}; required: {cols}")
+    extra = [c for c in df.columns if c not in cols]
+    if extra:
+        raise ValueError(f"{family} profile has unknown columns {extra}; valid: {cols}")
+    if len(df) == 0:
+        return
+    versions = set(df["schema_version"].dropna().astype(int).unique())
+    if versions != {SCHEMA_VERSION}:
+        raise ValueError(f"profile schema_version {sorted(versions)} unsupported; valid: {SCHEMA_VERSION}")
+    _check_values(df, "family", (family,))
+    _check_values(df, "source", SOURCES)
+    if family == "memory":
+        _check_values(df, "timing_mode", TIMING_MODES, allow_null=True)
+    else:
+        _check_values(df, "timing_mode", TIMING_MODES)
+        if df["latency_s_median"].isna().any():
+            raise ValueError(f"{family} profile has null latency_s_median; every timed row needs one")
+    if df["gpu"].isna().any():
+        raise ValueError(f"{family} profile has null gpu; use frontier.gpu.get_gpu(...).name")
+    for col, valid in _ENUMS[family].items():
+        _check_values(df, col, valid)
+
+
+def _check_values(df: pd.DataFrame, col: str, valid: tuple[str, ...], allow_null: bool = False) -> None:
+    seen = df[col].dropna().unique() if allow_null else df[col].unique()
+    bad = sorted({str(v) for v in seen if v not in valid})
+    if bad:
+        raise ValueError(f"column {col!r} has values {bad}; valid: {', '.join(valid)}")
+
+
+def to_table(df: pd.DataFrame, family: str) -> pa.Table:
+    """Validated arrow table in the family's column order and types."""
+    df = pd.DataFrame(df)
+    validate(df, family)
+    return pa.Table.from_pandas(df[columns_for(family)], schema=schema_for(family), preserve_index=False)
+
+
+def write_profile(table_or_df: pa.Table | pd.DataFrame, root: str | Path, family: str, gpu: str) -> Path:
+    """Write rows of one (family, gpu) as a new part file; returns its path.
+
+    Atomic: written to a temp file then renamed. Refuses a root that already holds another
+    schema_version, and rows whose ``gpu`` column differs from ``gpu``.
+    """
+    _check_family(family)
+    df = table_or_df.to_pandas() if isinstance(table_or_df, pa.Table) else pd.DataFrame(table_or_df)
+    if len(df) and set(df["gpu"].unique()) != {gpu}:
+        raise ValueError(f"rows have gpu {sorted(map(str, df['gpu'].unique()))}; partition gpu is {gpu!r}")
+    table = to_table(df, family)
+    root = Path(root)
+    _check_root_version(root)
+    folder = root / f"family={family}" / f"gpu={gpu}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (root / "_schema_version").write_text(f"{SCHEMA_VERSION}\n")
+    n = len(list(folder.glob("part-*.parquet")))
+    while (folder / f"part-{n}.parquet").exists():
+        n += 1
+    path = folder / f"part-{n}.parquet"
+    tmp = folder / f".tmp-{uuid.uuid4().hex}.parquet"
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def _check_root_version(root: Path) -> None:
+    marker = root / "_schema_version"
+    if marker.exists():
+        found = marker.read_text().strip()
+        if found != str(SCHEMA_VERSION):
+            raise ValueError(f"profile root {root} holds schema_version {found}; this code writes {SCHEMA_VERSION}")
+    for part in root.glob("family=*/gpu=*/part-*.parquet"):  # roots written before the marker
+        found = pq.read_table(part, columns=["schema_version"]).column(0).to_pylist()[:1]
+        if found and found[0] != SCHEMA_VERSION:
+            raise ValueError(f"profile root {root} holds schema_version {found[0]}; this code writes {SCHEMA_VERSION}")
+        break
+
+
+def read_profiles(root: str | Path, family: str | None = None, gpu: str | None = None) -> pd.DataFrame:
+    """Rows under ``root`` for one family (all GPUs unless ``gpu``), validated.
+
+    ``family=None`` is allowed only when the root holds a single family.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"profile root {root} is not a directory")
+    _check_root_version(root)
+    families = sorted(p.name.split("=", 1)[1] for p in root.glob("family=*") if p.is_dir())
+    if family is None:
+        if len(families) != 1:
+            raise ValueError(f"profile root {root} holds families {families}; pass family= one of them")
+        family = families[0]
+    _check_family(family)
+    gpu_glob = f"gpu={gpu}" if gpu is not None else "gpu=*"
+    parts = sorted((root / f"family={family}").glob(f"{gpu_glob}/part-*.parquet"))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=t.to_pandas_dtype()) for c, t in zip(schema_for(family).names, schema_for(family).types)})
+    frames = [pq.read_table(p, schema=schema_for(family)).to_pandas() for p in parts]
+    df = pd.concat(frames, ignore_index=True)
+    validate(df, family)
+    return df
