@@ -206,6 +206,36 @@ def gpus() -> None:
                    f"bf16 {g.bf16_flops / 1e12:7.1f} TFLOP/s  ${g.price_per_hour_usd:.2f}/h")
 
 
+@app.command("import-profiles")
+def import_profiles(
+    source: str = typer.Option(..., "--source", help="aiconfigurator or vidur."),
+    path: Optional[Path] = typer.Option(None, "--path", help="Data folder (aiconfigurator: systems/ or its parent; default the installed aiconfigurator_core). Required for vidur."),
+    out: Path = typer.Option(..., "--out", help="Profile root to write (hive family=/gpu= folders)."),
+    gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="aiconfigurator only: AIC or catalogue GPU name; repeatable."),
+    family: Optional[list[str]] = typer.Option(None, "--family", help="aiconfigurator only: linear, attention, moe, comm; repeatable."),
+    version: Optional[str] = typer.Option(None, "--version", help="aiconfigurator only: vLLM version folder (default: current)."),
+) -> None:
+    """Import public measured profiles (AIConfigurator perf DB, Vidur CSVs) into the profile schema."""
+    try:
+        if source == "aiconfigurator":
+            from calibration.importers.aiconfigurator import import_aiconfigurator_report
+            report = import_aiconfigurator_report(path, out, gpus=gpu, families=family, version=version)
+        elif source == "vidur":
+            if path is None or gpu or family or version:
+                _fail("--source vidur needs --path and takes no --gpu/--family/--version")
+            from calibration.importers.vidur import import_vidur_report
+            report = import_vidur_report(path, out)
+        else:
+            _fail(f"unknown --source {source!r}; valid: aiconfigurator, vidur")
+    except ValueError as exc:
+        _fail(str(exc))
+    for g, fams in sorted(report.rows_by_gpu.items()):
+        typer.echo(f"{g:<12} " + "  ".join(f"{f} {n:,}" for f, n in sorted(fams.items())))
+    typer.echo(f"total: {sum(report.rows.values()):,} rows -> {out}")
+    for line in report.skipped:
+        typer.echo(f"skipped: {line}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -146,7 +146,7 @@ def validate(df: pd.DataFrame, family: str) -> None:
         raise ValueError(f"{family} profile has unknown columns {extra}; valid: {cols}")
     if len(df) == 0:
         return
-    versions = set(df["schema_version"].dropna().astype(int).unique())
+    versions = {int(v) for v in df["schema_version"].dropna().unique()}
     if versions != {SCHEMA_VERSION}:
         raise ValueError(f"profile schema_version {sorted(versions)} unsupported; valid: {SCHEMA_VERSION}")
     _check_values(df, "family", (family,))
@@ -234,7 +234,7 @@ def read_profiles(root: str | Path, family: str | None = None, gpu: str | None =
     gpu_glob = f"gpu={gpu}" if gpu is not None else "gpu=*"
     parts = sorted((root / f"family={family}").glob(f"{gpu_glob}/part-*.parquet"))
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=t.to_pandas_dtype()) for c, t in zip(schema_for(family).names, schema_for(family).types)})
+        return schema_for(family).empty_table().to_pandas()
     frames = [pq.read_table(p, schema=schema_for(family)).to_pandas() for p in parts]
     df = pd.concat(frames, ignore_index=True)
     validate(df, family)

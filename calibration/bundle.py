@@ -1,0 +1,137 @@
+"""Bundles: one joblib file of fitted predictors per GPU and framework version.
+
+    <bundle>.joblib                 payload: {"predictors": {family: FamilyPredictor}}
+    <bundle>.joblib.manifest.json   manifest (JSON), checked BEFORE the payload is unpickled
+
+Manifest keys: bundle_format, schema_version, gpu, framework, framework_version, families
+{family: {features, training_rows, training_rows_sha256, submodels, launch_overhead_s,
+launch_overhead_source}}, heldout_error {family: {rows, p50, p95, mape, baseline_*}},
+split {holdout_fraction, split_seed, scheme}, libraries {sklearn, numpy, joblib, python},
+payload_sha256, payload_bytes.
+
+A bundle is a pickle: loading runs code from the file. ``load_bundle`` therefore refuses
+any file whose manifest is missing, unreadable, of another schema version / bundle format,
+or whose sha256 differs from the manifest's, before unpickling it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from frontier.profile_schema import SCHEMA_VERSION
+
+BUNDLE_FORMAT = 1
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A loaded bundle: predictors per family and the manifest they were checked against."""
+
+    predictors: dict
+    manifest: dict
+
+    def predictor(self, family: str):
+        if family not in self.predictors:
+            raise ValueError(f"bundle for {self.manifest.get('gpu')} has no {family!r} predictor; "
+                             f"has {sorted(self.predictors)}")
+        return self.predictors[family]
+
+
+def manifest_path(path: str | Path) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + MANIFEST_SUFFIX)
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def rows_sha256(df: pd.DataFrame) -> str:
+    """Order-independent sha256 of training rows (sorted, hashed with pandas' row hash)."""
+    h = pd.util.hash_pandas_object(df.reset_index(drop=True), index=False).to_numpy()
+    h.sort()
+    return hashlib.sha256(h.tobytes()).hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    import joblib
+    import numpy
+    import sklearn
+    return {"sklearn": sklearn.__version__, "numpy": numpy.__version__, "joblib": joblib.__version__,
+            "python": platform.python_version()}
+
+
+def save_bundle(path: str | Path, predictors: dict, manifest: dict) -> dict:
+    """Write payload + sidecar manifest atomically; returns the full manifest written."""
+    import joblib
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    joblib.dump({"predictors": predictors}, tmp, compress=3)
+    full = dict(manifest)
+    full.update(bundle_format=BUNDLE_FORMAT, schema_version=SCHEMA_VERSION,
+                libraries=library_versions(), payload_sha256=sha256_file(tmp),
+                payload_bytes=tmp.stat().st_size)
+    mtmp = manifest_path(tmp)
+    mtmp.write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    os.replace(mtmp, manifest_path(path))
+    return full
+
+
+def read_manifest(path: str | Path) -> dict:
+    """The checked manifest of a bundle (ValueError, one line, if it does not check out)."""
+    path = Path(path)
+    mpath = manifest_path(path)
+    if not path.is_file():
+        raise ValueError(f"bundle {path} does not exist")
+    if not mpath.is_file():
+        raise ValueError(f"bundle {path} has no manifest {mpath.name}; refusing to unpickle it")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"bundle manifest {mpath} is unreadable ({type(exc).__name__}); refusing the bundle") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"bundle manifest {mpath} is not a JSON object; refusing the bundle")
+    if manifest.get("bundle_format") != BUNDLE_FORMAT:
+        raise ValueError(f"bundle {path} has bundle_format {manifest.get('bundle_format')!r}; "
+                         f"this code reads {BUNDLE_FORMAT}")
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"bundle {path} was built for profile schema_version "
+                         f"{manifest.get('schema_version')!r}; this code reads {SCHEMA_VERSION}")
+    digest = sha256_file(path)
+    if digest != manifest.get("payload_sha256"):
+        raise ValueError(f"bundle {path} sha256 {digest[:12]}… does not match its manifest "
+                         f"({str(manifest.get('payload_sha256'))[:12]}…): corrupt or foreign file")
+    return manifest
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    """Check the manifest, then unpickle. ValueError (one line) on anything that does not check out."""
+    import joblib
+
+    from calibration.predictors.base import FamilyPredictor
+
+    manifest = read_manifest(path)
+    try:
+        payload = joblib.load(path)
+    except Exception as exc:  # a matching hash but an unloadable pickle (e.g. library mismatch)
+        raise ValueError(f"bundle {path} could not be unpickled ({type(exc).__name__}: {exc}); "
+                         f"built with {manifest.get('libraries')}") from None
+    preds = payload.get("predictors") if isinstance(payload, dict) else None
+    if not isinstance(preds, dict) or not all(isinstance(p, FamilyPredictor) for p in preds.values()):
+        raise ValueError(f"bundle {path} does not hold frontier predictors")
+    return Bundle(predictors=preds, manifest=manifest)

@@ -1,0 +1,136 @@
+"""Held-out evaluation per family, next to a token-count-only baseline (paper Figure 7).
+
+Split: rows are held out by *token point*, not by row. A token point is the token axis of a
+family's query (GEMM m; attention (kind, batch size, prefill length, decode context); MoE
+tokens; comm message bytes). A held-out token point is unseen for every shape, so the model
+must interpolate along the axis the simulator moves along (batches grow and shrink every
+step) instead of copying a neighbouring row of the same m/batch. Shapes themselves (n, k,
+heads, expert shapes) stay in training: a deployment's shapes are profiled, its token
+counts are not. Points are drawn with numpy's default_rng(split_seed).
+
+Baseline: for each shape group (the shape columns without the token axis and without the
+routed-load statistics), latency = a + b * tokens fitted by least squares on relative error
+(weights 1/latency) over the same training rows; a group with < 2 training rows uses the
+mean latency of its training rows, or the family-wide fit.
+
+Metrics: APE = |pred / measured - 1| in percent; p50, p95 and mean (MAPE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from calibration import features as F
+
+TOKEN_POINT = {"linear": ("m",),
+               "attention": ("op_name", "batch_size", "prefill_len_max", "decode_ctx_max"),
+               "moe": ("num_tokens",),
+               "comm": ("message_bytes",)}
+SHAPE_GROUP = {"linear": ("timing_mode", "dtype", "n", "k"),
+               "attention": ("timing_mode", "is_mla", "kv_dtype", "num_heads", "num_kv_heads",
+                             "head_dim", "window_size"),
+               "moe": ("timing_mode", "moe_dtype", "hidden_size", "inter_size", "topk",
+                       "num_experts", "moe_tp_size", "moe_ep_size"),
+               "comm": ("timing_mode", "op_name", "num_gpus", "link", "framework")}
+
+
+@dataclass(frozen=True)
+class FamilyError:
+    """Held-out error of one family (percent)."""
+
+    family: str
+    train_rows: int
+    rows: int                  # held-out rows
+    p50: float
+    p95: float
+    mape: float
+    baseline_p50: float
+    baseline_p95: float
+    baseline_mape: float
+    out_of_range: int          # held-out rows flagged outside the training range
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def holdout_mask(df: pd.DataFrame, family: str, holdout_fraction: float, split_seed: int) -> np.ndarray:
+    """Boolean mask of held-out rows: whole token points, drawn with `split_seed`."""
+    if not 0.0 < holdout_fraction < 1.0:
+        raise ValueError(f"holdout_fraction={holdout_fraction} must be in (0, 1)")
+    cols = list(TOKEN_POINT[family])
+    point = df[cols].astype(str).agg("|".join, axis=1) if len(cols) > 1 else df[cols[0]].astype(str)
+    uniq = np.array(sorted(point.unique()))
+    rng = np.random.default_rng(split_seed)
+    n_out = max(1, int(round(holdout_fraction * len(uniq))))
+    held = set(rng.choice(uniq, size=n_out, replace=False))
+    return point.isin(held).to_numpy()
+
+
+def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return np.abs(np.asarray(pred, float) / np.asarray(meas, float) - 1.0) * 100.0
+
+
+def _summary(a: np.ndarray) -> tuple[float, float, float]:
+    a = a[np.isfinite(a)]
+    if len(a) == 0:
+        return float("nan"), float("nan"), float("nan")
+    return float(np.percentile(a, 50)), float(np.percentile(a, 95)), float(a.mean())
+
+
+def _wls(t: np.ndarray, y: np.ndarray) -> np.ndarray:
+    w = 1.0 / y
+    A = np.column_stack([np.ones_like(t), t]) * w[:, None]
+    return np.linalg.lstsq(A, y * w, rcond=None)[0]
+
+
+def baseline_predict(train: pd.DataFrame, test: pd.DataFrame, family: str) -> np.ndarray:
+    """Token-count-only baseline: per shape group, latency linear in tokens (fit on `train`)."""
+    tok_tr = F.tokens_of(F.canon_from_rows(train, family), family)
+    tok_te = F.tokens_of(F.canon_from_rows(test, family), family)
+    y_tr = train["latency_s_median"].to_numpy(float)
+    cols = list(SHAPE_GROUP[family])
+    g_tr = train[cols].astype(str).agg("|".join, axis=1).to_numpy()
+    g_te = test[cols].astype(str).agg("|".join, axis=1).to_numpy()
+    overall = _wls(tok_tr, y_tr)
+    out = np.empty(len(test))
+    order = pd.Series(np.arange(len(train))).groupby(g_tr).indices
+    for g in np.unique(g_te):
+        rows = g_te == g
+        idx = order.get(g)
+        if idx is None:
+            coef = overall
+        elif len(np.unique(tok_tr[idx])) < 2:
+            out[rows] = y_tr[idx].mean()
+            continue
+        else:
+            coef = _wls(tok_tr[idx], y_tr[idx])
+        out[rows] = coef[0] + coef[1] * tok_te[rows]
+    return np.maximum(out, 1e-9)
+
+
+def evaluate_family(df: pd.DataFrame, family: str, holdout_fraction: float = 0.2, split_seed: int = 0,
+                    predictor_params: dict | None = None):
+    """Fit on the training split, score the held-out split. Returns (FamilyError, predictor)."""
+    from calibration.predictors import make_predictor
+
+    pred = make_predictor(family, **(predictor_params or {}))
+    df = pred.select_rows(df).reset_index(drop=True)
+    test = holdout_mask(df, family, holdout_fraction, split_seed)
+    train_df, test_df = df[~test].reset_index(drop=True), df[test].reset_index(drop=True)
+    pred.fit(train_df)
+    meas = test_df["latency_s_median"].to_numpy(float)
+    canon = F.canon_from_rows(test_df, family)
+    p = np.empty(len(test_df))
+    oor = np.zeros(len(test_df), dtype=bool)
+    modes = test_df["timing_mode"].astype(str).to_numpy()
+    for mode in np.unique(modes):
+        sel = modes == mode
+        sub = {k: np.asarray(v)[sel] for k, v in canon.items()}
+        p[sel], oor[sel] = pred.predict_canon(sub, mode)
+    m50, m95, mm = _summary(ape(p, meas))
+    b50, b95, bm = _summary(ape(baseline_predict(train_df, test_df, family), meas))
+    err = FamilyError(family, len(train_df), len(test_df), m50, m95, mm, b50, b95, bm, int(oor.sum()))
+    return err, pred

@@ -1,0 +1,312 @@
+"""Feature functions per operator family, shared by training rows and simulator op specs.
+
+Both inputs go through one *canonical table* per family (a dict of equal-length numpy
+arrays named like the profile-schema columns), and one featurizer turns a canonical
+table into the model matrix:
+
+    profile rows (DataFrame) --canon_from_rows--\\
+                                                 >-- canonical table --featurize--> X
+    op specs (GemmOp, ...)   --canon_from_ops---/
+
+so the simulator's queries see exactly the features the models were fitted on.
+Features are log2 of physical quantities (FLOPs, bytes, tile counts) next to the raw
+shape, which lets small forests interpolate between measured shapes. Targets are
+log(latency_s) (see ``calibration.predictors.base``).
+
+Mapping of op specs onto the schema (the rules the simulator relies on):
+- GemmOp: dtype from the quantization: compute "fp8" -> "fp8_block" when the weights carry
+  block scales (weight_bytes_per_param > 1.0), else "fp8"; compute "fp4" -> "nvfp4";
+  compute "bf16" with sub-byte weights -> "int4_wo"; else "bf16".
+- AttentionOp: decode_ctx in the schema counts the KV tokens incl. the new one, the op
+  counts the context before it, so schema decode_ctx = op decode_ctx + 1.
+- MoeOp: the op is already a rank's shard, so it maps to moe_tp_size = moe_ep_size = 1 with
+  num_experts = num_local_experts and inter_size = the op's (sharded) inter; routed pairs
+  and the load statistics come from the op (tokens_per_expert when given).
+- CommOp: kind -> op_name, bytes -> message_bytes, group_size -> num_gpus.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from frontier.ops import AttentionOp, CommOp, GemmOp, MoeOp
+
+Canon = dict[str, np.ndarray]
+
+RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
+_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,
+                "int4_wo": 0.5, "nvfp4": 0.5, "mxfp4": 0.5, "w4a16_mxfp4": 0.5, "w4a8_mxfp4_mxfp8": 0.5}
+COMM_OP_CODES = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3, "p2p": 4}
+LINK_CODES = {"nvlink": 0, "pcie": 1, "network": 2}
+
+CANON_COLUMNS: dict[str, tuple[str, ...]] = {
+    "linear": ("m", "n", "k", "dtype"),
+    "attention": ("op_name", "batch_size", "num_prefill", "num_decode", "prefill_tokens",
+                  "prefill_len_min", "prefill_len_max", "prefill_len_mean", "prefill_len_p50",
+                  "prefill_len_p90", "prefill_ctx_max", "prefill_pairs",
+                  "decode_ctx_min", "decode_ctx_max", "decode_ctx_mean", "decode_ctx_p50",
+                  "decode_ctx_p90", "num_heads", "num_kv_heads", "head_dim", "window_size",
+                  "kv_dtype", "is_mla"),
+    "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+            "moe_ep_size", "moe_dtype", "routed_pairs", "max_tokens_per_expert",
+            "var_tokens_per_expert"),
+    "comm": ("op_name", "message_bytes", "num_gpus", "link"),
+}
+# The columns that name a sub-model (the kernel family changes with them).
+SUBMODEL_KEY = {"linear": "dtype", "attention": "kv_dtype", "moe": "moe_dtype", "comm": "op_name"}
+# The token axis of each family (what the token-count-only baseline regresses on).
+TOKENS = {"linear": "m", "attention": "num_tokens", "moe": "num_tokens", "comm": "message_bytes"}
+
+
+def _lg(x) -> np.ndarray:
+    return np.log2(1.0 + np.asarray(x, dtype=float))
+
+
+# ---------------------------------------------------------------- rows -> canonical
+
+def canon_from_rows(df: pd.DataFrame, family: str) -> Canon:
+    """Canonical table of profile rows (schema columns; see frontier.profile_schema)."""
+    if family == "attention":
+        return _attention_rows(df)
+    if family == "moe":
+        return _moe_rows(df)
+    out = {c: df[c].to_numpy() for c in CANON_COLUMNS[family]}
+    return out
+
+
+def _attention_rows(df: pd.DataFrame) -> Canon:
+    out = {c: df[c].to_numpy() for c in CANON_COLUMNS["attention"]
+           if c in df.columns and c != "prefill_pairs"}
+    out["prefill_ctx_max"] = df["prefill_ctx_max"].fillna(0).to_numpy(float)
+    out["window_size"] = df["window_size"].fillna(0).to_numpy(float)
+    out["is_mla"] = df["is_mla"].fillna(False).to_numpy(bool)
+    mean = df["prefill_len_mean"].to_numpy(float)
+    # exact for uniform rows (every measured row): n*ctx + n(n+1)/2 per request
+    out["prefill_pairs"] = df["num_prefill"].to_numpy(float) * (mean * out["prefill_ctx_max"] + mean * (mean + 1) / 2)
+    return out
+
+
+def _moe_rows(df: pd.DataFrame) -> Canon:
+    out = {c: df[c].to_numpy() for c in CANON_COLUMNS["moe"] if c in df.columns and c != "routed_pairs"}
+    tok, k = df["num_tokens"].to_numpy(float), df["topk"].to_numpy(float)
+    e, ep = df["num_experts"].to_numpy(float), df["moe_ep_size"].to_numpy(float)
+    out["routed_pairs"] = tok * k / ep            # rank 0's share of the (token, expert) pairs
+    mx, var = _load_stats_from_distribution(df["distribution"].fillna("balanced").to_numpy(), tok * k, e, ep)
+    given_mx = df["max_tokens_per_expert"].to_numpy(float)
+    given_var = df["var_tokens_per_expert"].to_numpy(float)
+    out["max_tokens_per_expert"] = np.where(np.isnan(given_mx), mx, given_mx)
+    out["var_tokens_per_expert"] = np.where(np.isnan(given_var), var, given_var)
+    return out
+
+
+def _load_stats_from_distribution(dist: np.ndarray, pairs: np.ndarray, experts: np.ndarray,
+                                  ep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Expected max / variance of tokens per local expert for AIC's named router skews.
+
+    balanced: pairs spread evenly. power_law_<a>: expert i of E receives a share
+    proportional to (i+1)^-a; the measured rank is assumed to hold the E/ep hottest
+    experts (a proxy: AIC's exact sampler is not reproduced, only its skew order).
+    """
+    mx, var = np.empty(len(dist)), np.empty(len(dist))
+    for i, (d, p, e, r) in enumerate(zip(dist, pairs, experts, ep)):
+        e, local = int(e), max(1, int(e // r))
+        if not str(d).startswith("power_law_"):
+            mx[i], var[i] = np.ceil(p / e), 0.0
+            continue
+        share = np.arange(1, e + 1, dtype=float) ** -float(str(d)[len("power_law_"):])
+        load = p * share / share.sum()
+        mx[i], var[i] = np.ceil(load[0]), float(np.var(load[:local]))
+    return mx, var
+
+
+# ---------------------------------------------------------------- ops -> canonical
+
+def gemm_dtype(op: GemmOp) -> str:
+    if op.compute_dtype == "fp8":
+        return "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8"
+    if op.compute_dtype == "fp4":
+        return "nvfp4"
+    return "int4_wo" if op.weight_bytes_per_param < 1.0 else "bf16"
+
+
+def _stats(xs: Sequence[int]) -> tuple[float, float, float, float, float]:
+    if not xs:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    a = np.asarray(xs, dtype=float)
+    return float(a.min()), float(a.max()), float(a.mean()), float(np.percentile(a, 50)), float(np.percentile(a, 90))
+
+
+def _kv_dtype(kv_bytes: float) -> str:
+    return "fp8" if kv_bytes <= 1.0 else "bf16"
+
+
+def attention_canon_row(op: AttentionOp) -> dict[str, object]:
+    """One canonical attention row of an op: the batch's length distribution + head shape."""
+    pmin, pmax, pmean, p50, p90 = _stats(op.prefill_new)
+    dec = [c + 1 for c in op.decode_ctx]             # schema counts the new token's KV too
+    dmin, dmax, dmean, d50, d90 = _stats(dec)
+    pairs = float(sum(n * c + n * (n + 1) / 2 for n, c in zip(op.prefill_new, op.prefill_ctx)))
+    kind = "mixed" if op.prefill_new and op.decode_ctx else ("context" if op.prefill_new else "generation")
+    return {"op_name": kind, "batch_size": op.num_reqs, "num_prefill": len(op.prefill_new),
+            "num_decode": len(op.decode_ctx), "prefill_tokens": sum(op.prefill_new),
+            "prefill_len_min": pmin, "prefill_len_max": pmax, "prefill_len_mean": pmean,
+            "prefill_len_p50": p50, "prefill_len_p90": p90,
+            "prefill_ctx_max": float(max(op.prefill_ctx, default=0)), "prefill_pairs": pairs,
+            "decode_ctx_min": dmin, "decode_ctx_max": dmax, "decode_ctx_mean": dmean,
+            "decode_ctx_p50": d50, "decode_ctx_p90": d90, "num_heads": op.num_heads,
+            "num_kv_heads": op.num_kv_heads, "head_dim": op.head_dim, "window_size": 0.0,
+            "kv_dtype": _kv_dtype(op.kv_bytes_per_elem), "is_mla": op.is_mla}
+
+
+def canon_row_from_op(op) -> tuple[str, dict[str, object]]:
+    """(family, canonical row) of one op spec; ValueError for families without a predictor."""
+    if isinstance(op, GemmOp):
+        return "linear", {"m": op.m, "n": op.n, "k": op.k, "dtype": gemm_dtype(op)}
+    if isinstance(op, AttentionOp):
+        return "attention", attention_canon_row(op)
+    if isinstance(op, MoeOp):
+        loads = op.tokens_per_expert
+        if loads is None:
+            mx, var = float(np.ceil(op.routed_pairs / op.num_local_experts)), 0.0
+        else:
+            mx, var = float(max(loads)), float(np.var(loads))
+        dtype = {"bf16": "bf16", "fp8": "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8",
+                 "fp4": "nvfp4"}[op.compute_dtype]
+        return "moe", {"num_tokens": op.tokens, "hidden_size": op.hidden, "inter_size": op.inter,
+                       "topk": op.topk, "num_experts": op.num_local_experts, "moe_tp_size": 1,
+                       "moe_ep_size": 1, "moe_dtype": dtype, "routed_pairs": op.routed_pairs,
+                       "max_tokens_per_expert": mx, "var_tokens_per_expert": var}
+    if isinstance(op, CommOp):
+        return "comm", {"op_name": op.kind, "message_bytes": op.bytes, "num_gpus": op.group_size,
+                        "link": op.link}
+    raise ValueError(f"no learned predictor family for {type(op).__name__}; price it with the roofline")
+
+
+def canon_from_records(records: Sequence[dict], family: str) -> Canon:
+    """Canonical table from canonical rows (dicts)."""
+    return {c: np.asarray([r[c] for r in records]) for c in CANON_COLUMNS[family]}
+
+
+def canon_from_ops(ops: Sequence, family: str) -> Canon:
+    """Canonical table of op specs that all belong to `family`."""
+    rows = []
+    for op in ops:
+        fam, row = canon_row_from_op(op)
+        if fam != family:
+            raise ValueError(f"{type(op).__name__} is family {fam!r}, not {family!r}")
+        rows.append(row)
+    return canon_from_records(rows, family)
+
+
+# ---------------------------------------------------------------- canonical -> features
+
+FEATURE_NAMES: dict[str, tuple[str, ...]] = {
+    "linear": ("lg_m", "lg_n", "lg_k", "lg_flops", "lg_bytes", "lg_roof",
+               "lg_mt64", "lg_tiles64", "lg_padflops64", "lg_mt128", "lg_tiles128", "lg_padflops128",
+               "lg_mt256", "lg_tiles256", "lg_padflops256"),
+    "attention": ("lg_batch", "lg_num_prefill", "lg_num_decode", "lg_prefill_tokens", "lg_tokens",
+                  "lg_pl_min", "lg_pl_max", "lg_pl_mean", "lg_pl_p50", "lg_pl_p90", "lg_pctx_max",
+                  "lg_dc_min", "lg_dc_max", "lg_dc_mean", "lg_dc_p50", "lg_dc_p90",
+                  "lg_heads", "lg_kv_heads", "lg_head_dim", "lg_window", "kv_bytes", "is_mla",
+                  "lg_prefill_flops", "lg_decode_kv_bytes", "lg_flops", "lg_q_tiles"),
+    "moe": ("lg_tokens", "lg_hidden", "lg_inter_rank", "lg_topk", "lg_experts", "lg_local_experts",
+            "lg_pairs", "lg_max_load", "lg_std_load", "skew", "lg_active_experts", "lg_flops",
+            "lg_weight_bytes", "lg_max_expert_flops"),
+    "comm": ("lg_bytes", "num_gpus", "op_code", "link_code", "lg_bus_bytes"),
+}
+
+
+def featurize(canon: Canon, family: str) -> np.ndarray:
+    """Model matrix (rows x FEATURE_NAMES[family]) of a canonical table."""
+    return {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm}[family](canon)
+
+
+def _f(canon: Canon, name: str) -> np.ndarray:
+    return np.asarray(canon[name], dtype=float)
+
+
+def _linear(c: Canon) -> np.ndarray:
+    m, n, k = _f(c, "m"), _f(c, "n"), _f(c, "k")
+    wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["dtype"]])
+    flops = 2 * m * n * k
+    nbytes = n * k * wbytes + 2 * (m * k + m * n)
+    cols = [_lg(m), _lg(n), _lg(k), _lg(flops), _lg(nbytes), _lg(np.maximum(flops / RIDGE_FLOP_PER_BYTE, nbytes))]
+    for tile in (64, 128, 256):
+        mt = np.ceil(m / tile)
+        cols += [_lg(mt), _lg(mt * np.ceil(n / 128)), _lg(2 * mt * tile * n * k)]
+    return np.column_stack(cols)
+
+
+def _attention(c: Canon) -> np.ndarray:
+    heads, kvh, hd = _f(c, "num_heads"), _f(c, "num_kv_heads"), _f(c, "head_dim")
+    window = _f(c, "window_size")
+    kvb = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["kv_dtype"]])
+    nd, dmean = _f(c, "num_decode"), _f(c, "decode_ctx_mean")
+    eff_dmean = np.where(window > 0, np.minimum(dmean, window), dmean)
+    pairs = _f(c, "prefill_pairs")
+    pmean, npre = _f(c, "prefill_len_mean"), _f(c, "num_prefill")
+    # sliding window caps each query's keys at `window`
+    pairs = np.where(window > 0, np.minimum(pairs, npre * pmean * window), pairs)
+    prefill_flops = 4 * heads * hd * pairs
+    decode_kv_bytes = nd * eff_dmean * 2 * kvh * hd * kvb
+    decode_flops = 4 * heads * hd * nd * eff_dmean
+    tokens = _f(c, "prefill_tokens") + nd
+    q_tiles = npre * np.ceil(pmean / 128) * heads + nd * kvh
+    cols = [_lg(c["batch_size"]), _lg(npre), _lg(nd), _lg(c["prefill_tokens"]), _lg(tokens)]
+    cols += [_lg(c[k]) for k in ("prefill_len_min", "prefill_len_max", "prefill_len_mean",
+                                 "prefill_len_p50", "prefill_len_p90", "prefill_ctx_max",
+                                 "decode_ctx_min", "decode_ctx_max", "decode_ctx_mean",
+                                 "decode_ctx_p50", "decode_ctx_p90")]
+    cols += [_lg(heads), _lg(kvh), _lg(hd), _lg(window), kvb, np.asarray(c["is_mla"], dtype=float),
+             _lg(prefill_flops), _lg(decode_kv_bytes), _lg(prefill_flops + decode_flops), _lg(q_tiles)]
+    return np.column_stack(cols)
+
+
+def _moe(c: Canon) -> np.ndarray:
+    tok, hid, k = _f(c, "num_tokens"), _f(c, "hidden_size"), _f(c, "topk")
+    inter_rank = _f(c, "inter_size") / _f(c, "moe_tp_size")
+    experts, local = _f(c, "num_experts"), np.maximum(1.0, _f(c, "num_experts") / _f(c, "moe_ep_size"))
+    pairs, mx = _f(c, "routed_pairs"), _f(c, "max_tokens_per_expert")
+    std = np.sqrt(np.maximum(_f(c, "var_tokens_per_expert"), 0.0))
+    mean_load = np.maximum(pairs / local, 1e-9)
+    active = np.minimum(local, np.maximum(pairs, 1.0))
+    wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["moe_dtype"]])
+    cols = [_lg(tok), _lg(hid), _lg(inter_rank), _lg(k), _lg(experts), _lg(local), _lg(pairs),
+            _lg(mx), _lg(std), mx / mean_load, _lg(active), _lg(6 * hid * inter_rank * pairs),
+            _lg(3 * hid * inter_rank * active * wbytes), _lg(6 * hid * inter_rank * mx)]
+    return np.column_stack(cols)
+
+
+def _comm(c: Canon) -> np.ndarray:
+    nbytes, g = _f(c, "message_bytes"), _f(c, "num_gpus")
+    ops = np.array([COMM_OP_CODES.get(str(o), -1) for o in c["op_name"]], dtype=float)
+    links = np.array([LINK_CODES.get(str(x), -1) for x in c["link"]], dtype=float)
+    bus = np.where(ops == 0, 2 * (g - 1) / g, (g - 1) / g) * nbytes   # nccl-tests bus-bytes factor
+    return np.column_stack([_lg(nbytes), g, ops, links, _lg(bus)])
+
+
+def tokens_of(canon: Canon, family: str) -> np.ndarray:
+    """The token-count axis of a family (m, tokens in the batch, tokens into MoE, message bytes)."""
+    if family == "attention":
+        return _f(canon, "prefill_tokens") + _f(canon, "num_decode")
+    return _f(canon, TOKENS[family])
+
+
+def split_mixed(canon: Canon) -> tuple[Canon, Canon]:
+    """(prefill-only part, decode-only part) of an attention canonical table."""
+    pre, dec = dict(canon), dict(canon)
+    zero = np.zeros(len(canon["batch_size"]))
+    for k in ("decode_ctx_min", "decode_ctx_max", "decode_ctx_mean", "decode_ctx_p50", "decode_ctx_p90"):
+        pre[k] = zero
+    pre["num_decode"] = zero
+    pre["batch_size"] = canon["num_prefill"]
+    pre["op_name"] = np.full(len(zero), "context", dtype=object)
+    for k in ("prefill_len_min", "prefill_len_max", "prefill_len_mean", "prefill_len_p50",
+              "prefill_len_p90", "prefill_ctx_max", "prefill_pairs", "prefill_tokens", "num_prefill"):
+        dec[k] = zero
+    dec["batch_size"] = canon["num_decode"]
+    dec["op_name"] = np.full(len(zero), "generation", dtype=object)
+    return pre, dec

@@ -1,0 +1,288 @@
+"""Import NVIDIA AIConfigurator's (AIC) perf database into the profile schema.
+
+Layout read: ``systems/data/<gpu>/<op_family>/<framework>/<version>/<table>.parquet``
+(README: ../shared/datasets/aiconfigurator). For every AIC GPU that has ``vllm`` tables
+and a frontier catalogue entry:
+
+* linear    <- ``gemm/vllm/<v>/gemm_perf``: every gemm_dtype and kernel_source row.
+* attention <- ``context_attention_perf`` (b prompts of isl tokens, no cached prefix),
+  ``generation_attention_perf`` (b decodes, KV length step+1 each), both scope "kernel"
+  (vLLM backend ``impl.forward`` incl. the KV-cache write); and the MLA module tables
+  ``mla_{context,generation}_module_perf`` as ``is_mla`` rows of scope "module": the whole
+  vLLM ``DeepseekV2MLAAttention`` layer (q/kv projections, RoPE, MLA kernel, output
+  projection). For MLA generation ``step`` is taken as the KV length (AIC README).
+  MLA rows carry num_kv_heads=1 and head_dim=kv_lora_rank+qk_rope_head_dim (the latent
+  cache width).
+* moe       <- ``moe_perf``: every dtype and distribution. Per-expert load stats are null:
+  the collector that draws tokens per expert is not shipped in aiconfigurator-core.
+* comm      <- ``comm/vllm/<v>/custom_allreduce_perf`` and ``comm/{nccl,oneccl}/<v>``.
+  message_bytes = message_size (elements) x dtype bytes.
+
+Timings: AIC replays CUDA graphs and records the mean of the replays (ms); it is stored
+as ``latency_s_median`` (seconds), p10/p90/num_samples null, timing_mode "kernel". The
+custom all-reduce ``vllm_eager`` backend rows run eagerly -> "launch". nccl-tests rows
+(back-to-back kernel loops) -> "kernel".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from calibration.importers.rows import DTYPE_BYTES, ImportReport, add, finish, write_rows
+from frontier import profile_schema as ps
+from frontier.gpu import get_gpu
+
+FAMILIES = ("linear", "attention", "moe", "comm")
+_PCIE_ONLY = {"L40S", "L4"}  # catalogue GPUs with no NVLink: intra-node comm goes over PCIe
+_COMM_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
+             "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
+# Latent dims of the models in the MLA module tables (from their HF config.json).
+_MLA_DIMS = {"deepseek-ai/DeepSeek-V3": dict(kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
+                                             qk_rope_head_dim=64, v_head_dim=128)}
+
+
+def import_aiconfigurator(data_root: Path | None, out_root: Path, gpus=None, families=None,
+                          version: str | None = None) -> dict[str, int]:
+    """Import AIC tables under ``data_root`` (None: the installed aiconfigurator_core) into
+    ``out_root``; returns rows written per family. See :func:`import_aiconfigurator_report`."""
+    return import_aiconfigurator_report(data_root, out_root, gpus, families, version).rows
+
+
+def import_aiconfigurator_report(data_root: Path | None, out_root: Path, gpus=None, families=None,
+                                 version: str | None = None) -> ImportReport:
+    """Like :func:`import_aiconfigurator`, returning rows per (gpu, family) and what was skipped.
+
+    ``gpus``: AIC names ("h200_sxm") or catalogue names ("H200"); None = all with vllm tables.
+    ``version``: vLLM version folder; None = query_versions.yaml "current" (else newest).
+    """
+    systems = _systems_dir(data_root)
+    families = tuple(families) if families else FAMILIES
+    bad = [f for f in families if f not in FAMILIES]
+    if bad:
+        raise ValueError(f"unknown AIC families {bad}; valid: {', '.join(FAMILIES)}")
+    rows: dict[str, int] = {}
+    by_gpu: dict[str, dict[str, int]] = {}
+    skipped: list[str] = []
+    for aic_gpu in _select_gpus(systems, gpus, skipped):
+        gpu = get_gpu(aic_gpu).name
+        vdir = _vllm_version_dir(systems, aic_gpu, version, skipped)
+        if vdir is None:
+            continue
+        for family in families:
+            frames = _FAMILY_READERS[family](systems, aic_gpu, gpu, vdir, skipped)
+            add(rows, by_gpu, gpu, family, write_rows(frames, out_root, family, gpu))
+    return ImportReport(rows=rows, rows_by_gpu=by_gpu, skipped=tuple(skipped))
+
+
+def _systems_dir(data_root: Path | None) -> Path:
+    if data_root is None:
+        spec = importlib.util.find_spec("aiconfigurator_core")
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError("aiconfigurator_core is not installed; pass a path to the AIC systems/ folder")
+        data_root = Path(list(spec.submodule_search_locations)[0])
+    root = Path(data_root)
+    for cand in (root, root / "systems"):
+        if (cand / "data").is_dir():
+            return cand
+    raise ValueError(f"no AIC systems/data folder under {root}; pass the aiconfigurator systems/ folder or its parent")
+
+
+def _select_gpus(systems: Path, wanted, skipped: list[str]) -> list[str]:
+    have = sorted(p.name for p in (systems / "data").iterdir() if any(p.glob("*/vllm")))
+    if wanted:
+        keys = {_key(w) for w in wanted}
+        chosen = [g for g in have if _key(g) in keys or _catalogue_key(g) in keys]
+        if not chosen:
+            raise ValueError(f"no AIC vllm data for GPUs {list(wanted)}; valid: {', '.join(have)}")
+        have = chosen
+    out = []
+    for g in have:
+        try:
+            get_gpu(g)
+            out.append(g)
+        except ValueError:
+            skipped.append(f"{g}: no frontier catalogue GPU for this AIC system")
+    return out
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(name).lower())
+
+
+def _catalogue_key(aic_gpu: str) -> str | None:
+    try:
+        return _key(get_gpu(aic_gpu).name)
+    except ValueError:
+        return None
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def _vllm_version_dir(systems: Path, aic_gpu: str, version: str | None, skipped: list[str]) -> str | None:
+    found = sorted({p.name for p in (systems / "data" / aic_gpu).glob("*/vllm/*") if p.is_dir()}, key=_version_key)
+    if version is not None:
+        if version not in found:
+            skipped.append(f"{aic_gpu}: no vllm {version} data (have {', '.join(found)})")
+            return None
+        return version
+    current = _query_current(systems, aic_gpu, "vllm")
+    return current if current in found else found[-1]
+
+
+def _query_current(systems: Path, aic_gpu: str, framework: str) -> str | None:
+    path = systems / "query_versions.yaml"
+    if not path.exists():
+        return None
+    q = yaml.safe_load(path.read_text()) or {}
+    slot = (q.get("overrides") or {}).get(aic_gpu, {}).get(framework) or (q.get("defaults") or {}).get(framework) or {}
+    return slot.get("current")
+
+
+def _read(systems: Path, aic_gpu: str, rel: str, skipped: list[str]) -> tuple[pd.DataFrame, str] | None:
+    """Table ``rel`` (``<op>/vllm/<v>/<table>.parquet``); if the vllm version lacks it, the newest
+    older vllm version that has it (AIC's backward fill; rows keep their own version)."""
+    path = systems / "data" / aic_gpu / rel
+    if not path.exists() and "/vllm/" in rel:
+        op, _, want, table = rel.split("/")
+        older = [p for p in (systems / "data" / aic_gpu / op / "vllm").glob(f"*/{table}")
+                 if _version_key(p.parent.name) < _version_key(want)]
+        if older:
+            path = max(older, key=lambda p: _version_key(p.parent.name))
+            rel = f"{op}/vllm/{path.parent.name}/{table}"
+            skipped.append(f"{aic_gpu}: {op}/vllm/{want}/{table} absent, backfilled from {rel}")
+    if not path.exists():
+        skipped.append(f"{aic_gpu}: {rel} absent")
+        return None
+    return pd.read_parquet(path), f"data/{aic_gpu}/{rel}"
+
+
+def _provenance(df: pd.DataFrame, gpu: str, table: str, framework: str, folder_version: str) -> dict:
+    version = df["version"].astype(str) if "version" in df else folder_version
+    device = df["device"].astype(str) if "device" in df else None
+    return dict(gpu=gpu, device_name=device, framework=framework, framework_version=version,
+                kernel_source=df["kernel_source"].astype(str), source="aiconfigurator", source_table=table)
+
+
+def _ms_to_s(df: pd.DataFrame) -> pd.Series:
+    return df["latency"].astype(float) / 1e3
+
+
+def _linear(systems, aic_gpu, gpu, vdir, skipped):
+    got = _read(systems, aic_gpu, f"gemm/vllm/{vdir}/gemm_perf.parquet", skipped)
+    if got is None:
+        return []
+    d, table = got
+    out = pd.DataFrame({"op_name": "gemm", "m": d["m"], "n": d["n"], "k": d["k"],
+                        "dtype": d["gemm_dtype"].map(ps.normalize_dtype), "latency_s_median": _ms_to_s(d)})
+    return [finish(out, "linear", timing_mode="kernel", backend="vllm",
+                   **_provenance(d, gpu, table, "vllm", vdir))]
+
+
+def _attention(systems, aic_gpu, gpu, vdir, skipped):
+    frames = []
+    for table, op in (("context_attention_perf", "context"), ("generation_attention_perf", "generation")):
+        got = _read(systems, aic_gpu, f"attention/vllm/{vdir}/{table}.parquet", skipped)
+        if got is not None:
+            d, rel = got
+            cols = dict(num_heads=d["num_heads"], num_kv_heads=d["num_key_value_heads"], head_dim=d["head_dim"],
+                        window_size=d["window_size"] if "window_size" in d else 0, attn_dtype=d["attn_dtype"].map(ps.normalize_dtype),
+                        kv_dtype=d["kv_cache_dtype"].map(ps.normalize_dtype), is_mla=False)
+            frames.append(_uniform_batch(d, op, "kernel", gpu, rel, vdir, cols, ctx_offset=1))
+    dims_skipped = set()
+    for table, op in (("mla_context_module_perf", "context"), ("mla_generation_module_perf", "generation")):
+        got = _read(systems, aic_gpu, f"mla/vllm/{vdir}/{table}.parquet", skipped)
+        if got is not None:
+            d, rel = got
+            dims = pd.DataFrame([_MLA_DIMS.get(m, {}) for m in d["model"]], index=d.index)
+            dims_skipped |= {m for m in d["model"].unique() if m not in _MLA_DIMS}
+            for c in ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                dims[c] = dims[c] if c in dims else None
+            cols = dict(num_heads=d["num_heads"], num_kv_heads=1, window_size=0,
+                        head_dim=(dims["kv_lora_rank"] + dims["qk_rope_head_dim"]).astype("Int64"),
+                        attn_dtype=d["mla_dtype"].map(ps.normalize_dtype),
+                        kv_dtype=d["kv_cache_dtype"].map(ps.normalize_dtype), is_mla=True,
+                        mla_gemm_dtype=d["gemm_type"].map(ps.normalize_dtype), **{c: dims[c] for c in dims})
+            frames.append(_uniform_batch(d, op, "module", gpu, rel, vdir, cols, ctx_offset=0))
+    for m in sorted(dims_skipped):
+        skipped.append(f"{aic_gpu}: MLA dims unknown for {m} (kv_lora_rank etc. left null)")
+    return frames
+
+
+def _uniform_batch(d, op, scope, gpu, table, vdir, cols, ctx_offset):
+    """Distribution columns of a batch of ``batch_size`` identical requests.
+
+    context: each request prefills ``isl`` new tokens, no cached prefix.
+    generation: each request decodes one token over ``step + ctx_offset`` KV tokens.
+    """
+    b = d["batch_size"].astype("int64")
+    zero = pd.Series(0, index=d.index, dtype="int64")
+    if op == "context":
+        plen, dctx, n_pre, n_dec = d["isl"].astype("int64"), zero, b, zero
+    else:
+        plen, dctx, n_pre, n_dec = zero, d["step"].astype("int64") + ctx_offset, zero, b
+    out = pd.DataFrame({"op_name": op, "scope": scope, "batch_size": b, "num_prefill": n_pre, "num_decode": n_dec,
+                        "prefill_tokens": n_pre * plen, "prefill_ctx_max": zero,
+                        "latency_s_median": _ms_to_s(d), **cols})
+    for stat in ("min", "max", "mean", "p50", "p90"):
+        out[f"prefill_len_{stat}"] = plen
+        out[f"decode_ctx_{stat}"] = dctx
+    return finish(out, "attention", timing_mode="kernel", backend="vllm", **_provenance(d, gpu, table, "vllm", vdir))
+
+
+def _moe(systems, aic_gpu, gpu, vdir, skipped):
+    got = _read(systems, aic_gpu, f"moe/vllm/{vdir}/moe_perf.parquet", skipped)
+    if got is None:
+        return []
+    d, table = got
+    cols = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "distribution"]
+    out = d[cols].copy()
+    out["op_name"] = "moe"
+    out["moe_dtype"] = d["moe_dtype"].map(ps.normalize_dtype)
+    out["latency_s_median"] = _ms_to_s(d)
+    return [finish(out, "moe", timing_mode="kernel", backend="vllm", **_provenance(d, gpu, table, "vllm", vdir))]
+
+
+def _comm(systems, aic_gpu, gpu, vdir, skipped):
+    link = "pcie" if gpu in _PCIE_ONLY else "nvlink"
+    frames = []
+    got = _read(systems, aic_gpu, f"comm/vllm/{vdir}/custom_allreduce_perf.parquet", skipped)
+    if got is not None:
+        d, table = got
+        frames.append(_comm_frame(d, d["allreduce_dtype"], d["backend"].astype(str), link, gpu, table, "vllm", vdir))
+    for fw in ("nccl", "oneccl"):
+        versions = sorted((p.name for p in (systems / "data" / aic_gpu / "comm" / fw).glob("*") if p.is_dir()),
+                          key=_version_key)
+        if not versions:
+            continue
+        want = str((_system_yaml(systems, aic_gpu).get("misc") or {}).get("nccl_version"))
+        v = want if want in versions else versions[-1]
+        got = _read(systems, aic_gpu, f"comm/{fw}/{v}/{fw}_perf.parquet", skipped)
+        if got is not None:
+            d, table = got
+            frames.append(_comm_frame(d, d["nccl_dtype"], fw, link, gpu, table, fw, v))
+    return frames
+
+
+def _comm_frame(d, dtype_col, backend, link, gpu, table, framework, version):
+    dtype = dtype_col.map(ps.normalize_dtype)
+    op = d["op_name"].map(_COMM_OPS)
+    out = pd.DataFrame({"op_name": op, "message_bytes": d["message_size"].astype("int64") * dtype.map(DTYPE_BYTES),
+                        "num_gpus": d["num_gpus"], "dtype": dtype, "link": link, "backend": backend,
+                        "latency_s_median": _ms_to_s(d)})
+    out["timing_mode"] = (out["backend"] == "vllm_eager").map({True: "launch", False: "kernel"})
+    return finish(out, "comm", **_provenance(d, gpu, table, framework, version))
+
+
+def _system_yaml(systems: Path, aic_gpu: str) -> dict:
+    path = systems / f"{aic_gpu}.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+_FAMILY_READERS = {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm}

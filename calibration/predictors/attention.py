@@ -1,0 +1,60 @@
+"""Attention family: random forests over the batch's length distribution.
+
+Features (calibration.features): batch size, prefill/decode request counts, total tokens,
+min/max/mean/p50/p90 of prefill lengths and of decode context lengths, cached-prefix max,
+head shape, window, KV dtype, plus FLOPs of the causal pairs, decode KV bytes and query
+tiles. One forest per (MHA | MLA module) x KV dtype.
+
+Mixed batches: measured tables (AIC) hold only uniform batches (all prefill of one length,
+or all decode of one context). When the training rows hold no "mixed" rows, a mixed batch
+is priced as the sum of its prefill part and its decode part, each from its own length
+distribution (vLLM runs one varlen kernel, so this counts one kernel's fixed cost twice:
+a few microseconds). Rows with op_name "mixed" (from the profiler) are fitted directly, and
+then mixed batches are queried as one vector.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from calibration import features as F
+from calibration.predictors.base import FamilyPredictor, forest
+
+
+class AttentionPredictor(FamilyPredictor):
+    family = "attention"
+    kernels_per_op = 2   # KV-cache write + attention kernel
+
+    def __init__(self, n_estimators: int = 24, min_samples_leaf: int = 2, max_features: float = 0.6,
+                 max_samples: float | None = 0.7, seed: int = 0):
+        self.params = dict(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
+                           max_features=max_features, max_samples=max_samples, seed=seed)
+
+    def make_model(self, n_rows: int):
+        return forest(**self.params)(n_rows)
+
+    def submodel_keys(self, canon: F.Canon) -> np.ndarray:
+        mla = np.asarray(canon["is_mla"], dtype=bool)
+        return np.asarray([f"{'mla' if m else 'mha'}:{d}" for m, d in zip(mla, canon["kv_dtype"])], dtype=object)
+
+    def fit(self, df: pd.DataFrame) -> "AttentionPredictor":
+        self.has_mixed = bool((df["op_name"] == "mixed").any())
+        return super().fit(df)
+
+    def predict_canon(self, canon: F.Canon, timing_mode: str = "kernel"):
+        names = np.asarray(canon["op_name"]).astype(str)
+        mixed = names == "mixed"
+        if self.has_mixed or not mixed.any():
+            return super().predict_canon(canon, timing_mode)
+        out = np.full(len(names), np.nan)
+        oor = np.ones(len(names), dtype=bool)
+        if (~mixed).any():
+            rest = {k: np.asarray(v)[~mixed] for k, v in canon.items()}
+            out[~mixed], oor[~mixed] = super().predict_canon(rest, timing_mode)
+        sub = {k: np.asarray(v)[mixed] for k, v in canon.items()}
+        pre, dec = F.split_mixed(sub)
+        p1, m1 = super().predict_canon(pre, timing_mode)
+        p2, m2 = super().predict_canon(dec, timing_mode)
+        out[mixed], oor[mixed] = p1 + p2, m1 | m2
+        return out, oor

@@ -1,0 +1,193 @@
+"""One fitted predictor per operator family: sub-models per kernel key, a fast query path.
+
+Contract (every family):
+- ``fit(df)`` takes profile rows of one family (frontier.profile_schema columns) and fits
+  one regressor per sub-model key (the column that switches kernels: GEMM/MoE dtype,
+  attention KV dtype and module scope, collective kind) on log(latency_s).
+- ``predict_s(ops, timing_mode)`` prices simulator op specs, ``predict_canon`` canonical
+  tables (profile rows): seconds, batched, plus a boolean mask of queries outside the
+  training range (any feature outside the sub-model's [min, max], or an unknown key).
+  Unknown keys price as NaN.
+- Memoization: feature vectors are rounded to a grid of 1/64 in log2 space (~1 %) and the
+  predictions cached per (key, grid point); ops are also cached by identity of value
+  (frozen dataclasses), so a repeated query is one dict lookup.
+
+Timing modes: a sub-model is fitted per (mode, key) that the rows hold. A mode without rows
+is derived from the other: launch = kernel + kernels_per_op x launch_overhead_s (and the
+reverse, floored at 10 % of the launch time). launch_overhead_s is measured as the median
+(launch - kernel) gap over shapes timed both ways when the rows have any, else
+DEFAULT_LAUNCH_OVERHEAD_S; ``launch_overhead_source`` says which.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from calibration import features as F
+
+DEFAULT_LAUNCH_OVERHEAD_S = 5e-6   # per kernel launch from Python (assumption, not measured here)
+GRID = 64.0                         # memo grid: 1/64 in log2 feature space
+_RANGE_TOL = 1e-6
+
+
+class FamilyPredictor:
+    """Per-family regressor set. Subclasses set `family`, `kernels_per_op`, `make_model`."""
+
+    family: str = ""
+    kernels_per_op: int = 1
+
+    def make_model(self, n_rows: int):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def submodel_keys(self, canon: F.Canon) -> np.ndarray:
+        return np.asarray([str(v) for v in canon[F.SUBMODEL_KEY[self.family]]], dtype=object)
+
+    def select_rows(self, df: pd.DataFrame) -> pd.DataFrame:
+        """Rows this family trains on (hook: e.g. drop rows a kernel never serves)."""
+        return df
+
+    # ------------------------------------------------------------------ fitting
+
+    def fit(self, df: pd.DataFrame) -> "FamilyPredictor":
+        df = self.select_rows(df).reset_index(drop=True)
+        if len(df) == 0:
+            raise ValueError(f"no {self.family} rows to fit")
+        canon = F.canon_from_rows(df, self.family)
+        X = F.featurize(canon, self.family)
+        y = np.log(df["latency_s_median"].to_numpy(float))
+        keys = self.submodel_keys(canon)
+        modes = df["timing_mode"].astype(str).to_numpy()
+        self.models, self.ranges, self.n_rows = {}, {}, {}
+        for mode in sorted(set(modes)):
+            for key in sorted(set(keys[modes == mode])):
+                sel = (modes == mode) & (keys == key)
+                model = self.make_model(int(sel.sum()))
+                model.fit(X[sel], y[sel])
+                self.models[(mode, key)] = model
+                self.ranges[(mode, key)] = (X[sel].min(axis=0), X[sel].max(axis=0))
+                self.n_rows[(mode, key)] = int(sel.sum())
+        self.feature_names = F.FEATURE_NAMES[self.family]
+        self._fit_launch_overhead(df, canon, keys)
+        self.reset_cache()
+        return self
+
+    def _fit_launch_overhead(self, df: pd.DataFrame, canon: F.Canon, keys: np.ndarray) -> None:
+        X = F.featurize(canon, self.family)
+        frame = pd.DataFrame(X).assign(_key=keys, _mode=df["timing_mode"].to_numpy(),
+                                       _y=df["latency_s_median"].to_numpy(float))
+        cols = list(range(X.shape[1]))
+        both = frame.pivot_table(index=["_key", *cols], columns="_mode", values="_y", aggfunc="median")
+        if {"kernel", "launch"} <= set(both.columns) and both[["kernel", "launch"]].notna().all(axis=1).any():
+            gap = (both["launch"] - both["kernel"]).dropna()
+            self.launch_overhead_s = max(float(np.median(gap)) / self.kernels_per_op, 0.0)
+            self.launch_overhead_source = f"measured ({len(gap)} shapes timed both ways)"
+        else:
+            self.launch_overhead_s = DEFAULT_LAUNCH_OVERHEAD_S
+            self.launch_overhead_source = "assumed (no shape timed both ways)"
+
+    # ------------------------------------------------------------------ querying
+
+    def reset_cache(self) -> None:
+        self._grid_cache: dict[tuple, float] = {}
+        self._op_cache: dict[tuple, tuple[float, bool]] = {}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_grid_cache", None)
+        state.pop("_op_cache", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.reset_cache()
+
+    def _model_for(self, mode: str, key: str) -> tuple[tuple | None, float]:
+        """(model key, additive seconds) that answers `mode` for sub-model `key`."""
+        if (mode, key) in self.models:
+            return (mode, key), 0.0
+        other = "kernel" if mode == "launch" else "launch"
+        if (other, key) in self.models:
+            shift = self.kernels_per_op * self.launch_overhead_s
+            return (other, key), (shift if mode == "launch" else -shift)
+        return None, 0.0
+
+    def predict_canon(self, canon: F.Canon, timing_mode: str = "kernel") -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, out_of_range mask) for a canonical table."""
+        if timing_mode not in ("kernel", "launch"):
+            raise ValueError(f"timing_mode={timing_mode!r}; valid: kernel, launch")
+        X = F.featurize(canon, self.family)
+        keys = self.submodel_keys(canon)
+        out = np.full(len(X), np.nan)
+        oor = np.ones(len(X), dtype=bool)
+        for key in set(keys):
+            rows = np.flatnonzero(keys == key)
+            mkey, shift = self._model_for(timing_mode, key)
+            if mkey is None:
+                continue
+            lo, hi = self.ranges[mkey]
+            oor[rows] = ((X[rows] < lo - _RANGE_TOL) | (X[rows] > hi + _RANGE_TOL)).any(axis=1)
+            out[rows] = self._cached_predict(mkey, X[rows]) + shift
+        if timing_mode == "kernel":
+            out = np.where(np.isnan(out), out, np.maximum(out, 0.0))
+        return out, oor
+
+    def _cached_predict(self, mkey: tuple, X: np.ndarray) -> np.ndarray:
+        grid = np.round(X * GRID) / GRID
+        res = np.empty(len(X))
+        missing = []
+        for i, row in enumerate(grid):
+            hit = self._grid_cache.get((mkey, row.tobytes()))
+            if hit is None:
+                missing.append(i)
+            else:
+                res[i] = hit
+        if missing:
+            pred = np.exp(self.models[mkey].predict(grid[missing]))
+            for i, p in zip(missing, pred):
+                self._grid_cache[(mkey, grid[i].tobytes())] = float(p)
+                res[i] = p
+        return res
+
+    def canon_of_ops(self, ops: Sequence) -> F.Canon:
+        return F.canon_from_ops(ops, self.family)
+
+    def predict_s(self, ops: Sequence, timing_mode: str = "kernel",
+                  return_mask: bool = False):
+        """Seconds per op (batched); with `return_mask`, also the out-of-range mask."""
+        res = np.empty(len(ops))
+        oor = np.zeros(len(ops), dtype=bool)
+        todo = []
+        for i, op in enumerate(ops):
+            hit = self._op_cache.get((timing_mode, op))
+            if hit is None:
+                todo.append(i)
+            else:
+                res[i], oor[i] = hit
+        if todo:
+            p, m = self.predict_canon(self.canon_of_ops([ops[i] for i in todo]), timing_mode)
+            for j, i in enumerate(todo):
+                self._op_cache[(timing_mode, ops[i])] = (float(p[j]), bool(m[j]))
+                res[i], oor[i] = p[j], m[j]
+        return (res, oor) if return_mask else res
+
+    def describe(self) -> dict:
+        """JSON-able summary: sub-models, rows, launch overhead."""
+        return {"family": self.family, "features": list(self.feature_names),
+                "submodels": {f"{m}:{k}": n for (m, k), n in self.n_rows.items()},
+                "launch_overhead_s": self.launch_overhead_s,
+                "launch_overhead_source": self.launch_overhead_source}
+
+
+def forest(n_estimators: int, min_samples_leaf: int, max_features: float, seed: int = 0,
+           max_samples: float | None = None) -> Callable[[int], object]:
+    """Factory of a small seeded single-thread RandomForestRegressor."""
+    from sklearn.ensemble import RandomForestRegressor
+
+    def make(n_rows: int):
+        return RandomForestRegressor(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
+                                     max_features=max_features, max_samples=max_samples,
+                                     random_state=seed, n_jobs=1)
+    return make

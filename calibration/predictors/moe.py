@@ -1,0 +1,20 @@
+"""MoE family: the fused routed-expert MLP on one rank. One random forest per MoE dtype over
+tokens, experts (global and local), top-k, per-rank shapes, routed pairs and the routed
+load statistics (max and std of tokens per local expert, skew = max / mean)."""
+
+from __future__ import annotations
+
+from calibration.predictors.base import FamilyPredictor, forest
+
+
+class MoePredictor(FamilyPredictor):
+    family = "moe"
+    kernels_per_op = 5   # router top-k, align/sort, gate_up, activation, down (+reduce)
+
+    def __init__(self, n_estimators: int = 32, min_samples_leaf: int = 1, max_features: float = 0.6,
+                 max_samples: float | None = None, seed: int = 0):
+        self.params = dict(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
+                           max_features=max_features, max_samples=max_samples, seed=seed)
+
+    def make_model(self, n_rows: int):
+        return forest(**self.params)(n_rows)

@@ -1,0 +1,150 @@
+"""Attention family: one layer's attention on one rank over a mixed batch, with the KV write.
+
+A point is a batch: prefill requests (new-token counts, no cached prefix) and decode requests
+(KV length incl. the new token), drawn deterministically from the grid and a seed. The KV cache
+is paged, vLLM-style::
+
+    k_cache, v_cache: [num_blocks, block_size, kv_heads, head_dim]
+    block_table[r]  : the blocks of request r, in order   (token t of r -> block t // bs, slot t % bs)
+    slot_mapping    : flat slot of every new token        (block_table[r][t // bs] * bs + t % bs)
+
+Backend "torch" (always): KV write by ``index_copy_`` into the flat cache; prefill by a
+per-request loop of ``scaled_dot_product_attention(is_causal=True)`` (varlen); decode by
+gathering the pages into a padded [B, kv_heads, S, d] tensor and one masked SDPA call (GQA
+via ``enable_gqa``). Backends "flashinfer" / "vllm" are hooks (see `backends.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from profiler.context import RankContext, common_row
+from profiler.grid import SweepGrid
+from profiler.timing import time_both
+
+FAMILY = "attention"
+
+
+def _split(rng: np.random.Generator, total: int, n: int) -> list[int]:
+    """n positive lengths summing to total, drawn around total / n."""
+    weights = rng.uniform(0.5, 1.5, n)
+    lengths = np.maximum(1, np.floor(total * weights / weights.sum()).astype(int))
+    lengths[0] += total - int(lengths.sum())
+    return [int(v) for v in lengths]
+
+
+def _contexts(rng: np.random.Generator, batch: int, mean: int) -> list[int]:
+    lo, hi = max(1, mean // 4), max(1, 7 * mean // 4)
+    return [int(v) for v in rng.integers(lo, hi + 1, batch)]
+
+
+def build_points(ctx: RankContext, grid: SweepGrid) -> list[dict[str, Any]]:
+    """Prefill-only ("context"), decode-only ("generation") and "mixed" batches."""
+    points: list[dict[str, Any]] = []
+
+    def rng(*key: int) -> np.random.Generator:
+        return np.random.default_rng([grid.seed, *key])
+
+    for n in grid.attention_prefill_requests:
+        for total in grid.attention_prefill_tokens:
+            if total >= n:
+                points.append({"op_name": "context", "prefill_len": _split(rng(1, n, total), total, n),
+                               "decode_ctx": []})
+    for batch in grid.attention_decode_batch:
+        for mean in grid.attention_decode_ctx:
+            points.append({"op_name": "generation", "prefill_len": [],
+                           "decode_ctx": _contexts(rng(2, batch, mean), batch, mean)})
+    if grid.attention_mixed:
+        n, mean = grid.attention_prefill_requests[0], grid.attention_decode_ctx[0]
+        for total in grid.attention_prefill_tokens:
+            for batch in grid.attention_decode_batch:
+                if total >= n:
+                    points.append({"op_name": "mixed", "prefill_len": _split(rng(3, n, total), total, n),
+                                   "decode_ctx": _contexts(rng(4, batch, mean), batch, mean)})
+    for p in points:
+        p["block_size"] = grid.block_size
+    return points
+
+
+def _stats(values: list[int], prefix: str) -> dict[str, Any]:
+    if not values:
+        return {f"{prefix}_min": 0, f"{prefix}_max": 0, f"{prefix}_mean": 0.0, f"{prefix}_p50": 0.0,
+                f"{prefix}_p90": 0.0}
+    a = np.asarray(values)
+    return {f"{prefix}_min": int(a.min()), f"{prefix}_max": int(a.max()), f"{prefix}_mean": float(a.mean()),
+            f"{prefix}_p50": float(np.percentile(a, 50)), f"{prefix}_p90": float(np.percentile(a, 90))}
+
+
+def _torch_attention(ctx: RankContext, point: dict[str, Any]):
+    """Build the tensors of one batch; return the callable that runs write + attention."""
+    dev, dt, bs = ctx.torch_device, ctx.torch_dtype, point["block_size"]
+    heads, kv, d = ctx.heads_per_rank, ctx.kv_heads_per_rank, ctx.model.head_dim
+    pre, dec = point["prefill_len"], point["decode_ctx"]
+    kv_lens = list(pre) + list(dec)
+    blocks = [-(-n // bs) for n in kv_lens]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    k_cache = torch.randn(sum(blocks), bs, kv, d, generator=gen).to(dev, dt)
+    v_cache = torch.randn(sum(blocks), bs, kv, d, generator=gen).to(dev, dt)
+    starts = np.concatenate([[0], np.cumsum(blocks)])[:-1]
+    slots = [starts[r] * bs + t for r, n in enumerate(pre) for t in range(n)]
+    slots += [starts[len(pre) + r] * bs + c - 1 for r, c in enumerate(dec)]
+    slot_mapping = torch.tensor(slots, dtype=torch.long, device=dev)
+    num_new = len(slots)
+    q = torch.randn(num_new, heads, d, generator=gen).to(dev, dt)
+    k_new = torch.randn(num_new, kv, d, generator=gen).to(dev, dt)
+    v_new = torch.randn(num_new, kv, d, generator=gen).to(dev, dt)
+    out = torch.empty(num_new, heads, d, device=dev, dtype=dt)
+    offsets = np.concatenate([[0], np.cumsum(pre)]).astype(int)
+    if dec:
+        width = max(blocks[len(pre):])
+        table = [list(range(starts[len(pre) + r], starts[len(pre) + r] + blocks[len(pre) + r])) for r in range(len(dec))]
+        table = torch.tensor([row + [0] * (width - len(row)) for row in table], dtype=torch.long, device=dev)
+        mask = (torch.arange(width * bs, device=dev)[None, :] < torch.tensor(dec, device=dev)[:, None])[:, None, None, :]
+    flat_k, flat_v = k_cache.view(-1, kv, d), v_cache.view(-1, kv, d)
+    gqa = heads != kv
+
+    def fn() -> None:
+        flat_k.index_copy_(0, slot_mapping, k_new)
+        flat_v.index_copy_(0, slot_mapping, v_new)
+        for r in range(len(pre)):  # varlen prefill: one causal SDPA per request
+            a, b = int(offsets[r]), int(offsets[r + 1])
+            o = F.scaled_dot_product_attention(q[a:b].transpose(0, 1)[None], k_new[a:b].transpose(0, 1)[None],
+                                               v_new[a:b].transpose(0, 1)[None], is_causal=True, enable_gqa=gqa)
+            out[a:b] = o[0].transpose(0, 1)
+        if dec:
+            a = int(offsets[-1])
+            kd = k_cache[table].flatten(1, 2).transpose(1, 2)  # [B, kv, S, d]
+            vd = v_cache[table].flatten(1, 2).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q[a:][:, :, None], kd, vd, attn_mask=mask, enable_gqa=gqa)
+            out[a:] = o[:, :, 0]
+
+    return fn
+
+
+def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -> list[dict[str, Any]]:
+    """Time one batch; a kernel row and a launch row."""
+    if backend != "torch":
+        from profiler.backends import attention_runner
+        fn, kernel = attention_runner(backend, ctx, point)
+    else:
+        fn = _torch_attention(ctx, point)
+        kernel = "sdpa varlen loop + padded paged decode + index_copy kv write"
+    pre, dec = point["prefill_len"], point["decode_ctx"]
+    spec = {"op_name": point["op_name"], "scope": "kernel", "batch_size": len(pre) + len(dec),
+            "num_prefill": len(pre), "num_decode": len(dec), "prefill_tokens": int(sum(pre)),
+            "prefill_ctx_max": 0, "num_heads": ctx.heads_per_rank, "num_kv_heads": ctx.kv_heads_per_rank,
+            "head_dim": ctx.model.head_dim, "window_size": 0, "attn_dtype": ctx.dtype, "kv_dtype": ctx.dtype,
+            "is_mla": False, "kv_lora_rank": None, "q_lora_rank": None, "qk_nope_head_dim": None,
+            "qk_rope_head_dim": None, "v_head_dim": None, "mla_gemm_dtype": None}
+    spec.update(_stats(pre, "prefill_len"))
+    spec.update(_stats(dec, "decode_ctx"))
+    rows = []
+    for timing in time_both(fn, ctx.torch_device, ctx.timing, cold_l2=True):
+        row = common_row(ctx, FAMILY, timing, backend, kernel)
+        row.update(spec)
+        rows.append(row)
+    return rows

@@ -1,0 +1,146 @@
+"""Importers: exact row counts and values from the shared AIConfigurator and Vidur copies."""
+
+from pathlib import Path
+
+import pytest
+
+from calibration.importers.aiconfigurator import import_aiconfigurator, import_aiconfigurator_report
+from calibration.importers.vidur import import_vidur_report
+from frontier.profile_schema import read_profiles
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+AIC = SHARED / "aiconfigurator"
+VIDUR = SHARED / "vidur"
+needs_aic = pytest.mark.skipif(not (AIC / "systems" / "data").is_dir(), reason=f"AIC data absent at {AIC}")
+needs_vidur = pytest.mark.skipif(not (VIDUR / "data").is_dir(), reason=f"Vidur data absent at {VIDUR}")
+
+
+@pytest.fixture(scope="module")
+def h200(tmp_path_factory):
+    out = tmp_path_factory.mktemp("aic_h200")
+    return import_aiconfigurator_report(AIC, out, gpus=["h200_sxm"]), out
+
+
+@needs_aic
+def test_h200_row_counts(h200):
+    report, out = h200
+    # gemm 107225; attention = context 50830 + generation 62166 + MLA module 3886 + 5888;
+    # moe 49896; comm = custom all-reduce 138 + nccl 2.26.2 (h200_sxm.yaml nccl_version) 1008.
+    assert report.rows == {"linear": 107225, "attention": 122770, "moe": 49896, "comm": 1146}
+    assert report.rows_by_gpu == {"H200": report.rows}
+    assert report.skipped == ()
+    assert (out / "family=linear" / "gpu=H200" / "part-0.parquet").exists()
+
+
+@needs_aic
+def test_h200_gemm_row(h200):
+    g = read_profiles(h200[1], "linear")
+    row = g[(g.m == 4096) & (g.n == 4096) & (g.k == 4096) & (g.dtype == "bf16")]
+    assert len(row) == 1
+    r = row.iloc[0]
+    assert r.latency_s_median == pytest.approx(0.16806933614942762e-3, rel=1e-12)
+    assert (r.gpu, r.device_name, r.framework, r.framework_version, r.kernel_source, r.timing_mode, r.source) == (
+        "H200", "NVIDIA H200", "vllm", "0.24.0", "torch.nn.functional.linear", "kernel", "aiconfigurator")
+    assert r.source_table == "data/h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
+    assert set(g.dtype) == {"bf16", "fp8", "fp8_block"}
+
+
+@needs_aic
+def test_h200_attention_rows(h200):
+    a = read_profiles(h200[1], "attention")
+    ctx = a[(a.op_name == "context") & ~a.is_mla & (a.batch_size == 2) & (a.prefill_len_max == 12288)
+            & (a.num_heads == 64) & (a.head_dim == 64) & (a.kv_dtype == "bf16") & (a.window_size == 0)].iloc[0]
+    assert ctx.latency_s_median == pytest.approx(5.523824055989583e-3, rel=1e-12)
+    assert (ctx.num_prefill, ctx.num_decode, ctx.prefill_tokens, ctx.prefill_len_p50, ctx.prefill_ctx_max,
+            ctx.decode_ctx_max, ctx.scope) == (2, 0, 24576, 12288, 0, 0, "kernel")
+    gen = a[(a.op_name == "generation") & ~a.is_mla & (a.batch_size == 32) & (a.decode_ctx_max == 2)
+            & (a.num_heads == 64) & (a.num_kv_heads == 1) & (a.head_dim == 64) & (a.kv_dtype == "bf16")].iloc[0]
+    assert gen.latency_s_median == pytest.approx(0.011114666859308878e-3, rel=1e-12)  # step 1 -> KV length 2
+    assert (gen.num_decode, gen.num_prefill, gen.decode_ctx_min, gen.decode_ctx_p90, gen.prefill_tokens) == (32, 0, 2, 2, 0)
+    mla = a[a.is_mla & (a.op_name == "generation")].iloc[0]
+    assert (mla.scope, mla.num_heads, mla.decode_ctx_max, mla.kv_lora_rank, mla.head_dim, mla.mla_gemm_dtype) == (
+        "module", 128, 4, 512, 576, "bf16")
+    assert mla.latency_s_median == pytest.approx(0.1637e-3)
+    assert a.is_mla.sum() == 3886 + 5888
+
+
+@needs_aic
+def test_h200_moe_and_comm_rows(h200):
+    m = read_profiles(h200[1], "moe")
+    assert m.distribution.value_counts().to_dict() == {"power_law_1.01": 16632, "balanced": 16632, "power_law_1.2": 16632}
+    assert m.max_tokens_per_expert.isna().all()  # AIC's token-drawing collector is not shipped
+    c = read_profiles(h200[1], "comm")
+    ar = c[(c.backend == "vllm_graph") & (c.num_gpus == 2) & (c.message_bytes == 256)].iloc[0]
+    assert (ar.timing_mode, ar["dtype"], ar.link, ar.op_name) == ("kernel", "bf16", "nvlink", "all_reduce")
+    assert ar.latency_s_median == pytest.approx(0.004377920031547546e-3)
+    assert set(c[c.backend == "vllm_eager"].timing_mode) == {"launch"}
+    a2a = c[(c.op_name == "all_to_all") & (c.num_gpus == 2) & (c.dtype == "fp16")].sort_values("message_bytes").iloc[0]
+    assert (a2a.message_bytes, a2a.backend, a2a.latency_s_median) == (512, "nccl", pytest.approx(0.00649e-3))
+    assert a2a.source_table == "data/h200_sxm/comm/nccl/2.26.2/nccl_perf.parquet"
+
+
+@needs_aic
+def test_h100_counts_and_filters(tmp_path):
+    rows = import_aiconfigurator(AIC / "systems", tmp_path, gpus=["H100-SXM"], families=["linear", "comm"])
+    assert rows == {"linear": 107188, "comm": 1146}
+    g = read_profiles(tmp_path, "linear", gpu="H100-SXM")
+    r = g[(g.m == 4096) & (g.n == 4096) & (g.k == 4096) & (g.dtype == "fp8")].iloc[0]
+    assert (r.latency_s_median, r.device_name) == (pytest.approx(0.1537511083814833e-3), "NVIDIA H100 80GB HBM3")
+    with pytest.raises(ValueError, match="already holds \\['aiconfigurator'\\] rows"):
+        import_aiconfigurator(AIC, tmp_path, gpus=["h100_sxm"], families=["comm"])
+
+
+@needs_aic
+def test_aic_errors_and_skips(tmp_path):
+    with pytest.raises(ValueError, match="unknown AIC families \\['gemm'\\]"):
+        import_aiconfigurator(AIC, tmp_path, families=["gemm"])
+    with pytest.raises(ValueError, match="no AIC vllm data for GPUs \\['h20'\\]; valid: a100_sxm"):
+        import_aiconfigurator(AIC, tmp_path, gpus=["h20"])
+    with pytest.raises(ValueError, match="no AIC systems/data folder"):
+        import_aiconfigurator(tmp_path, tmp_path)
+    rep = import_aiconfigurator_report(AIC, tmp_path, gpus=["gb300", "l40s"], families=["comm"])
+    assert "gb300: no frontier catalogue GPU for this AIC system" in rep.skipped
+    assert rep.rows == {"comm": 138 + 504}  # custom all-reduce backfilled from vllm 0.22.0 + nccl 2.27.3
+    c = read_profiles(tmp_path, "comm", gpu="L40S")
+    vllm = c[c.framework == "vllm"]  # rows keep their own version: the 0.22.0 folder's rows say 0.14.0
+    assert set(vllm.source_table) == {"data/l40s/comm/vllm/0.22.0/custom_allreduce_perf.parquet"}
+    assert set(vllm.framework_version) == {"0.14.0"} and set(c.link) == {"pcie"}
+
+
+@needs_vidur
+def test_vidur_mapping(tmp_path):
+    rep = import_vidur_report(VIDUR, tmp_path)
+    assert rep.rows == {"attention": 14658, "comm": 22388, "linear": 58440}
+    g = read_profiles(tmp_path, "linear", gpu="H100-SXM")
+    src = "data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    r = g[(g.source_table == src) & (g.op_name == "attn_pre_proj") & (g.m == 4096) & (g.n == 12288)].iloc[0]
+    assert (r.k, r["dtype"], r.source, r.device_name) == (4096, "fp16", "vidur", "h100")
+    up = g[(g.source_table == src) & (g.op_name == "mlp_up_proj")]
+    assert set(zip(up.n, up.k)) == {(22016, 4096), (11008, 4096), (5504, 4096), (2752, 4096)}  # gated, TP 1/2/4/8
+    a = read_profiles(tmp_path, "attention")
+    d = a[a.op_name == "generation"].iloc[0]
+    assert (d.batch_size, d.decode_ctx_max, d.num_heads, d.num_kv_heads, d.head_dim, d.timing_mode) == (
+        1, 33, 32, 4, 128, "kernel")
+    assert d.latency_s_median == pytest.approx(0.015e-3)
+    assert len(a[a.op_name == "context"]) == 4418
+    c = read_profiles(tmp_path, "comm", gpu="A100-80GB")
+    first = c[(c.device_name == "a100_dgx") & (c.op_name == "all_reduce")].iloc[0]
+    assert (first.message_bytes, first.num_gpus, first.link, first.timing_mode) == (4096, 2, "network", "launch")
+    assert any("h100_pairwise_nvlink/send_recv.csv: byte-identical" in s for s in rep.skipped)
+    assert any("a40" in s for s in rep.skipped)
+
+
+@needs_aic
+def test_cli_import_profiles(tmp_path):
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+    args = ["import-profiles", "--source", "aiconfigurator", "--path", str(AIC), "--out", str(tmp_path),
+            "--gpu", "h200_sxm", "--family", "comm"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "H200         comm 1,146" in res.output
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "already holds ['aiconfigurator'] rows" in again.output
+    bad = CliRunner().invoke(app, ["import-profiles", "--source", "vidur", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and "--source vidur needs --path" in bad.output

@@ -1,0 +1,91 @@
+"""Profile schema: columns, round trip, validation and schema-version refusal."""
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from frontier import profile_schema as ps
+
+
+def _row(family="linear", **over):
+    row = {c: None for c in ps.columns_for(family)}
+    row.update(family=family, timing_mode="kernel", latency_s_median=1.5e-4, gpu="H200", source="frontier-profiler",
+               schema_version=ps.SCHEMA_VERSION)
+    if family == "linear":
+        row.update(op_name="gemm", m=16, n=4096, k=4096, dtype="bf16")
+    row.update(over)
+    return row
+
+
+def test_columns_common_then_family():
+    assert ps.columns_for("linear")[:len(ps.COMMON)] == ps.COMMON.names
+    assert ps.columns_for("linear")[len(ps.COMMON):] == ["op_name", "m", "n", "k", "dtype"]
+    assert "decode_ctx_p90" in ps.columns_for("attention")
+    assert "var_tokens_per_expert" in ps.columns_for("moe")
+    assert "message_bytes" in ps.columns_for("comm")
+    assert "cuda_graph_bytes" in ps.columns_for("memory")
+    with pytest.raises(ValueError, match="unknown profile family 'gemm'; valid: linear"):
+        ps.columns_for("gemm")
+
+
+def test_round_trip_hive_layout(tmp_path):
+    df = pd.DataFrame([_row(m=1), _row(m=2, latency_s_p10=1e-4, latency_s_p90=2e-4, num_samples=50)])
+    path = ps.write_profile(df, tmp_path, "linear", "H200")
+    assert path == tmp_path / "family=linear" / "gpu=H200" / "part-0.parquet"
+    assert ps.write_profile(df, tmp_path, "linear", "H200").name == "part-1.parquet"
+    assert not list(tmp_path.rglob(".tmp-*"))
+    back = ps.read_profiles(tmp_path, "linear")
+    assert len(back) == 4 and list(back.columns) == ps.columns_for("linear")
+    assert back["m"].tolist() == [1, 2, 1, 2]
+    assert back.loc[1, "num_samples"] == 50 and pd.isna(back.loc[0, "latency_s_p10"])
+    assert len(ps.read_profiles(tmp_path, "linear", gpu="H100-SXM")) == 0
+    assert pq.read_schema(path).field("m").type == ps.schema_for("linear").field("m").type
+
+
+def test_write_refuses_bad_rows(tmp_path):
+    with pytest.raises(ValueError, match=r"column 'dtype' has values \['bfloat16'\]; valid: fp32"):
+        ps.write_profile(pd.DataFrame([_row(dtype="bfloat16")]), tmp_path, "linear", "H200")
+    with pytest.raises(ValueError, match="column 'timing_mode' has values \\['graph'\\]"):
+        ps.write_profile(pd.DataFrame([_row(timing_mode="graph")]), tmp_path, "linear", "H200")
+    with pytest.raises(ValueError, match="partition gpu is 'H100-SXM'"):
+        ps.write_profile(pd.DataFrame([_row()]), tmp_path, "linear", "H100-SXM")
+    with pytest.raises(ValueError, match="lacks columns \\['dtype'\\]"):
+        ps.write_profile(pd.DataFrame([_row()]).drop(columns="dtype"), tmp_path, "linear", "H200")
+
+
+def test_memory_rows_have_no_timing(tmp_path):
+    row = _row("memory", timing_mode=None, latency_s_median=None, model="meta-llama/Llama-3.1-8B", tp=1, pp=1, ep=1,
+               max_num_batched_tokens=8192, weights_bytes=16_060_522_496, torch_peak_increase_bytes=1 << 30,
+               non_torch_bytes=1 << 29, cuda_graph_bytes=1 << 28)
+    ps.write_profile(pd.DataFrame([row]), tmp_path, "memory", "H200")
+    assert ps.read_profiles(tmp_path)["weights_bytes"].tolist() == [16_060_522_496]
+
+
+def test_refuses_other_schema_version(tmp_path):
+    ps.write_profile(pd.DataFrame([_row()]), tmp_path, "linear", "H200")
+    (tmp_path / "_schema_version").write_text("2\n")
+    with pytest.raises(ValueError, match="holds schema_version 2; this code writes 1"):
+        ps.write_profile(pd.DataFrame([_row()]), tmp_path, "linear", "H200")
+    with pytest.raises(ValueError, match="holds schema_version 2"):
+        ps.read_profiles(tmp_path, "linear")
+
+
+def test_refuses_rows_of_other_version(tmp_path):
+    with pytest.raises(ValueError, match=r"schema_version \[2\] unsupported; valid: 1"):
+        ps.write_profile(pd.DataFrame([_row(schema_version=2)]), tmp_path, "linear", "H200")
+
+
+def test_read_needs_family_when_several(tmp_path):
+    ps.write_profile(pd.DataFrame([_row()]), tmp_path, "linear", "H200")
+    ps.write_profile(pd.DataFrame([_row("comm", op_name="all_reduce", message_bytes=256, num_gpus=2, dtype="bf16",
+                                        link="nvlink")]), tmp_path, "comm", "H200")
+    with pytest.raises(ValueError, match=r"holds families \['comm', 'linear'\]; pass family="):
+        ps.read_profiles(tmp_path)
+    with pytest.raises(ValueError, match="is not a directory"):
+        ps.read_profiles(tmp_path / "nope")
+
+
+def test_normalize_dtype():
+    assert [ps.normalize_dtype(x) for x in ("bfloat16", "half", "FP8", "nvfp4")] == ["bf16", "fp16", "fp8", "nvfp4"]
+    with pytest.raises(ValueError, match="unknown dtype 'int3'; valid:"):
+        ps.normalize_dtype("int3")
