@@ -23,6 +23,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from frontier.profile_schema import SCHEMA_VERSION
@@ -60,8 +61,7 @@ def sha256_file(path: str | Path) -> str:
 
 def rows_sha256(df: pd.DataFrame) -> str:
     """Order-independent sha256 of training rows (sorted, hashed with pandas' row hash)."""
-    h = pd.util.hash_pandas_object(df.reset_index(drop=True), index=False).to_numpy()
-    h.sort()
+    h = np.sort(pd.util.hash_pandas_object(df.reset_index(drop=True), index=False).to_numpy())
     return hashlib.sha256(h.tobytes()).hexdigest()
 
 

@@ -134,3 +134,56 @@ def evaluate_family(df: pd.DataFrame, family: str, holdout_fraction: float = 0.2
     b50, b95, bm = _summary(ape(baseline_predict(train_df, test_df, family), meas))
     err = FamilyError(family, len(train_df), len(test_df), m50, m95, mm, b50, b95, bm, int(oor.sum()))
     return err, pred
+
+
+FAMILY_ORDER = ("linear", "attention", "moe", "comm")
+
+
+def select_version(df: pd.DataFrame, family: str, framework_version: str | None) -> pd.DataFrame:
+    """Rows of one framework version (collectives also keep library rows such as nccl)."""
+    if framework_version is None or len(df) == 0:
+        return df
+    own = df["framework_version"].astype(str) == str(framework_version)
+    if family == "comm":
+        own |= df["framework"].astype(str).str.lower() != "vllm"
+    return df[own]
+
+
+def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None,
+              holdout_fraction: float = 0.2, split_seed: int = 0, families=None,
+              predictor_params: dict | None = None) -> dict:
+    """Fit every family with rows for `gpu`, measure held-out error, refit on all rows and
+    write one bundle to `out`. Returns the manifest written."""
+    from calibration.bundle import rows_sha256, save_bundle
+    from calibration.predictors import make_predictor
+    from frontier.profile_schema import read_profiles
+
+    predictors, fam_info, errors, frameworks = {}, {}, {}, set()
+    for family in families or FAMILY_ORDER:
+        df = select_version(read_profiles(profiles_root, family, gpu), family, framework_version)
+        if len(df) == 0:
+            continue
+        params = (predictor_params or {}).get(family, {})
+        err, _ = evaluate_family(df, family, holdout_fraction, split_seed, params)
+        full = make_predictor(family, **params)
+        used = full.select_rows(df).reset_index(drop=True)
+        full.fit(used)
+        predictors[family] = full
+        errors[family] = err.as_dict()
+        info = full.describe()
+        info.update(training_rows=len(used), training_rows_sha256=rows_sha256(used), params=params)
+        fam_info[family] = info
+        if family != "comm":
+            frameworks |= set(zip(df["framework"].astype(str), df["framework_version"].astype(str)))
+    if not predictors:
+        raise ValueError(f"no profile rows for gpu {gpu!r}"
+                         + (f" and framework version {framework_version}" if framework_version else "")
+                         + f" under {profiles_root}")
+    fw = sorted(frameworks)
+    manifest = {"gpu": gpu, "framework": fw[0][0] if fw else None,
+                "framework_version": framework_version or (fw[0][1] if len(fw) == 1 else [v for _, v in fw]),
+                "families": fam_info, "heldout_error": errors,
+                "split": {"holdout_fraction": holdout_fraction, "split_seed": split_seed,
+                          "scheme": "token points (see calibration.evaluate)"},
+                "target": "log(latency_s)"}
+    return save_bundle(out, predictors, manifest)

@@ -111,8 +111,10 @@ def simulate(
         _fail(str(exc))
         return
     r = result.resolved
+    layout = (f"{r.args.num_replicas} replica(s) of DP{r.args.data_parallel_size} in lockstep x "
+              if r.lockstep_dp else f"{r.num_engines} engine(s) of ")
     typer.echo(f"Simulated {r.model.name} on {r.num_gpus} x {r.gpu.name} "
-               f"({r.num_engines} engine(s) of TP{r.parallel.tp} x PP{r.parallel.pp}); "
+               f"({layout}TP{r.parallel.tp} x PP{r.parallel.pp}); "
                f"KV cache {result.memory.num_gpu_blocks} blocks x {r.block_size} tokens per engine; "
                f"cost model: roofline")
     if result.failed:
@@ -234,6 +236,179 @@ def import_profiles(
     typer.echo(f"total: {sum(report.rows.values()):,} rows -> {out}")
     for line in report.skipped:
         typer.echo(f"skipped: {line}")
+
+
+CAL_HELP = "Calibration"
+
+
+def _resolve_profile_gpu(root: Path, gpu: str) -> str:
+    """The partition name of `gpu` under a profile root (catalogue name, AIC name or as written)."""
+    parts = sorted(p.name.split("=", 1)[1] for p in root.glob("family=*/gpu=*"))
+    if gpu in parts:
+        return gpu
+    try:
+        from frontier.gpu import get_gpu
+        name = get_gpu(gpu).name
+    except (ValueError, KeyError):
+        name = None
+    if name in parts:
+        return name
+    if len(set(parts)) == 1:
+        return parts[0]
+    raise ValueError(f"no profiles for gpu {gpu!r} under {root}; found {sorted(set(parts))}")
+
+
+@app.command()
+def calibrate(
+    profiles: Optional[Path] = typer.Option(None, "--profiles", help="Profile root (hive family=/gpu= folders)."),
+    source: Optional[str] = typer.Option(None, "--source", help="aiconfigurator: import the AIC perf DB first (instead of --profiles)."),
+    source_path: Optional[Path] = typer.Option(None, "--source-path", help="AIC data folder (default: the installed aiconfigurator_core)."),
+    gpu: str = typer.Option(..., "--gpu", help="GPU (catalogue or AIC name), e.g. H100-SXM or h100_sxm."),
+    framework_version: Optional[str] = typer.Option(None, "--framework-version", help="Framework version to fit, e.g. 0.24.0 (default: all rows)."),
+    out: Path = typer.Option(..., "--out", help="Bundle file to write (.joblib); its manifest goes beside it."),
+    holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", help="Share of token points held out for the error report."),
+    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the held-out split."),
+    family: Optional[list[str]] = typer.Option(None, "--family", help="linear, attention, moe, comm; repeatable (default all)."),
+) -> None:
+    """Fit per-family predictors for one GPU, report held-out error and write a bundle."""
+    import tempfile
+    import time
+
+    from calibration.evaluate import calibrate as run_calibrate
+    if (profiles is None) == (source is None):
+        _fail("give exactly one of --profiles DIR or --source aiconfigurator")
+    t0 = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="frontier-aic-") as tmp:
+            root = profiles
+            if source is not None:
+                if source != "aiconfigurator":
+                    _fail(f"unknown --source {source!r}; valid: aiconfigurator")
+                from calibration.importers.aiconfigurator import import_aiconfigurator_report
+                root = Path(tmp)
+                import_aiconfigurator_report(source_path, root, gpus=[gpu], families=family,
+                                             version=framework_version)
+            manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu), out, framework_version,
+                                     holdout_fraction, split_seed, families=family)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+        return
+    _print_errors(manifest)
+    typer.echo(f"wrote {out} ({manifest['payload_bytes'] / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s")
+
+
+def _print_errors(manifest: dict) -> None:
+    typer.echo(f"{manifest['gpu']} {manifest.get('framework')} {manifest.get('framework_version')}: "
+               f"held-out APE % (split {manifest['split']['holdout_fraction']}, seed {manifest['split']['split_seed']})")
+    typer.echo(f"  {'family':<10} {'rows':>8} {'p50':>7} {'p95':>7} {'MAPE':>7} {'base p50':>9} {'base p95':>9} {'base MAPE':>10} {'OOR':>6}")
+    for fam, e in manifest["heldout_error"].items():
+        typer.echo(f"  {fam:<10} {e['rows']:>8} {e['p50']:>7.2f} {e['p95']:>7.2f} {e['mape']:>7.2f} "
+                   f"{e['baseline_p50']:>9.2f} {e['baseline_p95']:>9.2f} {e['baseline_mape']:>10.2f} {e['out_of_range']:>6}")
+
+
+@app.command()
+def evaluate(
+    bundle: Path = typer.Option(..., "--bundle", help="Bundle file written by `frontier calibrate`."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
+) -> None:
+    """Report a bundle's held-out error per family next to the token-count-only baseline."""
+    from calibration.bundle import read_manifest
+    try:
+        manifest = read_manifest(bundle)
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        keys = ("rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range")
+        typer.echo(json.dumps({"gpu": manifest["gpu"], "framework": manifest.get("framework"),
+                               "framework_version": manifest.get("framework_version"),
+                               "split": manifest["split"],
+                               "families": {f: {k: e[k] for k in keys} for f, e in manifest["heldout_error"].items()}},
+                              indent=2))
+        return
+    _print_errors(manifest)
+
+
+@app.command()
+def predict(
+    bundle: Path = typer.Option(..., "--bundle", help="Bundle file written by `frontier calibrate`."),
+    input: Path = typer.Option(..., "--input", help="CSV of operator rows: a `family` column plus that family's profile-schema columns (optional `timing_mode`)."),
+    output: Optional[Path] = typer.Option(None, "--output", help="CSV to write (default: print to stdout)."),
+) -> None:
+    """Price operator rows from a file: adds predicted_latency_s and out_of_range."""
+    import numpy as np
+    import pandas as pd
+
+    from calibration.bundle import load_bundle
+    from calibration.features import canon_from_rows
+    try:
+        b = load_bundle(bundle)
+        df = pd.read_csv(input)
+        if "family" not in df.columns:
+            raise ValueError(f"{input} has no `family` column")
+        if "timing_mode" not in df.columns:
+            df["timing_mode"] = "kernel"
+        pred = np.full(len(df), np.nan)
+        oor = np.ones(len(df), dtype=bool)
+        for (fam, mode), idx in df.groupby(["family", "timing_mode"]).indices.items():
+            try:
+                canon = canon_from_rows(df.iloc[idx], fam)
+            except KeyError as exc:
+                raise ValueError(f"{fam} rows in {input} lack column {exc}") from None
+            pred[idx], oor[idx] = b.predictor(fam).predict_canon(canon, mode)
+    except (ValueError, FileNotFoundError, pd.errors.ParserError) as exc:
+        _fail(str(exc))
+        return
+    df["predicted_latency_s"] = pred
+    df["out_of_range"] = oor
+    if output is None:
+        typer.echo(df.to_csv(index=False), nl=False)
+    else:
+        df.to_csv(output, index=False)
+        typer.echo(f"wrote {output} ({len(df)} rows, {int(oor.sum())} out of range)")
+
+
+@app.command()
+def profile(
+    model: str = typer.Option(..., help="HF config.json path/folder or catalogue name, e.g. meta-llama/Llama-3.1-8B."),
+    out: Path = typer.Option(..., "--out", help="Profile root; rows land in family=<f>/gpu=<gpu>/part-*.parquet."),
+    tensor_parallel_size: str = typer.Option("1", "--tensor-parallel-size", "-tp", help="Comma list of TP sizes, e.g. 1,2,4,8."),
+    expert_parallel_size: str = typer.Option("1", "--expert-parallel-size", "-ep", help="Comma list of EP sizes (MoE models; each must divide TP)."),
+    families: Optional[str] = typer.Option(None, help="Comma list of linear, attention, moe, elementwise, memory (default: all the schema stores)."),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+    dtype: Optional[str] = typer.Option(None, help="bf16, fp16 or fp32 (default bf16 on cuda, fp32 on cpu)."),
+    gpu: Optional[str] = typer.Option(None, help="Catalogue GPU name for the gpu= partition (default: from the device name)."),
+    grid: Optional[Path] = typer.Option(None, help="YAML/JSON grid file overriding the device's default shapes (keys: profiler/grid.py SweepGrid)."),
+    backend: str = typer.Option("torch", help="torch (always); flashinfer / vllm hooks when installed on CUDA."),
+    warmup_ms: float = typer.Option(20.0, help="Warm-up time per operator and timing mode."),
+    budget_ms: float = typer.Option(100.0, help="Sampling time per operator and timing mode."),
+    max_chunks: Optional[int] = typer.Option(None, help="Stop after this many new chunks (rerun to continue)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid size and an estimated time; run nothing."),
+) -> None:
+    """Profile one rank's operators for each parallel layout and write Parquet profiles.
+
+    Workflow: (1) `--dry-run` to see the grid size and estimated time; (2) run it: for every
+    TP (x EP) layout the operators ONE rank runs (sharded GEMMs, attention over mixed
+    prefill/decode batches on a paged KV cache, MoE experts under balanced and skewed routing,
+    norms/RoPE/activation/KV-write, and a dummy-weight memory run) are timed on this single
+    device, collectives stubbed out, in two modes: kernel (CUDA-graph replay between device
+    events; on CPU the fastest 20% of calls) and launch (eager, host issue + execution);
+    (3) if it stops, rerun the same command: finished chunks are skipped, none is written twice;
+    (4) feed --out to `frontier calibrate`. Needs torch (pip install frontier-sim[profiler]).
+    """
+    try:
+        from profiler.cli_entry import ProfileArgs, run_profile
+    except ImportError as exc:
+        _fail(f"frontier profile needs torch ({exc}); pip install 'frontier-sim[profiler]'")
+        return
+    args = ProfileArgs(model=model, out=out, tensor_parallel_size=tensor_parallel_size,
+                       expert_parallel_size=expert_parallel_size, families=families, device=device, dtype=dtype,
+                       gpu=gpu, grid=grid, backend=backend, warmup_ms=warmup_ms, budget_ms=budget_ms,
+                       max_chunks=max_chunks, dry_run=dry_run)
+    try:
+        run_profile(args)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
 
 
 def main() -> None:  # pragma: no cover

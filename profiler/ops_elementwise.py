@@ -56,8 +56,8 @@ def _build(ctx: RankContext, name: str, tokens: int, width: int) -> Callable[[],
     if name == "rotary_embedding":
         d, heads = ctx.model.head_dim, ctx.heads_per_rank + ctx.kv_heads_per_rank
         qk = rand(tokens, heads, d)
-        pos = torch.arange(tokens, device=dev) % max(1, ctx.model.max_position_embeddings or tokens)
-        cos_sin = rand(max(tokens, ctx.model.max_position_embeddings or tokens), d)
+        cos_sin = rand(max(tokens, 4096), d)  # positions drawn from a 4k-row cos/sin cache
+        pos = torch.randint(0, cos_sin.shape[0], (tokens,), generator=gen).to(dev)
 
         def rope() -> None:
             cos, sin = cos_sin[pos].chunk(2, dim=-1)

@@ -131,13 +131,18 @@ class ResolvedEngine:
 
     @property
     def gpus_per_engine(self) -> int:
-        """GPUs of one engine: one DP rank's TP x PP group."""
+        """GPUs of one engine (scheduler): one DP rank's TP x PP group."""
         return self.parallel.tp * self.parallel.pp
 
     @property
     def num_engines(self) -> int:
-        """Independent engines (schedulers): replicas x data-parallel ranks."""
+        """Engines (schedulers with their own KV cache): replicas x data-parallel ranks."""
         return self.args.num_replicas * self.args.data_parallel_size
+
+    @property
+    def lockstep_dp(self) -> bool:
+        """MoE models with DP > 1: the DP ranks' forwards run in lockstep (vLLM DPEngineCoreProc)."""
+        return self.model.is_moe and self.args.data_parallel_size > 1
 
     @property
     def num_gpus(self) -> int:

@@ -1,6 +1,7 @@
 """One engine replica: vLLM's ``EngineCore`` busy loop with simulated time.
 
-A replica owns a scheduler (with its KV cache) and a batch engine that prices
+A replica owns a scheduler (with its KV cache) — or a lockstep group of DP
+ranks' schedulers (``simulator.dp_group``) — and a batch engine that prices
 steps. It drives the scheduler with exactly the protocol of vLLM 0.33's
 ``EngineCore`` (see ``simulator.scheduler``), and adds time:
 
@@ -31,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from simulator.batch_engine import BatchEngine, BatchShape
+from simulator.dp_group import LockstepOutput, LockstepRanks
 from simulator.events import PRIO_KICK, PRIO_STEP_DONE, EventLoop
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
@@ -45,7 +47,8 @@ OnUpdate = Callable[["Replica", UpdateResult, float], None]
 class Replica:
     """An engine core: scheduler + batch engine, stepping on an event loop."""
 
-    def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, engine: BatchEngine,
+    def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler | LockstepRanks,
+                 engine: BatchEngine,
                  trace: BatchTrace, on_update: OnUpdate, *, async_scheduling: bool,
                  step_jitter: float = 0.0, jitter_seed: int = 0) -> None:
         self.replica_id = replica_id
@@ -84,26 +87,37 @@ class Replica:
         return running + waiting
 
     # ------------------------------------------------------------------ engine loop
-    def _launch(self, out: SchedulerOutput) -> float:
-        """Price and place one step on the GPU timeline; return its end time."""
+    def _launch(self, out: SchedulerOutput | LockstepOutput) -> float:
+        """Price and place one step on the GPU timeline; return its end time.
+
+        A lockstep DP group's step lasts as long as its slowest rank (idle ranks run a
+        dummy batch that is never the slowest); each rank gets its own trace row.
+        """
         now = self.loop.now_s
         if out.total_num_scheduled_tokens == 0:
             return now
-        cost = self.engine.step_cost(BatchShape(out.num_scheduled_tokens, out.context_lens))
-        duration = cost.duration_s
+        if isinstance(out, LockstepOutput):
+            ranks = [(i, o, s) for i, (o, s) in enumerate(zip(out.outputs, self.scheduler.ranks))
+                     if o is not None and o.total_num_scheduled_tokens > 0]
+        else:
+            ranks = [(0, out, self.scheduler)]
+        costs = [self.engine.step_cost(BatchShape(o.num_scheduled_tokens, o.context_lens))
+                 for _, o, _ in ranks]
+        duration = max(c.duration_s for c in costs)
         if self._rng is not None:
             duration *= max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
         start = max(now, self.gpu_free_s)
         end = start + duration
         self.gpu_free_s = end
         self.busy_s += duration
-        kv = self.scheduler.kv
-        _, waiting = self.scheduler.get_request_counts()
-        self.trace.add_step(
-            self.replica_id, self._num_steps, start, end, out.request_ids, out.num_scheduled_tokens,
-            out.context_lens, cost.padded_tokens, cost.cudagraph_mode,
-            kv.num_gpu_blocks - 1 - kv.num_free_blocks, kv.num_gpu_blocks - 1, waiting,
-            len(out.preempted_request_ids))
+        for (rank, o, sched), cost in zip(ranks, costs):
+            kv = sched.kv
+            _, waiting = sched.get_request_counts()
+            self.trace.add_step(
+                self.replica_id, rank, self._num_steps, start, end, o.request_ids,
+                o.num_scheduled_tokens, o.context_lens, cost.padded_tokens, cost.cudagraph_mode,
+                kv.num_gpu_blocks - 1 - kv.num_free_blocks, kv.num_gpu_blocks - 1, waiting,
+                len(o.preempted_request_ids))
         self._num_steps += 1
         return end
 
@@ -162,6 +176,7 @@ class Replica:
                 return          # idle: nothing changes until a request arrives
 
     def _in_flight(self) -> bool:
+        """Whether a step that runs tokens is still in the batch queue."""
         return any(o.total_num_scheduled_tokens > 0 for o, _ in self._queue)
 
     def _wait_until(self, end_s: float, sync_out: SchedulerOutput | None) -> None:

@@ -1,9 +1,11 @@
 """Run one co-located deployment against one workload: the ``frontier simulate`` job.
 
 Control plane (``simulator.cluster``): the engine arguments compile into one
-cluster of role ``C`` (co-located) holding ``num_replicas x data_parallel_size`` engines, each a
-``Replica`` of TP x PP GPUs with its own scheduler and KV cache, behind a
-router. The benchmark client replays the workload like ``vllm bench serve``:
+cluster of role ``C`` (co-located) behind a router. For a dense model it holds
+``num_replicas x data_parallel_size`` independent engines of TP x PP GPUs, each
+with its own scheduler and KV cache (vLLM runs dense DP ranks independently);
+for an MoE model with DP it holds ``num_replicas`` replicas whose DP ranks step
+in lockstep (``simulator.dp_group``). The benchmark client replays the workload like ``vllm bench serve``:
 requests arrive on the schedule, wait for a ``--max-concurrency`` slot if
 one is set, are sent to a replica and observe each output token when the
 step that produced it ends.
@@ -25,6 +27,7 @@ from simulator.batch_engine import BatchEngine
 from simulator.cluster import Cluster, Role
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
+from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.kv_cache.manager import KVCacheManager
@@ -187,14 +190,25 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
-    replicas = []
-    for i in range(resolved.num_engines):
+
+    def new_scheduler() -> Scheduler:
         kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
                             enable_prefix_caching=args.enable_prefix_caching)
-        replicas.append(Replica(i, loop, Scheduler(sched_config, kv), engine, trace,
-                                on_update=lambda *a: None, async_scheduling=args.async_scheduling,
-                                step_jitter=spec.step_jitter, jitter_seed=spec.workload.seed))
-    cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.gpus_per_engine)
+        return Scheduler(sched_config, kv)
+
+    def new_replica(i: int, sched: Scheduler | LockstepRanks) -> Replica:
+        return Replica(i, loop, sched, engine, trace, on_update=lambda *a: None,
+                       async_scheduling=args.async_scheduling, step_jitter=spec.step_jitter,
+                       jitter_seed=spec.workload.seed)
+
+    dp = args.data_parallel_size
+    if resolved.lockstep_dp:    # MoE: the DP ranks of a replica step together
+        replicas = [new_replica(i, LockstepRanks([new_scheduler() for _ in range(dp)]))
+                    for i in range(args.num_replicas)]
+    else:                       # dense: every DP rank is an independent engine
+        replicas = [new_replica(i, new_scheduler()) for i in range(args.num_replicas * dp)]
+    cluster = Cluster(Role.COLOCATED, replicas, args.router,
+                      resolved.num_gpus // len(replicas))
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
     wall0 = time.perf_counter()

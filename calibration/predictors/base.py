@@ -38,6 +38,7 @@ class FamilyPredictor:
 
     family: str = ""
     kernels_per_op: int = 1
+    target: str = "log"   # "log": log(latency_s); "ratio": log(latency_s / features.reference_s)
 
     def make_model(self, n_rows: int):  # pragma: no cover - overridden
         raise NotImplementedError
@@ -57,7 +58,7 @@ class FamilyPredictor:
             raise ValueError(f"no {self.family} rows to fit")
         canon = F.canon_from_rows(df, self.family)
         X = F.featurize(canon, self.family)
-        y = np.log(df["latency_s_median"].to_numpy(float))
+        y = np.log(df["latency_s_median"].to_numpy(float)) - self._offset(canon)
         keys = self.submodel_keys(canon)
         modes = df["timing_mode"].astype(str).to_numpy()
         self.models, self.ranges, self.n_rows = {}, {}, {}
@@ -90,6 +91,11 @@ class FamilyPredictor:
 
     # ------------------------------------------------------------------ querying
 
+    def _offset(self, canon: F.Canon) -> np.ndarray:
+        if self.target == "ratio":
+            return np.log(F.reference_s(canon, self.family))
+        return np.zeros(len(next(iter(canon.values()))))
+
     def reset_cache(self) -> None:
         self._grid_cache: dict[tuple, float] = {}
         self._op_cache: dict[tuple, tuple[float, bool]] = {}
@@ -119,6 +125,7 @@ class FamilyPredictor:
         if timing_mode not in ("kernel", "launch"):
             raise ValueError(f"timing_mode={timing_mode!r}; valid: kernel, launch")
         X = F.featurize(canon, self.family)
+        offset = self._offset(canon)
         keys = self.submodel_keys(canon)
         out = np.full(len(X), np.nan)
         oor = np.ones(len(X), dtype=bool)
@@ -129,12 +136,13 @@ class FamilyPredictor:
                 continue
             lo, hi = self.ranges[mkey]
             oor[rows] = ((X[rows] < lo - _RANGE_TOL) | (X[rows] > hi + _RANGE_TOL)).any(axis=1)
-            out[rows] = self._cached_predict(mkey, X[rows]) + shift
+            out[rows] = np.exp(self._cached_predict(mkey, X[rows]) + offset[rows]) + shift
         if timing_mode == "kernel":
             out = np.where(np.isnan(out), out, np.maximum(out, 0.0))
         return out, oor
 
     def _cached_predict(self, mkey: tuple, X: np.ndarray) -> np.ndarray:
+        """Model output (log space) per row, memoized on the feature grid."""
         grid = np.round(X * GRID) / GRID
         res = np.empty(len(X))
         missing = []
@@ -145,7 +153,7 @@ class FamilyPredictor:
             else:
                 res[i] = hit
         if missing:
-            pred = np.exp(self.models[mkey].predict(grid[missing]))
+            pred = self.models[mkey].predict(grid[missing])
             for i, p in zip(missing, pred):
                 self._grid_cache[(mkey, grid[i].tobytes())] = float(p)
                 res[i] = p

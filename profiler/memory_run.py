@@ -1,0 +1,168 @@
+"""Memory runs: instantiate one rank's shard with dummy weights, run one forward pass at
+``max_num_batched_tokens`` and record what the KV-cache budget formula needs.
+
+The shard (pp = 1): vocab-parallel embedding and LM head (V padded to 64, split by tp), per
+layer two RMSNorm weights, QKV and O projections (heads / tp, KV heads max(1, KV // tp)), then a
+dense MLP (I / tp) or, for MoE layers, a bf16 router [E, h] and E/ep local experts of
+I / moe_tp (+ shared experts / tp). The forward pass is one prefill of ``T`` tokens (causal
+SDPA, no KV cache — vLLM profiles before the cache exists) and logits for the last token;
+all-reduces are skipped.
+
+Columns (bytes):
+  weights_bytes              CUDA: memory_allocated increase while building; CPU: sum of parameter bytes.
+  torch_peak_increase_bytes  CUDA: max_memory_allocated during the forward minus allocated before. CPU: null.
+  non_torch_bytes            CUDA: increase of device memory in use (mem_get_info) not explained by the
+                             increase of torch's reserved memory, over the whole run. CPU: null.
+  cuda_graph_bytes           CUDA: drop of free device memory while capturing one CUDA graph of the
+                             forward at min(T, 512) tokens (decode graphs of vLLM are smaller). CPU: null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from frontier.model_spec import VOCAB_PADDING
+from profiler.context import RankContext, common_row
+from profiler.grid import SweepGrid
+
+FAMILY = "memory"
+_GRAPH_TOKENS = 512
+
+
+def build_points(ctx: RankContext, grid: SweepGrid) -> list[dict[str, Any]]:
+    return [{"max_num_batched_tokens": t} for t in grid.memory_max_num_batched_tokens]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def build_shard(ctx: RankContext) -> dict[str, torch.Tensor]:
+    """Dummy (uninitialised) weights of one rank, by name."""
+    m, p = ctx.model, ctx.parallel
+    h, d, dev, dt = m.hidden_size, m.head_dim, ctx.torch_device, ctx.torch_dtype
+    w: dict[str, torch.Tensor] = {}
+
+    def new(name: str, *shape: int) -> None:
+        w[name] = torch.empty(*shape, device=dev, dtype=dt).normal_(0, 0.02)
+
+    vocab = _cdiv(_cdiv(m.vocab_size, VOCAB_PADDING) * VOCAB_PADDING, p.tp)
+    new("embed", vocab, h)
+    if not m.tie_word_embeddings:
+        new("lm_head", vocab, h)
+    new("final_norm", h)
+    qkv = (ctx.heads_per_rank + 2 * ctx.kv_heads_per_rank) * d
+    for i in range(m.num_layers):
+        new(f"{i}.norm1", h), new(f"{i}.norm2", h), new(f"{i}.qkv", qkv, h), new(f"{i}.o", h, ctx.heads_per_rank * d)
+        if m.is_moe and i >= m.num_dense_layers:
+            inter, local = _cdiv(m.moe_intermediate_size, p.moe_tp), m.num_experts // p.ep
+            new(f"{i}.router", m.num_experts, h), new(f"{i}.w13", local, 2 * inter, h), new(f"{i}.w2", local, h, inter)
+            if m.num_shared_experts:
+                si = _cdiv(m.num_shared_experts * m.shared_expert_intermediate_size, p.tp)
+                new(f"{i}.gate_up", 2 * si, h), new(f"{i}.down", h, si)
+        else:
+            inter = _cdiv(m.intermediate_size, p.tp)
+            new(f"{i}.gate_up", 2 * inter, h), new(f"{i}.down", h, inter)
+    return w
+
+
+def _mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    g, u = F.linear(x, gate_up).chunk(2, dim=-1)
+    return F.linear(F.silu(g) * u, down)
+
+
+def forward(ctx: RankContext, w: dict[str, torch.Tensor], tokens: int) -> torch.Tensor:
+    """One prefill of `tokens` tokens through the shard; logits of the last token."""
+    m, d = ctx.model, ctx.model.head_dim
+    hq, hk = ctx.heads_per_rank, ctx.kv_heads_per_rank
+    ids = torch.arange(tokens, device=ctx.torch_device) % w["embed"].shape[0]
+    x = F.embedding(ids, w["embed"])
+    for i in range(m.num_layers):
+        q, k, v = F.linear(F.rms_norm(x, (x.shape[-1],), w[f"{i}.norm1"]), w[f"{i}.qkv"]).split(
+            [hq * d, hk * d, hk * d], dim=-1)
+        a = F.scaled_dot_product_attention(q.view(tokens, hq, d).transpose(0, 1), k.view(tokens, hk, d).transpose(0, 1),
+                                           v.view(tokens, hk, d).transpose(0, 1), is_causal=True, enable_gqa=hq != hk)
+        x = x + F.linear(a.transpose(0, 1).reshape(tokens, hq * d), w[f"{i}.o"])
+        y = F.rms_norm(x, (x.shape[-1],), w[f"{i}.norm2"])
+        out = _mlp(y, w[f"{i}.gate_up"], w[f"{i}.down"]) if f"{i}.gate_up" in w else torch.zeros_like(y)
+        if f"{i}.router" in w:
+            top = torch.topk(F.linear(y, w[f"{i}.router"]), m.num_experts_per_tok, dim=-1).indices
+            for e in range(w[f"{i}.w13"].shape[0]):
+                rows = (top == e).any(-1).nonzero().flatten()
+                out = out.index_add(0, rows, _mlp(y[rows], w[f"{i}.w13"][e], w[f"{i}.w2"][e]))
+        x = x + out
+    x = F.rms_norm(x[-1:], (x.shape[-1],), w["final_norm"])
+    return F.linear(x, w.get("lm_head", w["embed"]))
+
+
+def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -> list[dict[str, Any]]:
+    """One memory row for (shard, max_num_batched_tokens)."""
+    tokens = point["max_num_batched_tokens"]
+    measured = _measure_cuda(ctx, tokens) if ctx.device.startswith("cuda") else _measure_cpu(ctx, tokens)
+    p = ctx.parallel
+    row = common_row(ctx, FAMILY, None, backend, "dummy-weight forward (torch)")
+    row.update(model=ctx.model.name, tp=p.tp, pp=p.pp, ep=p.ep, max_num_batched_tokens=tokens, **measured)
+    return [row]
+
+
+def _measure_cpu(ctx: RankContext, tokens: int) -> dict[str, Any]:
+    w = build_shard(ctx)
+    with torch.no_grad():
+        forward(ctx, w, tokens)
+    return {"weights_bytes": sum(t.nbytes for t in w.values()), "torch_peak_increase_bytes": None,
+            "non_torch_bytes": None, "cuda_graph_bytes": None}
+
+
+def _measure_cuda(ctx: RankContext, tokens: int) -> dict[str, Any]:  # pragma: no cover - needs a GPU
+    dev = ctx.torch_device
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize(dev)
+
+    def used() -> int:
+        free, total = torch.cuda.mem_get_info(dev)
+        return total - free
+
+    used0, reserved0, alloc0 = used(), torch.cuda.memory_reserved(dev), torch.cuda.memory_allocated(dev)
+    w = build_shard(ctx)
+    torch.cuda.synchronize(dev)
+    weights = torch.cuda.memory_allocated(dev) - alloc0
+    base = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    with torch.no_grad():
+        forward(ctx, w, tokens)
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - base
+    non_torch = (used() - used0) - (torch.cuda.memory_reserved(dev) - reserved0)
+    graph_bytes = _graph_bytes(ctx, w, min(tokens, _GRAPH_TOKENS), used)
+    del w
+    torch.cuda.empty_cache()
+    return {"weights_bytes": int(weights), "torch_peak_increase_bytes": int(peak),
+            "non_torch_bytes": int(max(0, non_torch)), "cuda_graph_bytes": graph_bytes}
+
+
+def _graph_bytes(ctx: RankContext, w: dict[str, torch.Tensor], tokens: int,
+                 used: Any) -> int | None:  # pragma: no cover - needs a GPU
+    """Free-memory drop while capturing one graph; None when the forward cannot be captured
+    (the MoE path's data-dependent ``nonzero`` syncs)."""
+    dev = ctx.torch_device
+    before = used()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad():
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                forward(ctx, w, tokens)
+            torch.cuda.current_stream(dev).wait_stream(side)
+            with torch.cuda.graph(graph):
+                forward(ctx, w, tokens)
+        torch.cuda.synchronize(dev)
+    except RuntimeError:
+        torch.cuda.synchronize(dev)
+        return None
+    grown = used() - before
+    del graph
+    return int(max(0, grown))

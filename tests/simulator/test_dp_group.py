@@ -1,0 +1,81 @@
+"""DP ranks of an MoE model step in lockstep; dense DP ranks are independent engines."""
+
+import pytest
+
+from simulator.batch_engine import StepCost
+from simulator.dp_group import LockstepRanks
+from simulator.engine_args import EngineArgs
+from simulator.events import EventLoop
+from simulator.kv_cache.manager import KVCacheManager
+from simulator.replica import Replica
+from simulator.request import RequestSpec
+from simulator.scheduler import Scheduler
+from simulator.scheduler_config import SchedulerConfig
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.trace import BatchTrace
+from simulator.workload import WorkloadSpec
+
+
+class PerTokenEngine:
+    """A step costs 1 ms + 1 ms per scheduled token: the busier rank is slower."""
+
+    def step_cost(self, batch):
+        n = sum(batch.new_tokens)
+        return StepCost(0.001 * (1 + n), n, n, "NONE")
+
+
+def group(num_ranks: int):
+    cfg = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=256,
+                          async_scheduling=False)
+    ranks = LockstepRanks([Scheduler(cfg, KVCacheManager(64, 16, 256)) for _ in range(num_ranks)])
+    loop = EventLoop()
+    replica = Replica(0, loop, ranks, PerTokenEngine(), BatchTrace(True), lambda *a: None,
+                      async_scheduling=False)
+    return loop, ranks, replica
+
+
+def test_requests_spread_over_ranks_and_steps_last_as_long_as_the_slowest_rank():
+    loop, ranks, replica = group(2)
+    replica.add_request(RequestSpec("big", 0.0, 40, 2))     # rank 0
+    replica.add_request(RequestSpec("small", 0.0, 4, 2))    # rank 1 (least loaded)
+    loop.run()
+    cols = replica.trace.step_cols
+    assert list(zip(cols["dp_rank"], cols["step"], cols["num_tokens"])) == [
+        (0, 0, 40), (1, 0, 4), (0, 1, 1), (1, 1, 1)]
+    # step 0 lasts 41 ms on both ranks (the 40-token rank), step 1 lasts 2 ms
+    assert cols["start_s"] == pytest.approx([0.0, 0.0, 0.041, 0.041])
+    assert cols["end_s"] == pytest.approx([0.041, 0.041, 0.043, 0.043])
+
+
+def test_idle_rank_does_not_schedule_but_the_group_still_steps():
+    loop, ranks, replica = group(3)
+    replica.add_request(RequestSpec("a", 0.0, 10, 3))
+    loop.run()
+    assert set(replica.trace.step_cols["dp_rank"]) == {0}
+    assert ranks.get_request_counts() == (0, 0)
+
+
+def test_one_rank_group_is_refused():
+    with pytest.raises(ValueError, match="at least 2 ranks"):
+        LockstepRanks([Scheduler(SchedulerConfig(), KVCacheManager(64, 16, 8192))])
+
+
+def run(model: str, dp: int):
+    return run_simulation(SimulationSpec(
+        engine=EngineArgs(model=model, gpu="H200", data_parallel_size=dp, max_model_len=4096,
+                          enable_expert_parallel=dp > 1 and "A3B" in model),
+        workload=WorkloadSpec(num_prompts=16, random_input_len=256, random_output_len=8),
+        keep_batch_trace=True))
+
+
+def test_moe_dp_is_one_lockstep_replica_and_dense_dp_is_independent_engines():
+    moe = run("Qwen/Qwen3-30B-A3B", 4)
+    assert moe.resolved.lockstep_dp and moe.resolved.num_gpus == 4
+    steps = moe.trace.step_cols
+    by_step = {}
+    for rep, step, start in zip(steps["replica_id"], steps["step"], steps["start_s"]):
+        by_step.setdefault((rep, step), set()).add(start)
+    assert set(steps["replica_id"]) == {0} and all(len(v) == 1 for v in by_step.values())
+    dense = run("meta-llama/Llama-3.1-8B", 4)
+    assert not dense.resolved.lockstep_dp
+    assert set(dense.trace.step_cols["replica_id"]) == {0, 1, 2, 3}
