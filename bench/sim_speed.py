@@ -1,0 +1,49 @@
+"""Simulation speed: wall time, steps and events per second for a few co-located runs.
+
+    .venv/bin/python bench/sim_speed.py [--num-prompts N]
+
+Prints one line per case: simulated duration, wall time of the event loop, steps per
+second of wall time, microseconds per scheduled request-step, and peak RSS of the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+
+from simulator.engine_args import EngineArgs
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.workload import WorkloadSpec
+
+CASES = [
+    ("llama8b-h100-random-rate20", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),
+     dict(dataset_name="random", request_rate=20.0)),
+    ("llama8b-h100-random-burst", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),
+     dict(dataset_name="random")),
+    ("llama8b-4replicas-sharegpt", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100", num_replicas=4),
+     dict(dataset_name="sharegpt", request_rate=60.0)),
+    ("qwen3-30b-a3b-dp4-ep", EngineArgs(model="Qwen/Qwen3-30B-A3B", gpu="H200", data_parallel_size=4,
+                                        enable_expert_parallel=True),
+     dict(dataset_name="random", request_rate=40.0)),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--num-prompts", type=int, default=2000)
+    args = parser.parse_args()
+    print(f"{'case':<30} {'reqs':>6} {'sim_s':>8} {'wall_s':>7} {'steps':>7} {'steps/s':>8} "
+          f"{'us/req-step':>11} {'rss_MiB':>8}")
+    for name, engine, wl in CASES:
+        result = run_simulation(SimulationSpec(engine=engine, workload=WorkloadSpec(
+            num_prompts=args.num_prompts, **wl)))
+        steps = result.trace.num_steps()
+        req_steps = sum(result.trace.step_cols["num_reqs"])
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"{name:<30} {len(result.records):>6} {result.simulated_duration_s:>8.1f} "
+              f"{result.sim_wall_s:>7.2f} {steps:>7} {steps / result.sim_wall_s:>8.0f} "
+              f"{1e6 * result.sim_wall_s / max(req_steps, 1):>11.1f} {rss:>8.0f}")
+
+
+if __name__ == "__main__":
+    main()
