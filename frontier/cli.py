@@ -23,6 +23,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 ENGINE_HELP = "Engine (vllm serve flags)"
 BENCH_HELP = "Workload (vllm bench serve flags)"
 OUT_HELP = "Outputs"
+PDD_HELP = "Prefill/decode disaggregation (--architecture pdd)"
+PDD_KEYS = ("prefill_tp", "prefill_pp", "prefill_dp", "prefill_replicas", "prefill_gpu", "prefill_router",
+            "decode_tp", "decode_pp", "decode_dp", "decode_replicas", "decode_gpu", "decode_router",
+            "kv_transfer_bandwidth", "kv_transfer_latency_ms")
 
 
 def _fail(message: str) -> None:
@@ -40,6 +44,34 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...]) 
 def _pick(cls, values: dict[str, Any]):
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _pdd_spec(values: dict[str, Any]):
+    """The P/D part of the spec from the --prefill-*/--decode-*/--kv-transfer-* values; None if none given."""
+    if all(values.get(k) is None for k in PDD_KEYS):
+        return None
+    from simulator.control_plane import DEFAULT_KV_TRANSFER_LATENCY_S, PddSpec, RoleLayout
+
+    def layout(role: str):
+        return RoleLayout(role, **{k: values.get(f"{role}_{k}") for k in ("tp", "pp", "dp", "replicas", "gpu", "router")})
+
+    bw = values.get("kv_transfer_bandwidth")
+    lat = values.get("kv_transfer_latency_ms")
+    return PddSpec(layout("prefill"), layout("decode"),
+                   kv_transfer_bandwidth_bytes_per_s=None if bw is None else float(bw) * 1e9,
+                   kv_transfer_latency_s=DEFAULT_KV_TRANSFER_LATENCY_S if lat is None else float(lat) / 1e3)
+
+
+def _pdd_layout(result) -> str:
+    """One line per deployment: each role's engines and GPUs, and the total."""
+    parts = []
+    for role in result.roles:
+        r = role.resolved
+        parts.append(f"{role.layout.name} {r.num_engines} engine(s) of TP{r.parallel.tp} x PP{r.parallel.pp} "
+                     f"on {r.num_gpus} x {r.gpu.name} (KV {role.memory.num_gpu_blocks} blocks x {r.block_size} tokens)")
+    total = sum(role.num_gpus for role in result.roles)
+    return (f"Simulated {result.resolved.model.name} P/D disaggregated on {total} GPUs in total: "
+            + "; ".join(parts) + "; cost model: roofline")
 
 
 @app.command()
@@ -83,6 +115,23 @@ def simulate(
     result_filename: Optional[str] = typer.Option(None, rich_help_panel=OUT_HELP),
     debug: Optional[bool] = typer.Option(None, "--debug/--no-debug", help="Check scheduler and KV invariants on every step.", rich_help_panel=OUT_HELP),
     step_jitter: Optional[float] = typer.Option(None, help="Relative std-dev of seeded per-step time noise (default 0).", rich_help_panel=ENGINE_HELP),
+    comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
+    moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), power_law:ALPHA (e.g. power_law:1.2) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
+    architecture: Optional[str] = typer.Option(None, help="colocated (default) or pdd (prefill/decode disaggregated, NixlConnector).", rich_help_panel=PDD_HELP),
+    prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
+    prefill_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
+    prefill_dp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
+    prefill_replicas: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
+    prefill_gpu: Optional[str] = typer.Option(None, help="Prefill role GPU type (default: --gpu).", rich_help_panel=PDD_HELP),
+    prefill_router: Optional[str] = typer.Option(None, help="round_robin or least_loaded (default: --router).", rich_help_panel=PDD_HELP),
+    decode_tp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
+    decode_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
+    decode_dp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
+    decode_replicas: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
+    decode_gpu: Optional[str] = typer.Option(None, rich_help_panel=PDD_HELP),
+    decode_router: Optional[str] = typer.Option(None, help="round_robin, least_loaded or kv_aware (most free KV blocks).", rich_help_panel=PDD_HELP),
+    kv_transfer_bandwidth: Optional[float] = typer.Option(None, help="GB/s per GPU for every P->D KV transfer (default: NVLink within a node, else the NIC).", rich_help_panel=PDD_HELP),
+    kv_transfer_latency_ms: Optional[float] = typer.Option(None, help="Latency floor per KV transfer (default 0.1 ms).", rich_help_panel=PDD_HELP),
 ) -> None:
     """Simulate a vLLM deployment serving a benchmark workload and print vllm bench serve's summary."""
     from simulator.engine_args import EngineArgs
@@ -94,7 +143,7 @@ def simulate(
     cli = dict(locals())
     cli.pop("config")
     out_keys = ("output_dir", "batch_trace", "save_result", "result_dir", "result_filename", "debug",
-                "max_concurrency", "step_jitter")
+                "max_concurrency", "step_jitter", "comm_model", "moe_routing", "architecture") + PDD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
@@ -105,18 +154,24 @@ def simulate(
             max_concurrency=values.get("max_concurrency"),
             keep_batch_trace=values.get("batch_trace") is not None,
             debug=bool(values.get("debug", False)),
-            step_jitter=float(values.get("step_jitter", 0.0)))
+            step_jitter=float(values.get("step_jitter", 0.0)),
+            comm_model=str(values.get("comm_model", "analytical")),
+            moe_routing=str(values.get("moe_routing", "balanced")),
+            architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values))
         result = run_simulation(spec)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return
     r = result.resolved
-    layout = (f"{r.args.num_replicas} replica(s) of DP{r.args.data_parallel_size} in lockstep x "
-              if r.lockstep_dp else f"{r.num_engines} engine(s) of ")
-    typer.echo(f"Simulated {r.model.name} on {r.num_gpus} x {r.gpu.name} "
-               f"({layout}TP{r.parallel.tp} x PP{r.parallel.pp}); "
-               f"KV cache {result.memory.num_gpu_blocks} blocks x {r.block_size} tokens per engine; "
-               f"cost model: roofline")
+    if result.roles:
+        typer.echo(_pdd_layout(result) + f", comm {spec.comm_model}, MoE routing {spec.moe_routing}")
+    else:
+        layout = (f"{r.args.num_replicas} replica(s) of DP{r.args.data_parallel_size} in lockstep x "
+                  if r.lockstep_dp else f"{r.num_engines} engine(s) of ")
+        typer.echo(f"Simulated {r.model.name} on {r.num_gpus} x {r.gpu.name} "
+                   f"({layout}TP{r.parallel.tp} x PP{r.parallel.pp}); "
+                   f"KV cache {result.memory.num_gpu_blocks} blocks x {r.block_size} tokens per engine; "
+                   f"cost model: roofline, comm {spec.comm_model}, MoE routing {spec.moe_routing}")
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)
@@ -385,16 +440,24 @@ def profile(
     max_chunks: Optional[int] = typer.Option(None, help="Stop after this many new chunks (rerun to continue)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid size and an estimated time; run nothing."),
 ) -> None:
-    """Profile one rank's operators for each parallel layout and write Parquet profiles.
+    """Profile one rank's operators per parallel layout; write Parquet profiles.
 
-    Workflow: (1) `--dry-run` to see the grid size and estimated time; (2) run it: for every
-    TP (x EP) layout the operators ONE rank runs (sharded GEMMs, attention over mixed
-    prefill/decode batches on a paged KV cache, MoE experts under balanced and skewed routing,
-    norms/RoPE/activation/KV-write, and a dummy-weight memory run) are timed on this single
-    device, collectives stubbed out, in two modes: kernel (CUDA-graph replay between device
-    events; on CPU the fastest 20% of calls) and launch (eager, host issue + execution);
-    (3) if it stops, rerun the same command: finished chunks are skipped, none is written twice;
-    (4) feed --out to `frontier calibrate`. Needs torch (pip install frontier-sim[profiler]).
+    For every TP (x EP) layout, time the operators ONE rank of that shard
+    runs on this device, collectives stubbed out: sharded GEMMs (QKV, O,
+    gate-up, down, LM head), attention over mixed prefill/decode batches
+    on a paged KV cache, MoE experts under balanced and skewed routing,
+    norms / RoPE / activation / KV write; plus a dummy-weight memory run.
+
+    Two timing modes per operator: kernel (CUDA-graph replay between
+    device events, cold L2; on CPU the fastest 20% of calls) and launch
+    (eager: host issue + execution).
+
+    Workflow: 1) add --dry-run to see the grid size and estimated time;
+    2) run it (progress and ETA on stderr); 3) if it stops, rerun the
+    same command: finished chunks are skipped, no row is written twice;
+    4) hand --out to the calibration.
+
+    Needs torch: pip install 'frontier-sim\\[profiler]'.
     """
     try:
         from profiler.cli_entry import ProfileArgs, run_profile

@@ -17,7 +17,7 @@ from typing import ClassVar, Union
 
 COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-COMM_LINKS = ("nvlink", "network")
+COMM_LINKS = ("nvlink", "pcie", "network")
 
 
 def _check_positive(cls: str, **fields: float) -> None:
@@ -206,13 +206,21 @@ class ElementwiseOp:
 @dataclass(frozen=True)
 class CommOp:
     """A collective or transfer. `bytes` is the tensor size per rank (all_reduce: the
-    reduced tensor; all_gather: the gathered output; p2p: the message)."""
+    reduced tensor; all_gather: the gathered output; reduce_scatter: the input; all_to_all:
+    what one rank sends; p2p: the message).
+
+    Placement: `ranks_per_node` 0 = flat on `link` ("network": one rank per node;
+    "nvlink"/"pcie": the whole group in one node). `ranks_per_node` > 0 = the group's ranks
+    sit that many per node, `link` is the intra-node link and nodes talk over the network
+    (priced hierarchically by `simulator.comm`).
+    """
 
     family: ClassVar[str] = "comm"
     kind: str
     bytes: float
     group_size: int
     link: str = "nvlink"
+    ranks_per_node: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in COMM_KINDS:
@@ -220,6 +228,9 @@ class CommOp:
         if self.link not in COMM_LINKS:
             raise ValueError(f"CommOp.link={self.link!r}; valid: {COMM_LINKS}")
         _check_positive("CommOp", bytes=self.bytes, group_size=self.group_size)
+        if self.ranks_per_node < 0 or (self.ranks_per_node and self.group_size % self.ranks_per_node):
+            raise ValueError(f"CommOp.ranks_per_node={self.ranks_per_node} must be 0 or divide "
+                             f"group_size={self.group_size}")
 
     @property
     def flops(self) -> float:

@@ -86,7 +86,8 @@ def _gpu_name(args: ProfileArgs) -> str:
 
 
 def build_contexts(args: ProfileArgs) -> list[RankContext]:
-    """One RankContext per (tp, ep) layout; every layout is checked against the model."""
+    """One RankContext per (tp, ep) layout with ep dividing tp (others are skipped: EP spreads the
+    experts over the TP ranks); every layout is checked against the model."""
     model = load_model_spec(args.model)
     tps = _int_list("--tensor-parallel-size", args.tensor_parallel_size)
     eps = _int_list("--expert-parallel-size", args.expert_parallel_size)
@@ -97,14 +98,10 @@ def build_contexts(args: ProfileArgs) -> list[RankContext]:
         raise ValueError(f"--dtype={dtype!r}; valid: {', '.join(TORCH_DTYPES)}")
     timing = TimingConfig(warmup_s=args.warmup_ms / 1e3, budget_s=args.budget_ms / 1e3)
     gpu = _gpu_name(args)
-    contexts = []
-    for tp in tps:
-        for ep in eps:
-            if tp % ep:
-                raise ValueError(f"--expert-parallel-size {ep} must divide --tensor-parallel-size {tp} "
-                                 "(experts are spread over the tp ranks)")
-            contexts.append(RankContext(model, ParallelSpec(tp=tp, ep=ep), args.device, dtype, gpu, timing))
-    return contexts
+    pairs = [(tp, ep) for tp in tps for ep in eps if tp % ep == 0]  # EP spreads experts over the TP ranks
+    if not pairs:
+        raise ValueError(f"no --expert-parallel-size in {eps} divides a --tensor-parallel-size in {tps}")
+    return [RankContext(model, ParallelSpec(tp=tp, ep=ep), args.device, dtype, gpu, timing) for tp, ep in pairs]
 
 
 def run_profile(args: ProfileArgs, stream: TextIO | None = None) -> sweep.SweepResult | None:

@@ -62,6 +62,16 @@ class RankContext:
         """vLLM replicates KV heads when tp > kv heads."""
         return max(1, self.model.num_kv_heads // self.parallel.tp)
 
+    def generator(self, seed: int = 0) -> torch.Generator:
+        """A seeded generator ON the device: tensors are drawn where they live (a decode KV cache
+        at TP1 is gigabytes; drawing it on the host would dominate the sweep)."""
+        return torch.Generator(device=self.torch_device).manual_seed(seed)
+
+    def randn(self, gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+        """Standard-normal tensor of `shape` x `scale` in the context's device and dtype."""
+        t = torch.randn(*shape, generator=gen, device=self.torch_device, dtype=self.torch_dtype)
+        return t.mul_(scale) if scale != 1.0 else t
+
     def layout_key(self) -> dict[str, Any]:
         """Identity of this context inside a grid-point hash."""
         p = self.parallel

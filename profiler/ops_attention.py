@@ -16,7 +16,7 @@ via ``enable_gqa``). Backends "flashinfer" / "vllm" are hooks (see `backends.py`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -79,24 +79,24 @@ def _stats(values: list[int], prefix: str) -> dict[str, Any]:
             f"{prefix}_p50": float(np.percentile(a, 50)), f"{prefix}_p90": float(np.percentile(a, 90))}
 
 
-def _torch_attention(ctx: RankContext, point: dict[str, Any]):
-    """Build the tensors of one batch; return the callable that runs write + attention."""
+def torch_attention(ctx: RankContext, point: dict[str, Any]) -> tuple[Callable[[], None], dict[str, Any]]:
+    """Build the tensors of one batch; return the callable that runs write + attention, and
+    its tensors (q, out: [new tokens, heads, d] with prefill tokens first; k_cache, v_cache;
+    table: decode block table)."""
     dev, dt, bs = ctx.torch_device, ctx.torch_dtype, point["block_size"]
     heads, kv, d = ctx.heads_per_rank, ctx.kv_heads_per_rank, ctx.model.head_dim
     pre, dec = point["prefill_len"], point["decode_ctx"]
     kv_lens = list(pre) + list(dec)
     blocks = [-(-n // bs) for n in kv_lens]
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    k_cache = torch.randn(sum(blocks), bs, kv, d, generator=gen).to(dev, dt)
-    v_cache = torch.randn(sum(blocks), bs, kv, d, generator=gen).to(dev, dt)
+    gen = ctx.generator()
+    k_cache = ctx.randn(gen, sum(blocks), bs, kv, d)
+    v_cache = ctx.randn(gen, sum(blocks), bs, kv, d)
     starts = np.concatenate([[0], np.cumsum(blocks)])[:-1]
     slots = [starts[r] * bs + t for r, n in enumerate(pre) for t in range(n)]
     slots += [starts[len(pre) + r] * bs + c - 1 for r, c in enumerate(dec)]
     slot_mapping = torch.tensor(slots, dtype=torch.long, device=dev)
     num_new = len(slots)
-    q = torch.randn(num_new, heads, d, generator=gen).to(dev, dt)
-    k_new = torch.randn(num_new, kv, d, generator=gen).to(dev, dt)
-    v_new = torch.randn(num_new, kv, d, generator=gen).to(dev, dt)
+    q, k_new, v_new = ctx.randn(gen, num_new, heads, d), ctx.randn(gen, num_new, kv, d), ctx.randn(gen, num_new, kv, d)
     out = torch.empty(num_new, heads, d, device=dev, dtype=dt)
     offsets = np.concatenate([[0], np.cumsum(pre)]).astype(int)
     if dec:
@@ -122,7 +122,8 @@ def _torch_attention(ctx: RankContext, point: dict[str, Any]):
             o = F.scaled_dot_product_attention(q[a:][:, :, None], kd, vd, attn_mask=mask, enable_gqa=gqa)
             out[a:] = o[:, :, 0]
 
-    return fn
+    tensors = {"q": q, "out": out, "k_cache": k_cache, "v_cache": v_cache, "table": table if dec else None}
+    return fn, tensors
 
 
 def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -> list[dict[str, Any]]:
@@ -131,7 +132,7 @@ def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -
         from profiler.backends import attention_runner
         fn, kernel = attention_runner(backend, ctx, point)
     else:
-        fn = _torch_attention(ctx, point)
+        fn, _ = torch_attention(ctx, point)
         kernel = "sdpa varlen loop + padded paged decode + index_copy kv write"
     pre, dec = point["prefill_len"], point["decode_ctx"]
     spec = {"op_name": point["op_name"], "scope": "kernel", "batch_size": len(pre) + len(dec),

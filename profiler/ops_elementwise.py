@@ -43,10 +43,10 @@ def build_points(ctx: RankContext, grid: SweepGrid) -> list[dict[str, Any]]:
 
 def _build(ctx: RankContext, name: str, tokens: int, width: int) -> Callable[[], object]:
     dev, dt = ctx.torch_device, ctx.torch_dtype
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    gen = ctx.generator()
 
     def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen).to(dev, dt)
+        return ctx.randn(gen, *shape)
 
     if name in ("rms_norm", "fused_add_rms_norm"):
         x, r, w = rand(tokens, width), rand(tokens, width), rand(width)
@@ -57,7 +57,7 @@ def _build(ctx: RankContext, name: str, tokens: int, width: int) -> Callable[[],
         d, heads = ctx.model.head_dim, ctx.heads_per_rank + ctx.kv_heads_per_rank
         qk = rand(tokens, heads, d)
         cos_sin = rand(max(tokens, 4096), d)  # positions drawn from a 4k-row cos/sin cache
-        pos = torch.randint(0, cos_sin.shape[0], (tokens,), generator=gen).to(dev)
+        pos = torch.randint(0, cos_sin.shape[0], (tokens,), generator=gen, device=dev)
 
         def rope() -> None:
             cos, sin = cos_sin[pos].chunk(2, dim=-1)
@@ -70,7 +70,7 @@ def _build(ctx: RankContext, name: str, tokens: int, width: int) -> Callable[[],
     if name == "kv_cache_write":
         kv = rand(tokens, width)
         cache = torch.zeros(2 * tokens + 16, width, device=dev, dtype=dt)
-        slots = torch.randperm(2 * tokens + 16, generator=gen)[:tokens].to(dev)
+        slots = torch.randperm(2 * tokens + 16, generator=gen, device=dev)[:tokens]
         return lambda: cache.index_copy_(0, slots, kv)
     raise ValueError(f"unknown elementwise op {name!r}; valid: {', '.join(n for n, _ in op_widths(ctx))}")
 

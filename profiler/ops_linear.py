@@ -7,7 +7,7 @@
     lm_head  Y[m, ceil(V_pad/tp)] = X[m, h]                 (V padded to a multiple of 64)
 
 The all-reduce after o_proj/down and the LM-head gather are not run (collectives stubbed).
-Backend "torch": ``torch.nn.functional.linear`` (cuBLAS/cuBLASLt on CUDA, oneDNN/MKL on CPU).
+Backend "torch": ``torch.matmul(x, w.t(), out=y)`` (cuBLAS/cuBLASLt on CUDA, oneDNN/MKL on CPU).
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -
     if backend != "torch":
         raise ValueError(f"linear backend {backend!r} not available; valid: torch")
     dev, dt = ctx.torch_device, ctx.torch_dtype
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(point["m"], point["k"], generator=gen).to(dev, dt)
-    w = (torch.randn(point["n"], point["k"], generator=gen) * point["k"] ** -0.5).to(dev, dt)
+    gen = ctx.generator()
+    x = ctx.randn(gen, point["m"], point["k"])
+    w = ctx.randn(gen, point["n"], point["k"], scale=point["k"] ** -0.5)
     out = torch.empty(point["m"], point["n"], device=dev, dtype=dt)
 
     def fn() -> None:

@@ -54,13 +54,13 @@ def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -
     """Time the local experts on their routed tokens; a kernel row and a launch row."""
     if backend != "torch":
         raise ValueError(f"moe backend {backend!r} has no runner yet; valid: torch")
-    m, dev, dt = ctx.model, ctx.torch_device, ctx.torch_dtype
+    m, dev = ctx.model, ctx.torch_device
     h, inter = m.hidden_size, -(-m.moe_intermediate_size // ctx.parallel.moe_tp)
     counts = point["tokens_per_expert"]
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    w13 = (torch.randn(len(counts), 2 * inter, h, generator=gen) * h ** -0.5).to(dev, dt)
-    w2 = (torch.randn(len(counts), h, inter, generator=gen) * inter ** -0.5).to(dev, dt)
-    x = torch.randn(point["num_tokens"], h, generator=gen).to(dev, dt)
+    gen = ctx.generator()
+    w13 = ctx.randn(gen, len(counts), 2 * inter, h, scale=h ** -0.5)
+    w2 = ctx.randn(gen, len(counts), h, inter, scale=inter ** -0.5)
+    x = ctx.randn(gen, point["num_tokens"], h)
     out = torch.zeros_like(x)
     idx_rng = np.random.default_rng(0)  # which tokens an expert gets does not change the cost
     index = [torch.tensor(np.sort(idx_rng.choice(point["num_tokens"], c, replace=False)), device=dev)

@@ -37,6 +37,7 @@ MODULES = {"linear": ops_linear, "attention": ops_attention, "moe": ops_moe,
 PROFILER_FAMILIES = tuple(MODULES)
 CHUNK_TAG = "sweep-chunk:"
 _MEMORY_ESTIMATE_S = 2.0
+_PROGRESS_EVERY_S = 0.5
 
 
 def writable_families() -> tuple[str, ...]:
@@ -121,12 +122,16 @@ def run(chunks: list[Chunk], out: Path, backend: str = "torch", stream: TextIO |
     if max_chunks is not None:
         todo = todo[:max_chunks]
     total_points, points_done, start = sum(len(c.points) for c in todo), 0, time.perf_counter()
+    shown = -1.0
     for n, chunk in enumerate(todo, 1):
         rows: list[dict[str, Any]] = []
         for point in chunk.points:
             rows.extend(MODULES[chunk.family].run_point(chunk.ctx, json.loads(point), backend))
             points_done += 1
-            _progress(stream, n, len(todo), chunk, points_done, total_points, time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            if elapsed - shown >= _PROGRESS_EVERY_S or points_done == total_points:
+                _progress(stream, n, len(todo), chunk, points_done, total_points, elapsed)
+                shown = elapsed
         for row in rows:
             row["source_table"] = CHUNK_TAG + chunk.key
         result.written.append(write_profile(pd.DataFrame(rows), out, chunk.family, chunk.ctx.gpu))

@@ -25,8 +25,14 @@ Approximations (stated, to be replaced by measured data / later models):
   are not counted separately).
 - Pipeline parallel: stages run in sequence for one step, so duration = sum of stage
   times (= all layers) + (pp - 1) activation sends; no cross-step stage pipelining yet.
-- MoE routing balanced; with DP>1 tokens of all DP ranks are gathered to the experts
-  (all_gather + reduce_scatter over the EP/FFN group), as vLLM's allgather backend.
+- MoE routing: balanced unless a `MoeRouter` is given (simulator/moe_routing.py); the
+  routed-expert op is priced for the slowest EP rank (most (token, expert) pairs). With
+  DP>1 tokens of all DP ranks are gathered to the experts: all2all_backend
+  "allgather_reducescatter" (vLLM's default: all_gather + reduce_scatter over the TP x DP
+  group) or "all_to_all" (DeepEP-style dispatch + combine of the slowest rank's routed
+  tokens over the EP group, EP > 1 only).
+- Collectives are CommOps over packed groups (consecutive ranks fill a node first):
+  a group larger than a node is priced hierarchically by the comm backend.
 - MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
   (latent dims); the kv_b up-projection of prefill context is not priced.
 """
@@ -36,7 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import math
+
 from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
+from simulator.comm.group import intra_node_link
 from simulator.cuda_graph import CudaGraphConfig
 
 if TYPE_CHECKING:
@@ -44,12 +53,14 @@ if TYPE_CHECKING:
     from frontier.model_spec import ModelSpec
     from frontier.parallel import ParallelSpec
     from simulator.cost_model import CostModel
+    from simulator.moe_routing import MoeRouter
 
 BF16 = 2.0
 VOCAB_PADDING = 64            # vLLM DEFAULT_VOCAB_PADDING_SIZE
 SAMPLER_FP32_PASSES = 3       # logits -> fp32, softmax/probs, sample: ~3 passes over rows x vocab fp32
 MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
 _QUANT_COMPUTE = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}   # mxfp4 / int4_wo: weight-only, bf16 math
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "all_to_all")
 
 
 @dataclass(frozen=True)
@@ -94,14 +105,18 @@ class BatchEngine:
     """Prices steps for one replica: model x parallel layout x GPU x cost model x graphs."""
 
     def __init__(self, model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
-                 cost_model: CostModel, cudagraph: CudaGraphConfig) -> None:
+                 cost_model: CostModel, cudagraph: CudaGraphConfig, moe_router: MoeRouter | None = None,
+                 all2all_backend: str = "allgather_reducescatter") -> None:
         parallel.check_model(model)
+        if all2all_backend not in ALL2ALL_BACKENDS:
+            raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {ALL2ALL_BACKENDS}")
         self.model, self.parallel, self.gpu = model, parallel, gpu
         self.cost_model, self.cudagraph = cost_model, cudagraph
+        self.moe_router, self.all2all_backend = moe_router, all2all_backend
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node
-        self._tp_link = "nvlink" if parallel.tp * parallel.dp <= gpu.gpus_per_node else "network"
-        self._pp_link = "nvlink" if in_node else "network"
+        self._intra_link = intra_node_link(gpu)
+        self._pp_link = self._intra_link if in_node else "network"
         self._ab = model.quant.activation_bytes
         self._step_cache: dict[BatchShape, StepCost] = {}
         self._dense_cache: dict[tuple[int, str], float] = {}
@@ -140,7 +155,7 @@ class BatchEngine:
         ]
         ops += [(op, n_layers) for op in self._attn_gemms(m, heads)]
         if tp > 1:
-            ops.append((CommOp("all_reduce", m * h * ab, tp, self._tp_link), 2 * n_layers))
+            ops.append((self._comm("all_reduce", m * h * ab, tp), 2 * n_layers))
         n_dense = n_layers - mdl.num_moe_layers
         if n_dense:
             inter = _cdiv(mdl.intermediate_size, tp)
@@ -191,20 +206,38 @@ class BatchEngine:
         h, e = mdl.hidden_size, mdl.num_experts
         local = _cdiv(e, par.ep)
         tokens = m * par.dp                      # DP ranks' tokens gathered to the experts
-        pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
         wb = mdl.quant.bytes_per_param("routed_experts")
         dtype = _QUANT_COMPUTE.get(mdl.quant.method, "bf16") if wb < BF16 else "bf16"
-        ops: list[object] = [GemmOp("router", m, e, h, BF16, ab),
-                             MoeOp(tokens, e, local, mdl.num_experts_per_tok, h,
-                                   _cdiv(mdl.moe_intermediate_size, par.moe_tp), max(pairs, 1), wb, ab, dtype)]
+        inter = _cdiv(mdl.moe_intermediate_size, par.moe_tp)
+        router = self.moe_router
+        if router is None or router.balanced:   # every rank holds ceil(pairs / ep) pairs
+            pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
+            experts = MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(pairs, 1), wb, ab, dtype)
+        else:                                    # price every distinct rank load, keep the slowest
+            ranks = [MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(sum(r), 1), wb, ab, dtype, r)
+                     for r in dict.fromkeys(router.rank_loads(tokens))]
+            times = self.cost_model.op_times_s(ranks, "kernel")
+            experts = ranks[max(range(len(ranks)), key=times.__getitem__)]
+            pairs = max(op.routed_pairs for op in ranks)   # the busiest receiver of the all_to_all
+        ops: list[object] = [GemmOp("router", m, e, h, BF16, ab), experts]
         shared = mdl.num_shared_experts * mdl.shared_expert_intermediate_size
         if shared:
             ops += self._mlp_ops("shared_experts", "shared", m, _cdiv(shared, self._tp))
-        if par.dp > 1:
+        if par.dp > 1 and par.ep > 1 and self.all2all_backend == "all_to_all":
+            routed = max(pairs, 1) * h * ab     # the busiest rank's routed tokens, in and back out
+            ops += [self._comm("all_to_all", routed, par.ep), self._comm("all_to_all", routed, par.ep)]
+        elif par.dp > 1:
             group = par.tp * par.dp
-            ops += [CommOp("all_gather", tokens * h * ab, group, self._tp_link),
-                    CommOp("reduce_scatter", tokens * h * ab, group, self._tp_link)]
+            ops += [self._comm("all_gather", tokens * h * ab, group),
+                    self._comm("reduce_scatter", tokens * h * ab, group)]
         return ops
+
+    def _comm(self, kind: str, nbytes: float, size: int) -> CommOp:
+        """A collective over `size` consecutive ranks: flat in one node, else hierarchical."""
+        per_node = self.gpu.gpus_per_node
+        if size <= per_node:
+            return CommOp(kind, nbytes, size, self._intra_link)
+        return CommOp(kind, nbytes, size, self._intra_link, math.gcd(size, per_node))
 
     def _times(self, ops: list[tuple[object, int]], timing: str) -> float:
         times = self.cost_model.op_times_s([op for op, _ in ops], timing)
@@ -226,7 +259,7 @@ class BatchEngine:
                 (GemmOp("lm_head", rows, _cdiv(vocab, self._tp), mdl.hidden_size, BF16, ab), 1),
                 (ElementwiseOp("sampler", rows, mdl.vocab_size, SAMPLER_FP32_PASSES * 4 * mdl.vocab_size), 1)]
             if self._tp > 1:   # logits gathered to rank 0
-                ops.append((CommOp("all_gather", rows * vocab * ab, self._tp, self._tp_link), 1))
+                ops.append((self._comm("all_gather", rows * vocab * ab, self._tp), 1))
             t = self._head_cache[rows] = self._times(ops, "launch")
         return t
 

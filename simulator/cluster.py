@@ -2,11 +2,11 @@
 
 Roles follow DESIGN.md: ``C`` co-located (prefill and decode in one engine),
 ``P``/``D`` prefill/decode disaggregated, ``A``/``F`` attention/FFN
-disaggregated. This version compiles the co-located architecture: one
-cluster of role ``C`` with ``num_replicas x data_parallel_size`` engines
-behind one router. Disaggregated roles add clusters and the explicit
-cross-role events (KV transfer P->D, activations A<->F) between them; the
-client only ever talks to the entry cluster.
+disaggregated. The co-located architecture compiles into one cluster of role
+``C`` with ``num_replicas x data_parallel_size`` engines behind one router
+(``simulator.simulation``); prefill/decode disaggregation into a ``P`` and a
+``D`` cluster joined by the explicit KV-transfer event
+(``simulator.control_plane``, ``simulator.pd_proxy``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
-from simulator.router import LeastLoadedRouter, RoundRobinRouter, make_router
+from simulator.router import KvAwareRouter, LeastLoadedRouter, RoundRobinRouter, make_router
 
 
 class Role(enum.Enum):
@@ -35,7 +35,7 @@ class Cluster:
     replicas: list[Replica]
     router_name: str
     gpus_per_replica: int
-    router: RoundRobinRouter | LeastLoadedRouter = field(init=False)
+    router: RoundRobinRouter | LeastLoadedRouter | KvAwareRouter = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.replicas:

@@ -17,6 +17,9 @@ from typing import Protocol, Sequence
 
 from frontier.gpu import GpuSpec
 from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp, OpSpec
+from simulator.comm.analytical import ALPHA_S, LINK_EFF, AnalyticalCommBackend
+from simulator.comm.backend import CommBackend
+from simulator.comm.group import CommGroup
 
 TIMING_MODES = ("kernel", "launch")
 
@@ -34,11 +37,10 @@ MOE_COMPUTE_EFF = 0.60
 MOE_MEMORY_EFF = 0.70
 # Small fused norm/rotary/activation kernels get ~60 % of HBM bandwidth.
 ELEMENTWISE_MEMORY_EFF = 0.60
-# NCCL / custom all-reduce bus bandwidth reaches ~80 % of NVLink, ~85 % of IB/RoCE NIC rate.
-NVLINK_EFF = 0.80
-NETWORK_EFF = 0.85
-# Latency floor of one collective: custom all-reduce on NVLink ~5-8 us; NCCL over network ~20-30 us.
-COMM_LATENCY_S = {"nvlink": 6e-6, "network": 25e-6}
+# Communication constants live with the analytical comm backend (simulator/comm/analytical.py).
+NVLINK_EFF = LINK_EFF["nvlink"]
+NETWORK_EFF = LINK_EFF["network"]
+COMM_LATENCY_S = ALPHA_S
 # CPU cost to launch one kernel from eager PyTorch (dispatch + cudaLaunchKernel), ~4-6 us.
 LAUNCH_OVERHEAD_S = 5e-6
 # Kernels launched per op when eager: attention = KV-cache write + attention kernel;
@@ -64,7 +66,7 @@ class RooflineCostModel:
 
     name = "roofline"
 
-    def __init__(self, gpu: GpuSpec) -> None:
+    def __init__(self, gpu: GpuSpec, comm: CommBackend | None = None) -> None:
         if gpu.bf16_flops <= 0 or gpu.hbm_bw_bytes_per_s <= 0:
             raise ValueError(f"RooflineCostModel: gpu {gpu.name} needs bf16_flops and "
                              f"hbm_bw_bytes_per_s > 0, got {gpu.bf16_flops}, {gpu.hbm_bw_bytes_per_s}")
@@ -72,8 +74,7 @@ class RooflineCostModel:
         fp8 = gpu.fp8_flops if gpu.fp8_flops > 0 else gpu.bf16_flops
         fp4 = gpu.fp4_flops if gpu.fp4_flops > 0 else fp8
         self._flops_rate = {"bf16": gpu.bf16_flops, "fp8": fp8, "fp4": fp4}
-        self._link_bw = {"nvlink": gpu.nvlink_bw_bytes_per_s * NVLINK_EFF,
-                         "network": gpu.network_bw_bytes_per_s * NETWORK_EFF}
+        self.comm: CommBackend = comm if comm is not None else AnalyticalCommBackend(gpu)
 
     def op_times_s(self, ops: Sequence[OpSpec], timing_mode: str) -> list[float]:
         if timing_mode not in TIMING_MODES:
@@ -106,18 +107,6 @@ class RooflineCostModel:
         raise ValueError(f"RooflineCostModel: unknown op type {type(op).__name__}")
 
     def comm_time_s(self, op: CommOp) -> float:
-        """Ring algorithms: all_reduce moves 2(n-1)/n of the tensor per rank,
-        all_gather / reduce_scatter / all_to_all (n-1)/n, p2p the whole message."""
-        n = op.group_size
-        if n == 1 and op.kind != "p2p":
-            return 0.0
-        if op.kind == "all_reduce":
-            wire = 2.0 * (n - 1) / n * op.bytes
-        elif op.kind == "p2p":
-            wire = op.bytes
-        else:
-            wire = (n - 1) / n * op.bytes
-        bw = self._link_bw[op.link]
-        if bw <= 0:
-            raise ValueError(f"gpu {self.gpu.name} has no {op.link} bandwidth for {op.kind}")
-        return COMM_LATENCY_S[op.link] + wire / bw
+        """Delegated to the comm backend (default analytical: ring/tree, hierarchical across
+        nodes; see simulator/comm/analytical.py) over the group the op describes."""
+        return self.comm.collective_time_s(op.kind, op.bytes, CommGroup.from_op(op, self.gpu))

@@ -44,6 +44,8 @@ class RequestRecord:
     first_token_s: time of the first output chunk.  finish_s: time of the last output chunk.
     token_times_s: time of every output chunk, first included (a chunk may carry several tokens).
     output_len: generated tokens (usage.completion_tokens).
+    prefill_replica / decode_replica / kv_transfer_s: P/D disaggregation only (-1, -1, 0 otherwise):
+    the engines of each role that served the request and its KV transfer time (start to last byte).
     """
 
     request_id: str
@@ -56,6 +58,9 @@ class RequestRecord:
     token_times_s: tuple[float, ...]
     num_preemptions: int = 0
     num_prefix_hit_tokens: int = 0
+    prefill_replica: int = -1
+    decode_replica: int = -1
+    kv_transfer_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.arrival_s <= self.send_s <= self.first_token_s <= self.finish_s:

@@ -42,6 +42,7 @@ from simulator.trace import BatchTrace
 BATCH_QUEUE_DEPTH = 2
 
 OnUpdate = Callable[["Replica", UpdateResult, float], None]
+OnRemoteKv = Callable[["Replica", tuple[str, ...]], None]
 
 
 class Replica:
@@ -50,8 +51,12 @@ class Replica:
     def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler | LockstepRanks,
                  engine: BatchEngine,
                  trace: BatchTrace, on_update: OnUpdate, *, async_scheduling: bool,
-                 step_jitter: float = 0.0, jitter_seed: int = 0) -> None:
+                 step_jitter: float = 0.0, jitter_seed: int = 0, role: str = "C") -> None:
         self.replica_id = replica_id
+        self.role = role                # cluster role (C, P, D...), written into the trace
+        # P/D decode side: told which requests a schedule() admitted for a KV pull (the
+        # worker starts reading then); None when this replica pulls no remote KV.
+        self.on_remote_kv: OnRemoteKv | None = None
         self.loop = loop
         self.scheduler = scheduler
         self.engine = engine
@@ -70,17 +75,25 @@ class Replica:
         self._rng = np.random.default_rng([jitter_seed, replica_id]) if step_jitter > 0 else None
 
     # ------------------------------------------------------------------ client side
-    def add_request(self, spec: RequestSpec) -> Request:
+    def add_request(self, spec: RequestSpec, **kv_params: bool) -> Request:
         """Hand a request to the scheduler and wake the loop if it is idle.
 
         The wake-up runs after every other arrival of the same instant (``PRIO_KICK``),
         as vLLM's engine drains its whole input queue before it schedules.
+        ``kv_params``: P/D flags passed to ``Scheduler.add_request`` (remote_prefill/remote_decode).
         """
-        request = self.scheduler.add_request(spec)
+        request = self.scheduler.add_request(spec, **kv_params)
+        self.wake()
+        return request
+
+    def wake(self) -> None:
+        """Make an idle loop schedule again (new request, KV pull done, blocks freed)."""
         if not self._active:
             self._active = True
             self.loop.at(self.loop.now_s, self._run, PRIO_KICK)
-        return request
+
+    def num_free_kv_blocks(self) -> int:
+        return self.scheduler.kv.num_free_blocks
 
     def num_unfinished(self) -> int:
         running, waiting = self.scheduler.get_request_counts()
@@ -94,6 +107,8 @@ class Replica:
         dummy batch that is never the slowest); each rank gets its own trace row.
         """
         now = self.loop.now_s
+        if self.on_remote_kv is not None and out.remote_kv_request_ids:
+            self.on_remote_kv(self, out.remote_kv_request_ids)
         if out.total_num_scheduled_tokens == 0:
             return now
         if isinstance(out, LockstepOutput):
@@ -117,7 +132,7 @@ class Replica:
                 self.replica_id, rank, self._num_steps, start, end, o.request_ids,
                 o.num_scheduled_tokens, o.context_lens, cost.padded_tokens, cost.cudagraph_mode,
                 kv.num_gpu_blocks - 1 - kv.num_free_blocks, kv.num_gpu_blocks - 1, waiting,
-                len(o.preempted_request_ids))
+                len(o.preempted_request_ids), self.role)
         self._num_steps += 1
         return end
 

@@ -64,6 +64,7 @@ class RequestStatus(enum.IntEnum):
     """Same order as vLLM's `RequestStatus`: everything after PREEMPTED is finished."""
 
     WAITING = enum.auto()
+    WAITING_FOR_REMOTE_KVS = enum.auto()    # P/D decode side: blocks allocated, KV being pulled
     RUNNING = enum.auto()
     PREEMPTED = enum.auto()
     FINISHED_STOPPED = enum.auto()
@@ -80,6 +81,12 @@ class Request:
     num_in_flight_tokens: tokens scheduled in steps whose output is not processed yet.
     num_stale_output_tokens: in-flight tokens of steps scheduled before a preemption.
     num_cached_tokens: prefix-cache hit tokens at the first admission; -1 before it.
+    kv_remote_prefill: P/D decode side (vLLM ``kv_transfer_params["do_remote_prefill"]``): the
+        prompt's KV is pulled from a prefill instance at the first admission; cleared then, so
+        a later recompute (after a preemption) runs locally, as NixlConnector triggers one
+        transfer per request.
+    kv_remote_decode: P/D prefill side (``do_remote_decode``): the blocks are kept at finish
+        until the decode side has read them (vLLM ``delay_free_blocks``).
     Timing (first token, finish, per-token times) is not kept here: the caller records it from
     the `UpdateResult` that `Scheduler.update_from_output` returns.
     """
@@ -101,6 +108,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
     num_cached_tokens: int = -1
+    kv_remote_prefill: bool = False
+    kv_remote_decode: bool = False
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -4,6 +4,8 @@
 * ``least_loaded``: the replica with the fewest unfinished requests (waiting +
   running, as vLLM's DP load balancer counts them); ties go to the lowest
   index after the last pick, so equal replicas are used in rotation.
+* ``kv_aware`` (P/D decode cluster only): the replica with the most free KV
+  blocks at routing time; ties rotate as for ``least_loaded``.
 """
 
 from __future__ import annotations
@@ -43,9 +45,27 @@ class LeastLoadedRouter:
         return best
 
 
-def make_router(name: str, num_replicas: int) -> RoundRobinRouter | LeastLoadedRouter:
+class KvAwareRouter:
+    def __init__(self, num_replicas: int) -> None:
+        self._n = num_replicas
+        self._start = 0
+
+    def pick(self, replicas: Sequence) -> int:
+        best, best_free = -1, -1
+        for offset in range(self._n):
+            index = (self._start + offset) % self._n
+            free = replicas[index].num_free_kv_blocks()
+            if free > best_free:
+                best, best_free = index, free
+        self._start = (best + 1) % self._n
+        return best
+
+
+def make_router(name: str, num_replicas: int) -> RoundRobinRouter | LeastLoadedRouter | KvAwareRouter:
     if name == "round_robin":
         return RoundRobinRouter(num_replicas)
     if name == "least_loaded":
         return LeastLoadedRouter(num_replicas)
-    raise ValueError(f"router {name!r} is not one of round_robin, least_loaded")
+    if name == "kv_aware":
+        return KvAwareRouter(num_replicas)
+    raise ValueError(f"router {name!r} is not one of round_robin, least_loaded, kv_aware")

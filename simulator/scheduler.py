@@ -1,7 +1,22 @@
 """vLLM 0.33 v1 `Scheduler` / `AsyncScheduler` mirror (vllm/v1/core/sched/{scheduler,async_scheduler}.py).
 
-Scope: generative decoder, one full-attention KV group, no speculative decoding, no KV connector,
-no structured output, no LoRA, no EOS (outputs end on max_tokens / max_model_len).
+Scope: generative decoder, one full-attention KV group, no speculative decoding, no structured
+output, no LoRA, no EOS (outputs end on max_tokens / max_model_len). KV connector: only the P/D
+disaggregation of NixlConnector (pull mode), as two clearly separated paths selected by
+``kv_role`` (None = no connector: the co-located scheduler, untouched):
+
+  "producer" (prefill instance): a request added with ``remote_decode=True`` (the proxy sends it
+      with max_tokens=1) is scheduled as any other; at finish its blocks are NOT freed
+      (``request_finished`` -> ``delay_free_blocks``) until ``finish_sending_kv(id)`` reports
+      that the decode side has read them; then they are freed as a normal finish frees them.
+  "consumer" (decode instance): a request added with ``remote_prefill=True`` is, at admission,
+      given blocks for its whole prompt (``get_num_new_matched_tokens`` = prompt - local hit,
+      async; fit check against free blocks minus in-flight prefill reservations), status
+      WAITING_FOR_REMOTE_KVS, not in ``running``; it sits in ``kv_holding_waiting`` (served before
+      ``waiting``) and is skipped until ``finish_remote_kv(id)``; the next schedule() then caches
+      its blocks, sets num_computed_tokens = num_tokens - 1 and admits it as a 1-token step that
+      produces the first token (``_update_waiting_for_remote_kv``). The ids admitted this way in
+      a step are in ``SchedulerOutput.remote_kv_request_ids`` (the worker starts the pull then).
 
 Driving protocol (the caller owns time):
 
@@ -42,7 +57,7 @@ from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateR
 class _StepState:
     """Scratch state of one schedule() call."""
 
-    __slots__ = ("token_budget", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted")
+    __slots__ = ("token_budget", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted", "remote_ids")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -51,6 +66,7 @@ class _StepState:
         self.new_ids: list[str] = []
         self.resumed_ids: list[str] = []
         self.preempted: list[Request] = []
+        self.remote_ids: list[str] = []  # P/D consumer: admitted for an async KV pull this step
 
     def add(self, r: Request, n: int, context_len: int) -> None:
         self.num_sched[r.request_id] = n
@@ -61,7 +77,7 @@ class _StepState:
 class Scheduler:
     """Token-budget scheduler over running (admission order) and waiting requests."""
 
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, *, kv_role: str | None = None) -> None:
         if kv.block_size != config.block_size:
             raise ValueError(f"kv block_size={kv.block_size}; must equal config.block_size={config.block_size}")
         if kv.max_model_len != config.max_model_len:
@@ -75,12 +91,31 @@ class Scheduler:
         self._step_id = 0
         self._priority = config.policy == "priority"
         self._debug = config.debug_checks
+        if kv_role not in (None, "producer", "consumer"):
+            raise ValueError(f"kv_role={kv_role!r}; valid: None, 'producer', 'consumer'")
+        self.kv_role = kv_role
+        # P/D (vLLM KV connector state); empty and unused without a connector.
+        self.kv_holding_waiting = make_request_queue(config.policy)
+        self._finished_recving: set[str] = set()           # consumer: pulls done, not yet promoted
+        self._inflight_prefills: set[Request] = set()      # consumer: vLLM _inflight_prefills
+        self._delayed_free: dict[str, Request] = {}        # producer: finished, blocks kept for D
 
     # ------------------------------------------------------------------ requests
-    def add_request(self, request: RequestSpec | Request) -> Request:
-        """Queue a request (a `RequestSpec` is turned into a fresh `Request`)."""
+    def add_request(self, request: RequestSpec | Request, *, remote_prefill: bool = False,
+                    remote_decode: bool = False) -> Request:
+        """Queue a request (a `RequestSpec` is turned into a fresh `Request`).
+
+        remote_prefill (consumer only): pull the prompt's KV from a prefill instance.
+        remote_decode (producer only): keep the blocks at finish until `finish_sending_kv`.
+        """
         if isinstance(request, RequestSpec):
             request = Request.from_spec(request, self.config.block_size)
+        if remote_prefill and self.kv_role != "consumer":
+            raise ValueError(f"remote_prefill needs kv_role='consumer', this scheduler has {self.kv_role!r}")
+        if remote_decode and self.kv_role != "producer":
+            raise ValueError(f"remote_decode needs kv_role='producer', this scheduler has {self.kv_role!r}")
+        request.kv_remote_prefill = remote_prefill
+        request.kv_remote_decode = remote_decode
         if request.request_id in self.requests:
             raise ValueError(f"request_id={request.request_id!r} is already in the scheduler")
         if request.prompt_len >= self.config.max_model_len:
@@ -93,25 +128,66 @@ class Scheduler:
         return request
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.running) or bool(self.waiting)
+        return bool(self.running) or bool(self.waiting) or bool(self.kv_holding_waiting)
 
     def has_requests(self) -> bool:
         """vLLM `has_requests`: unfinished requests, or finishes not yet reported by a schedule()."""
-        return bool(self.running) or bool(self.waiting) or bool(self._finished_req_ids)
+        return (bool(self.running) or bool(self.waiting) or bool(self.kv_holding_waiting)
+                or bool(self._finished_req_ids))
 
     def get_request_counts(self) -> tuple[int, int]:
-        return len(self.running), len(self.waiting)
+        """(running, waiting); waiting includes kv_holding_waiting, as vLLM counts it."""
+        return len(self.running), len(self.waiting) + len(self.kv_holding_waiting)
+
+    # ------------------------------------------------------------------ P/D (KV connector)
+    def finish_remote_kv(self, request_id: str) -> None:
+        """Consumer: the KV pull of ``request_id`` finished (vLLM ``finished_recving``).
+
+        As vLLM, only recorded here; the next schedule() promotes the request when it meets it
+        in ``kv_holding_waiting`` (``_update_waiting_for_remote_kv``).
+        """
+        r = self.requests.get(request_id)
+        if r is None or r.status != RequestStatus.WAITING_FOR_REMOTE_KVS:
+            raise ValueError(f"request {request_id!r} is not waiting for remote KV")
+        self._finished_recving.add(request_id)
+
+    def finish_sending_kv(self, request_id: str) -> None:
+        """Producer: the decode side has read ``request_id``'s blocks; free them now (tail first)."""
+        r = self._delayed_free.pop(request_id, None)
+        if r is None:
+            raise ValueError(f"request {request_id!r} holds no blocks waiting for a KV read")
+        self.kv.free(r)
+
+    def num_delayed_free_requests(self) -> int:
+        """Producer: finished requests whose blocks wait for the decode side's read."""
+        return len(self._delayed_free)
+
+    def _update_waiting_for_remote_kv(self, r: Request) -> None:
+        """vLLM: cache the pulled blocks; a whole-prompt load recomputes the last token."""
+        self.kv.cache_blocks(r, r.num_computed_tokens)
+        if r.num_computed_tokens == r.num_tokens:
+            r.num_computed_tokens = r.num_tokens - 1
+        self._finished_recving.discard(r.request_id)
+
+    def _inflight_prefill_reserved_blocks(self) -> int:
+        """vLLM: blocks in-flight prefills still need to hold their full sequence."""
+        bs, max_len, held = self.config.block_size, self.config.max_model_len, self.kv.req_to_blocks
+        return sum(max(-(-min(r.num_tokens, max_len) // bs) - len(held.get(r.request_id, ())), 0)
+                   for r in self._inflight_prefills)
 
     # ------------------------------------------------------------------ schedule
     def schedule(self) -> SchedulerOutput:
         """Plan one step: running requests first (list order), then admissions if nobody was preempted."""
         self._step_id += 1
         st = _StepState(self.config.max_num_batched_tokens)
-        n_eligible = len(self.running) + len(self.waiting)
+        n_eligible = len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
         thr = self.config.long_prefill_token_threshold if n_eligible > 1 else 0
         self._schedule_running(st, thr)
         if not st.preempted:
-            self._schedule_waiting(st, thr)
+            if self.kv_role == "consumer":
+                self._schedule_waiting_kv_consumer(st, thr)
+            else:
+                self._schedule_waiting(st, thr)
         out = self._update_after_schedule(st)
         if self._debug:
             self.check_invariants(out)
@@ -195,8 +271,92 @@ class Scheduler:
         if skipped:
             waiting.prepend_requests(skipped)
 
+    def _schedule_waiting_kv_consumer(self, st: _StepState, thr: int) -> None:
+        """`_schedule_waiting` of a P/D decode instance: vLLM's waiting loop with a KV connector.
+
+        kv_holding_waiting is drained first. A request still pulling its KV is skipped (put
+        back, in order, at the head of its queue after the pass); one whose pull finished is
+        promoted (`_update_waiting_for_remote_kv`) and scheduled like a resumed request. A
+        fresh remote-prefill request gets blocks for its whole prompt and no tokens
+        (WAITING_FOR_REMOTE_KVS); a request without remote KV is scheduled as usual.
+        """
+        cfg, kv, running = self.config, self.kv, self.running
+        holding, waiting = self.kv_holding_waiting, self.waiting
+        skipped_holding: deque[Request] = deque()
+        skipped_waiting: deque[Request] = deque()
+
+        def skip(queue) -> None:
+            r = queue.pop_request()
+            holds = r.num_computed_tokens > 0 or r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+            (skipped_holding if holds else skipped_waiting).appendleft(r)
+
+        while st.token_budget > 0:
+            queue = holding if holding else waiting
+            if not queue or len(running) >= cfg.max_num_seqs:
+                break
+            r = queue.peek_request()
+            if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                if r.request_id not in self._finished_recving:
+                    skip(queue)
+                    continue
+                self._update_waiting_for_remote_kv(r)
+                r.status = RequestStatus.PREEMPTED if r.num_preemptions else RequestStatus.WAITING
+            if r.num_stale_output_tokens and not r.drop_stale_output:
+                skip(queue)
+                continue
+            lookup = r.num_computed_tokens == 0
+            ext = 0
+            if lookup:
+                hit_blocks, hit = kv.get_computed_blocks(r)
+                if r.kv_remote_prefill:     # NixlConnector.get_num_new_matched_tokens
+                    ext = max(r.prompt_len - hit, 0)
+                computed = hit + ext
+            else:
+                hit_blocks, hit, computed = [], 0, r.num_computed_tokens
+            load_async = ext > 0
+            if load_async:
+                n = 0                       # loading remote KV: no forward work this step
+            else:
+                n = r.num_tokens - computed
+                if 0 < thr < n:
+                    n = thr
+                if not cfg.enable_chunked_prefill and n > st.token_budget:
+                    break
+                n = min(n, st.token_budget)
+            blocks = kv.allocate_slots(
+                r, n, hit, hit_blocks, full_sequence_must_fit=True, has_scheduled_reqs=bool(running),
+                num_external_computed_tokens=ext, delay_cache_blocks=load_async,
+                reserved_blocks=self._inflight_prefill_reserved_blocks() if load_async else 0)
+            if blocks is None:
+                break  # head-of-line blocking
+            r.kv_remote_prefill = False     # update_state_after_alloc: one transfer per request
+            if lookup:
+                kv.record_prefix_cache_stats(r, hit)
+                if r.num_preemptions == 0:
+                    r.num_cached_tokens = hit
+            if load_async:
+                r.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+                r.num_computed_tokens = computed
+                self._inflight_prefills.add(r)
+                st.remote_ids.append(r.request_id)
+                skip(queue)
+                continue
+            queue.pop_request()
+            running.append(r)
+            (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
+            st.add(r, n, computed)
+            r.status = RequestStatus.RUNNING
+            r.num_computed_tokens = computed
+            if computed + n < r.num_tokens:
+                self._inflight_prefills.add(r)
+        if skipped_holding:
+            holding.prepend_requests(skipped_holding)
+        if skipped_waiting:
+            waiting.prepend_requests(skipped_waiting)
+
     def _preempt(self, r: Request) -> None:
         self.kv.free(r)
+        self._inflight_prefills.discard(r)
         r.status = RequestStatus.PREEMPTED
         r.num_computed_tokens = 0
         r.drop_stale_output = r.drop_stale_output and r.num_stale_output_tokens > 0
@@ -209,6 +369,7 @@ class Scheduler:
         """Advance num_computed_tokens optimistically; async: one placeholder per sampling request."""
         requests = self.requests
         is_async = self.config.async_scheduling
+        inflight = self._inflight_prefills
         samples = []
         for rid, n in st.num_sched.items():
             r = requests[rid]
@@ -218,6 +379,8 @@ class Scheduler:
             samples.append(not r.is_prefill_chunk)
             if is_async and not r.is_prefill_chunk:
                 r.num_output_placeholders += 1
+            if inflight and not r.is_prefill_chunk:
+                inflight.discard(r)
         self._finished_req_ids = set()
         return SchedulerOutput(
             step_id=self._step_id,
@@ -229,6 +392,7 @@ class Scheduler:
             resumed_request_ids=tuple(st.resumed_ids),
             preempted_request_ids=tuple(r.request_id for r in st.preempted),
             total_num_scheduled_tokens=sum(st.num_sched.values()),
+            remote_kv_request_ids=tuple(st.remote_ids),
         )
 
     # ------------------------------------------------------------------ update
@@ -268,7 +432,11 @@ class Scheduler:
                 firsts.append(rid)
             if stopped:
                 self._finished_req_ids.add(rid)
-                kv.free(r)
+                self._inflight_prefills.discard(r)
+                if r.kv_remote_decode:
+                    self._delayed_free[rid] = r     # P/D producer: D reads the blocks first
+                else:
+                    kv.free(r)
                 del self.requests[rid]
                 finished.append(rid)
                 (stopped_running if status_before == RequestStatus.RUNNING else stopped_waiting).add(r)
@@ -276,6 +444,8 @@ class Scheduler:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
+            if self.kv_holding_waiting:
+                self.kv_holding_waiting.remove_requests(stopped_waiting)
         if self._debug:
             self.kv.check_invariants()
         return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished))

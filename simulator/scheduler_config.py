@@ -81,6 +81,7 @@ class SchedulerOutput:
     resumed_request_ids: tuple[str, ...]
     preempted_request_ids: tuple[str, ...]
     total_num_scheduled_tokens: int
+    remote_kv_request_ids: tuple[str, ...] = ()   # P/D consumer: admitted for a KV pull this step
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(self.request_ids, self.num_scheduled_tokens))

@@ -19,12 +19,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from simulator.batch_engine import BatchEngine
 from simulator.cluster import Cluster, Role
+from simulator.comm.backend import COMM_MODELS, make_comm_backend
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.dp_group import LockstepRanks
@@ -33,12 +34,16 @@ from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.memory import MemoryBudget, kv_budget
 from simulator.metrics import RequestRecord, summarize
+from simulator.moe_routing import RoutingSpec, make_router
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerConfig, UpdateResult
 from simulator.trace import BatchTrace
 from simulator.workload import WorkloadSpec, generate_requests
+
+if TYPE_CHECKING:
+    from simulator.control_plane import CompiledRole, PddSpec
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,21 @@ class SimulationSpec:
     keep_batch_trace: bool = False
     debug: bool = False
     step_jitter: float = 0.0        # relative std-dev of per-step time noise (0 = deterministic steps)
+    comm_model: str = "analytical"  # analytical | calibrated (measured AIC tables, simulator/comm)
+    moe_routing: str = "balanced"   # balanced | power_law:ALPHA | trace:PATH (simulator/moe_routing.py)
+    architecture: str = "colocated"     # "colocated" | "pdd" (prefill/decode disaggregated)
+    pdd: PddSpec | None = None          # role layouts + KV transfer (pdd only; None = defaults)
 
     def __post_init__(self) -> None:
+        if self.architecture not in ("colocated", "pdd"):
+            raise ValueError(f"--architecture {self.architecture!r} is not one of colocated, pdd")
+        if self.architecture == "colocated" and self.pdd is not None:
+            raise ValueError("--prefill-*/--decode-*/--kv-transfer-* flags need --architecture pdd")
         if not 0.0 <= self.step_jitter < 1.0:
             raise ValueError(f"--step-jitter must be in [0, 1), got {self.step_jitter!r}")
+        if self.comm_model not in COMM_MODELS:
+            raise ValueError(f"--comm-model {self.comm_model!r}; valid: {', '.join(COMM_MODELS)}")
+        RoutingSpec.parse(self.moe_routing)
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"--max-concurrency must be >= 1, got {self.max_concurrency!r}")
 
@@ -70,6 +86,7 @@ class SimulationResult:
     simulated_duration_s: float
     sim_wall_s: float
     num_events: int
+    roles: list[CompiledRole] | None = None    # P/D: the compiled prefill and decode roles
 
 
 @dataclass(slots=True)
@@ -123,6 +140,9 @@ class BenchmarkClient:
             return
         state = _InFlight(spec, now, None, [])  # type: ignore[arg-type]
         self.in_flight[spec.request_id] = state
+        self._submit(spec, state)
+
+    def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
         state.request = self.entry.submit(spec)
 
     def _release_slot(self) -> None:
@@ -134,16 +154,18 @@ class BenchmarkClient:
         for rid in result.token_request_ids:
             in_flight[rid].token_times_s.append(now_s)
         for rid in result.finished_request_ids:
-            state = in_flight.pop(rid)
-            req = state.request
-            times = state.token_times_s
-            self.records.append(RequestRecord(
-                request_id=rid, arrival_s=state.spec.arrival_s, send_s=state.send_s,
-                first_token_s=times[0], finish_s=times[-1], prompt_len=state.spec.prompt_len,
-                output_len=req.num_output_tokens, token_times_s=tuple(times),
-                num_preemptions=req.num_preemptions,
-                num_prefix_hit_tokens=max(req.num_cached_tokens, 0)))
+            self.records.append(self._make_record(rid, in_flight.pop(rid)))
             self._release_slot()
+
+    def _make_record(self, rid: str, state: _InFlight) -> RequestRecord:
+        req = state.request
+        times = state.token_times_s
+        return RequestRecord(
+            request_id=rid, arrival_s=state.spec.arrival_s, send_s=state.send_s,
+            first_token_s=times[0], finish_s=times[-1], prompt_len=state.spec.prompt_len,
+            output_len=req.num_output_tokens, token_times_s=tuple(times),
+            num_preemptions=req.num_preemptions,
+            num_prefix_hit_tokens=max(req.num_cached_tokens, 0))
 
 
 def build_memory(resolved: ResolvedEngine) -> MemoryBudget:
@@ -167,6 +189,9 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
+    if spec.architecture == "pdd":
+        from simulator.pd_proxy import run_pdd
+        return run_pdd(spec)
     resolved = resolve_engine(spec.engine)
     args = resolved.args
     memory = build_memory(resolved)
@@ -180,7 +205,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         resolved.max_num_seqs, resolved.max_num_batched_tokens, enforce_eager=args.enforce_eager,
         sm_version=resolved.gpu.sm_version)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
-                         RooflineCostModel(resolved.gpu), cudagraph)
+                         RooflineCostModel(resolved.gpu, make_comm_backend(spec.comm_model, resolved.gpu)),
+                         cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
+                                                           spec.workload.seed))
     sched_config = SchedulerConfig(
         max_num_seqs=resolved.max_num_seqs, max_num_batched_tokens=resolved.max_num_batched_tokens,
         max_model_len=resolved.max_model_len,

@@ -5,12 +5,14 @@ is the cheapest thing per step) and become Parquet tables at the end. The
 request-level table is only filled when asked for (``keep_requests``): at
 scale it is the largest output by far.
 
+``role`` is the replica's cluster role: C (co-located), P (prefill) or D (decode).
+
 ``batch_trace`` (one row per scheduled request per step):
-    replica_id, dp_rank (0 unless a lockstep DP group), step, start_s, end_s, request_id,
+    role, replica_id, dp_rank (0 unless a lockstep DP group), step, start_s, end_s, request_id,
     num_scheduled_tokens, context_len,
     and the step's padded_tokens, cudagraph_mode and kv_blocks_used
 ``steps`` (one row per step):
-    replica_id, dp_rank, step, start_s, end_s, num_reqs, num_tokens, padded_tokens,
+    role, replica_id, dp_rank, step, start_s, end_s, num_reqs, num_tokens, padded_tokens,
     cudagraph_mode, kv_blocks_used, kv_blocks_total, num_waiting, num_preempted
 """
 
@@ -22,10 +24,10 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REQUEST_COLUMNS = ("replica_id", "dp_rank", "step", "start_s", "end_s", "request_id",
+REQUEST_COLUMNS = ("role", "replica_id", "dp_rank", "step", "start_s", "end_s", "request_id",
                    "num_scheduled_tokens", "context_len", "padded_tokens", "cudagraph_mode",
                    "kv_blocks_used")
-STEP_COLUMNS = ("replica_id", "dp_rank", "step", "start_s", "end_s", "num_reqs", "num_tokens",
+STEP_COLUMNS = ("role", "replica_id", "dp_rank", "step", "start_s", "end_s", "num_reqs", "num_tokens",
                 "padded_tokens", "cudagraph_mode", "kv_blocks_used", "kv_blocks_total",
                 "num_waiting", "num_preempted")
 
@@ -41,9 +43,10 @@ class BatchTrace:
     def add_step(self, replica_id: int, dp_rank: int, step: int, start_s: float, end_s: float,
                  request_ids: Sequence[str], num_tokens: Sequence[int], context_lens: Sequence[int],
                  padded_tokens: int, cudagraph_mode: str, kv_blocks_used: int,
-                 kv_blocks_total: int, num_waiting: int, num_preempted: int) -> None:
+                 kv_blocks_total: int, num_waiting: int, num_preempted: int, role: str = "C") -> None:
         """Record one step; ``request_ids``/``num_tokens``/``context_lens`` are per scheduled request."""
         s = self.step_cols
+        s["role"].append(role)
         s["replica_id"].append(replica_id)
         s["dp_rank"].append(dp_rank)
         s["step"].append(step)
@@ -60,6 +63,7 @@ class BatchTrace:
         if self.keep_requests:
             r = self.req_cols
             n = len(request_ids)
+            r["role"].extend([role] * n)
             r["replica_id"].extend([replica_id] * n)
             r["dp_rank"].extend([dp_rank] * n)
             r["step"].extend([step] * n)

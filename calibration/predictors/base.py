@@ -190,12 +190,22 @@ class FamilyPredictor:
 
 
 def forest(n_estimators: int, min_samples_leaf: int, max_features: float, seed: int = 0,
-           max_samples: float | None = None) -> Callable[[int], object]:
-    """Factory of a small seeded single-thread RandomForestRegressor."""
-    from sklearn.ensemble import RandomForestRegressor
+           max_samples: float | None = None, kind: str = "rf") -> Callable[[int], object]:
+    """Factory of a small seeded single-thread regressor.
+
+    kind "rf": RandomForestRegressor; "et": ExtraTreesRegressor (bootstrap when max_samples
+    is set); "hgb": HistGradientBoostingRegressor with n_estimators boosting rounds
+    (max_leaf_nodes=63, no early stopping, deterministic; compact but slow to fit).
+    """
+    from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
 
     def make(n_rows: int):
-        return RandomForestRegressor(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
-                                     max_features=max_features, max_samples=max_samples,
-                                     random_state=seed, n_jobs=1)
+        if kind == "hgb":
+            return HistGradientBoostingRegressor(max_iter=n_estimators, learning_rate=0.1, max_leaf_nodes=63,
+                                                 min_samples_leaf=max(min_samples_leaf, 2), early_stopping=False,
+                                                 random_state=seed)
+        cls = {"rf": RandomForestRegressor, "et": ExtraTreesRegressor}[kind]
+        extra = {"bootstrap": max_samples is not None} if kind == "et" else {}
+        return cls(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, max_features=max_features,
+                   max_samples=max_samples, random_state=seed, n_jobs=1, **extra)
     return make

@@ -11,13 +11,13 @@ class LinearPredictor(FamilyPredictor):
     family = "linear"
     kernels_per_op = 1
 
-    def __init__(self, n_estimators: int = 24, min_samples_leaf: int = 2, max_features: float = 0.6,
-                 max_samples: float | None = 0.7, seed: int = 0, target: str = "log"):
+    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 3, max_features: float = 0.6,
+                 max_samples: float | None = 0.5, seed: int = 0, kind: str = "rf", target: str = "log"):
         if target not in ("log", "ratio"):
             raise ValueError(f"target={target!r}; valid: log, ratio")
         self.target = target
         self.params = dict(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
-                           max_features=max_features, max_samples=max_samples, seed=seed)
+                           max_features=max_features, max_samples=max_samples, seed=seed, kind=kind)
 
     def make_model(self, n_rows: int):
         return forest(**self.params)(n_rows)

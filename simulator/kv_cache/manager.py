@@ -1,14 +1,16 @@
 """KV cache manager for one full-attention KV group, mirroring vLLM 0.33 `KVCacheManager` +
-`UnitaryKVCacheCoordinator` + `FullAttentionManager` (no sliding window, no connector, no EAGLE).
+`UnitaryKVCacheCoordinator` + `FullAttentionManager` (no sliding window, no EAGLE; the KV
+connector's async-load allocation of P/D disaggregation is supported: external tokens, delayed
+caching, reserved blocks).
 
 Slot arithmetic of `allocate_slots` (bs = block_size):
 
-    | computed (c) | new prefix hit (h) | new tokens (n) | lookahead (L) |
-    need_slots   = min(c + h + n + L, max_model_len)
+    | computed (c) | new prefix hit (h) | external (e) | new tokens (n) | lookahead (L) |
+    need_slots   = min(c + h + e + n + L, max_model_len)
     new_blocks   = max(ceil(need_slots / bs) - held - len(hit_blocks), 0)
                    + hit blocks currently free (ref 0: touching takes them out of the free queue)
-    refuse when new_blocks + watermark > free blocks            (watermark: waiting/preempted only)
-    cache (hash-register) full blocks up to min(c + h + n, num_tokens)
+    refuse when new_blocks + watermark > free blocks - reserved (watermark: waiting/preempted only)
+    cache (hash-register) full blocks up to min(c + h + e + n, num_tokens), unless delayed (P/D)
 """
 
 from __future__ import annotations
@@ -128,6 +130,9 @@ class KVCacheManager:
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
         has_scheduled_reqs: bool = True,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> list[int] | None:
         """Give the request slots for `num_new_tokens` more tokens; None if the pool is too full.
 
@@ -135,9 +140,14 @@ class KVCacheManager:
         full_sequence_must_fit: admission gate of 0.33 (`scheduler_reserve_full_isl`): first check
         that blocks for min(num_tokens, max_model_len) tokens (minus hits) + watermark are free.
         has_scheduled_reqs: whether any request is running; the watermark applies only then.
+        P/D decode side (KV connector async load), all 0/False otherwise:
+        num_external_computed_tokens: tokens whose KV a connector will write into new blocks
+            (allocated here, after the hit blocks); delay_cache_blocks: do not hash-register
+            anything yet (the scheduler caches once the transfer is done); reserved_blocks:
+            free blocks that must stay free for in-flight prefills (vLLM's reservation gate).
         Returns the newly allocated block ids (possibly empty).
         """
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+        if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         rid = request.request_id
         held_blocks = self.req_to_blocks.get(rid)
@@ -145,7 +155,7 @@ class KVCacheManager:
             return self._allocate_running(request, held_blocks, num_new_tokens, num_lookahead_tokens, has_scheduled_reqs)
         hit_blocks = new_computed_blocks or []
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
-        total_computed = min(num_local_computed, self.max_model_len)
+        total_computed = min(num_local_computed + num_external_computed_tokens, self.max_model_len)
         watermark = 0
         if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             watermark = self.watermark_blocks
@@ -156,7 +166,7 @@ class KVCacheManager:
                 return None
         num_main = total_computed + num_new_tokens
         need_slots = min(num_main + num_lookahead_tokens, self.max_model_len)
-        if self._num_blocks_to_allocate(rid, need_slots, hit_blocks) + watermark > free:
+        if self._num_blocks_to_allocate(rid, need_slots, hit_blocks) + watermark > free - reserved_blocks:
             return None
 
         blocks = self.req_to_blocks.setdefault(rid, [])
@@ -167,7 +177,7 @@ class KVCacheManager:
         num_new = cdiv(need_slots, self.block_size) - len(blocks)
         new_blocks = self.pool.get_new_blocks(num_new) if num_new > 0 else []
         blocks.extend(new_blocks)
-        if self.enable_caching:
+        if self.enable_caching and not delay_cache_blocks:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
 

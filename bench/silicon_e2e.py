@@ -1,0 +1,521 @@
+"""End-to-end check against measured vLLM deployments (AIConfigurator's silicon_sample.csv).
+
+Selects the rows of ``silicon_sample.csv`` with backend == vllm, mode == agg and system in
+{h100_sxm, h200_sxm}, maps each row to a Frontier deployment + workload, simulates it and
+reports the absolute percentage error (APE) of mean TTFT and mean TPOT per row, and the MAPE
+over the simulated rows next to AIConfigurator 0.12's own MAPE on the same rows
+(``derived/aic0.12_estimate_vs_silicon_vllm_h100_h200_agg.csv``).
+
+Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
+
+* model: ``model_path`` + ``precision`` -> a catalogue model (``MODEL_VARIANTS``). When the row's
+  precision differs from the checkpoint named by ``model_path`` (``meta-llama/Llama-3.1-70B`` and
+  ``Qwen/Qwen3-32B`` served at fp8 = ``vllm serve --quantization fp8``: per-tensor FP8 weights,
+  dynamic activation scales, KV cache bf16) the row maps to a catalogue config of that online
+  quantization. A row with no precision runs the checkpoint as stored. Then the model's
+  ``QuantSpec.method`` must belong to the row's precision family (fp8 -> fp8/fp8_block,
+  fp4 -> mxfp4/nvfp4, int4 -> int4_wo), else the row is skipped. AIC's ``*_quant_mode`` labels
+  name its own kernel tables (gpt-oss is labelled nvfp4 though the checkpoint is MXFP4; the
+  Qwen3-235B FP8 checkpoint is 128x128 block-scaled, labelled fp8), so only the family is checked.
+* GPU: h100_sxm -> "H100", h200_sxm -> "H200".
+* Parallelism: ``tensor_parallel_size = tp_size``, ``pipeline_parallel_size = pp_size``,
+  ``data_parallel_size = attention_dp_size`` (empty -> 1). MoE: vLLM builds exactly two layouts
+  over the tp*dp GPUs: experts tensor-parallel (``moe_tp = tp*dp, moe_ep = 1``, no flag) or
+  expert-parallel (``moe_tp = 1, moe_ep = tp*dp``, ``--enable-expert-parallel``). Any other
+  (moe_tp, moe_ep) is skipped: a mixed moe_tp x moe_ep grid is not a vLLM layout, and a row with
+  moe_tp * moe_ep != tp * dp is inconsistent (AIC rejects those rows too). Dense models ignore
+  the moe_* columns (the data carries 1/1, 0/0 or tp/1 there).
+* Workload (``vllm bench serve`` random dataset): ``random_input_len = isl``,
+  ``random_output_len = osl``, range ratio 0 (fixed lengths, as the rows state), request rate inf,
+  ``max_concurrency = batch_size * attention_dp_size``: the README defines batch_size as
+  concurrency per worker, and the ``silicon_concurrency=`` in ``silicon_data_source`` equals
+  batch_size * attention_dp_size on every attention-DP row (MiniMax tp4/adp4: batch 16 <-> c64).
+* ``num_prompts = max(PROMPTS_PER_SLOT * concurrency, MIN_PROMPTS)`` capped so that
+  ``num_prompts * osl <= MAX_OUTPUT_TOKENS``, but never below ``2 * concurrency`` (a steady state
+  after the first wave) unless that exceeds ``FLOOR_OUTPUT_TOKENS``, and never below one wave
+  (``concurrency``). The simulator costs ~8 us per output token, so a row takes < ~20 s except the
+  few 512-concurrency x 8192-osl rows (one wave, ~35 s). The source column gives
+  only the concurrency, not the prompt count; 10 x concurrency is what the InferenceMAX-style
+  harnesses these ISL/OSL/concurrency grids come from run.
+
+Usage::
+
+    .venv/bin/python bench/silicon_e2e.py --jobs 2 [--limit N] [--models SUBSTR,...]
+        [--systems h100_sxm,h200_sxm] [--step-jitter 0.05] [--both-jitter] [--json] [--out FILE]
+
+TODO(calibration): once ``SimulationSpec``/``frontier simulate`` accept a calibrated predictor
+bundle, add ``--predictor-bundle PATH`` here and pass it through in ``simulate_row``; nothing else
+needs to change (the roofline cost model is used today, ``run_simulation`` hard-wires it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from collections import OrderedDict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DATA_ROOT = Path(os.environ.get("FRONTIER_AIC_DATA", "/work/shared/datasets/aiconfigurator"))
+SILICON_CSV = DATA_ROOT / "systems" / "silicon_sample.csv"
+AIC_CSV = DATA_ROOT / "derived" / "aic0.12_estimate_vs_silicon_vllm_h100_h200_agg.csv"
+
+SYSTEM_TO_GPU = {"h100_sxm": "H100", "h200_sxm": "H200"}
+
+# (model_path, precision) -> catalogue model. precision "" = not stated in the row.
+# Rows not listed use model_path itself.
+MODEL_VARIANTS = {
+    ("meta-llama/Llama-3.1-70B", "fp8"): "meta-llama/Llama-3.1-70B-FP8-online",
+    ("Qwen/Qwen3-32B", "fp8"): "Qwen/Qwen3-32B-FP8-online",
+}
+PRECISION_FAMILY = {
+    "fp8": ("fp8", "fp8_block"),
+    "fp4": ("mxfp4", "nvfp4"),
+    "int4": ("int4_wo",),
+    "bf16": ("none",),
+    "fp16": ("none",),
+}
+
+PROMPTS_PER_SLOT = 10
+MIN_PROMPTS = 100
+MAX_OUTPUT_TOKENS = 150_000      # num_prompts * osl cap for the 10 x concurrency target
+FLOOR_OUTPUT_TOKENS = 2_000_000  # the 2 x concurrency floor applies up to this many output tokens
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One silicon row as a Frontier run."""
+
+    row_id: str
+    model_path: str
+    model: str              # catalogue name given to EngineArgs.model
+    system: str
+    gpu: str
+    tp: int
+    pp: int
+    dp: int
+    enable_expert_parallel: bool
+    isl: int
+    osl: int
+    batch_size: int          # per worker, as in the CSV
+    concurrency: int         # client max_concurrency = batch_size * dp
+    num_prompts: int
+    quant_method: str
+    ttft_meas_ms: float
+    tpot_meas_ms: float
+
+
+@dataclass(frozen=True)
+class Skip:
+    row_id: str
+    model_path: str
+    system: str
+    reason: str              # grouping key (short)
+    detail: str              # the specific numbers
+
+
+def _num(value: str) -> float | None:
+    value = (value or "").strip()
+    if value == "":
+        return None
+    v = float(value)
+    return None if math.isnan(v) else v
+
+
+def _int(value: str, default: int | None = None) -> int | None:
+    v = _num(value)
+    if v is None:
+        return default
+    if v != int(v):
+        raise ValueError(f"non-integer {value!r}")
+    return int(v)
+
+
+def load_rows(path: Path = SILICON_CSV, systems: tuple[str, ...] = tuple(SYSTEM_TO_GPU)) -> list[dict[str, str]]:
+    """The vllm / agg rows of ``systems``, in file order."""
+    with open(path, newline="") as f:
+        return [r for r in csv.DictReader(f)
+                if r["backend"] == "vllm" and r["mode"] == "agg" and r["system"] in systems]
+
+
+def num_prompts_for(concurrency: int, osl: int) -> int:
+    n = max(PROMPTS_PER_SLOT * concurrency, MIN_PROMPTS)
+    n = min(n, max(MAX_OUTPUT_TOKENS // osl, 1))
+    floor = min(2 * concurrency, max(concurrency, FLOOR_OUTPUT_TOKENS // osl))
+    return max(n, floor)
+
+
+_SPEC_CACHE: dict[str, Any] = {}
+
+
+def _model_spec(name: str) -> Any:
+    from frontier.model_spec import load_model_spec
+    if name not in _SPEC_CACHE:
+        try:
+            _SPEC_CACHE[name] = load_model_spec(name)
+        except ValueError as exc:
+            _SPEC_CACHE[name] = exc
+    return _SPEC_CACHE[name]
+
+
+def map_row(row: dict[str, str]) -> Deployment | Skip:
+    """Row of silicon_sample.csv -> Deployment, or Skip with the reason."""
+    rid, model_path, system = row["id"], row["model_path"], row["system"]
+
+    def skip(reason: str, detail: str) -> Skip:
+        return Skip(rid, model_path, system, reason, detail)
+
+    if system not in SYSTEM_TO_GPU:
+        return skip("system not mapped", system)
+    precision = (row.get("precision") or "").strip().lower()
+    model = MODEL_VARIANTS.get((model_path, precision), model_path)
+    spec = _model_spec(model)
+    if isinstance(spec, Exception):
+        msg = str(spec)
+        if "unsupported model_type" in msg:
+            mt = msg.split("unsupported model_type ", 1)[1].split(";")[0]
+            return skip(f"model_type {mt} not supported by frontier.model_spec", msg[:160])
+        if "unknown model" in msg:
+            return skip("model not in the catalogue", msg[:160])
+        return skip("model config not loadable", msg[:160])
+    method = spec.quant.method
+    if precision:
+        family = PRECISION_FAMILY.get(precision)
+        if family is None:
+            return skip(f"precision {precision} not mapped", precision)
+        if method not in family:
+            return skip("checkpoint quantization disagrees with the row's precision",
+                        f"precision={precision} gemm={row.get('gemm_quant_mode')} moe={row.get('moe_quant_mode')} "
+                        f"but {model} is {method}")
+    try:
+        tp = _int(row["tp_size"], 1)
+        pp = _int(row["pp_size"], 1)
+        dp = _int(row["attention_dp_size"], 1)
+        moe_tp = _int(row["moe_tp_size"], None)
+        moe_ep = _int(row["moe_ep_size"], None)
+        isl, osl, bs = _int(row["isl"]), _int(row["osl"]), _int(row["batch_size"])
+    except ValueError as exc:
+        return skip("non-integer field", str(exc))
+    if not (tp and pp and dp and isl and osl and bs):
+        return skip("missing field", f"tp={tp} pp={pp} dp={dp} isl={isl} osl={osl} bs={bs}")
+    width = tp * dp
+    ep_flag = False
+    if spec.is_moe:
+        if moe_tp is None or moe_ep is None:
+            moe_tp, moe_ep = width, 1   # vLLM default without --enable-expert-parallel
+        if moe_tp * moe_ep != width:
+            return skip("parallel width mismatch: tp*attention_dp != moe_tp*moe_ep (inconsistent row)",
+                        f"tp={tp} adp={dp} moe_tp={moe_tp} moe_ep={moe_ep}")
+        if moe_ep == 1:
+            ep_flag = False           # experts tensor-parallel over tp*dp GPUs (includes width 1)
+        elif moe_tp == 1:
+            ep_flag = True
+        else:
+            return skip("mixed MoE TPxEP grid not expressible in vLLM/Frontier",
+                        f"tp={tp} adp={dp} moe_tp={moe_tp} moe_ep={moe_ep}")
+    if dp > 1 and not spec.is_moe:
+        pass  # dense attention-DP = independent engines; same as Frontier's DP model
+    ttft, tpot = _num(row["silicon_ttft_ms"]), _num(row["silicon_tpot_ms"])
+    if ttft is None or tpot is None:
+        return skip("no measured TTFT/TPOT", "")
+    concurrency = bs * dp
+    return Deployment(
+        row_id=rid, model_path=model_path, model=model, system=system, gpu=SYSTEM_TO_GPU[system],
+        tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,
+        concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl), quant_method=method,
+        ttft_meas_ms=ttft, tpot_meas_ms=tpot)
+
+
+def check_deployment(dep: Deployment) -> str | None:
+    """Why the simulator refuses this deployment (sharding, memory), or None."""
+    from frontier.gpu import get_gpu
+    from simulator.engine_args import EngineArgs
+    from simulator.simulation import build_memory
+    args = _engine_args(dep)
+    try:
+        resolved = args.resolve(_model_spec(dep.model), get_gpu(dep.gpu))
+        resolved.parallel.check_model(resolved.model)
+        mem = build_memory(resolved)
+    except ValueError as exc:
+        return f"simulator refuses the layout: {exc}"
+    usable = (mem.num_gpu_blocks - 1) * resolved.block_size
+    if usable < dep.isl + dep.osl:
+        return f"KV cache too small for one request ({usable} tokens)"
+    del EngineArgs
+    return None
+
+
+def _engine_args(dep: Deployment) -> Any:
+    from simulator.engine_args import EngineArgs
+    # max_model_len: vLLM's default is the model's max_position_embeddings; the KV check in
+    # run_simulation needs a whole max_model_len sequence to fit, which the tightest rows
+    # (70B fp8 on one H100) do not meet with the 128k default, so use isl + osl rounded up.
+    spec = _model_spec(dep.model)
+    need = dep.isl + dep.osl
+    max_len = min(spec.max_position_embeddings, max(need, 8192))
+    return EngineArgs(model=dep.model, gpu=dep.gpu, tensor_parallel_size=dep.tp,
+                      pipeline_parallel_size=dep.pp, data_parallel_size=dep.dp,
+                      enable_expert_parallel=dep.enable_expert_parallel, max_model_len=max_len)
+
+
+def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
+                 range_ratio: float = 0.0) -> dict[str, Any]:
+    """Simulate one deployment; mean TTFT / TPOT in ms as vllm bench serve reports them.
+
+    ``ttft_ms``/``tpot_ms``: means over every request (what the benchmark reports).
+    ``*_steady``: means over the requests after the first wave (the first ``concurrency`` sends,
+    which all arrive at t=0 and queue behind each other's prefills), a diagnostic of how much
+    the cold start weighs in the mean.
+    """
+    from simulator.simulation import SimulationSpec, run_simulation
+    from simulator.workload import WorkloadSpec
+    workload = WorkloadSpec(dataset_name="random", num_prompts=dep.num_prompts, request_rate=math.inf,
+                            seed=seed, random_input_len=dep.isl, random_output_len=dep.osl,
+                            random_range_ratio=range_ratio)
+    t0 = time.perf_counter()
+    try:
+        res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
+                                            max_concurrency=dep.concurrency, step_jitter=step_jitter))
+    except ValueError as exc:
+        return {"error": str(exc), "wall_s": time.perf_counter() - t0}
+    recs = res.records
+    if not recs:
+        return {"error": f"no request completed ({len(res.failed)} failed)", "wall_s": time.perf_counter() - t0}
+    ttft, tpot = _means(recs)
+    steady = sorted(recs, key=lambda r: (r.send_s, r.request_id))[dep.concurrency:]
+    ttft_s, tpot_s = _means(steady) if steady else (float("nan"), float("nan"))
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "ttft_ms_steady": ttft_s, "tpot_ms_steady": tpot_s,
+            "completed": len(recs), "failed": len(res.failed),
+            "preemptions": sum(r.num_preemptions for r in recs),
+            "num_gpu_blocks": res.memory.num_gpu_blocks, "wall_s": time.perf_counter() - t0}
+
+
+def _means(recs: list[Any]) -> tuple[float, float]:
+    ttft = sum(r.first_token_s - r.send_s for r in recs) / len(recs) * 1e3
+    tpots = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in recs if r.output_len > 1]
+    return ttft, (sum(tpots) / len(tpots) * 1e3 if tpots else float("nan"))
+
+
+def _ape(sim: float, meas: float) -> float:
+    return abs(sim - meas) / meas * 100.0
+
+
+def _work(item: tuple[Deployment, tuple[float, ...], float]) -> dict[str, Any]:
+    dep, jitters, range_ratio = item
+    out: dict[str, Any] = {"deployment": asdict(dep)}
+    for j in jitters:
+        r = simulate_row(dep, j, range_ratio=range_ratio)
+        if "error" not in r:
+            r["ttft_ape"] = _ape(r["ttft_ms"], dep.ttft_meas_ms)
+            r["tpot_ape"] = _ape(r["tpot_ms"], dep.tpot_meas_ms)
+            if not math.isnan(r["ttft_ms_steady"]):
+                r["ttft_ape_steady"] = _ape(r["ttft_ms_steady"], dep.ttft_meas_ms)
+                r["tpot_ape_steady"] = _ape(r["tpot_ms_steady"], dep.tpot_meas_ms)
+        out[f"jitter={j:g}"] = r
+    return out
+
+
+def load_aic(path: Path = AIC_CSV) -> dict[str, dict[str, float | None]]:
+    out: dict[str, dict[str, float | None]] = {}
+    if not path.is_file():
+        return out
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            out[r["id"]] = {"ttft_pred": _num(r["ttft_pred"]), "tpot_pred": _num(r["tpot_pred"]),
+                            "err": r.get("err") or None}
+    return out
+
+
+def _mape(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, Any]],
+                      jitters: tuple[float, ...]) -> dict[str, Any]:
+    totals: dict[str, Any] = {}
+    for j in jitters:
+        key = f"jitter={j:g}"
+        ok = [r for r in results if "error" not in r[key]]
+        both = [r for r in ok if (aic.get(r["deployment"]["row_id"]) or {}).get("ttft_pred") is not None]
+
+        def aic_ape(r: dict[str, Any], what: str) -> float:
+            a = aic[r["deployment"]["row_id"]]
+            d = r["deployment"]
+            return _ape(a[f"{what}_pred"], d[f"{what}_meas_ms"])
+
+        per_model: dict[str, Any] = OrderedDict()
+        for r in ok:
+            m = f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}'
+            per_model.setdefault(m, []).append(r)
+        totals[key] = {
+            "rows_simulated": len(ok),
+            "rows_failed_in_simulation": len(results) - len(ok),
+            "ttft_mape": _mape([r[key]["ttft_ape"] for r in ok]),
+            "tpot_mape": _mape([r[key]["tpot_ape"] for r in ok]),
+            "steady_state_diagnostic": {
+                "rows": sum(1 for r in ok if "ttft_ape_steady" in r[key]),
+                "ttft_mape": _mape([r[key]["ttft_ape_steady"] for r in ok if "ttft_ape_steady" in r[key]]),
+                "tpot_mape": _mape([r[key]["tpot_ape_steady"] for r in ok if "tpot_ape_steady" in r[key]])},
+            "rows_with_aic_estimate": len(both),
+            "ours_on_aic_rows": {"ttft_mape": _mape([r[key]["ttft_ape"] for r in both]),
+                                 "tpot_mape": _mape([r[key]["tpot_ape"] for r in both])},
+            "aic_on_same_rows": {"ttft_mape": _mape([aic_ape(r, "ttft") for r in both]),
+                                 "tpot_mape": _mape([aic_ape(r, "tpot") for r in both])},
+            "per_model": {m: {"rows": len(rs),
+                              "ttft_mape": _mape([r[key]["ttft_ape"] for r in rs]),
+                              "tpot_mape": _mape([r[key]["tpot_ape"] for r in rs]),
+                              "ttft_bias_pct": _mape([(r[key]["ttft_ms"] / r["deployment"]["ttft_meas_ms"] - 1) * 100
+                                                      for r in rs]),
+                              "tpot_bias_pct": _mape([(r[key]["tpot_ms"] / r["deployment"]["tpot_meas_ms"] - 1) * 100
+                                                      for r in rs]),
+                              "aic_ttft_mape": _mape([aic_ape(r, "ttft") for r in rs if r in both]),
+                              "aic_tpot_mape": _mape([aic_ape(r, "tpot") for r in rs if r in both])}
+                          for m, rs in per_model.items()},
+        }
+    return totals
+
+
+def _fmt(v: Any, nd: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{nd}f}"
+
+
+def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[str, Any],
+                 aic: dict[str, dict[str, Any]], jitters: tuple[float, ...], file: Any = None) -> None:
+    file = file or sys.stdout
+    p = lambda *a: print(*a, file=file)  # noqa: E731
+    key0 = f"jitter={jitters[0]:g}"
+    hdr = (f"{'row':<58} {'model':<22} {'gpu':<4} {'tp':>2} {'dp':>2} {'ep':>2} {'isl':>5} {'osl':>5} {'conc':>4} "
+           f"{'n':>5} {'ttft_meas':>9} {'ttft_sim':>9} {'ape%':>6} {'aic%':>6} "
+           f"{'tpot_meas':>9} {'tpot_sim':>9} {'ape%':>6} {'aic%':>6} {'wall_s':>6}")
+    p(f"per row ({key0}; ape = |sim - meas| / meas; aic = AIC 0.12's APE on the row)")
+    p(hdr)
+    for r in results:
+        d, s = r["deployment"], r[key0]
+        a = aic.get(d["row_id"]) or {}
+        aic_t = _ape(a["ttft_pred"], d["ttft_meas_ms"]) if a.get("ttft_pred") is not None else None
+        aic_p = _ape(a["tpot_pred"], d["tpot_meas_ms"]) if a.get("tpot_pred") is not None else None
+        name = d["model"].split("/")[-1][:22]
+        if "error" in s:
+            p(f"{d['row_id'][:58]:<58} {name:<22} ERROR {s['error'][:120]}")
+            continue
+        p(f"{d['row_id'][:58]:<58} {name:<22} {d['gpu']:<4} {d['tp']:>2} {d['dp']:>2} "
+          f"{'y' if d['enable_expert_parallel'] else 'n':>2} {d['isl']:>5} {d['osl']:>5} {d['concurrency']:>4} "
+          f"{d['num_prompts']:>5} {d['ttft_meas_ms']:>9.1f} {s['ttft_ms']:>9.1f} {s['ttft_ape']:>6.1f} {_fmt(aic_t):>6} "
+          f"{d['tpot_meas_ms']:>9.2f} {s['tpot_ms']:>9.2f} {s['tpot_ape']:>6.1f} {_fmt(aic_p):>6} {s['wall_s']:>6.1f}")
+    p("")
+    for key, t in totals.items():
+        p(f"totals [{key}]: simulated {t['rows_simulated']} rows ({t['rows_failed_in_simulation']} failed in simulation)"
+          f"  TTFT MAPE {_fmt(t['ttft_mape'])}%  TPOT MAPE {_fmt(t['tpot_mape'])}%")
+        st = t["steady_state_diagnostic"]
+        p(f"  diagnostic, first wave excluded ({st['rows']} rows with >1 wave): TTFT MAPE {_fmt(st['ttft_mape'])}%"
+          f"  TPOT MAPE {_fmt(st['tpot_mape'])}%")
+        p(f"  on the {t['rows_with_aic_estimate']} rows AIC estimates: ours TTFT {_fmt(t['ours_on_aic_rows']['ttft_mape'])}% "
+          f"TPOT {_fmt(t['ours_on_aic_rows']['tpot_mape'])}%  |  AIC TTFT {_fmt(t['aic_on_same_rows']['ttft_mape'])}% "
+          f"TPOT {_fmt(t['aic_on_same_rows']['tpot_mape'])}%")
+        p(f"  {'model@system':<45} {'rows':>4} {'ttft%':>6} {'bias%':>7} {'aic%':>6} {'tpot%':>6} {'bias%':>7} {'aic%':>6}")
+        for m, v in t["per_model"].items():
+            p(f"  {m:<45} {v['rows']:>4} {_fmt(v['ttft_mape']):>6} {_fmt(v['ttft_bias_pct']):>7} "
+              f"{_fmt(v['aic_ttft_mape']):>6} {_fmt(v['tpot_mape']):>6} {_fmt(v['tpot_bias_pct']):>7} "
+              f"{_fmt(v['aic_tpot_mape']):>6}")
+    p("")
+    groups: dict[str, list[Skip]] = OrderedDict()
+    for s in skips:
+        groups.setdefault(s.reason, []).append(s)
+    p(f"skipped {len(skips)} rows:")
+    for reason, ss in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        models = sorted({f"{s.model_path}@{s.system}" for s in ss})
+        p(f"  {len(ss):>4}  {reason}  [{', '.join(models)}]")
+        for s in ss[:2]:
+            p(f"        e.g. {s.row_id}: {s.detail}")
+
+
+def plan(rows: list[dict[str, str]], models: list[str] | None, limit: int | None
+         ) -> tuple[list[Deployment], list[Skip]]:
+    deps: list[Deployment] = []
+    skips: list[Skip] = []
+    for row in rows:
+        if models and not any(m.lower() in row["model_path"].lower() for m in models):
+            continue
+        m = map_row(row)
+        if isinstance(m, Deployment):
+            why = check_deployment(m)
+            if why:
+                m = Skip(m.row_id, m.model_path, m.system, why.split(":")[0], why)
+        (deps if isinstance(m, Deployment) else skips).append(m)
+    if limit is not None:
+        deps = deps[:limit]
+    return deps, skips
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--csv", type=Path, default=SILICON_CSV)
+    ap.add_argument("--aic-csv", type=Path, default=AIC_CSV)
+    ap.add_argument("--limit", type=int, default=None, help="simulate only the first N supported rows")
+    ap.add_argument("--models", default=None, help="comma-separated substrings of model_path")
+    ap.add_argument("--systems", default="h100_sxm,h200_sxm")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--step-jitter", type=float, default=0.0, help="SimulationSpec.step_jitter")
+    ap.add_argument("--range-ratio", type=float, default=0.0,
+                    help="random_range_ratio of the workload (0 = the fixed ISL/OSL the rows state)")
+    ap.add_argument("--both-jitter", action="store_true",
+                    help="run every row with jitter 0 and with --step-jitter (default 0.05 if unset)")
+    ap.add_argument("--plan-only", action="store_true", help="map rows and print the plan, simulate nothing")
+    ap.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON report here")
+    # TODO(calibration): --predictor-bundle PATH -> pass to SimulationSpec once it exists.
+    args = ap.parse_args(argv)
+
+    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    models = [m.strip() for m in args.models.split(",")] if args.models else None
+    rows = load_rows(args.csv, systems)
+    deps, skips = plan(rows, models, args.limit)
+    if args.both_jitter:
+        jitters: tuple[float, ...] = (0.0, args.step_jitter or 0.05)
+    else:
+        jitters = (args.step_jitter,)
+    if args.plan_only:
+        report = {"deployments": [asdict(d) for d in deps], "skipped": [asdict(s) for s in skips]}
+        print(json.dumps(report, indent=1))
+        return 0
+    t0 = time.perf_counter()
+    items = [(d, jitters, args.range_ratio) for d in deps]
+    if args.jobs > 1 and len(items) > 1:
+        # Longest rows first, so the pool does not end on one long straggler.
+        order = sorted(range(len(items)), key=lambda i: -items[i][0].num_prompts * items[i][0].osl)
+        with ProcessPoolExecutor(args.jobs) as pool:
+            done = dict(zip(order, pool.map(_work, [items[i] for i in order])))
+        results = [done[i] for i in range(len(items))]
+    else:
+        results = [_work(it) for it in items]
+    wall = time.perf_counter() - t0
+    aic = load_aic(args.aic_csv)
+    totals = summarize_results(results, aic, jitters)
+    report = {"source": str(args.csv), "selected_rows": len(rows), "wall_s": wall, "jobs": args.jobs,
+              "cost_model": "roofline", "workload_policy": {
+                  "prompts_per_slot": PROMPTS_PER_SLOT, "min_prompts": MIN_PROMPTS,
+                  "max_output_tokens": MAX_OUTPUT_TOKENS, "request_rate": "inf", "range_ratio": args.range_ratio},
+              "totals": totals, "rows": results, "skipped": [asdict(s) for s in skips]}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1, default=str))
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+    else:
+        print_report(results, skips, totals, aic, jitters)
+        print(f"\nwall {wall:.1f} s for {len(deps)} rows x {len(jitters)} jitter setting(s), {args.jobs} job(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Profile Llama-3.1-8B at TP 1/2/4/8 on ONE H200 (collectives stubbed) into datasets/profiles/h200/.
+#
+#   scripts/profile_h200.sh              # dry run (grid size, estimate), then the sweep
+#   OUT=/tmp/p BUDGET_MS=100 scripts/profile_h200.sh
+#
+# Grid: bench/h200_llama8b_grid.yaml. Both timing modes per operator (kernel: CUDA-graph replay,
+# cold L2; launch: eager). The sweep is resumable: if the time limit below stops it, rerun this
+# script and it continues with the chunks not yet written. Target: well under 8 minutes
+# (--dry-run estimates ~1.5 min of timing at 50 ms per mode; setup and memory runs add to it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-datasets/profiles/h200}
+MODEL=${MODEL:-meta-llama/Llama-3.1-8B}
+FAMILIES=${FAMILIES:-linear,attention,memory}   # add elementwise once the profile schema has that family
+WARMUP_MS=${WARMUP_MS:-10}
+BUDGET_MS=${BUDGET_MS:-50}
+LIMIT_S=${LIMIT_S:-450}                          # stop (resumably) before 8 minutes
+PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+
+"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU visible to torch')"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+ARGS=(--model "$MODEL" --tensor-parallel-size 1,2,4,8 --families "$FAMILIES" --device cuda --gpu H200
+      --dtype bf16 --grid bench/h200_llama8b_grid.yaml --warmup-ms "$WARMUP_MS" --budget-ms "$BUDGET_MS"
+      --out "$OUT")
+"$PY" -m frontier.cli profile "${ARGS[@]}" --dry-run
+start=$(date +%s)
+set +e
+timeout --signal=INT "$LIMIT_S" "$PY" -m frontier.cli profile "${ARGS[@]}"
+rc=$?
+set -e
+echo "profile_h200: exit $rc after $(( $(date +%s) - start )) s; rows under $OUT"
+if [ "$rc" = 124 ]; then echo "profile_h200: time limit hit; rerun to resume" >&2; fi
+exit "$rc"

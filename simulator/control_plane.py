@@ -1,0 +1,199 @@
+"""Control plane of prefill/decode disaggregation: role layouts compile into a P and a D cluster.
+
+``--architecture pdd`` (DESIGN.md §2) turns one serving spec into two clusters:
+
+    role P (prefill): engines with kv_role "producer": a request runs its prompt with
+        max_tokens=1 and keeps its blocks until D has read them;
+    role D (decode):  engines with kv_role "consumer": a request is admitted with blocks for
+        its whole prompt, waits for the pull, then decodes (simulator.scheduler docstring).
+
+Each role has its own layout (``--prefill-tp/-pp/-dp/-replicas/-gpu``, likewise
+``--decode-*``; unset = the main flags), so its own engine args, vLLM defaults (which
+depend on the GPU), memory budget, KV cache and batch engine; the GPUs of the two
+roles may differ. The cross-role dependency is an explicit event: the KV transfer
+(``simulator.kv_transfer``) over a ``Link`` per (P engine, D engine) pair.
+
+Placement (for the link medium): when both roles use the same GPU type, their GPUs
+are numbered in one pool, P engines first, then D engines, each engine on
+consecutive GPUs, ``gpus_per_node`` GPUs per node. A pair whose GPUs all sit in one
+node talks over NVLink (``nvlink_bw_bytes_per_s``), any other pair over the network
+(``network_bw_bytes_per_s``, the slower NIC of the two GPU types). Ports are per
+engine and medium, so an engine's concurrent transfers share its NVLink or its NIC.
+
+Bytes per transferred token (``kv_bytes_per_token``): every GPU of the pair moves
+its own shard in parallel. As vLLM's NixlConnector maps TP ranks
+(``nixl/tp_mapping.py``): with tp_D >= tp_P each D rank reads its heads from one P
+rank; with tp_D < tp_P each D rank reads from several P ranks; MLA latents are
+replicated, one P rank serves each D rank. Either way the busiest GPU moves
+``max(kv per token per rank of P, of D)`` bytes (GQA replication when tp > KV heads
+and the worst PP stage are inside ``ModelSpec.kv_bytes_per_token_per_rank``), so
+that is the size priced per transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from frontier.model_spec import ModelSpec
+from simulator.batch_engine import BatchEngine
+from simulator.cluster import Cluster, Role
+from simulator.engine_args import EngineArgs, ResolvedEngine
+from simulator.events import EventLoop
+from simulator.kv_cache.manager import KVCacheManager
+from simulator.kv_transfer import Link
+from simulator.memory import MemoryBudget
+from simulator.replica import Replica
+from simulator.scheduler import Scheduler
+from simulator.scheduler_config import SchedulerConfig
+from simulator.trace import BatchTrace
+
+ARCHITECTURES = ("colocated", "pdd")
+PREFILL_ROUTERS = ("round_robin", "least_loaded")
+DECODE_ROUTERS = ("round_robin", "least_loaded", "kv_aware")
+DEFAULT_KV_TRANSFER_LATENCY_S = 1e-4    # placeholder per-transfer floor (read setup + notification)
+
+
+@dataclass(frozen=True)
+class RoleLayout:
+    """One role's parallel layout; ``None`` = the main flag's value."""
+
+    name: str                       # "prefill" | "decode" (for messages and flag names)
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    replicas: int | None = None
+    gpu: str | None = None
+    router: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in ("prefill", "decode"):
+            raise ValueError(f"role {self.name!r} is not prefill or decode")
+        for key in ("tp", "pp", "dp", "replicas"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{self.name}-{key} must be a positive integer, got {value!r}")
+        routers = PREFILL_ROUTERS if self.name == "prefill" else DECODE_ROUTERS
+        if self.router is not None and self.router not in routers:
+            raise ValueError(f"--{self.name}-router {self.router!r} is not one of {', '.join(routers)}")
+
+    def is_default(self) -> bool:
+        return all(getattr(self, k) is None for k in ("tp", "pp", "dp", "replicas", "gpu", "router"))
+
+    def engine_args(self, main: EngineArgs) -> EngineArgs:
+        return replace(
+            main,
+            tensor_parallel_size=self.tp or main.tensor_parallel_size,
+            pipeline_parallel_size=self.pp or main.pipeline_parallel_size,
+            data_parallel_size=self.dp or main.data_parallel_size,
+            num_replicas=self.replicas or main.num_replicas,
+            gpu=self.gpu or main.gpu)
+
+
+@dataclass(frozen=True)
+class PddSpec:
+    """The P/D part of a serving spec: both role layouts and the KV-transfer link model."""
+
+    prefill: RoleLayout = field(default_factory=lambda: RoleLayout("prefill"))
+    decode: RoleLayout = field(default_factory=lambda: RoleLayout("decode"))
+    kv_transfer_bandwidth_bytes_per_s: float | None = None    # None: NVLink / network of the GPUs
+    kv_transfer_latency_s: float = DEFAULT_KV_TRANSFER_LATENCY_S
+
+    def __post_init__(self) -> None:
+        if self.prefill.name != "prefill" or self.decode.name != "decode":
+            raise ValueError("PddSpec needs RoleLayout('prefill') and RoleLayout('decode')")
+        bw = self.kv_transfer_bandwidth_bytes_per_s
+        if bw is not None and not bw > 0:
+            raise ValueError(f"--kv-transfer-bandwidth must be > 0 GB/s, got {bw / 1e9!r}")
+        if not self.kv_transfer_latency_s >= 0:
+            raise ValueError(f"--kv-transfer-latency-ms must be >= 0, got {self.kv_transfer_latency_s * 1e3!r}")
+
+
+@dataclass
+class CompiledRole:
+    """One compiled role: its resolved engine, memory budget and cluster."""
+
+    layout: RoleLayout
+    resolved: ResolvedEngine
+    memory: MemoryBudget
+    cluster: Cluster
+
+    @property
+    def num_gpus(self) -> int:
+        return self.resolved.num_gpus
+
+
+def kv_bytes_per_token(model: ModelSpec, prefill: ResolvedEngine, decode: ResolvedEngine) -> int:
+    """KV bytes per prompt token on the busiest GPU of a P->D transfer (module docstring)."""
+    return max(model.kv_bytes_per_token_per_rank(prefill.parallel),
+               model.kv_bytes_per_token_per_rank(decode.parallel))
+
+
+def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: BatchTrace,
+                 make_engine: Callable[[ResolvedEngine], BatchEngine], *,
+                 debug: bool, step_jitter: float, seed: int) -> CompiledRole:
+    """Resolve one role's engine args and build its replicas (refusals carry the role's name).
+
+    ``make_engine`` prices the role's steps (its own model shard and GPU).
+    """
+    from simulator.simulation import build_memory, resolve_engine
+
+    role_flag = f"--{layout.name}"
+    try:
+        args = layout.engine_args(main)
+        resolved = resolve_engine(args)
+    except ValueError as exc:
+        raise ValueError(f"{layout.name} role: {exc}") from None
+    if resolved.lockstep_dp:
+        raise ValueError(
+            f"{layout.name} role: an MoE model with DP {args.data_parallel_size} steps its DP ranks "
+            f"in lockstep, which --architecture pdd does not support yet; use {role_flag}-replicas")
+    memory = build_memory(resolved)
+    usable_tokens = (memory.num_gpu_blocks - 1) * resolved.block_size
+    if usable_tokens < resolved.max_model_len and args.num_gpu_blocks_override is None:
+        raise ValueError(
+            f"{layout.name} role: the KV cache holds {usable_tokens} tokens, fewer than one prompt of "
+            f"--max-model-len {resolved.max_model_len}: lower --max-model-len or give the role more "
+            f"memory ({role_flag}-tp, {role_flag}-gpu, --gpu-memory-utilization)")
+    engine = make_engine(resolved)
+    sched_config = SchedulerConfig(
+        max_num_seqs=resolved.max_num_seqs, max_num_batched_tokens=resolved.max_num_batched_tokens,
+        max_model_len=resolved.max_model_len,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
+        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching, debug=debug)
+    kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)
+    replicas = []
+    for i in range(resolved.num_engines):       # dense DP ranks are independent engines
+        kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
+                            enable_prefix_caching=args.enable_prefix_caching)
+        replicas.append(Replica(i, loop, Scheduler(sched_config, kv, kv_role=kv_role), engine, trace,
+                                on_update=lambda *a: None, async_scheduling=args.async_scheduling,
+                                step_jitter=step_jitter, jitter_seed=seed, role=role.value))
+    cluster = Cluster(role, replicas, layout.router or main.router, resolved.gpus_per_engine)
+    return CompiledRole(layout, resolved, memory, cluster)
+
+
+def build_links(prefill: CompiledRole, decode: CompiledRole, spec: PddSpec) -> list[list[Link]]:
+    """``links[p][d]``: the path from P engine p to D engine d (module docstring: placement)."""
+    p_res, d_res = prefill.resolved, decode.resolved
+    gp, gd = p_res.gpus_per_engine, d_res.gpus_per_engine
+    n_p = len(prefill.cluster.replicas)
+    same_type = p_res.gpu.name == d_res.gpu.name
+    per_node = p_res.gpu.gpus_per_node
+    links: list[list[Link]] = []
+    for p in range(n_p):
+        row = []
+        for d in range(len(decode.cluster.replicas)):
+            gpus = list(range(p * gp, (p + 1) * gp)) + list(range(n_p * gp + d * gd, n_p * gp + (d + 1) * gd))
+            one_node = same_type and len({g // per_node for g in gpus}) == 1
+            if spec.kv_transfer_bandwidth_bytes_per_s is not None:
+                medium, bw = "link", spec.kv_transfer_bandwidth_bytes_per_s
+            elif one_node:
+                medium, bw = "nvlink", p_res.gpu.nvlink_bw_bytes_per_s
+            else:
+                medium = "net"
+                bw = min(p_res.gpu.network_bw_bytes_per_s, d_res.gpu.network_bw_bytes_per_s)
+            row.append(Link(f"P{p}/{medium}/out", f"D{d}/{medium}/in", bw, spec.kv_transfer_latency_s))
+        links.append(row)
+    return links

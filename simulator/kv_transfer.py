@@ -1,0 +1,145 @@
+"""KV-cache transfer P -> D: an explicit cross-role event with link sharing.
+
+A transfer moves one request's prompt KV from a prefill engine to a decode
+engine. Every GPU of the pair works in parallel on its own shard (TP rank
+pairs, PP stage pairs), so a transfer is priced on ONE GPU's share: the
+caller passes ``num_bytes`` = tokens x bytes per token on the busiest GPU of
+either side (see ``simulator.control_plane.kv_bytes_per_token``).
+
+Timeline of one transfer::
+
+    start ──latency_s──▶ data phase: rate = fair share of its ports ──▶ done (on_done())
+
+Sharing (processor sharing, max-min fair): a transfer uses two ports, the
+sender's egress and the receiver's ingress on the link's medium
+(``Link.src_port`` / ``Link.dst_port``, each of capacity
+``Link.bandwidth_bytes_per_s``). Rates are max-min fair over the ports
+(water-filling): two transfers on the same pair each get half, so each takes
+twice as long. Rates and finish times are recomputed exactly whenever a data
+phase starts or ends; between those instants rates are constant.
+
+``TransferModel`` is the protocol a replacement (a network simulator, the
+comm backend of DESIGN.md §2) implements: ``start`` and a completion callback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from simulator.events import PRIO_TRANSFER, EventLoop
+
+_EPS_BYTES = 1e-6      # a flow with fewer bytes left than this is done (float round-off)
+
+
+@dataclass(frozen=True)
+class Link:
+    """Path of one transfer: ports at both ends, their bandwidth (bytes/s, one direction) and a latency floor."""
+
+    src_port: str
+    dst_port: str
+    bandwidth_bytes_per_s: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_bytes_per_s > 0:
+            raise ValueError(f"link bandwidth must be > 0 bytes/s, got {self.bandwidth_bytes_per_s!r}")
+        if self.latency_s < 0:
+            raise ValueError(f"link latency must be >= 0 s, got {self.latency_s!r}")
+
+
+class TransferModel(Protocol):
+    def start(self, key: str, link: Link, num_bytes: float, on_done: Callable[[], None]) -> None:
+        """Begin moving ``num_bytes`` over ``link`` now; call ``on_done()`` when the last byte lands."""
+
+
+@dataclass(slots=True)
+class _Flow:
+    key: str
+    link: Link
+    remaining: float
+    on_done: Callable[[], None]
+    rate: float = 0.0
+
+
+class SharedLinkTransfers:
+    """Exact processor sharing of port bandwidth among concurrent transfers (see module doc)."""
+
+    def __init__(self, loop: EventLoop) -> None:
+        self.loop = loop
+        self._flows: dict[str, _Flow] = {}
+        self._last_s = 0.0
+        self._version = 0           # invalidates completion events scheduled before a change
+        self.num_started = 0
+
+    def start(self, key: str, link: Link, num_bytes: float, on_done: Callable[[], None]) -> None:
+        if num_bytes < 0:
+            raise ValueError(f"transfer {key!r}: num_bytes={num_bytes!r} must be >= 0")
+        if key in self._flows:
+            raise ValueError(f"transfer {key!r} is already in flight")
+        self.num_started += 1
+        flow = _Flow(key, link, float(num_bytes), on_done)
+        self.loop.at(self.loop.now_s + link.latency_s, lambda: self._begin_data(flow), PRIO_TRANSFER)
+
+    def active(self) -> dict[str, float]:
+        """Current rate (bytes/s) of every transfer in its data phase."""
+        return {k: f.rate for k, f in self._flows.items()}
+
+    # ------------------------------------------------------------------ internals
+    def _advance(self) -> None:
+        now = self.loop.now_s
+        dt = now - self._last_s
+        if dt > 0:
+            for f in self._flows.values():
+                f.remaining -= f.rate * dt
+        self._last_s = now
+
+    def _begin_data(self, flow: _Flow) -> None:
+        self._advance()
+        self._flows[flow.key] = flow
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        """Finish flows that are done, recompute fair rates, schedule the next completion."""
+        done = [f for f in self._flows.values() if f.remaining <= _EPS_BYTES]
+        for f in done:
+            del self._flows[f.key]
+        self._set_rates()
+        self._version += 1
+        if self._flows:
+            version = self._version
+            t = min(self.loop.now_s + f.remaining / f.rate for f in self._flows.values())
+            self.loop.at(max(t, self.loop.now_s), lambda: self._on_tick(version), PRIO_TRANSFER)
+        for f in done:
+            f.on_done()
+
+    def _on_tick(self, version: int) -> None:
+        if version != self._version:
+            return                  # superseded by a later start/end
+        self._advance()
+        nearest = min(self._flows.values(), key=lambda f: f.remaining / f.rate)
+        nearest.remaining = min(nearest.remaining, 0.0)     # the event was computed for it
+        self._reschedule()
+
+    def _set_rates(self) -> None:
+        """Max-min fair rates by water-filling over the ports (deterministic: ties by port name)."""
+        unfixed = sorted(self._flows.values(), key=lambda f: f.key)
+        capacity: dict[str, float] = {}
+        users: dict[str, int] = {}
+        for f in unfixed:
+            for port in (f.link.src_port, f.link.dst_port):
+                capacity[port] = f.link.bandwidth_bytes_per_s
+                users[port] = users.get(port, 0) + 1
+        while unfixed:
+            port = min((p for p in users if users[p] > 0), key=lambda p: (capacity[p] / users[p], p))
+            share = capacity[port] / users[port]
+            keep = []
+            for f in unfixed:
+                if port in (f.link.src_port, f.link.dst_port):
+                    f.rate = share
+                    for q in (f.link.src_port, f.link.dst_port):
+                        capacity[q] -= share
+                        users[q] -= 1
+                else:
+                    keep.append(f)
+            unfixed = keep

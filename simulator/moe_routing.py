@@ -1,0 +1,191 @@
+"""MoE routing: how a step's tokens spread over experts, and the load of the slowest EP rank.
+
+A step routes `tokens` tokens (those entering the MoE layer on an EP rank: with DP they
+are all DP ranks' tokens, gathered) to `topk` distinct experts each, so `pairs = tokens *
+topk` (token, expert) assignments; no expert gets more than `tokens` of them. Experts are
+placed on EP ranks contiguously, as vLLM's linear expert map does:
+
+    experts  0 .. L-1 | L .. 2L-1 | ... | (ep-1)L .. E-1      (L = E / ep local experts)
+    rank         0    |     1     | ... |      ep-1
+
+The step costs what the slowest rank costs. `rank_loads(tokens)` gives every rank's tokens
+per local expert; the batch engine prices each distinct one (`MoeOp.tokens_per_expert` /
+`routed_pairs`) and keeps the slowest — in memory-bound decode a rank with many active
+experts can be slower than the rank with the most pairs. `slowest_rank(tokens)` is the rank
+with the most pairs (ties -> more active experts, then the lowest rank).
+
+Distributions (`--moe-routing`):
+* ``balanced`` — pairs spread evenly; the remainder goes round-robin over ranks first, so
+  the slowest rank holds ceil(pairs / ep) pairs (what the roofline assumed before).
+* ``power_law:ALPHA`` — expert weights drawn i.i.d. from the bounded power law
+  p(x) ~ x^-ALPHA on [1, tokens] (the shape AIConfigurator's ``power_law_1.2`` tables are
+  named after; its collector is not shipped, so this is our reading of it), then pairs
+  allocated in proportion, capped at `tokens` per expert.
+* ``trace:PATH`` — fixed expert weights from a file: JSON list (or {"expert_load": [...]}),
+  .npy, or text/CSV numbers; one non-negative weight per expert (e.g. an expert-load dump).
+
+Deterministic: the draw for a token count depends only on (seed, tokens), so a run does
+not depend on the order steps are priced in; results are memoized per token count.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROUTING_KINDS = ("balanced", "power_law", "trace")
+MAX_MEMO = 65_536
+
+
+@dataclass(frozen=True)
+class RoutingSpec:
+    """Parsed `--moe-routing` value: kind plus power-law exponent or trace path."""
+
+    kind: str = "balanced"
+    alpha: float = 0.0
+    path: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROUTING_KINDS:
+            raise ValueError(f"--moe-routing kind {self.kind!r}; valid: balanced, power_law:ALPHA, trace:PATH")
+        if self.kind == "power_law" and not self.alpha > 0:
+            raise ValueError(f"--moe-routing power_law needs an exponent > 0, got {self.alpha!r}")
+        if self.kind == "trace" and not self.path:
+            raise ValueError("--moe-routing trace needs a path: trace:PATH")
+
+    @classmethod
+    def parse(cls, text: str) -> RoutingSpec:
+        kind, _, arg = str(text).partition(":")
+        if kind == "power_law":
+            try:
+                return cls("power_law", alpha=float(arg))
+            except ValueError:
+                raise ValueError(f"--moe-routing {text!r}: power_law:ALPHA needs a number, e.g. power_law:1.2") from None
+        if kind == "trace":
+            return cls("trace", path=arg)
+        if arg or kind != "balanced":
+            raise ValueError(f"--moe-routing {text!r}; valid: balanced, power_law:ALPHA, trace:PATH")
+        return cls("balanced")
+
+
+def load_expert_weights(path: str | Path, num_experts: int) -> np.ndarray:
+    """One non-negative weight per expert from a JSON / .npy / text file (module doc)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--moe-routing trace file {str(p)!r} does not exist")
+    if p.suffix == ".npy":
+        w = np.load(p)
+    elif p.suffix == ".json":
+        data = json.loads(p.read_text())
+        w = np.asarray(data["expert_load"] if isinstance(data, dict) else data, dtype=float)
+    else:
+        w = np.asarray([float(x) for x in p.read_text().replace(",", " ").split()], dtype=float)
+    w = np.asarray(w, dtype=float).ravel()
+    if w.size != num_experts or (w < 0).any() or not w.sum() > 0:
+        raise ValueError(f"trace {str(p)!r}: need {num_experts} non-negative weights with a positive sum, "
+                         f"got {w.size}")
+    return w
+
+
+def allocate_pairs(weights: np.ndarray, pairs: int, cap: int) -> np.ndarray:
+    """Integer pairs per expert, proportional to `weights`, each <= `cap`, summing to `pairs`.
+
+    Water-filling: experts whose share exceeds `cap` are pinned at it and the rest re-shared;
+    then largest remainder (ties -> lower expert index) rounds to integers."""
+    w = np.asarray(weights, dtype=float)
+    x = np.zeros(w.size)
+    free = np.ones(w.size, dtype=bool)
+    left = float(pairs)
+    while left > 0 and free.any() and w[free].sum() > 0:
+        share = np.zeros(w.size)
+        share[free] = left * w[free] / w[free].sum()
+        over = free & (x + share > cap)
+        if not over.any():
+            x += share
+            break
+        left -= float((cap - x[over]).sum())
+        x[over] = cap
+        free &= ~over
+    counts = np.floor(x + 1e-9).astype(np.int64)
+    short = pairs - int(counts.sum())
+    if short > 0:
+        room = counts < cap
+        frac = np.where(room, x - counts, -1.0)
+        order = np.lexsort((np.arange(w.size), -frac))
+        counts[order[:short]] += 1
+    return counts
+
+
+class MoeRouter:
+    """Tokens per expert for a step of `tokens` tokens, and the slowest EP rank's share."""
+
+    def __init__(self, spec: RoutingSpec, num_experts: int, topk: int, ep: int, seed: int = 0) -> None:
+        if num_experts < 1 or not 1 <= topk <= num_experts or ep < 1 or num_experts % ep:
+            raise ValueError(f"MoeRouter: need 1 <= topk={topk} <= num_experts={num_experts} and "
+                             f"ep={ep} dividing num_experts")
+        self.spec, self.num_experts, self.topk, self.ep, self.seed = spec, num_experts, topk, ep, seed
+        self.local = num_experts // ep
+        self._weights = load_expert_weights(spec.path, num_experts) if spec.kind == "trace" else None
+        self._memo: dict[int, tuple[tuple[int, ...], ...]] = {}
+
+    @property
+    def balanced(self) -> bool:
+        return self.spec.kind == "balanced"
+
+    def expert_counts(self, tokens: int) -> np.ndarray:
+        """Pairs per expert (global expert order), length num_experts."""
+        if tokens < 1:
+            raise ValueError(f"MoeRouter: tokens must be >= 1, got {tokens}")
+        pairs, e = tokens * self.topk, self.num_experts
+        if self.spec.kind == "balanced":
+            base, rem = divmod(pairs, e)
+            counts = np.full(e, base, dtype=np.int64)
+            # remainder round-robin over ranks: local slot 0 of ranks 0..ep-1, then slot 1, ...
+            order = (np.arange(e) % self.ep) * self.local + np.arange(e) // self.ep
+            counts[order[:rem]] += 1
+            return counts
+        if self.spec.kind == "trace":
+            return allocate_pairs(self._weights, pairs, tokens)
+        rng = np.random.default_rng([self.seed, tokens, zlib.crc32(b"moe_routing")])
+        return allocate_pairs(_bounded_power_law(rng, e, self.spec.alpha, max(tokens, 2)), pairs, tokens)
+
+    def rank_pairs(self, tokens: int) -> np.ndarray:
+        """Pairs per EP rank."""
+        return self.expert_counts(tokens).reshape(self.ep, self.local).sum(axis=1)
+
+    def rank_loads(self, tokens: int) -> tuple[tuple[int, ...], ...]:
+        """Tokens per local expert of every EP rank, rank order (memoized per token count)."""
+        got = self._memo.get(tokens)
+        if got is None:
+            per_rank = self.expert_counts(tokens).reshape(self.ep, self.local)
+            got = tuple(tuple(int(c) for c in row) for row in per_rank)
+            if len(self._memo) >= MAX_MEMO:
+                self._memo.clear()
+            self._memo[tokens] = got
+        return got
+
+    def slowest_rank(self, tokens: int) -> tuple[int, ...]:
+        """Tokens per local expert on the rank with the most pairs (ties: more active experts)."""
+        loads = self.rank_loads(tokens)
+        return max(loads, key=lambda r: (sum(r), sum(1 for c in r if c)))
+
+
+def _bounded_power_law(rng: np.random.Generator, n: int, alpha: float, x_max: float) -> np.ndarray:
+    """n samples of p(x) ~ x^-alpha on [1, x_max] by inverse CDF."""
+    u = rng.random(n)
+    if abs(alpha - 1.0) < 1e-9:
+        return x_max ** u
+    a = 1.0 - alpha
+    return (1.0 + u * (x_max ** a - 1.0)) ** (1.0 / a)
+
+
+def make_router(routing: str, model, parallel, seed: int = 0) -> MoeRouter | None:
+    """The router of `model` under `parallel` for `--moe-routing`, None for dense models."""
+    spec = RoutingSpec.parse(routing)
+    if not model.is_moe:
+        return None
+    return MoeRouter(spec, model.num_experts, model.num_experts_per_tok, parallel.ep, seed)

@@ -1,0 +1,175 @@
+"""P/D disaggregated serving: the benchmark client behind vLLM's disaggregated-prefill proxy.
+
+Per request (engine-semantics.md §5.2, NixlConnector, pull mode)::
+
+    client ─▶ proxy ─▶ P engine (router: round_robin | least_loaded), max_tokens=1,
+                       remote_decode: blocks kept at finish
+             P finishes (its one token is discarded by the proxy)
+           ─▶ proxy ─▶ D engine (router: round_robin | least_loaded | kv_aware), full max_tokens,
+                       remote_prefill: blocks for the whole prompt at admission
+             D admits it (schedule()) ──▶ KV transfer starts (simulator.kv_transfer)
+             last byte lands ──▶ D: finish_remote_kv (promoted at its next schedule())
+                             └─▶ P: finish_sending_kv (blocks freed, P may admit more)
+             D's 1-token step produces the client's first token; D decodes the rest.
+
+TTFT is D's first token. Not modelled: the proxy's HTTP hops (P's response and the D
+request are instantaneous), P's block lease timeout (blocks are held until the read,
+however long D takes to admit), and the step granularity at which a D worker reports a
+finished read (the request is ready for the first schedule() after the last byte).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from simulator.cluster import Cluster
+from simulator.comm.backend import make_comm_backend
+from simulator.control_plane import (CompiledRole, PddSpec, build_links, compile_role,
+                                     kv_bytes_per_token)
+from simulator.cost_model import RooflineCostModel
+from simulator.cuda_graph import CudaGraphConfig
+from simulator.batch_engine import BatchEngine
+from simulator.engine_args import ResolvedEngine
+from simulator.events import EventLoop
+from simulator.kv_transfer import Link, SharedLinkTransfers, TransferModel
+from simulator.metrics import RequestRecord, summarize
+from simulator.moe_routing import make_router as make_moe_router
+from simulator.replica import Replica
+from simulator.request import Request, RequestSpec
+from simulator.scheduler_config import UpdateResult
+from simulator.simulation import BenchmarkClient, SimulationResult, SimulationSpec, _InFlight
+from simulator.trace import BatchTrace
+from simulator.workload import generate_requests
+
+
+@dataclass(slots=True)
+class _Route:
+    prefill: int
+    prefill_request: Request
+    decode: int = -1
+    transfer_start_s: float = 0.0
+    transfer_end_s: float = 0.0
+
+
+class PDProxy(BenchmarkClient):
+    """``BenchmarkClient`` whose requests go P -> KV transfer -> D (module docstring)."""
+
+    def __init__(self, loop: EventLoop, specs: list[RequestSpec], prefill: Cluster, decode: Cluster,
+                 transfers: TransferModel, links: list[list[Link]], bytes_per_token: int,
+                 max_model_len: int, max_concurrency: int | None) -> None:
+        super().__init__(loop, specs, decode, max_model_len, max_concurrency)
+        self.prefill, self.decode = prefill, decode
+        self.transfers, self.links, self.bytes_per_token = transfers, links, bytes_per_token
+        self.routes: dict[str, _Route] = {}
+        for replica in prefill.replicas:
+            replica.on_update = self._on_prefill_update
+        for replica in decode.replicas:
+            replica.on_remote_kv = self._on_remote_kv
+
+    def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
+        p = self.prefill.router.pick(self.prefill.replicas)
+        req = self.prefill.replicas[p].add_request(replace(spec, output_len=1), remote_decode=True)
+        self.routes[spec.request_id] = _Route(p, req)
+
+    def _on_prefill_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
+        for rid in result.finished_request_ids:      # P's token is discarded; send to D
+            route = self.routes[rid]
+            route.decode = self.decode.router.pick(self.decode.replicas)
+            state = self.in_flight[rid]
+            state.request = self.decode.replicas[route.decode].add_request(state.spec, remote_prefill=True)
+
+    def _on_remote_kv(self, replica: Replica, request_ids: tuple[str, ...]) -> None:
+        """D admitted these requests with blocks for their prompt: start pulling their KV."""
+        now = self.loop.now_s
+        for rid in request_ids:
+            route = self.routes[rid]
+            r = replica.scheduler.requests[rid]
+            tokens = r.num_computed_tokens - max(r.num_cached_tokens, 0)   # D's local hit is not pulled
+            route.transfer_start_s = now
+            self.transfers.start(rid, self.links[route.prefill][route.decode],
+                                 tokens * self.bytes_per_token, lambda rid=rid: self._on_transferred(rid))
+
+    def _on_transferred(self, rid: str) -> None:
+        route = self.routes[rid]
+        route.transfer_end_s = self.loop.now_s
+        d = self.decode.replicas[route.decode]
+        d.scheduler.finish_remote_kv(rid)
+        d.wake()
+        p = self.prefill.replicas[route.prefill]
+        p.scheduler.finish_sending_kv(rid)
+        p.wake()
+
+    def _make_record(self, rid: str, state: _InFlight) -> RequestRecord:
+        record = super()._make_record(rid, state)
+        route = self.routes.pop(rid)
+        p_req = route.prefill_request
+        return replace(record, prefill_replica=route.prefill, decode_replica=route.decode,
+                       kv_transfer_s=route.transfer_end_s - route.transfer_start_s,
+                       num_preemptions=record.num_preemptions + p_req.num_preemptions,
+                       num_prefix_hit_tokens=max(p_req.num_cached_tokens, 0))
+
+
+def _engine_factory(spec: SimulationSpec):
+    def make_engine(resolved: ResolvedEngine) -> BatchEngine:
+        cudagraph = CudaGraphConfig.from_vllm(
+            resolved.max_num_seqs, resolved.max_num_batched_tokens,
+            enforce_eager=resolved.args.enforce_eager, sm_version=resolved.gpu.sm_version)
+        return BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
+                           RooflineCostModel(resolved.gpu, make_comm_backend(spec.comm_model, resolved.gpu)),
+                           cudagraph, moe_router=make_moe_router(spec.moe_routing, resolved.model,
+                                                                 resolved.parallel, spec.workload.seed))
+    return make_engine
+
+
+def run_pdd(spec: SimulationSpec) -> SimulationResult:
+    """Simulate ``spec`` with ``--architecture pdd`` to completion."""
+    pdd = spec.pdd or PddSpec()
+    loop = EventLoop()
+    trace = BatchTrace(keep_requests=spec.keep_batch_trace)
+    make_engine = _engine_factory(spec)
+    roles = [compile_role(layout, spec.engine, loop, trace, make_engine, debug=spec.debug,
+                          step_jitter=spec.step_jitter, seed=spec.workload.seed)
+             for layout in (pdd.prefill, pdd.decode)]
+    prefill, decode = roles
+    if prefill.resolved.max_model_len != decode.resolved.max_model_len:
+        raise ValueError(f"prefill max_model_len {prefill.resolved.max_model_len} differs from decode's "
+                         f"{decode.resolved.max_model_len}; give --max-model-len")
+    model = decode.resolved.model
+    specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
+    client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
+                     build_links(prefill, decode, pdd), kv_bytes_per_token(model, prefill.resolved, decode.resolved),
+                     decode.resolved.max_model_len, spec.max_concurrency)
+    wall0 = time.perf_counter()
+    client.start()
+    loop.run()
+    sim_wall_s = time.perf_counter() - wall0
+    for rid in sorted(client.in_flight) + [s.request_id for s in client.held]:
+        client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
+    records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
+    duration_s = max((r.finish_s for r in records), default=0.0)
+    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
+                        request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
+                        model_id=spec.engine.model, num_prompts=len(specs)) if records else {}
+    summary.update(pdd_summary(roles, records))
+    summary["failed"] = len(client.failed)
+    summary["simulated_duration_s"] = loop.now_s
+    summary["sim_wall_s"] = sim_wall_s
+    return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,
+                            loop.now_s, sim_wall_s, loop.num_events, roles=roles)
+
+
+def pdd_summary(roles: list[CompiledRole], records: list[RequestRecord]) -> dict[str, float | int | str]:
+    """Extra summary keys of a P/D run: GPUs per role and KV-transfer times (ms)."""
+    prefill, decode = roles
+    xfer = np.asarray([r.kv_transfer_s for r in records] or [0.0]) * 1000
+    return {
+        "architecture": "pdd",
+        "num_prefill_gpus": prefill.num_gpus,
+        "num_decode_gpus": decode.num_gpus,
+        "num_gpus": prefill.num_gpus + decode.num_gpus,
+        "mean_kv_transfer_ms": float(np.mean(xfer)),
+        "p99_kv_transfer_ms": float(np.percentile(xfer, 99)),
+    }

@@ -1,0 +1,128 @@
+"""bench/silicon_e2e.py: the silicon_sample.csv row -> deployment mapping, skips, and a 2-row run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("silicon_e2e", ROOT / "bench" / "silicon_e2e.py")
+assert _spec and _spec.loader
+e2e = importlib.util.module_from_spec(_spec)
+sys.modules["silicon_e2e"] = e2e  # dataclasses look their module up
+_spec.loader.exec_module(e2e)
+
+needs_data = pytest.mark.skipif(not e2e.SILICON_CSV.is_file(), reason=f"{e2e.SILICON_CSV} not present")
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict[str, str]]:
+    return {r["id"]: r for r in e2e.load_rows()}
+
+
+def _row(**over: str) -> dict[str, str]:
+    base = {"id": "synthetic", "backend": "vllm", "mode": "agg", "model_path": "Qwen/Qwen3-235B-A22B-FP8",
+            "system": "h200_sxm", "precision": "fp8", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8",
+            "isl": "1024", "osl": "128", "batch_size": "8", "tp_size": "4.0", "pp_size": "1.0",
+            "attention_dp_size": "", "moe_tp_size": "4.0", "moe_ep_size": "1.0",
+            "silicon_ttft_ms": "100.0", "silicon_tpot_ms": "10.0"}
+    base.update(over)
+    return base
+
+
+@needs_data
+def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
+    assert len(rows) == 573  # README: vLLM agg h200 336 + h100 237
+    assert {r["system"] for r in rows.values()} == {"h100_sxm", "h200_sxm"}
+
+
+@needs_data
+@pytest.mark.parametrize("row_id, expect", [
+    ("2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_260",
+     dict(model="meta-llama/Llama-3.1-70B-FP8-online", gpu="H100", tp=4, pp=1, dp=1, enable_expert_parallel=False,
+          isl=1024, osl=1024, batch_size=16, concurrency=16, num_prompts=146, quant_method="fp8")),
+    ("2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185",
+     dict(model="openai/gpt-oss-120b", gpu="H100", tp=4, dp=1, enable_expert_parallel=False,
+          concurrency=64, num_prompts=146, quant_method="mxfp4")),
+    ("2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597",
+     dict(model="moonshotai/Kimi-K2.5", gpu="H200", tp=8, dp=1, enable_expert_parallel=False,
+          isl=8192, osl=1024, concurrency=4, num_prompts=100, quant_method="int4_wo")),
+    ("qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_vllm_agg_2000x500_c16_tp2_epnone_16",
+     dict(model="Qwen/Qwen3-235B-A22B-FP8", gpu="H200", tp=2, dp=1, enable_expert_parallel=True,
+          concurrency=16, num_prompts=160, quant_method="fp8_block")),
+    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1",  # no precision: bf16 checkpoint
+     dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, concurrency=8, num_prompts=100, quant_method="none")),
+])
+def test_known_rows_map_exactly(rows: dict[str, dict[str, str]], row_id: str, expect: dict) -> None:
+    dep = e2e.map_row(rows[row_id])
+    assert isinstance(dep, e2e.Deployment), dep
+    for key, value in expect.items():
+        assert getattr(dep, key) == value, (key, getattr(dep, key), value)
+    assert dep.ttft_meas_ms == float(rows[row_id]["silicon_ttft_ms"])
+    assert e2e.check_deployment(dep) is None
+
+
+@needs_data
+def test_attention_dp_concurrency_is_per_worker(rows: dict[str, dict[str, str]]) -> None:
+    # MiniMax tp4 x adp4: batch_size 8 per worker, silicon_concurrency=32 in the source column.
+    r = rows["2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_8192x1024_c32_tp4_ep4_1322"]
+    assert "silicon_concurrency=32" in r["silicon_data_source"] and float(r["batch_size"]) == 8
+    m = e2e.map_row(r)
+    assert isinstance(m, e2e.Skip) and "minimax_m2" in m.reason  # model_type not supported yet
+    # Same layout on a supported MoE model: total concurrency = batch_size * attention_dp.
+    dep = e2e.map_row(_row(tp_size="4", attention_dp_size="4", moe_tp_size="1", moe_ep_size="16", batch_size="8"))
+    assert isinstance(dep, e2e.Deployment)
+    assert (dep.tp, dep.dp, dep.enable_expert_parallel, dep.concurrency) == (4, 4, True, 32)
+
+
+@pytest.mark.parametrize("over, reason", [
+    (dict(tp_size="1", moe_tp_size="2", moe_ep_size="1"), "parallel width mismatch"),
+    (dict(tp_size="4", moe_tp_size="2", moe_ep_size="2"), "mixed MoE TPxEP grid"),
+    (dict(precision="fp4"), "checkpoint quantization disagrees"),
+    (dict(precision="int4"), "checkpoint quantization disagrees"),
+    (dict(model_path="MiniMaxAI/MiniMax-M2.5"), "model_type 'minimax_m2' not supported"),
+    (dict(model_path="nobody/NoSuchModel-1B"), "model not in the catalogue"),
+    (dict(system="b200_sxm"), "system not mapped"),
+])
+def test_skips_carry_reasons(over: dict[str, str], reason: str) -> None:
+    m = e2e.map_row(_row(**over))
+    assert isinstance(m, e2e.Skip)
+    assert m.reason.startswith(reason), m.reason
+    assert m.row_id == "synthetic"
+
+
+def test_supported_synthetic_layouts() -> None:
+    tp_moe = e2e.map_row(_row())
+    ep = e2e.map_row(_row(moe_tp_size="1", moe_ep_size="4"))
+    assert isinstance(tp_moe, e2e.Deployment) and not tp_moe.enable_expert_parallel
+    assert isinstance(ep, e2e.Deployment) and ep.enable_expert_parallel
+
+
+def test_num_prompts_policy() -> None:
+    assert e2e.num_prompts_for(4, 1024) == 100            # MIN_PROMPTS
+    assert e2e.num_prompts_for(8, 100) == 100
+    assert e2e.num_prompts_for(112, 100) == 1120          # 10 x concurrency
+    assert e2e.num_prompts_for(64, 8192) == 128           # capped, floor 2 x concurrency
+    assert e2e.num_prompts_for(512, 8192) == 512          # floor capped at one wave
+
+
+@needs_data
+def test_two_rows_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    assert e2e.main(["--limit", "2", "--models", "Llama-3.1-8B", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "TTFT MAPE" in text and "skipped" in text
+    report = json.loads(out.read_text())
+    assert len(report["rows"]) == 2
+    for r in report["rows"]:
+        s = r["jitter=0"]
+        assert s["ttft_ms"] > 0 and s["tpot_ms"] > 0 and math.isfinite(s["ttft_ape"])
+        assert r["deployment"]["model"] == "nvidia/Llama-3.1-8B-Instruct-FP8"
+    t = report["totals"]["jitter=0"]
+    assert t["rows_simulated"] == 2 and t["ttft_mape"] is not None
+    assert t["rows_with_aic_estimate"] == 0  # AIC could not load this model offline

@@ -1,0 +1,103 @@
+"""Held-out split, APE metrics, the token-count-only baseline, and the calibrate /
+evaluate / predict commands end to end on a small profile root."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from calibration.evaluate import ape, baseline_predict, holdout_mask
+from calibration.importers.aiconfigurator import import_aiconfigurator
+from frontier.cli import app
+from frontier.profile_schema import read_profiles, write_profile
+
+AIC = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "aiconfigurator"
+needs_aic = pytest.mark.skipif(not (AIC / "systems" / "data").is_dir(), reason=f"AIC data absent at {AIC}")
+
+
+def _gemm_rows(ms, nks, f) -> pd.DataFrame:
+    rows = [{"m": m, "n": n, "k": k, "dtype": "bf16", "timing_mode": "kernel", "latency_s_median": f(m, n, k)}
+            for m in ms for n, k in nks]
+    return pd.DataFrame(rows)
+
+
+def test_holdout_holds_out_whole_token_points():
+    df = _gemm_rows(range(1, 101), [(128, 128), (256, 512)], lambda m, n, k: 1e-6 * m)
+    mask = holdout_mask(df, "linear", 0.2, 7)
+    held = set(df.m[mask])
+    assert len(held) == 20 and not held & set(df.m[~mask])
+    assert np.array_equal(mask, holdout_mask(df, "linear", 0.2, 7))
+    assert not np.array_equal(mask, holdout_mask(df, "linear", 0.2, 8))
+    with pytest.raises(ValueError, match="holdout_fraction"):
+        holdout_mask(df, "linear", 1.0, 0)
+
+
+def test_ape_and_token_baseline_are_exact_on_linear_data():
+    assert ape(np.array([1.1, 0.9, 2.0]), np.array([1.0, 1.0, 1.0])) == pytest.approx([10.0, 10.0, 100.0])
+    f = {(128, 128): (2e-6, 1e-8), (256, 512): (5e-6, 4e-8)}
+    df = _gemm_rows(range(1, 101), list(f), lambda m, n, k: f[(n, k)][0] + f[(n, k)][1] * m)
+    mask = holdout_mask(df, "linear", 0.3, 0)
+    pred = baseline_predict(df[~mask], df[mask], "linear")
+    assert np.allclose(pred, df.latency_s_median[mask], rtol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def small_root(tmp_path_factory):
+    """H100 profiles cut to a few shapes: GEMM bf16 (n, k) in {2048, 4096}^2 and nccl/vLLM collectives."""
+    full = tmp_path_factory.mktemp("aic_full")
+    import_aiconfigurator(AIC, full, gpus=["h100_sxm"], families=["linear", "comm"])
+    root = tmp_path_factory.mktemp("small")
+    lin = read_profiles(full, "linear", "H100-SXM")
+    lin = lin[(lin.dtype == "bf16") & lin.n.isin([2048, 4096]) & lin.k.isin([2048, 4096])]
+    write_profile(lin, root, "linear", "H100-SXM")
+    write_profile(read_profiles(full, "comm", "H100-SXM"), root, "comm", "H100-SXM")
+    return root
+
+
+@needs_aic
+def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "h100.joblib"
+    res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
+                              "--framework-version", "0.24.0", "--out", str(out), "--split-seed", "3"])
+    assert res.exit_code == 0, res.output
+    assert "linear" in res.output and "comm" in res.output and out.is_file()
+    res = runner.invoke(app, ["evaluate", "--bundle", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["gpu"] == "H100-SXM" and report["framework_version"] == "0.24.0"
+    assert report["split"]["split_seed"] == 3
+    lin = report["families"]["linear"]
+    assert set(lin) == {"rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range"}
+    assert lin["rows"] > 0 and lin["p95"] < lin["baseline_p95"]
+
+    ops = tmp_path / "ops.csv"
+    ops.write_text("family,m,n,k,dtype,op_name,message_bytes,num_gpus,link,timing_mode\n"
+                   "linear,100,4096,4096,bf16,,,,,kernel\n"
+                   "linear,100,4096,4096,bf16,,,,,launch\n"
+                   "comm,,,,,all_reduce,1048576,8,nvlink,kernel\n"
+                   "linear,100,4096,4096,fp8,,,,,kernel\n")
+    priced = tmp_path / "priced.csv"
+    res = runner.invoke(app, ["predict", "--bundle", str(out), "--input", str(ops), "--output", str(priced)])
+    assert res.exit_code == 0, res.output
+    got = pd.read_csv(priced)
+    assert got.out_of_range.tolist() == [False, False, False, True]
+    assert got.predicted_latency_s[1] > got.predicted_latency_s[0] > 0
+    assert np.isnan(got.predicted_latency_s[3])
+
+
+@needs_aic
+def test_cli_refuses_corrupt_bundle(small_root, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "b.joblib"
+    assert runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
+                               "--family", "comm", "--out", str(out)]).exit_code == 0
+    out.write_bytes(out.read_bytes()[:-10])
+    res = runner.invoke(app, ["predict", "--bundle", str(out), "--input", str(out)])
+    assert res.exit_code == 2
+    assert "does not match its manifest" in res.output and res.output.count("\n") == 1
+    res = runner.invoke(app, ["calibrate", "--gpu", "H100-SXM", "--out", str(out)])
+    assert res.exit_code == 2 and "exactly one of --profiles" in res.output

@@ -1,0 +1,123 @@
+"""MoE routing: balanced and skewed loads, the slowest EP rank, determinism, wiring into steps."""
+
+import json
+
+import numpy as np
+import pytest
+
+from frontier.gpu import GpuSpec
+from frontier.model_spec import ModelSpec
+from frontier.ops import CommOp, MoeOp
+from frontier.parallel import ParallelSpec
+from simulator.batch_engine import BatchEngine, BatchShape
+from simulator.cost_model import RooflineCostModel
+from simulator.cuda_graph import CudaGraphConfig
+from simulator.moe_routing import MoeRouter, RoutingSpec, allocate_pairs, make_router
+from simulator.simulation import SimulationSpec
+
+H100 = GpuSpec(name="H100-SXM", memory_bytes=85520809984, hbm_bw_bytes_per_s=3.35e12, bf16_flops=989e12,
+               fp8_flops=1979e12, fp4_flops=0, nvlink_bw_bytes_per_s=450e9, network_bw_bytes_per_s=50e9,
+               gpus_per_node=8, price_per_hour_usd=0.0, sm_version=90, source="test")
+MOE = ModelSpec(name="toy-moe", architecture="Qwen3MoeForCausalLM", hidden_size=2048, num_layers=48,
+                num_attention_heads=32, num_kv_heads=4, head_dim=128, intermediate_size=0, vocab_size=151936,
+                tie_word_embeddings=False, max_position_embeddings=40960, num_experts=128,
+                num_experts_per_tok=8, moe_intermediate_size=768)
+BALANCED, SKEWED = RoutingSpec.parse("balanced"), RoutingSpec.parse("power_law:1.2")
+
+
+def test_parse():
+    assert SKEWED == RoutingSpec("power_law", alpha=1.2)
+    assert RoutingSpec.parse("trace:/x.json") == RoutingSpec("trace", path="/x.json")
+    for bad in ("zipf", "power_law", "power_law:-1", "balanced:2", "trace:"):
+        with pytest.raises(ValueError, match="moe-routing"):
+            RoutingSpec.parse(bad)
+
+
+def test_balanced_gives_equal_loads():
+    r = MoeRouter(BALANCED, 128, 8, ep=8)
+    for tokens in (3, 16, 1000):
+        per_rank = r.rank_pairs(tokens)
+        assert per_rank.sum() == tokens * 8 and per_rank.max() - per_rank.min() <= 1
+        assert sum(r.slowest_rank(tokens)) == -(-tokens * 8 // 8)       # ceil(pairs / ep)
+    assert r.rank_pairs(16).tolist() == [16] * 8 and set(r.expert_counts(16)) == {1}
+
+
+def test_power_law_max_load_exceeds_balanced_and_respects_caps():
+    bal, skew = MoeRouter(BALANCED, 128, 8, ep=8), MoeRouter(SKEWED, 128, 8, ep=8, seed=0)
+    for tokens in (64, 512, 4096):
+        counts = skew.expert_counts(tokens)
+        assert counts.sum() == tokens * 8 and counts.max() <= tokens and counts.min() >= 0
+        assert skew.rank_pairs(tokens).max() > bal.rank_pairs(tokens).max()
+        assert sum(skew.slowest_rank(tokens)) == skew.rank_pairs(tokens).max()
+
+
+def test_deterministic_given_the_seed_and_independent_of_call_order():
+    a, b = MoeRouter(SKEWED, 128, 8, 4, seed=7), MoeRouter(SKEWED, 128, 8, 4, seed=7)
+    first = [a.slowest_rank(t) for t in (100, 50, 7)]
+    second = [b.slowest_rank(t) for t in (7, 50, 100)][::-1]
+    assert first == second
+    other = MoeRouter(SKEWED, 128, 8, 4, seed=8)
+    assert not np.array_equal(other.expert_counts(100), a.expert_counts(100))
+
+
+def test_trace_weights(tmp_path):
+    w = [4.0] + [1.0] * 7
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps({"expert_load": w}))
+    r = MoeRouter(RoutingSpec.parse(f"trace:{path}"), 8, 2, ep=2)
+    counts = r.expert_counts(100)                 # 200 pairs; expert 0 wants 4/11 -> 72.7, cap 100
+    assert counts.tolist() == [73, 19, 18, 18, 18, 18, 18, 18]   # largest remainder, ties -> lower index
+    assert r.rank_pairs(100).tolist() == [128, 72]
+    (tmp_path / "short.txt").write_text("1 2 3")
+    with pytest.raises(ValueError, match="need 8"):
+        MoeRouter(RoutingSpec.parse(f"trace:{tmp_path / 'short.txt'}"), 8, 2, ep=2)
+
+
+def test_allocate_pairs_water_fills_the_cap():
+    assert allocate_pairs(np.array([100.0, 1.0, 1.0]), 6, 3).tolist() == [3, 2, 1]
+    assert allocate_pairs(np.array([1.0, 1.0, 1.0]), 7, 3).tolist() == [3, 2, 2]
+
+
+def _engine(parallel, router=None, all2all="allgather_reducescatter"):
+    cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
+    return BatchEngine(MOE, parallel, H100, RooflineCostModel(H100), cg, moe_router=router, all2all_backend=all2all)
+
+
+def _moe_op(engine, m):
+    return next(op for op, _ in engine.layer_ops(m) if isinstance(op, MoeOp))
+
+
+def test_ep_step_is_priced_on_the_slowest_rank():
+    par = ParallelSpec.from_vllm(tp=8, enable_expert_parallel=True)
+    skew = MoeRouter(SKEWED, 128, 8, par.ep, seed=1)
+    model = RooflineCostModel(H100)
+    for m in (512, 16):                 # prefill: compute-bound; decode: weight-bound
+        op = _moe_op(_engine(par, skew), m)
+        ranks = [MoeOp(m, 128, 16, 8, 2048, 768, max(sum(r), 1), tokens_per_expert=r) for r in skew.rank_loads(m)]
+        assert op.tokens_per_expert in skew.rank_loads(m)
+        assert model.kernel_time_s(op) == max(model.kernel_time_s(r) for r in ranks)
+    assert _moe_op(_engine(par, skew), 512).tokens_per_expert == skew.slowest_rank(512)
+    batch = BatchShape((512,), (0,))
+    balanced = _engine(par).step_cost(batch).duration_s
+    assert _engine(par, MoeRouter(BALANCED, 128, 8, par.ep)).step_cost(batch).duration_s == balanced
+    assert _engine(par, skew).step_cost(batch).duration_s > balanced
+
+
+def test_dp_ep_dispatch_and_combine_go_through_the_comm_backend():
+    par = ParallelSpec.from_vllm(tp=1, dp=16, enable_expert_parallel=True)     # 2 nodes of 8
+    default = [op for op, _ in _engine(par).layer_ops(64) if isinstance(op, CommOp)]
+    assert [(o.kind, o.group_size, o.ranks_per_node) for o in default] == [("all_gather", 16, 8), ("reduce_scatter", 16, 8)]
+    a2a = [op for op, _ in _engine(par, all2all="all_to_all").layer_ops(64) if isinstance(op, CommOp)]
+    assert [(o.kind, o.group_size) for o in a2a] == [("all_to_all", 16)] * 2
+    assert a2a[0].bytes == -(-64 * 16 * 8 // 16) * 2048 * 2                      # slowest rank's routed pairs
+    with pytest.raises(ValueError, match="all2all_backend"):
+        _engine(par, all2all="deepep")
+
+
+def test_make_router_and_simulation_spec_validation():
+    assert make_router("balanced", MOE, ParallelSpec(), 0).balanced
+    assert make_router("power_law:1.2", MOE, ParallelSpec.from_vllm(tp=4, enable_expert_parallel=True), 0).ep == 4
+    with pytest.raises(ValueError, match="moe-routing"):
+        SimulationSpec(moe_routing="zipf")
+    with pytest.raises(ValueError, match="comm-model"):
+        SimulationSpec(comm_model="ns3")
