@@ -58,7 +58,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -470,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="random_range_ratio of the workload (0 = the fixed ISL/OSL the rows state)")
     ap.add_argument("--both-jitter", action="store_true",
                     help="run every row with jitter 0 and with --step-jitter (default 0.05 if unset)")
+    ap.add_argument("--progress", action="store_true", help="one line per finished row on stderr")
     ap.add_argument("--plan-only", action="store_true", help="map rows and print the plan, simulate nothing")
     ap.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON report here")
@@ -490,14 +491,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.perf_counter()
     items = [(d, jitters, args.range_ratio) for d in deps]
+    # Longest rows first, so the pool does not end on one long straggler; progress to stderr.
+    order = sorted(range(len(items)), key=lambda i: -items[i][0].num_prompts * items[i][0].osl)
+    done: dict[int, dict[str, Any]] = {}
+
+    def _progress(i: int, r: dict[str, Any]) -> None:
+        done[i] = r
+        if args.progress:
+            s = r[f"jitter={jitters[0]:g}"]
+            print(f"[{len(done)}/{len(items)} {time.perf_counter() - t0:.0f}s] {r['deployment']['row_id']} "
+                  f"ttft_ape={_fmt(s.get('ttft_ape'))} tpot_ape={_fmt(s.get('tpot_ape'))} "
+                  f"wall={_fmt(s.get('wall_s'))}", file=sys.stderr, flush=True)
+
     if args.jobs > 1 and len(items) > 1:
-        # Longest rows first, so the pool does not end on one long straggler.
-        order = sorted(range(len(items)), key=lambda i: -items[i][0].num_prompts * items[i][0].osl)
         with ProcessPoolExecutor(args.jobs) as pool:
-            done = dict(zip(order, pool.map(_work, [items[i] for i in order])))
-        results = [done[i] for i in range(len(items))]
+            futures = {pool.submit(_work, items[i]): i for i in order}
+            for fut in as_completed(futures):
+                _progress(futures[fut], fut.result())
     else:
-        results = [_work(it) for it in items]
+        for i in order:
+            _progress(i, _work(items[i]))
+    results = [done[i] for i in range(len(items))]
     wall = time.perf_counter() - t0
     aic = load_aic(args.aic_csv)
     totals = summarize_results(results, aic, jitters)

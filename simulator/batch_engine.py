@@ -25,24 +25,21 @@ Approximations (stated, to be replaced by measured data / later models):
   are not counted separately).
 - Pipeline parallel: stages run in sequence for one step, so duration = sum of stage
   times (= all layers) + (pp - 1) activation sends; no cross-step stage pipelining yet.
-- MoE routing: balanced unless a `MoeRouter` is given (simulator/moe_routing.py); the
-  routed-expert op is priced for the slowest EP rank (most (token, expert) pairs). With
-  DP>1 tokens of all DP ranks are gathered to the experts: all2all_backend
-  "allgather_reducescatter" (vLLM's default: all_gather + reduce_scatter over the TP x DP
-  group) or "all_to_all" (DeepEP-style dispatch + combine of the slowest rank's routed
-  tokens over the EP group, EP > 1 only).
-- Collectives are CommOps over packed groups (consecutive ranks fill a node first):
-  a group larger than a node is priced hierarchically by the comm backend.
+- MoE routing: balanced unless a skewed `MoeRouter` is given (simulator/moe_routing.py):
+  then every EP rank's load is priced and the slowest rank's MoeOp kept. With DP>1 all DP
+  ranks' tokens reach the experts: all2all_backend "allgather_reducescatter" (vLLM's
+  default: all_gather + reduce_scatter over TP x DP) or "all_to_all" (DeepEP-style
+  dispatch + combine of the busiest rank's routed tokens over the EP group; EP > 1).
+- Collectives run over packed groups (ranks fill a node first); larger ones go hierarchical.
 - MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
   (latent dims); the kv_b up-projection of prefill context is not priced.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import math
 
 from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
 from simulator.comm.group import intra_node_link
@@ -110,6 +107,8 @@ class BatchEngine:
         parallel.check_model(model)
         if all2all_backend not in ALL2ALL_BACKENDS:
             raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {ALL2ALL_BACKENDS}")
+        if moe_router is not None and moe_router.ep != parallel.ep:
+            raise ValueError(f"moe_router.ep={moe_router.ep} must equal parallel.ep={parallel.ep}")
         self.model, self.parallel, self.gpu = model, parallel, gpu
         self.cost_model, self.cudagraph = cost_model, cudagraph
         self.moe_router, self.all2all_backend = moe_router, all2all_backend

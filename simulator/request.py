@@ -87,6 +87,7 @@ class Request:
         transfer per request.
     kv_remote_decode: P/D prefill side (``do_remote_decode``): the blocks are kept at finish
         until the decode side has read them (vLLM ``delay_free_blocks``).
+    last_sched_seq: P/D async only: sequence number of the last step that scheduled it.
     Timing (first token, finish, per-token times) is not kept here: the caller records it from
     the `UpdateResult` that `Scheduler.update_from_output` returns.
     """
@@ -110,6 +111,7 @@ class Request:
     num_cached_tokens: int = -1
     kv_remote_prefill: bool = False
     kv_remote_decode: bool = False
+    last_sched_seq: int = 0
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -99,6 +99,14 @@ class Scheduler:
         self._finished_recving: set[str] = set()           # consumer: pulls done, not yet promoted
         self._inflight_prefills: set[Request] = set()      # consumer: vLLM _inflight_prefills
         self._delayed_free: dict[str, Request] = {}        # producer: finished, blocks kept for D
+        # vLLM with a kv_both connector (NixlConnector as deployed): with async scheduling a freed
+        # request's blocks return to the pool only after the steps that scheduled it are processed
+        # (defer_block_free), and a preempted request's in-flight output is dropped
+        # (requires_kv_delivery -> drop_stale_output).
+        self._defer_block_free = kv_role is not None and config.async_scheduling
+        self._drop_stale_on_preempt = kv_role is not None
+        self._sched_step_seq = 0
+        self._processed_step_seq = 0
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request: RequestSpec | Request, *, remote_prefill: bool = False,
@@ -156,11 +164,18 @@ class Scheduler:
         r = self._delayed_free.pop(request_id, None)
         if r is None:
             raise ValueError(f"request {request_id!r} holds no blocks waiting for a KV read")
-        self.kv.free(r)
+        self._free_request_blocks(r)
 
     def num_delayed_free_requests(self) -> int:
         """Producer: finished requests whose blocks wait for the decode side's read."""
         return len(self._delayed_free)
+
+    def _free_request_blocks(self, r: Request) -> None:
+        """vLLM `_free_request_blocks`: free now, or once the last step that scheduled r is processed."""
+        if not self._defer_block_free or r.last_sched_seq <= self._processed_step_seq:
+            self.kv.free(r)
+        else:
+            self.kv.defer_free(r, self._sched_step_seq)
 
     def _update_waiting_for_remote_kv(self, r: Request) -> None:
         """vLLM: cache the pulled blocks; a whole-prompt load recomputes the last token."""
@@ -188,6 +203,10 @@ class Scheduler:
                 self._schedule_waiting_kv_consumer(st, thr)
             else:
                 self._schedule_waiting(st, thr)
+        if self._defer_block_free and st.num_sched:
+            self._sched_step_seq += 1
+            for rid in st.num_sched:
+                self.requests[rid].last_sched_seq = self._sched_step_seq
         out = self._update_after_schedule(st)
         if self._debug:
             self.check_invariants(out)
@@ -215,8 +234,10 @@ class Scheduler:
                 blocks = kv.allocate_slots(r, n)
                 if blocks is not None:
                     break
+                victim = max(running, key=lambda q: (q.priority, q.arrival_s)) if self._priority else running[-1]
+                if self._defer_block_free and victim.last_sched_seq > self._processed_step_seq:
+                    break  # P/D async: a deferred free would not help this allocation
                 if self._priority:
-                    victim = max(running, key=lambda q: (q.priority, q.arrival_s))
                     vi = running.index(victim)
                     del running[vi]
                     if vi < i:
@@ -225,7 +246,7 @@ class Scheduler:
                         st.token_budget += st.num_sched.pop(victim.request_id)
                         del st.ctx[victim.request_id]
                 else:
-                    victim = running.pop()
+                    running.pop()
                 self._preempt(victim)
                 st.preempted.append(victim)
                 if victim is r:
@@ -355,11 +376,11 @@ class Scheduler:
             waiting.prepend_requests(skipped_waiting)
 
     def _preempt(self, r: Request) -> None:
-        self.kv.free(r)
+        self._free_request_blocks(r)
         self._inflight_prefills.discard(r)
         r.status = RequestStatus.PREEMPTED
         r.num_computed_tokens = 0
-        r.drop_stale_output = r.drop_stale_output and r.num_stale_output_tokens > 0
+        r.drop_stale_output = self._drop_stale_on_preempt or (r.drop_stale_output and r.num_stale_output_tokens > 0)
         r.num_stale_output_tokens = r.num_in_flight_tokens
         r.num_output_placeholders = 0
         r.num_preemptions += 1
@@ -407,6 +428,9 @@ class Scheduler:
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
         kv, max_len = self.kv, self.config.max_model_len
+        if self._defer_block_free and output.total_num_scheduled_tokens > 0:
+            self._processed_step_seq += 1       # every write of this and earlier steps is done
+            kv.drain_deferred_frees(self._processed_step_seq)
         for rid, n, samples in zip(output.request_ids, output.num_scheduled_tokens, output.samples):
             r = self.requests.get(rid)
             stale = False
@@ -436,7 +460,7 @@ class Scheduler:
                 if r.kv_remote_decode:
                     self._delayed_free[rid] = r     # P/D producer: D reads the blocks first
                 else:
-                    kv.free(r)
+                    self._free_request_blocks(r)
                 del self.requests[rid]
                 finished.append(rid)
                 (stopped_running if status_before == RequestStatus.RUNNING else stopped_waiting).add(r)

@@ -15,6 +15,7 @@ Slot arithmetic of `allocate_slots` (bs = block_size):
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from simulator.kv_cache.block_pool import BlockPool
@@ -66,6 +67,9 @@ class KVCacheManager:
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
         self.stats = PrefixCacheStats()
+        # P/D with async scheduling (vLLM defer_block_free): (fence step, blocks) freed once the
+        # step with that sequence number has been processed. Empty otherwise.
+        self.deferred_frees: deque[tuple[int, list[int]]] = deque()
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -222,6 +226,23 @@ class KVCacheManager:
         self.num_cached_block.pop(request.request_id, None)
         self.pool.free_blocks(reversed(blocks))
 
+    def defer_free(self, request: Request, fence_seq: int) -> None:
+        """vLLM `_free_request_blocks` when a step still in flight may write the blocks: drop the
+        request's bookkeeping now, return the blocks to the pool once step `fence_seq` is processed."""
+        blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.num_cached_block.pop(request.request_id, None)
+        if blocks:
+            self.deferred_frees.append((fence_seq, blocks))
+
+    def drain_deferred_frees(self, processed_seq: int) -> None:
+        """vLLM `_drain_deferred_frees`: free (tail first) every entry whose fence is processed,
+        stopping at the first pending one."""
+        q = self.deferred_frees
+        while q and q[0][0] <= processed_seq:
+            _, blocks = q.popleft()
+            self.pool.free_blocks(reversed(blocks))
+
     def check_invariants(self) -> None:
         held = sum(len(b) for b in self.req_to_blocks.values())
+        held += sum(len(b) for _, b in self.deferred_frees)
         self.pool.check_invariants(held)

@@ -160,6 +160,7 @@ def _build_scheduler(
     policy: str,
     async_scheduling: bool,
     watermark: float,
+    kv_transfer_config: Any = None,
 ) -> Scheduler:
     model_config = ModelConfig(
         model=str(model_dir),
@@ -187,6 +188,7 @@ def _build_scheduler(
         scheduler_config=scheduler_config,
         cache_config=cache_config,
         device_config=DeviceConfig("cpu"),
+        kv_transfer_config=kv_transfer_config,
     )
     # VllmConfig may re-resolve these; the oracle must run exactly what was asked.
     vllm_config.scheduler_config.async_scheduling = async_scheduling

@@ -1,7 +1,6 @@
 """Communication backends: hand-computed analytical numbers, hierarchy, measured tables, link sharing."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,7 +9,6 @@ import pytest
 from frontier.gpu import GpuSpec, get_gpu
 from frontier.ops import CommOp
 from simulator.comm import AnalyticalCommBackend, CommGroup, Endpoint, LinkPool, make_comm_backend
-from simulator.comm import analytical as an
 from simulator.comm.calibrated import SHARED_AIC_DIR, custom_ar_max_bytes, vllm_picks_custom_ar
 from simulator.cost_model import RooflineCostModel
 
@@ -194,3 +192,32 @@ def test_link_pool_from_backend():
     pool.add(0.0, 1, 64 * MIB)
     assert pool.next_landing_s() == pytest.approx(A.transfer_time_s(64 * MIB, Endpoint(0), Endpoint(1)))
     assert np.isclose(pool.bandwidth_bytes_per_s, NET)
+
+
+# ---- wiring: SimulationSpec / CLI -----------------------------------------------------------------
+@needs_aic
+def test_simulation_with_calibrated_comm(tmp_path, monkeypatch):
+    from simulator import comm
+    from simulator.comm import calibrated as cal
+    from simulator.engine_args import EngineArgs
+    from simulator.simulation import SimulationSpec, run_simulation
+    from simulator.workload import WorkloadSpec
+    monkeypatch.setattr(cal, "DEFAULT_CACHE_DIR", tmp_path)
+    wl = WorkloadSpec(num_prompts=10, random_input_len=200, random_output_len=8, seed=1)
+    eng = EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100", tensor_parallel_size=8, max_model_len=2048)
+    runs = {m: run_simulation(SimulationSpec(engine=eng, workload=wl, comm_model=m)) for m in comm.COMM_MODELS}
+    assert all(r.summary["completed"] == 10 for r in runs.values())
+    assert runs["calibrated"].simulated_duration_s != runs["analytical"].simulated_duration_s
+    assert any((tmp_path / "aiconfigurator").glob("family=comm/gpu=H100-SXM/part-*.parquet"))
+
+
+def test_cli_rejects_an_unknown_comm_model():
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+    res = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
+                                   "--num-prompts", "2", "--comm-model", "ns3"])
+    assert res.exit_code == 2 and "comm-model" in res.output
+    res = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
+                                   "--num-prompts", "2", "--moe-routing", "zipf"])
+    assert res.exit_code == 2 and "moe-routing" in res.output

@@ -1,0 +1,115 @@
+"""Parity of the P/D scheduler paths with vLLM 0.33's real scheduler + a pull-mode KV connector.
+
+Decode side: every request arrives with ``do_remote_prefill``; the mirror's consumer scheduler
+(``kv_role="consumer"``, ``remote_prefill=True``) must schedule the same steps (admission with
+whole-prompt blocks, WAITING_FOR_REMOTE_KVS outside running, kv_holding_waiting first, 1-token
+resume) and hold the same number of free blocks after every step. Prefill side: requests with
+``do_remote_decode`` and max_tokens=1 keep their blocks until ``finished_sending``. Transfer
+completions follow the same fixed rule on both sides (``vllm_pd_driver.DELAYS``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import pytest
+
+from simulator.request import RequestSpec
+
+BLOCK_SIZE = 16
+DELAYS = (1, 3, 2, 5, 0, 4)     # == vllm_pd_driver.DELAYS
+
+
+def make_requests(seed: int, n: int, prompt: tuple[int, int], output: tuple[int, int]) -> list[RequestSpec]:
+    rng = random.Random(seed)
+    return [RequestSpec(f"r{i:03d}", 0.0, rng.randint(*prompt), rng.randint(*output)) for i in range(n)]
+
+
+def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200_000, **knobs):
+    from simulator.kv_cache.manager import KVCacheManager
+    from simulator.scheduler import Scheduler
+    from simulator.scheduler_config import SchedulerConfig
+
+    config = SchedulerConfig(debug=True, **knobs)
+    kv = KVCacheManager(num_gpu_blocks, BLOCK_SIZE, config.max_model_len,
+                        enable_prefix_caching=config.enable_prefix_caching)
+    s = Scheduler(config, kv, kv_role="consumer" if side == "decode" else "producer")
+    delay = {}
+    for i, r in enumerate(requests):
+        delay[r.request_id] = DELAYS[i % len(DELAYS)]
+        if side == "decode":
+            s.add_request(r, remote_prefill=True)
+        else:
+            s.add_request(RequestSpec(r.request_id, 0.0, r.prompt_len, 1), remote_decode=True)
+    pending: dict[str, int] = {}
+    trace, free = [], []
+
+    def after_schedule(out):
+        for rid in out.remote_kv_request_ids:
+            pending[rid] = delay[rid]
+        if out.total_num_scheduled_tokens > 0:
+            trace.append(out.as_dict())
+
+    def update(out):
+        ready = [rid for rid, left in pending.items() if left <= 0]
+        for rid in ready:
+            del pending[rid]
+        for rid in pending:
+            pending[rid] -= 1
+        res = s.update_from_output(out)
+        for rid in ready:       # vLLM: reported in this step's KVConnectorOutput
+            (s.finish_remote_kv if side == "decode" else s.finish_sending_kv)(rid)
+        if side == "prefill":
+            for rid in res.finished_request_ids:
+                pending[rid] = delay[rid]
+        free.append(kv.num_free_blocks)
+
+    queue: deque = deque()
+    for _ in range(max_steps):
+        if not (s.has_requests() or queue or pending):
+            return trace, free
+        if knobs["async_scheduling"]:
+            if s.has_requests() or pending:
+                out = s.schedule()
+                after_schedule(out)
+                queue.appendleft(out)
+                if len(queue) < 2 and (out.total_num_scheduled_tokens > 0 or s.has_requests()):
+                    continue
+            elif not queue:
+                continue
+            update(queue.pop())
+        else:
+            out = s.schedule()
+            after_schedule(out)
+            update(out)
+    raise RuntimeError("mirror still busy")
+
+
+CASES = [
+    # (name, side, seed, n, prompt range, output range, num_gpu_blocks, extra knobs)
+    ("decode_roomy", "decode", 1, 30, (16, 400), (1, 40), 2000, {}),
+    ("decode_tight_blocks", "decode", 2, 30, (40, 400), (20, 200), 90, {}),
+    ("decode_tight_prefix_cache", "decode", 3, 30, (40, 400), (20, 200), 90, {"enable_prefix_caching": True}),
+    ("decode_max_num_seqs_4", "decode", 4, 20, (16, 300), (1, 60), 2000, {"max_num_seqs": 4}),
+    ("prefill_roomy", "prefill", 5, 30, (16, 600), (1, 1), 2000, {"enable_prefix_caching": True}),
+    ("prefill_tight_blocks", "prefill", 6, 30, (100, 600), (1, 1), 120, {}),
+]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_pd_paths_match_vllm(case, async_scheduling) -> None:
+    import vllm_pd_driver
+
+    name, side, seed, n, prompt, output, blocks, extra = case
+    knobs = dict(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=4096, block_size=BLOCK_SIZE,
+                 enable_prefix_caching=False, long_prefill_token_threshold=0, policy="fcfs",
+                 async_scheduling=async_scheduling)
+    knobs.update(extra)
+    requests = make_requests(seed, n, prompt, output)
+    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **knobs)
+    actual = run_mirror(requests, side=side, num_gpu_blocks=blocks, **knobs)
+    assert actual[0] == expected[0], f"{name}: schedules differ"
+    assert actual[1] == expected[1], f"{name}: free blocks differ"
+    assert len({rid for step in expected[0] for rid in step}) == n
