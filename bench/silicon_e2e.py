@@ -308,18 +308,46 @@ def _ape(sim: float, meas: float) -> float:
     return abs(sim - meas) / meas * 100.0
 
 
+ESTIMATORS = ("bench", "raw", "steady")
+
+
+def target_prompts(concurrency: int) -> int:
+    """The prompt count of the assumed real benchmark (before the wall-time cap)."""
+    return max(PROMPTS_PER_SLOT * concurrency, MIN_PROMPTS)
+
+
+def score(dep: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    """Add the three estimators of the benchmark means and their APEs to one simulated result.
+
+    raw:    means over the simulated requests (num_prompts of the row, after the wall-time cap).
+    steady: means over the requests after the first wave (NaN when only one wave ran).
+    bench:  the primary one. The simulated first-wave and later-wave means, re-weighted to the
+            assumed real prompt count N = target_prompts(c): (c * first + (N - c) * later) / N.
+            Equals raw when the run already has N prompts or only one wave ran.
+    """
+    if "error" in r:
+        return r
+    c, n, target = dep["concurrency"], r["completed"], target_prompts(dep["concurrency"])
+    for what in ("ttft", "tpot"):
+        raw, steady = r[f"{what}_ms"], r[f"{what}_ms_steady"]
+        bench = raw
+        if c < n < target and not math.isnan(steady):
+            first = (n * raw - (n - c) * steady) / c
+            bench = (c * first + (target - c) * steady) / target
+        r[f"{what}_ms_bench"] = bench
+        meas = dep[f"{what}_meas_ms"]
+        r[f"{what}_ape_bench"] = _ape(bench, meas)
+        r[f"{what}_ape_raw"] = _ape(raw, meas)
+        r[f"{what}_ape_steady"] = None if math.isnan(steady) else _ape(steady, meas)
+        r.pop(f"{what}_ape", None)
+    return r
+
+
 def _work(item: tuple[Deployment, tuple[float, ...], float]) -> dict[str, Any]:
     dep, jitters, range_ratio = item
     out: dict[str, Any] = {"deployment": asdict(dep)}
     for j in jitters:
-        r = simulate_row(dep, j, range_ratio=range_ratio)
-        if "error" not in r:
-            r["ttft_ape"] = _ape(r["ttft_ms"], dep.ttft_meas_ms)
-            r["tpot_ape"] = _ape(r["tpot_ms"], dep.tpot_meas_ms)
-            if not math.isnan(r["ttft_ms_steady"]):
-                r["ttft_ape_steady"] = _ape(r["ttft_ms_steady"], dep.ttft_meas_ms)
-                r["tpot_ape_steady"] = _ape(r["tpot_ms_steady"], dep.tpot_meas_ms)
-        out[f"jitter={j:g}"] = r
+        out[f"jitter={j:g}"] = score(out["deployment"], simulate_row(dep, j, range_ratio=range_ratio))
     return out
 
 
@@ -348,34 +376,30 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
 
         def aic_ape(r: dict[str, Any], what: str) -> float:
             a = aic[r["deployment"]["row_id"]]
-            d = r["deployment"]
-            return _ape(a[f"{what}_pred"], d[f"{what}_meas_ms"])
+            return _ape(a[f"{what}_pred"], r["deployment"][f"{what}_meas_ms"])
+
+        def mape(rs: list[dict[str, Any]], what: str, est: str) -> float | None:
+            return _mape([r[key][f"{what}_ape_{est}"] for r in rs if r[key][f"{what}_ape_{est}"] is not None])
+
+        def bias(rs: list[dict[str, Any]], what: str) -> float | None:
+            return _mape([(r[key][f"{what}_ms_bench"] / r["deployment"][f"{what}_meas_ms"] - 1) * 100 for r in rs])
 
         per_model: dict[str, Any] = OrderedDict()
         for r in ok:
-            m = f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}'
-            per_model.setdefault(m, []).append(r)
+            per_model.setdefault(f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}', []).append(r)
         totals[key] = {
             "rows_simulated": len(ok),
             "rows_failed_in_simulation": len(results) - len(ok),
-            "ttft_mape": _mape([r[key]["ttft_ape"] for r in ok]),
-            "tpot_mape": _mape([r[key]["tpot_ape"] for r in ok]),
-            "steady_state_diagnostic": {
-                "rows": sum(1 for r in ok if "ttft_ape_steady" in r[key]),
-                "ttft_mape": _mape([r[key]["ttft_ape_steady"] for r in ok if "ttft_ape_steady" in r[key]]),
-                "tpot_mape": _mape([r[key]["tpot_ape_steady"] for r in ok if "tpot_ape_steady" in r[key]])},
+            **{est: {"ttft_mape": mape(ok, "ttft", est), "tpot_mape": mape(ok, "tpot", est),
+                     "rows": sum(1 for r in ok if r[key][f"ttft_ape_{est}"] is not None)} for est in ESTIMATORS},
             "rows_with_aic_estimate": len(both),
-            "ours_on_aic_rows": {"ttft_mape": _mape([r[key]["ttft_ape"] for r in both]),
-                                 "tpot_mape": _mape([r[key]["tpot_ape"] for r in both])},
+            "ours_on_aic_rows": {"ttft_mape": mape(both, "ttft", "bench"), "tpot_mape": mape(both, "tpot", "bench")},
             "aic_on_same_rows": {"ttft_mape": _mape([aic_ape(r, "ttft") for r in both]),
                                  "tpot_mape": _mape([aic_ape(r, "tpot") for r in both])},
             "per_model": {m: {"rows": len(rs),
-                              "ttft_mape": _mape([r[key]["ttft_ape"] for r in rs]),
-                              "tpot_mape": _mape([r[key]["tpot_ape"] for r in rs]),
-                              "ttft_bias_pct": _mape([(r[key]["ttft_ms"] / r["deployment"]["ttft_meas_ms"] - 1) * 100
-                                                      for r in rs]),
-                              "tpot_bias_pct": _mape([(r[key]["tpot_ms"] / r["deployment"]["tpot_meas_ms"] - 1) * 100
-                                                      for r in rs]),
+                              "ttft_mape": mape(rs, "ttft", "bench"), "tpot_mape": mape(rs, "tpot", "bench"),
+                              "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot"),
+                              "aic_rows": sum(1 for r in rs if r in both),
                               "aic_ttft_mape": _mape([aic_ape(r, "ttft") for r in rs if r in both]),
                               "aic_tpot_mape": _mape([aic_ape(r, "tpot") for r in rs if r in both])}
                           for m, rs in per_model.items()},
@@ -397,7 +421,7 @@ def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[
     hdr = (f"{'row':<58} {'model':<22} {'gpu':<4} {'tp':>2} {'dp':>2} {'ep':>2} {'isl':>5} {'osl':>5} {'conc':>4} "
            f"{'n':>5} {'ttft_meas':>9} {'ttft_sim':>9} {'ape%':>6} {'aic%':>6} "
            f"{'tpot_meas':>9} {'tpot_sim':>9} {'ape%':>6} {'aic%':>6} {'wall_s':>6}")
-    p(f"per row ({key0}; ape = |sim - meas| / meas; aic = AIC 0.12's APE on the row)")
+    p(f"per row ({key0}; sim = 'bench' estimator; ape = |sim - meas| / meas; aic = AIC 0.12's APE on the row)")
     p(hdr)
     for r in results:
         d, s = r["deployment"], r[key0]
@@ -410,21 +434,21 @@ def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[
             continue
         p(f"{d['row_id'][:58]:<58} {name:<22} {d['gpu']:<4} {d['tp']:>2} {d['dp']:>2} "
           f"{'y' if d['enable_expert_parallel'] else 'n':>2} {d['isl']:>5} {d['osl']:>5} {d['concurrency']:>4} "
-          f"{d['num_prompts']:>5} {d['ttft_meas_ms']:>9.1f} {s['ttft_ms']:>9.1f} {s['ttft_ape']:>6.1f} {_fmt(aic_t):>6} "
-          f"{d['tpot_meas_ms']:>9.2f} {s['tpot_ms']:>9.2f} {s['tpot_ape']:>6.1f} {_fmt(aic_p):>6} {s['wall_s']:>6.1f}")
+          f"{d['num_prompts']:>5} {d['ttft_meas_ms']:>9.1f} {s['ttft_ms_bench']:>9.1f} {s['ttft_ape_bench']:>6.1f} {_fmt(aic_t):>6} "
+          f"{d['tpot_meas_ms']:>9.2f} {s['tpot_ms_bench']:>9.2f} {s['tpot_ape_bench']:>6.1f} {_fmt(aic_p):>6} {s['wall_s']:>6.1f}")
     p("")
     for key, t in totals.items():
-        p(f"totals [{key}]: simulated {t['rows_simulated']} rows ({t['rows_failed_in_simulation']} failed in simulation)"
-          f"  TTFT MAPE {_fmt(t['ttft_mape'])}%  TPOT MAPE {_fmt(t['tpot_mape'])}%")
-        st = t["steady_state_diagnostic"]
-        p(f"  diagnostic, first wave excluded ({st['rows']} rows with >1 wave): TTFT MAPE {_fmt(st['ttft_mape'])}%"
-          f"  TPOT MAPE {_fmt(st['tpot_mape'])}%")
-        p(f"  on the {t['rows_with_aic_estimate']} rows AIC estimates: ours TTFT {_fmt(t['ours_on_aic_rows']['ttft_mape'])}% "
+        p(f"totals [{key}]: simulated {t['rows_simulated']} rows ({t['rows_failed_in_simulation']} failed in simulation)")
+        for est in ESTIMATORS:
+            e = t[est]
+            p(f"  {est:<6} TTFT MAPE {_fmt(e['ttft_mape']):>6}%  TPOT MAPE {_fmt(e['tpot_mape']):>6}%  ({e['rows']} rows)")
+        p(f"  on the {t['rows_with_aic_estimate']} rows AIC estimates: ours (bench) TTFT {_fmt(t['ours_on_aic_rows']['ttft_mape'])}% "
           f"TPOT {_fmt(t['ours_on_aic_rows']['tpot_mape'])}%  |  AIC TTFT {_fmt(t['aic_on_same_rows']['ttft_mape'])}% "
           f"TPOT {_fmt(t['aic_on_same_rows']['tpot_mape'])}%")
-        p(f"  {'model@system':<45} {'rows':>4} {'ttft%':>6} {'bias%':>7} {'aic%':>6} {'tpot%':>6} {'bias%':>7} {'aic%':>6}")
+        p(f"  {'model@system (bench)':<45} {'rows':>4} {'aic_n':>5} {'ttft%':>6} {'bias%':>7} {'aic%':>6} "
+          f"{'tpot%':>6} {'bias%':>7} {'aic%':>6}")
         for m, v in t["per_model"].items():
-            p(f"  {m:<45} {v['rows']:>4} {_fmt(v['ttft_mape']):>6} {_fmt(v['ttft_bias_pct']):>7} "
+            p(f"  {m:<45} {v['rows']:>4} {v['aic_rows']:>5} {_fmt(v['ttft_mape']):>6} {_fmt(v['ttft_bias_pct']):>7} "
               f"{_fmt(v['aic_ttft_mape']):>6} {_fmt(v['tpot_mape']):>6} {_fmt(v['tpot_bias_pct']):>7} "
               f"{_fmt(v['aic_tpot_mape']):>6}")
     p("")
@@ -471,12 +495,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--both-jitter", action="store_true",
                     help="run every row with jitter 0 and with --step-jitter (default 0.05 if unset)")
     ap.add_argument("--progress", action="store_true", help="one line per finished row on stderr")
+    ap.add_argument("--rescore", type=Path, default=None,
+                    help="re-score and re-print a JSON report written by --out (no simulation)")
     ap.add_argument("--plan-only", action="store_true", help="map rows and print the plan, simulate nothing")
     ap.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     # TODO(calibration): --predictor-bundle PATH -> pass to SimulationSpec once it exists.
     args = ap.parse_args(argv)
 
+    if args.rescore:
+        report = json.loads(args.rescore.read_text())
+        jitters = tuple(float(k.split("=", 1)[1]) for k in report["rows"][0] if k.startswith("jitter="))
+        for r in report["rows"]:
+            for j in jitters:
+                score(r["deployment"], r[f"jitter={j:g}"])
+        aic = load_aic(args.aic_csv)
+        report["totals"] = summarize_results(report["rows"], aic, jitters)
+        if args.out:
+            args.out.write_text(json.dumps(report, indent=1, default=str))
+        print_report(report["rows"], [Skip(**k) for k in report["skipped"]], report["totals"], aic, jitters)
+        return 0
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     models = [m.strip() for m in args.models.split(",")] if args.models else None
     rows = load_rows(args.csv, systems)
@@ -500,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.progress:
             s = r[f"jitter={jitters[0]:g}"]
             print(f"[{len(done)}/{len(items)} {time.perf_counter() - t0:.0f}s] {r['deployment']['row_id']} "
-                  f"ttft_ape={_fmt(s.get('ttft_ape'))} tpot_ape={_fmt(s.get('tpot_ape'))} "
+                  f"ttft_ape={_fmt(s.get('ttft_ape_bench'))} tpot_ape={_fmt(s.get('tpot_ape_bench'))} "
                   f"wall={_fmt(s.get('wall_s'))}", file=sys.stderr, flush=True)
 
     if args.jobs > 1 and len(items) > 1:

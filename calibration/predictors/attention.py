@@ -26,8 +26,8 @@ class AttentionPredictor(FamilyPredictor):
     family = "attention"
     kernels_per_op = 2   # KV-cache write + attention kernel
 
-    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 3, max_features: float = 0.6,
-                 max_samples: float | None = 0.5, seed: int = 0, kind: str = "rf", target: str = "ratio"):
+    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 3, max_features: float = 1.0,
+                 max_samples: float | None = 0.5, seed: int = 0, kind: str = "et", target: str = "ratio"):
         if target not in ("log", "ratio"):
             raise ValueError(f"target={target!r}; valid: log, ratio")
         self.target = target

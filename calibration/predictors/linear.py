@@ -1,4 +1,4 @@
-"""Linear (token-count) family: GEMMs, one random forest per dtype over log m, n, k, FLOPs,
+"""Linear (token-count) family: GEMMs, one extra-trees forest per dtype over log m, n, k, FLOPs,
 bytes and tile counts (the dtype picks the kernel: bf16 cuBLAS, fp8 Cutlass, fp8_block
 DeepGEMM/Cutlass/FlashInfer, ...)."""
 
@@ -11,8 +11,8 @@ class LinearPredictor(FamilyPredictor):
     family = "linear"
     kernels_per_op = 1
 
-    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 3, max_features: float = 0.6,
-                 max_samples: float | None = 0.5, seed: int = 0, kind: str = "rf", target: str = "log"):
+    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 3, max_features: float = 1.0,
+                 max_samples: float | None = 0.5, seed: int = 0, kind: str = "et", target: str = "log"):
         if target not in ("log", "ratio"):
             raise ValueError(f"target={target!r}; valid: log, ratio")
         self.target = target

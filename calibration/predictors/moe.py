@@ -11,8 +11,8 @@ class MoePredictor(FamilyPredictor):
     family = "moe"
     kernels_per_op = 5   # router top-k, align/sort, gate_up, activation, down (+reduce)
 
-    def __init__(self, n_estimators: int = 24, min_samples_leaf: int = 2, max_features: float = 0.6,
-                 max_samples: float | None = 0.7, seed: int = 0, kind: str = "rf", target: str = "ratio"):
+    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 2, max_features: float = 1.0,
+                 max_samples: float | None = None, seed: int = 0, kind: str = "et", target: str = "ratio"):
         if target not in ("log", "ratio"):
             raise ValueError(f"target={target!r}; valid: log, ratio")
         self.target = target

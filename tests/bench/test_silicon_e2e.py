@@ -121,8 +121,23 @@ def test_two_rows_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert len(report["rows"]) == 2
     for r in report["rows"]:
         s = r["jitter=0"]
-        assert s["ttft_ms"] > 0 and s["tpot_ms"] > 0 and math.isfinite(s["ttft_ape"])
+        assert s["ttft_ms"] > 0 and s["tpot_ms"] > 0 and math.isfinite(s["ttft_ape_bench"]) and s["ttft_ape_raw"] >= 0
         assert r["deployment"]["model"] == "nvidia/Llama-3.1-8B-Instruct-FP8"
     t = report["totals"]["jitter=0"]
-    assert t["rows_simulated"] == 2 and t["ttft_mape"] is not None
+    assert t["rows_simulated"] == 2 and t["bench"]["ttft_mape"] is not None and t["raw"]["tpot_mape"] is not None
     assert t["rows_with_aic_estimate"] == 0  # AIC could not load this model offline
+
+
+def test_bench_estimator_reweights_first_wave() -> None:
+    dep = {"concurrency": 10, "ttft_meas_ms": 100.0, "tpot_meas_ms": 10.0}
+    # 20 simulated requests: first wave TTFT 300 ms, second wave 100 ms -> raw mean 200 ms.
+    r = {"completed": 20, "ttft_ms": 200.0, "ttft_ms_steady": 100.0, "tpot_ms": 10.0, "tpot_ms_steady": 10.0}
+    e2e.score(dep, r)
+    # Re-weighted to the assumed 100 prompts: (10 * 300 + 90 * 100) / 100 = 120 ms.
+    assert r["ttft_ms_bench"] == pytest.approx(120.0)
+    assert r["ttft_ape_bench"] == pytest.approx(20.0) and r["ttft_ape_raw"] == pytest.approx(100.0)
+    assert r["tpot_ape_bench"] == pytest.approx(0.0)
+    one_wave = {"completed": 10, "ttft_ms": 300.0, "ttft_ms_steady": float("nan"), "tpot_ms": 10.0,
+                "tpot_ms_steady": float("nan")}
+    e2e.score(dep, one_wave)
+    assert one_wave["ttft_ms_bench"] == 300.0 and one_wave["ttft_ape_steady"] is None

@@ -72,7 +72,7 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     assert report["split"]["split_seed"] == 3
     lin = report["families"]["linear"]
     assert set(lin) == {"rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range"}
-    assert lin["rows"] > 0 and lin["p95"] < lin["baseline_p95"]
+    assert lin["rows"] == 60 and 0 < lin["p50"] <= lin["p95"] < 50  # plumbing; accuracy: test_predictors
 
     ops = tmp_path / "ops.csv"
     ops.write_text("family,m,n,k,dtype,op_name,message_bytes,num_gpus,link,timing_mode\n"

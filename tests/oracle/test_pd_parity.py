@@ -113,3 +113,18 @@ def test_pd_paths_match_vllm(case, async_scheduling) -> None:
     assert actual[0] == expected[0], f"{name}: schedules differ"
     assert actual[1] == expected[1], f"{name}: free blocks differ"
     assert len({rid for step in expected[0] for rid in step}) == n
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_tight_decode_case_really_preempts(async_scheduling) -> None:
+    # Guards the parity cases: a "tight" decode case that never preempts tests nothing.
+    import vllm_pd_driver
+
+    _, side, seed, n, prompt, output, blocks, extra = CASES[1]
+    knobs = dict(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=4096, block_size=BLOCK_SIZE,
+                 enable_prefix_caching=False, long_prefill_token_threshold=0, policy="fcfs",
+                 async_scheduling=async_scheduling)
+    requests = make_requests(seed, n, prompt, output)
+    trace, _ = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **knobs)
+    recomputed = {rid for step in trace for rid, tokens in step.items() if tokens > 1}
+    assert recomputed, "no decode request was preempted and recomputed locally"
