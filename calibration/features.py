@@ -10,8 +10,8 @@ table into the model matrix:
 
 so the simulator's queries see exactly the features the models were fitted on.
 Features are log2 of physical quantities (FLOPs, bytes, tile counts) next to the raw
-shape, which lets small forests interpolate between measured shapes. Targets are
-log(latency_s) (see ``calibration.predictors.base``).
+shape, which lets small forests interpolate between measured shapes. Targets are log(latency_s)
+or log(latency_s / reference_s) per family (see ``calibration.predictors.base``).
 
 Mapping of op specs onto the schema (the rules the simulator relies on):
 - GemmOp: dtype from the quantization: compute "fp8" -> "fp8_block" when the weights carry

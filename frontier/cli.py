@@ -296,8 +296,9 @@ def import_profiles(
 CAL_HELP = "Calibration"
 
 
-def _resolve_profile_gpu(root: Path, gpu: str) -> str:
-    """The partition name of `gpu` under a profile root (catalogue name, AIC name or as written)."""
+def _resolve_profile_gpu(root: Path, gpu: str, imported: bool = False) -> str:
+    """The partition name of `gpu` under a profile root (catalogue name or as written).
+    `imported`: the root was just imported for `gpu` alone, so its one partition is it."""
     parts = sorted(p.name.split("=", 1)[1] for p in root.glob("family=*/gpu=*"))
     if gpu in parts:
         return gpu
@@ -308,7 +309,7 @@ def _resolve_profile_gpu(root: Path, gpu: str) -> str:
         name = None
     if name in parts:
         return name
-    if len(set(parts)) == 1:
+    if imported and len(set(parts)) == 1:
         return parts[0]
     raise ValueError(f"no profiles for gpu {gpu!r} under {root}; found {sorted(set(parts))}")
 
@@ -343,7 +344,7 @@ def calibrate(
                 root = Path(tmp)
                 import_aiconfigurator_report(source_path, root, gpus=[gpu], families=family,
                                              version=framework_version)
-            manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu), out, framework_version,
+            manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu, source is not None), out, framework_version,
                                      holdout_fraction, split_seed, families=family)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

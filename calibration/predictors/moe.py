@@ -1,4 +1,5 @@
-"""MoE family: the fused routed-expert MLP on one rank. One random forest per MoE dtype over
+"""MoE family: the fused routed-expert MLP on one rank. One extra-trees forest (no
+bootstrap: p95 15.1 % vs 17.8 % with it) per MoE dtype, on the "ratio" target, over
 tokens, experts (global and local), top-k, per-rank shapes, routed pairs and the routed
 load statistics (max and std of tokens per local expert, skew = max / mean)."""
 
