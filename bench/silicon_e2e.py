@@ -30,18 +30,25 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   ``max_concurrency = batch_size * attention_dp_size``: the README defines batch_size as
   concurrency per worker, and the ``silicon_concurrency=`` in ``silicon_data_source`` equals
   batch_size * attention_dp_size on every attention-DP row (MiniMax tp4/adp4: batch 16 <-> c64).
-* ``num_prompts = max(PROMPTS_PER_SLOT * concurrency, MIN_PROMPTS)`` capped so that
-  ``num_prompts * osl <= MAX_OUTPUT_TOKENS``, but never below ``2 * concurrency`` (a steady state
-  after the first wave) unless that exceeds ``FLOOR_OUTPUT_TOKENS``, and never below one wave
-  (``concurrency``). The simulator costs ~8 us per output token, so a row takes < ~20 s except the
-  few 512-concurrency x 8192-osl rows (one wave, ~35 s). The source column gives
-  only the concurrency, not the prompt count; 10 x concurrency is what the InferenceMAX-style
-  harnesses these ISL/OSL/concurrency grids come from run.
+* ``num_prompts``: the source column gives only the concurrency, not the prompt count. Assumed
+  benchmark: ``N = max(PROMPTS_PER_SLOT * concurrency, MIN_PROMPTS)`` (10 x concurrency, the usual
+  ``vllm bench serve`` sweep convention; an assumption). Simulated: N capped so that
+  ``num_prompts * osl <= MAX_OUTPUT_TOKENS``, but never below ``2 * concurrency`` (a wave after
+  the cold start) unless that exceeds ``FLOOR_OUTPUT_TOKENS`` output tokens, and never below one
+  wave. Frontier costs ~8 us of CPU per output token: rows take < ~20 s except the three
+  512-concurrency x 8192-osl rows (one wave, 35-55 s). The primary ("bench") estimate re-weights
+  the simulated first wave and later waves to N prompts (``score``); "raw" and "steady" (first
+  wave dropped) are reported too.
+* ``--range-ratio`` (default 0, the fixed lengths the rows state): with identical lengths the
+  simulated batch stays phase-locked (a wave of requests finishes in one step and the next wave's
+  prefills queue behind each other in one or a few steps); a small spread (0.1) dissolves the
+  lock. ``--step-jitter`` does not (every request of a batch shares the step's time).
 
 Usage::
 
     .venv/bin/python bench/silicon_e2e.py --jobs 2 [--limit N] [--models SUBSTR,...]
-        [--systems h100_sxm,h200_sxm] [--step-jitter 0.05] [--both-jitter] [--json] [--out FILE]
+        [--systems h100_sxm,h200_sxm] [--step-jitter 0.05] [--both-jitter] [--range-ratio R]
+        [--progress] [--json] [--out FILE] [--plan-only] [--rescore FILE]
 
 TODO(calibration): once ``SimulationSpec``/``frontier simulate`` accept a calibrated predictor
 bundle, add ``--predictor-bundle PATH`` here and pass it through in ``simulate_row``; nothing else

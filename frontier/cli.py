@@ -41,6 +41,19 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...]) 
     return merged
 
 
+def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
+    """``--predictor-bundle``: None (roofline), a path, or auto (cached per GPU, fitted on first use)."""
+    if value is None or value == "none":
+        return None
+    if value != "auto":
+        if not Path(value).is_file():
+            raise ValueError(f"--predictor-bundle {value!r} is not a file; give a bundle path, auto or none")
+        return value
+    from calibration.auto_bundle import ensure_bundle
+    from simulator.engine_args import EngineArgs
+    return str(ensure_bundle(gpu or EngineArgs().gpu, log=lambda m: typer.echo(m, err=True)))
+
+
 def _pick(cls, values: dict[str, Any]):
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names})
@@ -115,6 +128,7 @@ def simulate(
     result_filename: Optional[str] = typer.Option(None, rich_help_panel=OUT_HELP),
     debug: Optional[bool] = typer.Option(None, "--debug/--no-debug", help="Check scheduler and KV invariants on every step.", rich_help_panel=OUT_HELP),
     step_jitter: Optional[float] = typer.Option(None, help="Relative std-dev of seeded per-step time noise (default 0).", rich_help_panel=ENGINE_HELP),
+    predictor_bundle: Optional[str] = typer.Option(None, help="Calibrated operator costs: a bundle path, or auto (the cached bundle for --gpu, fitted from measured vLLM tables on first use). Default: roofline.", rich_help_panel=ENGINE_HELP),
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), power_law:ALPHA (e.g. power_law:1.2) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default) or pdd (prefill/decode disaggregated, NixlConnector).", rich_help_panel=PDD_HELP),
@@ -143,7 +157,8 @@ def simulate(
     cli = dict(locals())
     cli.pop("config")
     out_keys = ("output_dir", "batch_trace", "save_result", "result_dir", "result_filename", "debug",
-                "max_concurrency", "step_jitter", "comm_model", "moe_routing", "architecture") + PDD_KEYS
+                "max_concurrency", "step_jitter", "comm_model", "moe_routing", "architecture",
+                "predictor_bundle") + PDD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
@@ -157,7 +172,8 @@ def simulate(
             step_jitter=float(values.get("step_jitter", 0.0)),
             comm_model=str(values.get("comm_model", "analytical")),
             moe_routing=str(values.get("moe_routing", "balanced")),
-            architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values))
+            architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
+            predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
         result = run_simulation(spec)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
@@ -171,7 +187,8 @@ def simulate(
         typer.echo(f"Simulated {r.model.name} on {r.num_gpus} x {r.gpu.name} "
                    f"({layout}TP{r.parallel.tp} x PP{r.parallel.pp}); "
                    f"KV cache {result.memory.num_gpu_blocks} blocks x {r.block_size} tokens per engine; "
-                   f"cost model: roofline, comm {spec.comm_model}, MoE routing {spec.moe_routing}")
+                   f"cost model: {result.summary.get('cost_model', 'roofline')}, comm {spec.comm_model}, "
+                   f"MoE routing {spec.moe_routing}")
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)

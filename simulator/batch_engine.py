@@ -23,8 +23,11 @@ Approximations (stated, to be replaced by measured data / later models):
 - Sampled rows = number of requests in the step (a chunked prefill that does not end
   its prompt also samples in vLLM and the token is discarded; spec-decode verify rows
   are not counted separately).
-- Pipeline parallel: stages run in sequence for one step, so duration = sum of stage
-  times (= all layers) + (pp - 1) activation sends; no cross-step stage pipelining yet.
+- Pipeline parallel: ``step_cost`` is the sum of stage times (= all layers) + (pp - 1)
+  activation sends; ``stage_times_s`` splits that sum into the pp stages (layers as
+  vLLM's ``get_pp_indices`` assigns them, the embedding on stage 0, the final norm,
+  lm_head and sampler on the last stage, each p2p send on its sending stage) so the
+  replica can overlap steps across stages (``simulator.pipeline``).
 - MoE routing: balanced unless a skewed `MoeRouter` is given (simulator/moe_routing.py):
   then every EP rank's load is priced and the slowest rank's MoeOp kept. With DP>1 all DP
   ranks' tokens reach the experts: all2all_backend "allgather_reducescatter" (vLLM's
@@ -94,6 +97,18 @@ class StepCost:
     cudagraph_mode: str   # "FULL" | "PIECEWISE" | "NONE"
 
 
+def pp_layer_partition(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage, as vLLM's ``get_pp_indices`` (no VLLM_PP_LAYER_PARTITION).
+
+    The remainder goes one layer each to the stages before the last, counting back from
+    the second-to-last: 32 layers / 3 stages -> [11, 11, 10]; 80 / 3 -> [27, 27, 26].
+    """
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -118,10 +133,16 @@ class BatchEngine:
         self._pp_link = self._intra_link if in_node else "network"
         self._ab = model.quant.activation_bytes
         self._step_cache: dict[BatchShape, StepCost] = {}
+        self._stage_cache: dict[BatchShape, tuple[float, ...]] = {}
         self._dense_cache: dict[tuple[int, str], float] = {}
         self._head_cache: dict[int, float] = {}
 
     # ---- public ---------------------------------------------------------------------------
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages (pp); the replica overlaps steps across them when > 1."""
+        return self.parallel.pp
+
     def step_cost(self, batch: BatchShape) -> StepCost:
         cached = self._step_cache.get(batch)
         if cached is not None:
@@ -140,6 +161,39 @@ class BatchEngine:
             self._step_cache.clear()
         self._step_cache[batch] = cost
         return cost
+
+    def stage_times_s(self, batch: BatchShape) -> tuple[float, ...]:
+        """The step's duration split into its pp stages (seconds); the sum equals ``step_cost``.
+
+        Every decoder layer costs the same (per-layer share of the step's layer ops and
+        attention); stage s holds ``pp_layer_partition`` layers, plus the embedding
+        (s = 0), the final norm + lm_head + sampler (last stage) and one p2p send of the
+        hidden states and residual (every stage but the last). pp = 1: ``(duration_s,)``.
+        """
+        cost = self.step_cost(batch)
+        pp = self.parallel.pp
+        if pp == 1:
+            return (cost.duration_s,)
+        cached = self._stage_cache.get(batch)
+        if cached is not None:
+            return cached
+        mode, m = cost.cudagraph_mode, cost.padded_tokens
+        timing = "launch" if mode == "NONE" else "kernel"
+        h, ab = self.model.hidden_size, self._ab
+        embed, final_norm, p2p = self.cost_model.op_times_s(
+            [ElementwiseOp("embedding", m, h, 2 * h * ab), ElementwiseOp("final_norm", m, h, 2 * h * ab),
+             CommOp("p2p", 2 * m * h * ab, 2, self._pp_link)], timing)
+        head = self._head_time_s(len(batch.new_tokens))
+        per_layer = (cost.duration_s - embed - final_norm - (pp - 1) * p2p - head) / self.model.num_layers
+        parts = pp_layer_partition(self.model.num_layers, pp)
+        stages = [n * per_layer + p2p for n in parts]
+        stages[0] += embed
+        stages[-1] += final_norm + head - p2p
+        out = tuple(stages)
+        if len(self._stage_cache) >= MAX_CACHE_ENTRIES:
+            self._stage_cache.clear()
+        self._stage_cache[batch] = out
+        return out
 
     def layer_ops(self, m: int) -> list[tuple[object, int]]:
         """(op, multiplicity) for every non-attention op of a forward over m tokens."""

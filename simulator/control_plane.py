@@ -161,7 +161,8 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
         max_model_len=resolved.max_model_len,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
-        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching, debug=debug)
+        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching, debug=debug,
+        pipeline_parallel_size=resolved.parallel.pp)
     kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)
     replicas = []
     for i in range(resolved.num_engines):       # dense DP ranks are independent engines

@@ -26,10 +26,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simulator.cluster import Cluster
-from simulator.comm.backend import make_comm_backend
 from simulator.control_plane import (CompiledRole, PddSpec, build_links, compile_role,
                                      kv_bytes_per_token)
-from simulator.cost_model import RooflineCostModel
+from simulator.predictor_cost import make_cost_model
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.batch_engine import BatchEngine
 from simulator.engine_args import ResolvedEngine
@@ -118,7 +117,7 @@ def _engine_factory(spec: SimulationSpec):
             resolved.max_num_seqs, resolved.max_num_batched_tokens,
             enforce_eager=resolved.args.enforce_eager, sm_version=resolved.gpu.sm_version)
         return BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
-                           RooflineCostModel(resolved.gpu, make_comm_backend(spec.comm_model, resolved.gpu)),
+                           make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle),
                            cudagraph, moe_router=make_moe_router(spec.moe_routing, resolved.model,
                                                                  resolved.parallel, spec.workload.seed))
     return make_engine

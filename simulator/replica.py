@@ -17,6 +17,10 @@ steps. It drives the scheduler with exactly the protocol of vLLM 0.33's
       engine  sched1 sched2 (wait) upd1 sched3 (wait) upd2 sched4 ...
       GPU     [ step 1          ][ step 2          ][ step 3 ...
 
+* pipeline parallel (pp > 1): the batch queue holds ``pp + 1`` steps (async) or ``pp``
+  (sync) and each step's stages chain through ``simulator.pipeline.stage_ends``; a step's
+  output is processed when its last stage ends. pp = 1 keeps the single-GPU-timeline path.
+
 When a schedule() grants no tokens and no step is in flight, nothing can
 change until a request arrives: the replica goes idle and the next
 ``add_request`` wakes it. That is where the real engine would spin.
@@ -34,6 +38,7 @@ import numpy as np
 from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.dp_group import LockstepOutput, LockstepRanks
 from simulator.events import PRIO_KICK, PRIO_STEP_DONE, EventLoop
+from simulator.pipeline import max_concurrent_batches, stage_ends
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerOutput, UpdateResult
@@ -63,6 +68,10 @@ class Replica:
         self.trace = trace
         self.on_update = on_update
         self.async_scheduling = async_scheduling
+        self._pp = getattr(engine, "num_stages", 1)   # pipeline stages (engines without PP: 1)
+        self._queue_depth = max_concurrent_batches(self._pp, async_scheduling) if self._pp > 1 \
+            else BATCH_QUEUE_DEPTH
+        self._stage_free_s = [0.0] * self._pp   # pp > 1: when each stage finishes its last step
         self.gpu_free_s = 0.0           # when the GPU finishes the last launched step
         self.busy_s = 0.0               # total GPU time of executed steps
         self._queue: deque[tuple[SchedulerOutput, float]] = deque()   # (step, end_s), newest left
@@ -116,15 +125,18 @@ class Replica:
                      if o is not None and o.total_num_scheduled_tokens > 0]
         else:
             ranks = [(0, out, self.scheduler)]
-        costs = [self.engine.step_cost(BatchShape(o.num_scheduled_tokens, o.context_lens))
-                 for _, o, _ in ranks]
-        duration = max(c.duration_s for c in costs)
-        if self._rng is not None:
-            duration *= max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
-        start = max(now, self.gpu_free_s)
-        end = start + duration
-        self.gpu_free_s = end
-        self.busy_s += duration
+        shapes = [BatchShape(o.num_scheduled_tokens, o.context_lens) for _, o, _ in ranks]
+        costs = [self.engine.step_cost(b) for b in shapes]
+        if self._pp > 1:
+            start, end = self._launch_stages(shapes)
+        else:
+            duration = max(c.duration_s for c in costs)
+            if self._rng is not None:
+                duration *= max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
+            start = max(now, self.gpu_free_s)
+            end = start + duration
+            self.gpu_free_s = end
+            self.busy_s += duration
         for (rank, o, sched), cost in zip(ranks, costs):
             kv = sched.kv
             _, waiting = sched.get_request_counts()
@@ -136,6 +148,24 @@ class Replica:
         self._num_steps += 1
         return end
 
+    def _launch_stages(self, shapes: list[BatchShape]) -> tuple[float, float]:
+        """pp > 1: chain the step's stages after the previous step's (``simulator.pipeline``).
+
+        Each stage lasts as long as the slowest DP rank's; jitter scales the whole step.
+        Returns (start of stage 0, end of the last stage).
+        """
+        per_rank = [self.engine.stage_times_s(b) for b in shapes]
+        stages = [max(col) for col in zip(*per_rank)]
+        if self._rng is not None:
+            f = max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
+            stages = [d * f for d in stages]
+        start = max(self.loop.now_s, self._stage_free_s[0])
+        ends = stage_ends(self.loop.now_s, stages, self._stage_free_s)
+        self._stage_free_s = ends
+        self.gpu_free_s = ends[-1]
+        self.busy_s += sum(stages) / self._pp      # mean busy time of one stage's GPUs
+        return start, ends[-1]
+
     def _run(self) -> None:
         """Advance the engine loop until it must wait for the GPU or has nothing to do.
 
@@ -143,7 +173,7 @@ class Replica:
         one finishes) only join the scheduler's queue; the loop picks them up.
         """
         self._active = True
-        if self.async_scheduling:
+        if self.async_scheduling or self._pp > 1:    # vLLM's step_with_batch_queue
             self._run_async()
         else:
             self._run_sync()
@@ -172,7 +202,7 @@ class Replica:
                     end = self._launch(out)
                     queue.appendleft((out, end))
                     executed = out.total_num_scheduled_tokens > 0
-                    if len(queue) < BATCH_QUEUE_DEPTH and (executed or sched.has_requests()):
+                    if len(queue) < self._queue_depth and (executed or sched.has_requests()):
                         continue
                 elif not queue:
                     self._active = False

@@ -102,6 +102,7 @@ class Request:
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     num_output_placeholders: int = 0
+    next_decode_eligible_step: int = 0      # async + PP: first schedule() step id that may decode it
     num_in_flight_tokens: int = 0
     num_stale_output_tokens: int = 0
     drop_stale_output: bool = False

@@ -89,6 +89,9 @@ class Scheduler:
         self.waiting = make_request_queue(config.policy)
         self._finished_req_ids: set[str] = set()
         self._step_id = 0
+        # vLLM V2+PP+async: ``AsyncScheduler.decode_stagger`` = pp (0 = off: pp 1 or sync)
+        pp = config.pipeline_parallel_size
+        self._decode_stagger = pp if pp > 1 and config.async_scheduling else 0
         self._priority = config.policy == "priority"
         self._debug = config.debug_checks
         if kv_role not in (None, "producer", "consumer"):
@@ -222,6 +225,9 @@ class Scheduler:
                 and r.num_computed_tokens + 2 - r.num_output_placeholders >= r.prompt_len + r.max_tokens
             ):
                 i += 1  # async: the in-flight step already reaches max_tokens
+                continue
+            if self._decode_stagger and self._step_id < r.next_decode_eligible_step:
+                i += 1  # V2+PP+async: pp steps between the same request's decodes
                 continue
             n = r.num_tokens + r.num_output_placeholders - r.num_computed_tokens
             if 0 < thr < n:
@@ -400,6 +406,8 @@ class Scheduler:
             samples.append(not r.is_prefill_chunk)
             if is_async and not r.is_prefill_chunk:
                 r.num_output_placeholders += 1
+                if self._decode_stagger:
+                    r.next_decode_eligible_step = self._step_id + self._decode_stagger
             if inflight and not r.is_prefill_chunk:
                 inflight.discard(r)
         self._finished_req_ids = set()

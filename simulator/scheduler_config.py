@@ -19,6 +19,9 @@ class SchedulerConfig:
     async_scheduling: mirror `AsyncScheduler` (vLLM 0.33 default on); see `Scheduler` docstring.
     watermark: fraction of blocks kept free at admission when something runs.
     debug: check invariants every step and raise (also on with env FRONTIER_SCHED_DEBUG=1).
+    pipeline_parallel_size: async + PP > 1 (model runner V2): a request decoded in step N is
+        next eligible to decode in step N + pp (``AsyncScheduler.decode_stagger``), so the pp
+        steps in flight carry disjoint decode micro-batches.
     """
 
     max_num_seqs: int = 256
@@ -32,9 +35,11 @@ class SchedulerConfig:
     block_size: int = 16
     enable_prefix_caching: bool = True
     debug: bool = False
+    pipeline_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+                     "pipeline_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 1")
         if self.policy not in ("fcfs", "priority"):

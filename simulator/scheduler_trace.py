@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.pipeline import max_concurrent_batches
 from simulator.request import RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateResult
@@ -42,7 +43,7 @@ def drive(
     on_schedule: Callable[[SchedulerOutput], None] | None = None,
     on_update: Callable[[SchedulerOutput, UpdateResult], None] | None = None,
 ) -> int:
-    """Run the vLLM engine loop (sync or batch queue of depth 2) until the scheduler is drained.
+    """Run the vLLM engine loop (sync, or a batch queue: depth 2, pp + 1 / pp with PP) until drained.
 
     on_schedule(out) is called after every schedule(), on_update(out, result) after every
     update_from_output(). Returns the number of schedule() calls. Raises RuntimeError after
@@ -67,17 +68,19 @@ def drive(
         if on_update is not None:
             on_update(out, result)
 
-    if not sched.config.async_scheduling:
+    pp = sched.config.pipeline_parallel_size
+    if not sched.config.async_scheduling and pp == 1:
         while sched.has_requests():
             update(scheduled())
         return calls
+    depth = max_concurrent_batches(pp, sched.config.async_scheduling) if pp > 1 else BATCH_QUEUE_DEPTH
 
     queue: deque[SchedulerOutput] = deque()
     while True:
         if sched.has_requests():
             out = scheduled()
             queue.appendleft(out)
-            if len(queue) < BATCH_QUEUE_DEPTH and (out.total_num_scheduled_tokens > 0 or sched.has_requests()):
+            if len(queue) < depth and (out.total_num_scheduled_tokens > 0 or sched.has_requests()):
                 continue
         elif not queue:
             break

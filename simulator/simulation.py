@@ -25,8 +25,8 @@ from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from simulator.batch_engine import BatchEngine
 from simulator.cluster import Cluster, Role
-from simulator.comm.backend import COMM_MODELS, make_comm_backend
-from simulator.cost_model import RooflineCostModel
+from simulator.comm.backend import COMM_MODELS
+from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
@@ -57,6 +57,7 @@ class SimulationSpec:
     debug: bool = False
     step_jitter: float = 0.0        # relative std-dev of per-step time noise (0 = deterministic steps)
     comm_model: str = "analytical"  # analytical | calibrated (measured AIC tables, simulator/comm)
+    predictor_bundle: str | None = None   # calibrated operator costs (a bundle path); None = roofline
     moe_routing: str = "balanced"   # balanced | power_law:ALPHA | trace:PATH (simulator/moe_routing.py)
     architecture: str = "colocated"     # "colocated" | "pdd" (prefill/decode disaggregated)
     pdd: PddSpec | None = None          # role layouts + KV transfer (pdd only; None = defaults)
@@ -204,8 +205,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     cudagraph = CudaGraphConfig.from_vllm(
         resolved.max_num_seqs, resolved.max_num_batched_tokens, enforce_eager=args.enforce_eager,
         sm_version=resolved.gpu.sm_version)
-    engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
-                         RooflineCostModel(resolved.gpu, make_comm_backend(spec.comm_model, resolved.gpu)),
+    cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
+    engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
                                                            spec.workload.seed))
     sched_config = SchedulerConfig(
@@ -214,7 +215,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
         block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching,
-        debug=spec.debug)
+        debug=spec.debug, pipeline_parallel_size=resolved.parallel.pp)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
 
@@ -253,5 +254,6 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     summary["failed"] = len(client.failed)
     summary["simulated_duration_s"] = loop.now_s
     summary["sim_wall_s"] = sim_wall_s
+    summary.update(cost_model_stats(cost_model))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,
                             loop.now_s, sim_wall_s, loop.num_events)

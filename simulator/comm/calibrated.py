@@ -24,6 +24,8 @@ backend (intra pieces from the tables, the network piece analytical) and counted
 
 from __future__ import annotations
 
+from frontier.cache import cache_root
+
 from collections import Counter
 from pathlib import Path
 
@@ -42,7 +44,7 @@ CUSTOM_AR_MAX_BYTES = {                             # all_reduce_utils.CUSTOM_AL
     103: {2: 4 * MIB, 4: 4 * MIB, 6: 8 * MIB, 8: 4 * MIB},
     107: {2: 4 * MIB, 4: 4 * MIB, 6: 8 * MIB, 8: 4 * MIB},
 }
-DEFAULT_CACHE_DIR = Path.home() / ".cache" / "frontier" / "profiles"
+
 SHARED_AIC_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "aiconfigurator"
 Curve = tuple[np.ndarray, np.ndarray]               # (log bytes ascending, log seconds)
 
@@ -169,7 +171,7 @@ def load_calibrated_backend(gpu: GpuSpec, data_root: Path | None = None,
     """Comm tables of `gpu` from `cache_dir`/aiconfigurator (importing the AIC perf DB there
     on first use, via calibration.importers.aiconfigurator) -> CalibratedCommBackend."""
     from frontier.profile_schema import read_profiles
-    root = Path(cache_dir or DEFAULT_CACHE_DIR) / "aiconfigurator"
+    root = Path(cache_dir or cache_root() / "profiles") / "aiconfigurator"
     part = root / "family=comm" / f"gpu={gpu.name}"
     if not any(part.glob("part-*.parquet")):
         _import_comm(gpu, data_root if data_root is not None else aic_data_root(), root)

@@ -41,16 +41,13 @@ from typing import Iterator
 
 import numpy as np
 
+from frontier.cache import cache_root
+
 from simulator.request import RequestSpec
 
 DEFAULT_TOKENIZER = "qwen2.5-72b-instruct"
 MIN_LEN, MAX_PROMPT_LEN, MAX_TOTAL_LEN = 4, 1024, 2048
 _WS = re.compile(r"\s*")
-
-
-def cache_root() -> Path:
-    """``$FRONTIER_CACHE_DIR`` if set, else ``~/.cache/frontier``."""
-    return Path(os.environ.get("FRONTIER_CACHE_DIR") or Path.home() / ".cache" / "frontier")
 
 
 @contextmanager

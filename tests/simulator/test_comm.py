@@ -198,17 +198,16 @@ def test_link_pool_from_backend():
 @needs_aic
 def test_simulation_with_calibrated_comm(tmp_path, monkeypatch):
     from simulator import comm
-    from simulator.comm import calibrated as cal
     from simulator.engine_args import EngineArgs
     from simulator.simulation import SimulationSpec, run_simulation
     from simulator.workload import WorkloadSpec
-    monkeypatch.setattr(cal, "DEFAULT_CACHE_DIR", tmp_path)
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path))
     wl = WorkloadSpec(num_prompts=10, random_input_len=200, random_output_len=8, seed=1)
     eng = EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100", tensor_parallel_size=8, max_model_len=2048)
     runs = {m: run_simulation(SimulationSpec(engine=eng, workload=wl, comm_model=m)) for m in comm.COMM_MODELS}
     assert all(r.summary["completed"] == 10 for r in runs.values())
     assert runs["calibrated"].simulated_duration_s != runs["analytical"].simulated_duration_s
-    assert any((tmp_path / "aiconfigurator").glob("family=comm/gpu=H100-SXM/part-*.parquet"))
+    assert any((tmp_path / "profiles" / "aiconfigurator").glob("family=comm/gpu=H100-SXM/part-*.parquet"))
 
 
 def test_cli_rejects_an_unknown_comm_model():

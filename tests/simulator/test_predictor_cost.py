@@ -1,0 +1,77 @@
+"""Calibrated costs inside a simulation: bundle predictors price GEMMs, the rest falls back."""
+
+import pandas as pd
+import pytest
+
+from calibration.bundle import save_bundle
+from calibration.predictors import LinearPredictor
+from simulator.engine_args import EngineArgs
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.workload import WorkloadSpec
+
+
+def _gemm_rows() -> pd.DataFrame:
+    """Synthetic bf16 GEMM timings on a small grid: 2x a 700 TFLOP/s / 3 TB/s roofline + 5 us."""
+    rows = []
+    for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
+        for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)):
+            flops, bytes_ = 2 * m * n * k, 2 * (m * k + n * k + m * n)
+            t = 2 * max(flops / 700e12, bytes_ / 3e12) + 5e-6
+            rows.append({"op_name": "gemm", "m": m, "n": n, "k": k, "dtype": "bf16",
+                         "framework": "vllm", "timing_mode": "kernel", "latency_s_median": t})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def bundle_path(tmp_path_factory):
+    pred = LinearPredictor(n_estimators=4).fit(_gemm_rows())
+    path = tmp_path_factory.mktemp("b") / "H100.joblib"
+    save_bundle(path, {"linear": pred}, {"gpu": "H100-SXM", "framework": "vllm",
+                                         "framework_version": "test", "families": {}})
+    return str(path)
+
+
+def run(bundle: str | None, gpu: str = "H100"):
+    return run_simulation(SimulationSpec(
+        engine=EngineArgs(model="meta-llama/Llama-3.1-8B", gpu=gpu, max_model_len=4096),
+        workload=WorkloadSpec(num_prompts=20, random_input_len=512, random_output_len=16),
+        predictor_bundle=bundle))
+
+
+def test_bundle_prices_gemms_and_the_rest_falls_back_to_roofline(bundle_path):
+    calibrated, roofline = run(bundle_path), run(None)
+    s = calibrated.summary
+    assert s["cost_model"] == "calibrated (H100-SXM, vllm test)"
+    assert s["cost_queries_predicted"] > 0 and s["cost_queries_roofline"] > 0
+    assert roofline.summary["cost_model"] == "roofline"
+    # GEMMs are about twice the roofline in the synthetic data: the run gets slower
+    assert s["mean_tpot_ms"] > 1.3 * roofline.summary["mean_tpot_ms"]
+    assert s["completed"] == roofline.summary["completed"] == 20
+
+
+def test_bundle_of_another_gpu_is_refused(bundle_path):
+    with pytest.raises(ValueError, match="fitted on H100-SXM, not H200"):
+        run(bundle_path, gpu="H200")
+
+
+def test_cli_auto_uses_the_cached_bundle_and_refuses_a_missing_file(bundle_path, tmp_path, monkeypatch):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from calibration.auto_bundle import bundle_path as auto_path
+    from calibration.bundle import manifest_path
+    from frontier.cli import app
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path))
+    target = auto_path("H100")
+    assert target == tmp_path / "bundles" / "H100-SXM-vllm.joblib"
+    target.parent.mkdir(parents=True)
+    shutil.copy(bundle_path, target)
+    shutil.copy(manifest_path(bundle_path), manifest_path(target))
+    argv = ["simulate", "--gpu", "H100", "--max-model-len", "4096", "--num-prompts", "4",
+            "--random-input-len", "64", "--random-output-len", "4"]
+    res = CliRunner().invoke(app, argv + ["--predictor-bundle", "auto"])
+    assert res.exit_code == 0, res.output
+    assert "cost model: calibrated (H100-SXM, vllm test)" in res.output
+    res = CliRunner().invoke(app, argv + ["--predictor-bundle", str(tmp_path / "nope.joblib")])
+    assert res.exit_code == 2 and "is not a file" in res.output
