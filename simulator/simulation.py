@@ -43,6 +43,7 @@ from simulator.trace import BatchTrace
 from simulator.workload import WorkloadSpec, generate_requests
 
 if TYPE_CHECKING:
+    from simulator.afd import AfdSpec
     from simulator.control_plane import CompiledRole, PddSpec
 
 
@@ -59,12 +60,17 @@ class SimulationSpec:
     comm_model: str = "analytical"  # analytical | calibrated (measured AIC tables, simulator/comm)
     predictor_bundle: str | None = None   # calibrated operator costs (a bundle path); None = roofline
     moe_routing: str = "balanced"   # balanced | power_law:ALPHA | trace:PATH (simulator/moe_routing.py)
-    architecture: str = "colocated"     # "colocated" | "pdd" (prefill/decode disaggregated)
-    pdd: PddSpec | None = None          # role layouts + KV transfer (pdd only; None = defaults)
+    architecture: str = "colocated"     # "colocated" | "pdd" (prefill/decode) | "afd" (attention/FFN)
+    pdd: PddSpec | None = None          # role layouts + KV transfer (pdd, afd's prefill; None = defaults)
+    afd: AfdSpec | None = None          # attention/FFN layouts, lanes, A-F link (afd only)
 
     def __post_init__(self) -> None:
-        if self.architecture not in ("colocated", "pdd"):
-            raise ValueError(f"--architecture {self.architecture!r} is not one of colocated, pdd")
+        if self.architecture not in ("colocated", "pdd", "afd"):
+            raise ValueError(f"--architecture {self.architecture!r} is not one of colocated, pdd, afd")
+        if self.architecture != "afd" and self.afd is not None:
+            raise ValueError("--attention-*/--ffn-*/--afd-* flags need --architecture afd")
+        if self.architecture == "afd" and self.pdd is not None and not self.pdd.decode.is_default():
+            raise ValueError("--decode-* flags need --architecture pdd; AFD decodes on --attention-*/--ffn-*")
         if self.architecture == "colocated" and self.pdd is not None:
             raise ValueError("--prefill-*/--decode-*/--kv-transfer-* flags need --architecture pdd")
         if not 0.0 <= self.step_jitter < 1.0:
@@ -193,6 +199,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.architecture == "pdd":
         from simulator.pd_proxy import run_pdd
         return run_pdd(spec)
+    if spec.architecture == "afd":
+        from simulator.afd import run_afd
+        return run_afd(spec)
     resolved = resolve_engine(spec.engine)
     args = resolved.args
     memory = build_memory(resolved)

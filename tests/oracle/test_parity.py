@@ -37,6 +37,7 @@ class Case:
     async_scheduling: bool = False
     num_shared_prefixes: int = 0          # > 0: real token ids, each prompt = a shared prefix + own suffix
     priorities: tuple[int, ...] = (0,)
+    pipeline_parallel_size: int = 1       # > 1: batch queue of pp + 1 (async) / pp (sync), decode stagger
 
 
 CASES = [
@@ -69,6 +70,15 @@ CASES = [
          async_scheduling=True),
     Case("async_priority_threshold", 19, 30, (16, 800), (1, 60), 200, policy="priority",
          priorities=(0, 1, 2), long_prefill_token_threshold=64, async_scheduling=True),
+    Case("pp2_async", 20, 40, (16, 600), (1, 80), 3000, max_num_batched_tokens=256,
+         async_scheduling=True, pipeline_parallel_size=2),
+    Case("pp3_async_tight_blocks", 21, 40, (50, 400), (50, 300), 100, async_scheduling=True,
+         pipeline_parallel_size=3),
+    Case("pp2_sync", 22, 40, (16, 600), (1, 80), 3000, max_num_batched_tokens=256,
+         pipeline_parallel_size=2),
+    Case("pp4_async_prefix_threshold", 23, 30, (16, 800), (1, 60), 3000, enable_prefix_caching=True,
+         num_shared_prefixes=3, long_prefill_token_threshold=64, async_scheduling=True,
+         pipeline_parallel_size=4),
 ]
 
 
@@ -112,6 +122,7 @@ def _knobs(case: Case) -> dict:
         long_prefill_token_threshold=case.long_prefill_token_threshold,
         policy=case.policy,
         async_scheduling=case.async_scheduling,
+        pipeline_parallel_size=case.pipeline_parallel_size,
     )
 
 

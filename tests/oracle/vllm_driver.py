@@ -75,6 +75,7 @@ from vllm.config import (
     CacheConfig,
     DeviceConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
     VllmConfig,
 )
@@ -161,6 +162,7 @@ def _build_scheduler(
     async_scheduling: bool,
     watermark: float,
     kv_transfer_config: Any = None,
+    pipeline_parallel_size: int = 1,
 ) -> Scheduler:
     model_config = ModelConfig(
         model=str(model_dir),
@@ -189,6 +191,7 @@ def _build_scheduler(
         cache_config=cache_config,
         device_config=DeviceConfig("cpu"),
         kv_transfer_config=kv_transfer_config,
+        parallel_config=ParallelConfig(pipeline_parallel_size=pipeline_parallel_size),
     )
     # VllmConfig may re-resolve these; the oracle must run exactly what was asked.
     vllm_config.scheduler_config.async_scheduling = async_scheduling
@@ -229,7 +232,9 @@ def _build_scheduler(
         "max_model_len": max_model_len,
         "long_prefill_token_threshold": long_prefill_token_threshold,
         "enable_prefix_caching": enable_prefix_caching,
-        "max_concurrent_batches": 2 if async_scheduling else 1,
+        # model runner V2 (the default): pp + 1 with async scheduling, else pp (2 / 1 without PP)
+        "max_concurrent_batches": (pipeline_parallel_size + 1 if async_scheduling else pipeline_parallel_size)
+        if pipeline_parallel_size > 1 else (2 if async_scheduling else 1),
     }
     if effective != wanted:
         raise RuntimeError(f"vLLM changed the scheduler knobs: asked {wanted}, got {effective}")
@@ -309,6 +314,7 @@ def run_vllm_scheduler(
     async_scheduling: bool = False,
     watermark: float = 0.0,
     max_steps: int = 200_000,
+    pipeline_parallel_size: int = 1,
 ) -> list[dict[str, int]]:
     """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
 
@@ -332,6 +338,7 @@ def run_vllm_scheduler(
             policy=policy,
             async_scheduling=async_scheduling,
             watermark=watermark,
+            pipeline_parallel_size=pipeline_parallel_size,
         )
     block_hasher = None
     if enable_prefix_caching:
@@ -351,6 +358,7 @@ def run_vllm_scheduler(
                 block_hasher=block_hasher,
             )
         )
-    if async_scheduling:
-        return _run_async(scheduler, max_steps)
+    if async_scheduling or pipeline_parallel_size > 1:   # EngineCore.step_with_batch_queue
+        depth = scheduler.vllm_config.max_concurrent_batches
+        return _run_async(scheduler, max_steps, batch_queue_size=depth)
     return _run_sync(scheduler, max_steps)

@@ -1,0 +1,599 @@
+"""Attention-FFN disaggregation (``--architecture afd``): roles P, A and F (DESIGN.md §2).
+
+    client ─▶ P (prefill, kv_role producer) ──KV transfer──▶ A (attention, kv_role consumer)
+                                                             │ per decode layer, per lane:
+                                                             │   A ──activations──▶ F ──▶ A
+                                                             ▼
+                                                      tokens to the client
+
+* P is PDD's prefill role (``simulator.control_plane.compile_role``) and the request path is
+  PDD's proxy (``simulator.pd_proxy.PDProxy``): A plays the decode role, runs vLLM's
+  scheduler with kv_role "consumer", pulls the prompt KV from P, then decodes.
+* A holds attention weights, embeddings, lm_head and the KV cache; F holds the FFN / MoE
+  weights (``--ffn-tp`` x ``--ffn-ep`` GPUs per F replica). Each A replica
+  (``--attention-dp`` engines of ``--attention-tp`` GPUs) is paired with one F replica.
+* A step of an A engine splits its batch into ``lanes`` micro-batches (requests kept whole,
+  token-balanced). Per layer and lane: A computes norms + QKV + attention + o_proj [+ TP
+  all-reduce], sends the lane's activations A→F, F computes router + experts (slowest EP
+  rank) + shared experts [+ FFN-TP all-reduce], sends the result F→A. Lanes ping-pong: A
+  works on lane i+1 while F works on lane i. The step duration comes from
+  :func:`afd_timeline`, an exact list schedule over layers x lanes with four FIFO
+  resources (A, link A→F, F, link F→A).
+
+Transfers (per lane per layer, priced on the busiest GPU): the A→F send is the EP dispatch
+(each token goes to the ranks of its top-k experts, ``min(topk, ep)`` copies; 1 without EP),
+the F→A send the combine. A-side bytes = tokens x hidden x act bytes x copies / attention TP
+(the TP ranks split the tokens); F-side bytes = all the unit's tokens x hidden x act bytes x
+copies / EP. Time = latency + max(A side, F side) / bandwidth, bandwidth = NVLink when the
+pair fits one node with one GPU type, else the slower NIC (``--afd-link-bandwidth`` wins).
+
+Approximations (stated):
+- The ``attention_dp`` engines of an A replica schedule independently; F prices a lane at
+  ``attention_dp`` x the engine's lane tokens (ranks assumed balanced and in phase, as
+  ``BatchEngine._moe_ops`` assumes for DP). F replicas are not shared across A replicas.
+- Lane transfers in one direction are serialized (FIFO) on a dedicated A–F link per engine;
+  they do not share bandwidth with P→A KV transfers (``SharedLinkTransfers``) nor with
+  other A engines' activations.
+- Attention time per layer is the average over layers (sliding-window layers are spread
+  evenly); F layers are dense for the first ``num_dense_layers`` layers, MoE after.
+- Embedding runs on A before layer 0; final norm, lm_head and sampler on A after every
+  lane has returned from the last layer.
+- EP wait = (slowest EP rank's expert time - mean EP rank's expert time) per MoE layer and
+  lane; it is part of F's time (F waits for the straggler before the combine).
+- A's KV budget follows vLLM's formula with the A GPU's weights = the model's weights minus
+  the MLP/MoE weights. Pipeline parallelism is not supported on A or F.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from frontier.ops import ElementwiseOp, MoeOp
+from frontier.parallel import ParallelSpec
+from simulator.batch_engine import BF16, BatchEngine, BatchShape, StepCost, _QUANT_COMPUTE, _cdiv
+from simulator.cluster import Cluster, Role
+
+DEFAULT_AFD_LANES = 2
+DEFAULT_AFD_LINK_LATENCY_S = 1e-5     # placeholder per activation transfer (launch + NIC/NVLink setup)
+MAX_CACHE_ENTRIES = 100_000
+
+
+# ---------------------------------------------------------------------------------- the schedule
+@dataclass(frozen=True)
+class AfdTimeline:
+    """Result of :func:`afd_timeline` (seconds, relative to the step start)."""
+
+    end_s: float                          # the step ends (tail included)
+    a_busy_s: float                       # head + all attention work + tail
+    f_busy_s: float                       # all FFN work
+    xfer_s: float                         # link busy time, both directions summed
+    a_end: tuple[tuple[float, ...], ...]  # [layer][lane] end of A's work
+    f_end: tuple[tuple[float, ...], ...]  # [layer][lane] end of F's work
+    r_end: tuple[tuple[float, ...], ...]  # [layer][lane] F→A transfer lands
+
+
+def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]],
+                 r: list[list[float]], head_s: float = 0.0, tail_s: float = 0.0) -> AfdTimeline:
+    """Exact list schedule of one AFD decode step over ``L`` layers x ``N`` lanes.
+
+    Inputs are ``[layer][lane]`` durations: ``a`` A compute, ``s`` A→F transfer, ``f`` F
+    compute, ``r`` F→A transfer. Four resources run one item at a time, each in the order
+    (layer 0 lane 0), (layer 0 lane 1), ..., (layer 1 lane 0), ...:
+
+        A:    [head][a00][a01]         [a10]      [a11]            [tail]
+        A→F:           [s00][s01]           [s10]      [s11]
+        F:                  [f00]  [f01]         [f10]      [f11]
+        F→A:                    [r00]   [r01]         [r10]      [r11]
+
+    with ``(l, j)`` = layer l, lane j and the recurrence (``prev`` = the previous item on
+    the same resource, ``R[-1][j]`` = ``head_s``)::
+
+        A_start[l][j] = max(A_end[prev], R_end[l-1][j])      (lane j's input is back)
+        S_start[l][j] = max(S_end[prev], A_end[l][j])
+        F_start[l][j] = max(F_end[prev], S_end[l][j])
+        R_start[l][j] = max(R_end[prev], F_end[l][j])
+        end           = max(A_end[last], max_j R_end[L-1][j]) + tail_s
+
+    Every X_end = X_start + duration. Pure: no state, no events.
+    """
+    n_layers = len(a)
+    if not n_layers or not (len(s) == len(f) == len(r) == n_layers):
+        raise ValueError("afd_timeline needs a, s, f, r with the same (non-zero) number of layers")
+    lanes = len(a[0])
+    if not lanes or any(len(x[l]) != lanes for x in (a, s, f, r) for l in range(n_layers)):
+        raise ValueError("afd_timeline needs the same (non-zero) number of lanes on every layer")
+    a_free = head_s
+    s_free = f_free = r_free = 0.0
+    back = [head_s] * lanes                # lane j's activations are on A
+    a_end, f_end, r_end = [], [], []
+    for l in range(n_layers):
+        al, sl, fl, rl = a[l], s[l], f[l], r[l]
+        ae, fe, re_ = [0.0] * lanes, [0.0] * lanes, [0.0] * lanes
+        for j in range(lanes):
+            a_free = max(a_free, back[j]) + al[j]
+            s_free = max(s_free, a_free) + sl[j]
+            f_free = max(f_free, s_free) + fl[j]
+            r_free = max(r_free, f_free) + rl[j]
+            ae[j], fe[j], re_[j] = a_free, f_free, r_free
+            back[j] = r_free
+        a_end.append(tuple(ae))
+        f_end.append(tuple(fe))
+        r_end.append(tuple(re_))
+    end = max(a_free, max(back)) + tail_s
+    a_busy = head_s + tail_s + sum(map(sum, a))
+    return AfdTimeline(end, a_busy, sum(map(sum, f)), sum(map(sum, s)) + sum(map(sum, r)),
+                       tuple(a_end), tuple(f_end), tuple(r_end))
+
+
+def split_lanes(new_tokens: tuple[int, ...], lanes: int) -> list[tuple[int, int]]:
+    """Split the step's requests (in order, kept whole) into at most ``lanes`` contiguous
+    ``[start, stop)`` groups of about equal tokens; fewer requests than lanes -> one per lane."""
+    n = len(new_tokens)
+    k = max(1, min(lanes, n))
+    total = sum(new_tokens)
+    bounds, start, acc = [], 0, 0
+    for i, t in enumerate(new_tokens):
+        acc += t
+        left_lanes = k - len(bounds) - 1
+        if left_lanes and acc * k >= total * (len(bounds) + 1) and n - (i + 1) >= left_lanes:
+            bounds.append((start, i + 1))
+            start = i + 1
+    bounds.append((start, n))
+    return bounds
+
+
+# ---------------------------------------------------------------------------------- the spec
+@dataclass(frozen=True)
+class AfdRole:
+    """Layout of the A or F role; ``None`` = default (A: main flags; F: tp 1, ep 1, A's GPU/replicas)."""
+
+    name: str                      # "attention" | "ffn"
+    tp: int | None = None
+    dp: int | None = None          # attention only
+    ep: int | None = None          # ffn only
+    replicas: int | None = None
+    gpu: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in ("attention", "ffn"):
+            raise ValueError(f"AFD role {self.name!r} is not attention or ffn")
+        for key in ("tp", "dp", "ep", "replicas"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{self.name}-{key} must be a positive integer, got {value!r}")
+        if self.name == "attention" and self.ep is not None:
+            raise ValueError("the attention role has no EP; use --ffn-ep")
+        if self.name == "ffn" and self.dp is not None:
+            raise ValueError("the FFN role has no DP; use --ffn-ep or --ffn-replicas")
+
+
+@dataclass(frozen=True)
+class AfdSpec:
+    """The P/A/F part of a serving spec."""
+
+    attention: AfdRole = field(default_factory=lambda: AfdRole("attention"))
+    ffn: AfdRole = field(default_factory=lambda: AfdRole("ffn"))
+    lanes: int = DEFAULT_AFD_LANES
+    link_bandwidth_bytes_per_s: float | None = None      # None: NVLink within a node, else NIC
+    link_latency_s: float = DEFAULT_AFD_LINK_LATENCY_S
+
+    def __post_init__(self) -> None:
+        if self.attention.name != "attention" or self.ffn.name != "ffn":
+            raise ValueError("AfdSpec needs AfdRole('attention') and AfdRole('ffn')")
+        if isinstance(self.lanes, bool) or not isinstance(self.lanes, int) or self.lanes < 1:
+            raise ValueError(f"--afd-lanes must be a positive integer, got {self.lanes!r}")
+        bw = self.link_bandwidth_bytes_per_s
+        if bw is not None and not bw > 0:
+            raise ValueError(f"--afd-link-bandwidth must be > 0 GB/s, got {bw / 1e9!r}")
+        if not self.link_latency_s >= 0:
+            raise ValueError(f"AFD link latency must be >= 0 s, got {self.link_latency_s!r}")
+
+
+# ---------------------------------------------------------------------------------- the engine
+@dataclass(slots=True)
+class AfdStepStats:
+    a_busy_s: float
+    f_busy_s: float
+    xfer_s: float
+    ep_wait_s: float
+    lanes: int
+
+
+class AfdEngine:
+    """Prices one A engine's step as the AFD ping-pong schedule; duck-types ``BatchEngine``.
+
+    ``attn`` prices A's ops with A's layout and GPU (tp = attention TP); ``ffn`` prices F's
+    ops with F's GPU (parallel: ep = FFN EP, ffn_tp = FFN TP; its MoE router gives the EP
+    rank loads). ``stats`` gets one entry per ``step_cost`` call (the replica writes one
+    trace row per call).
+    """
+
+    def __init__(self, attn: BatchEngine, ffn: BatchEngine, *, lanes: int, attention_dp: int,
+                 ffn_tp: int, ffn_ep: int, link_bw_bytes_per_s: float, link_latency_s: float) -> None:
+        self.attn, self.ffn = attn, ffn
+        self.model, self.gpu, self.cudagraph = attn.model, attn.gpu, attn.cudagraph
+        self.lanes, self.attention_dp = lanes, attention_dp
+        self.ffn_tp, self.ffn_ep = ffn_tp, ffn_ep
+        self.link_bw, self.link_latency = link_bw_bytes_per_s, link_latency_s
+        self.stats: list[AfdStepStats] = []
+        self._cache: dict[BatchShape, tuple[StepCost, AfdStepStats]] = {}
+        self._a_dense: dict[tuple[int, str], float] = {}
+        self._f_layer: dict[tuple[int, str], tuple[float, float, float]] = {}
+        self._q = attn.cudagraph.uniform_decode_query_len
+
+    # -- public
+    def step_cost(self, batch: BatchShape) -> StepCost:
+        got = self._cache.get(batch)
+        if got is None:
+            got = self._price(batch)
+            if len(self._cache) >= MAX_CACHE_ENTRIES:
+                self._cache.clear()
+            self._cache[batch] = got
+        self.stats.append(got[1])
+        return got[0]
+
+    # -- pieces
+    def _price(self, batch: BatchShape) -> tuple[StepCost, AfdStepStats]:
+        mdl = self.model
+        n_layers, ab, h = mdl.num_layers, mdl.quant.activation_bytes, mdl.hidden_size
+        lanes = split_lanes(batch.new_tokens, self.lanes)
+        a_lane, f_dense, f_moe, ep_wait, s_dense, s_moe = [], [], [], [], [], []
+        modes, padded_total = [], 0
+        for lo, hi in lanes:
+            new, ctx = batch.new_tokens[lo:hi], batch.context_lens[lo:hi]
+            tokens, reqs = sum(new), hi - lo
+            mode, padded = self.cudagraph.dispatch(tokens, reqs, new.count(self._q) == reqs)
+            modes.append(mode)
+            padded_total += padded
+            dense_timing = "launch" if mode == "NONE" else "kernel"
+            attn_timing = "kernel" if mode == "FULL" else "launch"
+            attn = self.attn._times(self.attn.attention_ops(BatchShape(new, ctx)), attn_timing)
+            a_lane.append(self._a_dense_per_layer(padded, dense_timing) + attn / n_layers)
+            f_tokens = padded * self.attention_dp
+            fd, fm, wait = self._f_per_layer(f_tokens, dense_timing)
+            f_dense.append(fd)
+            f_moe.append(fm)
+            ep_wait.append(wait)
+            s_dense.append(self._xfer_s(padded, 1))
+            s_moe.append(self._xfer_s(padded, self._copies()))
+        n_dense = n_layers - mdl.num_moe_layers
+        a = [a_lane] * n_layers
+        f = [f_dense] * n_dense + [f_moe] * (n_layers - n_dense)
+        s = [s_dense] * n_dense + [s_moe] * (n_layers - n_dense)
+        head = self.attn._times([(ElementwiseOp("embedding", batch.num_tokens, h, 2 * h * ab), 1)],
+                                "launch" if modes[0] == "NONE" else "kernel")
+        tail = (self.attn._times([(ElementwiseOp("final_norm", batch.num_tokens, h, 2 * h * ab), 1)],
+                                 "launch" if modes[0] == "NONE" else "kernel")
+                + self.attn._head_time_s(batch.num_reqs))
+        tl = afd_timeline(a, s, f, s, head, tail)       # the combine moves the same bytes back
+        mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
+        stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s,
+                             sum(ep_wait) * mdl.num_moe_layers, len(lanes))
+        return StepCost(tl.end_s, batch.num_tokens, padded_total, mode), stats
+
+    def _copies(self) -> int:
+        mdl = self.model
+        return min(mdl.num_experts_per_tok, self.ffn_ep) if mdl.is_moe and self.ffn_ep > 1 else 1
+
+    def _xfer_s(self, lane_tokens: int, copies: int) -> float:
+        mdl = self.model
+        per_token = mdl.hidden_size * mdl.quant.activation_bytes * copies
+        a_side = lane_tokens * per_token / self.attn.parallel.tp
+        f_side = lane_tokens * self.attention_dp * per_token / self.ffn_ep
+        return self.link_latency + max(a_side, f_side) / self.link_bw
+
+    def _a_dense_per_layer(self, m: int, timing: str) -> float:
+        key = (m, timing)
+        t = self._a_dense.get(key)
+        if t is None:
+            e, mdl = self.attn, self.model
+            h, ab, tp = mdl.hidden_size, mdl.quant.activation_bytes, e.parallel.tp
+            ops: list[tuple[object, int]] = [
+                (ElementwiseOp("input_norm", m, h, 4 * h * ab), 1),
+                (ElementwiseOp("post_norm", m, h, 4 * h * ab), 1)]
+            ops += [(op, 1) for op in e._attn_gemms(m, mdl.num_attention_heads // tp)]
+            if tp > 1:
+                ops.append((e._comm("all_reduce", m * h * ab, tp), 1))
+            t = self._a_dense[key] = e._times(ops, timing)
+        return t
+
+    def _f_per_layer(self, m: int, timing: str) -> tuple[float, float, float]:
+        """(dense-layer time, MoE-layer time, EP wait per MoE layer) of F over m tokens."""
+        key = (m, timing)
+        got = self._f_layer.get(key)
+        if got is not None:
+            return got
+        e, mdl = self.ffn, self.model
+        h, ab, tp, ep = mdl.hidden_size, mdl.quant.activation_bytes, self.ffn_tp, self.ffn_ep
+        reduce = [(e._comm("all_reduce", m * h * ab, tp), 1)] if tp > 1 else []
+        dense = 0.0
+        if mdl.num_layers > mdl.num_moe_layers:
+            inter = _cdiv(mdl.intermediate_size, tp * ep)
+            ops = [(op, 1) for op in e._mlp_ops("dense_mlp", "mlp", m, inter)]
+            if tp * ep > 1:
+                ops.append((e._comm("all_reduce", m * h * ab, tp * ep), 1))
+            dense = e._times(ops, timing)
+        moe = wait = 0.0
+        if mdl.num_moe_layers:
+            n_e, topk = mdl.num_experts, mdl.num_experts_per_tok
+            local = _cdiv(n_e, ep)
+            wb = mdl.quant.bytes_per_param("routed_experts")
+            dtype = _QUANT_COMPUTE.get(mdl.quant.method, "bf16") if wb < BF16 else "bf16"
+            inter = _cdiv(mdl.moe_intermediate_size, tp)
+            router = e.moe_router
+            if router is None or router.balanced:
+                pairs = max(_cdiv(m * topk * local, n_e), 1)
+                expert_t = e._times([(MoeOp(m, n_e, local, topk, h, inter, pairs, wb, ab, dtype), 1)], timing)
+            else:
+                loads = router.rank_loads(m)
+                distinct = list(dict.fromkeys(loads))
+                ops = [MoeOp(m, n_e, local, topk, h, inter, max(sum(r), 1), wb, ab, dtype, r) for r in distinct]
+                times = dict(zip(distinct, e.cost_model.op_times_s(ops, timing)))
+                per_rank = [times[r] for r in loads]
+                expert_t = max(per_rank)
+                wait = expert_t - sum(per_rank) / len(per_rank)
+            from frontier.ops import GemmOp
+            ops2: list[tuple[object, int]] = [(GemmOp("router", m, n_e, h, BF16, ab), 1)]
+            shared = mdl.num_shared_experts * mdl.shared_expert_intermediate_size
+            if shared:   # each EP rank runs the shared experts of its share of the tokens
+                ops2 += [(op, 1) for op in e._mlp_ops("shared_experts", "shared", _cdiv(m, ep), _cdiv(shared, tp))]
+            moe = expert_t + e._times(ops2 + reduce, timing)
+        got = self._f_layer[key] = (dense, moe, wait)
+        return got
+
+
+# ---------------------------------------------------------------------------------- compile + run
+def _attention_weight_bytes(model, parallel: ParallelSpec) -> int:
+    """A GPU's weights: the model's minus every layer's MLP/MoE weights."""
+    full = model.weight_bytes_per_rank(parallel)
+    mlp = sum(model._mlp_bytes(model.is_moe and i >= model.num_dense_layers, parallel)
+              for i in range(model.num_layers))
+    return int(round(full - mlp))
+
+
+def _ffn_weight_bytes(model, tp: int, ep: int) -> int:
+    par = ParallelSpec(tp=tp, dp=ep, ep=ep, ffn_tp=tp)
+    return int(round(sum(model._mlp_bytes(model.is_moe and i >= model.num_dense_layers, par)
+                         for i in range(model.num_layers))))
+
+
+def attention_memory(resolved):
+    """vLLM's KV budget (``simulator.memory.kv_budget``) with A's weights (no MLP/MoE).
+
+    Same formula: kv_budget is given a GPU whose memory is larger by exactly what the MLP
+    weights would have taken, then weights and requested bytes are restated for A.
+    """
+    from simulator.memory import kv_budget
+    args, model, gpu = resolved.args, resolved.model, resolved.gpu
+    weights = _attention_weight_bytes(model, resolved.parallel)
+    mlp = model.weight_bytes_per_rank(resolved.parallel) - weights
+    bumped = replace(gpu, memory_bytes=gpu.memory_bytes + math.ceil(mlp / args.gpu_memory_utilization))
+    budget = kv_budget(model, resolved.parallel, bumped,
+                       gpu_memory_utilization=args.gpu_memory_utilization, block_size=resolved.block_size,
+                       max_num_batched_tokens=resolved.max_num_batched_tokens,
+                       max_num_seqs=resolved.max_num_seqs, enforce_eager=args.enforce_eager,
+                       num_gpu_blocks_override=args.num_gpu_blocks_override,
+                       max_model_len=resolved.max_model_len)
+    return replace(budget, weights_bytes=weights,
+                   requested_bytes=math.ceil(gpu.memory_bytes * args.gpu_memory_utilization))
+
+
+def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
+    from simulator.control_plane import CompiledRole
+    from simulator.kv_cache.manager import KVCacheManager
+    from simulator.replica import Replica
+    from simulator.scheduler import Scheduler
+    from simulator.scheduler_config import SchedulerConfig
+    from simulator.simulation import resolve_engine
+
+    main, role = spec.engine, afd.attention
+    args = replace(main, tensor_parallel_size=role.tp or main.tensor_parallel_size,
+                   pipeline_parallel_size=1, data_parallel_size=1, enable_expert_parallel=False,
+                   num_replicas=(role.replicas or main.num_replicas) * (role.dp or 1),
+                   gpu=role.gpu or main.gpu)
+    try:
+        resolved = resolve_engine(args)
+        memory = attention_memory(resolved)
+    except ValueError as exc:
+        raise ValueError(f"attention role: {exc}") from None
+    usable_tokens = (memory.num_gpu_blocks - 1) * resolved.block_size
+    if usable_tokens < resolved.max_model_len and args.num_gpu_blocks_override is None:
+        raise ValueError(
+            f"attention role: the KV cache holds {usable_tokens} tokens, fewer than one prompt of "
+            f"--max-model-len {resolved.max_model_len}: lower --max-model-len or raise --attention-tp")
+    sched_config = SchedulerConfig(
+        max_num_seqs=resolved.max_num_seqs, max_num_batched_tokens=resolved.max_num_batched_tokens,
+        max_model_len=resolved.max_model_len,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
+        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching, debug=spec.debug)
+    engines = make_engines(resolved)
+    replicas = []
+    for i, engine in enumerate(engines):
+        kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
+                            enable_prefix_caching=args.enable_prefix_caching)
+        replicas.append(Replica(i, loop, Scheduler(sched_config, kv, kv_role="consumer"), engine, trace,
+                                on_update=lambda *a: None, async_scheduling=args.async_scheduling,
+                                step_jitter=spec.step_jitter, jitter_seed=spec.workload.seed,
+                                role=Role.ATTENTION.value))
+    cluster = Cluster(Role.ATTENTION, replicas, main.router, resolved.gpus_per_engine)
+    from simulator.control_plane import RoleLayout
+    return CompiledRole(RoleLayout("decode", tp=args.tensor_parallel_size, replicas=args.num_replicas,
+                                   gpu=args.gpu), resolved, memory, cluster)
+
+
+@dataclass
+class FfnSide:
+    gpu_name: str
+    tp: int
+    ep: int
+    replicas: int
+    num_gpus: int
+    weights_bytes: int
+
+
+def run_afd(spec):
+    """Simulate ``spec`` with ``--architecture afd`` to completion."""
+    from frontier.gpu import get_gpu
+    from simulator.comm.backend import make_comm_backend
+    from simulator.control_plane import PddSpec, build_links, compile_role, kv_bytes_per_token
+    from simulator.cost_model import RooflineCostModel
+    from simulator.events import EventLoop
+    from simulator.kv_transfer import SharedLinkTransfers
+    from simulator.metrics import summarize
+    from simulator.moe_routing import make_router as make_moe_router
+    from simulator.pd_proxy import PDProxy, _engine_factory
+    from simulator.simulation import SimulationResult, resolve_engine
+    from simulator.trace import BatchTrace
+    from simulator.workload import generate_requests
+
+    afd = spec.afd or AfdSpec()
+    pdd = spec.pdd or PddSpec()
+    loop = EventLoop()
+    trace = BatchTrace(keep_requests=spec.keep_batch_trace)
+    prefill = compile_role(pdd.prefill, spec.engine, loop, trace, _engine_factory(spec), debug=spec.debug,
+                           step_jitter=spec.step_jitter, seed=spec.workload.seed)
+    model = prefill.resolved.model
+    a_role, f_role = afd.attention, afd.ffn
+    a_dp = a_role.dp or 1
+    a_replicas = a_role.replicas or spec.engine.num_replicas
+    f_tp, f_ep = f_role.tp or 1, f_role.ep or 1
+    f_replicas = f_role.replicas or a_replicas
+    if f_replicas != a_replicas:
+        raise ValueError(f"--ffn-replicas {f_replicas} must equal --attention-replicas {a_replicas} "
+                         f"(each attention replica pairs with one FFN replica)")
+    try:
+        f_gpu = get_gpu(f_role.gpu or a_role.gpu or spec.engine.gpu)
+    except ValueError as exc:
+        raise ValueError(f"ffn role: {exc}") from None
+    if f_ep > 1 and not model.is_moe:
+        raise ValueError(f"ffn role: --ffn-ep {f_ep} needs an MoE model; {model.name} is dense")
+    if model.is_moe and model.num_experts % f_ep:
+        raise ValueError(f"ffn role: --ffn-ep {f_ep} must divide the {model.num_experts} experts of {model.name}")
+    if model.is_moe and model.moe_intermediate_size % f_tp:
+        raise ValueError(f"ffn role: --ffn-tp {f_tp} must divide moe_intermediate_size "
+                         f"{model.moe_intermediate_size} of {model.name}")
+    if model.num_layers > model.num_moe_layers and model.intermediate_size % (f_tp * f_ep):
+        raise ValueError(f"ffn role: --ffn-tp x --ffn-ep = {f_tp * f_ep} must divide intermediate_size "
+                         f"{model.intermediate_size} of {model.name}")
+    f_weights = _ffn_weight_bytes(model, f_tp, f_ep)
+    f_cap = f_gpu.memory_bytes * spec.engine.gpu_memory_utilization
+    if f_weights >= f_cap:
+        raise ValueError(f"ffn role: FFN/MoE weights {f_weights / 2**30:.2f} GiB per GPU do not fit "
+                         f"{f_gpu.name} x gpu_memory_utilization ({f_cap / 2**30:.2f} GiB); raise --ffn-ep or --ffn-tp")
+    ffn_side = FfnSide(f_gpu.name, f_tp, f_ep, f_replicas, f_replicas * f_tp * f_ep, f_weights)
+    engines_made: list[AfdEngine] = []
+
+    def make_engines(resolved):
+        from simulator.cuda_graph import CudaGraphConfig
+        cudagraph = CudaGraphConfig.from_vllm(resolved.max_num_seqs, resolved.max_num_batched_tokens,
+                                              enforce_eager=resolved.args.enforce_eager,
+                                              sm_version=resolved.gpu.sm_version)
+        attn = BatchEngine(model, resolved.parallel, resolved.gpu,
+                           RooflineCostModel(resolved.gpu, make_comm_backend(spec.comm_model, resolved.gpu)),
+                           cudagraph)
+        f_par = ParallelSpec(tp=1, dp=f_tp * f_ep, ep=f_ep, ffn_tp=f_tp)
+        ffn = BatchEngine(model, f_par, f_gpu, RooflineCostModel(f_gpu, make_comm_backend(spec.comm_model, f_gpu)),
+                          cudagraph, moe_router=make_moe_router(spec.moe_routing, model, f_par, spec.workload.seed)
+                          if model.is_moe else None)
+        a_gpu = resolved.gpu
+        one_node = (a_gpu.name == f_gpu.name and resolved.parallel.tp + f_tp * f_ep <= a_gpu.gpus_per_node)
+        if afd.link_bandwidth_bytes_per_s is not None:
+            bw = afd.link_bandwidth_bytes_per_s
+        elif one_node:
+            bw = a_gpu.nvlink_bw_bytes_per_s
+        else:
+            bw = min(a_gpu.network_bw_bytes_per_s, f_gpu.network_bw_bytes_per_s)
+        out = []
+        for _ in range(resolved.num_engines):
+            out.append(AfdEngine(attn, ffn, lanes=afd.lanes, attention_dp=a_dp, ffn_tp=f_tp, ffn_ep=f_ep,
+                                 link_bw_bytes_per_s=bw, link_latency_s=afd.link_latency_s))
+        engines_made.extend(out)
+        return out
+
+    attention = _compile_attention(spec, afd, loop, trace, make_engines)
+    if prefill.resolved.max_model_len != attention.resolved.max_model_len:
+        raise ValueError(f"prefill max_model_len {prefill.resolved.max_model_len} differs from attention's "
+                         f"{attention.resolved.max_model_len}; give --max-model-len")
+    specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
+    client = PDProxy(loop, specs, prefill.cluster, attention.cluster, SharedLinkTransfers(loop),
+                     build_links(prefill, attention, pdd),
+                     kv_bytes_per_token(model, prefill.resolved, attention.resolved),
+                     attention.resolved.max_model_len, spec.max_concurrency)
+    wall0 = time.perf_counter()
+    client.start()
+    loop.run()
+    sim_wall_s = time.perf_counter() - wall0
+    for rid in sorted(client.in_flight) + [s.request_id for s in client.held]:
+        client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
+    records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
+    duration_s = max((r.finish_s for r in records), default=0.0)
+    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
+                        request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
+                        model_id=spec.engine.model, num_prompts=len(specs)) if records else {}
+    summary.update(afd_summary(prefill, attention, ffn_side, engines_made, records, duration_s, afd.lanes))
+    _add_trace_columns(trace, engines_made)
+    summary["failed"] = len(client.failed)
+    summary["simulated_duration_s"] = loop.now_s
+    summary["sim_wall_s"] = sim_wall_s
+    result = SimulationResult(attention.resolved, attention.memory, records, client.failed, trace, summary,
+                              loop.now_s, sim_wall_s, loop.num_events, roles=[prefill, attention])
+    result.ffn = ffn_side       # type: ignore[attr-defined]
+    return result
+
+
+AFD_STEP_COLUMNS = ("afd_a_busy_s", "afd_f_busy_s", "afd_xfer_s", "afd_ep_wait_s", "afd_lanes")
+
+
+def _add_trace_columns(trace, engines: list[AfdEngine]) -> None:
+    """Optional steps-trace columns: A rows get their step's AFD figures, other rows None."""
+    cols = getattr(trace, "step_cols", None)
+    if not isinstance(cols, dict) or "role" not in cols or "replica_id" not in cols:
+        return
+    roles, reps = cols["role"], cols["replica_id"]
+    queues = [list(reversed(e.stats)) for e in engines]
+    if sum(1 for x in roles if x == Role.ATTENTION.value) != sum(len(q) for q in queues):
+        return          # rows and priced steps do not pair up: leave the trace as it is
+    new = {c: [] for c in AFD_STEP_COLUMNS}
+    for role, rep in zip(roles, reps):
+        st = queues[rep].pop() if role == Role.ATTENTION.value else None
+        for c, attr in zip(AFD_STEP_COLUMNS, ("a_busy_s", "f_busy_s", "xfer_s", "ep_wait_s", "lanes")):
+            new[c].append(None if st is None else getattr(st, attr))
+    cols.update(new)
+
+
+def afd_summary(prefill, attention, ffn: FfnSide, engines: list[AfdEngine], records, duration_s: float,
+                lanes: int) -> dict[str, float | int | str]:
+    """Extra summary keys of a P/A/F run: GPUs per role, A/F busy fractions, transfer and EP wait."""
+    stats = [s for e in engines for s in e.stats]
+    n_eng = max(len(engines), 1)
+    span = max(duration_s, 1e-12) * n_eng
+    a_busy = sum(s.a_busy_s for s in stats)
+    f_busy = sum(s.f_busy_s for s in stats)
+    xfer = sum(s.xfer_s for s in stats)
+    wait = sum(s.ep_wait_s for s in stats)
+    kv = np.asarray([r.kv_transfer_s for r in records] or [0.0]) * 1000
+    n_steps = max(len(stats), 1)
+    return {
+        "architecture": "afd",
+        "num_prefill_gpus": prefill.num_gpus,
+        "num_attention_gpus": attention.num_gpus,
+        "num_ffn_gpus": ffn.num_gpus,
+        "num_gpus": prefill.num_gpus + attention.num_gpus + ffn.num_gpus,
+        "ffn_gpu": ffn.gpu_name,
+        "attention_gpu": attention.resolved.gpu.name,
+        "afd_lanes": lanes,
+        "num_attention_steps": len(stats),
+        "attention_busy_fraction": a_busy / span,
+        "ffn_busy_fraction": f_busy / span,
+        "afd_transfer_s": xfer,
+        "mean_afd_transfer_ms_per_step": xfer / n_steps * 1000,
+        "ep_wait_s": wait,
+        "mean_ep_wait_ms_per_step": wait / n_steps * 1000,
+        "mean_kv_transfer_ms": float(np.mean(kv)),
+        "p99_kv_transfer_ms": float(np.percentile(kv, 99)),
+    }
