@@ -27,6 +27,9 @@ PDD_HELP = "Prefill/decode disaggregation (--architecture pdd)"
 PDD_KEYS = ("prefill_tp", "prefill_pp", "prefill_dp", "prefill_replicas", "prefill_gpu", "prefill_router",
             "decode_tp", "decode_pp", "decode_dp", "decode_replicas", "decode_gpu", "decode_router",
             "kv_transfer_bandwidth", "kv_transfer_latency_ms")
+AFD_HELP = "Attention/FFN disaggregation (--architecture afd; prefill uses --prefill-*)"
+AFD_KEYS = ("attention_tp", "attention_dp", "attention_replicas", "attention_gpu",
+            "ffn_tp", "ffn_ep", "ffn_replicas", "ffn_gpu", "afd_lanes", "afd_link_bandwidth")
 
 
 def _fail(message: str) -> None:
@@ -73,6 +76,32 @@ def _pdd_spec(values: dict[str, Any]):
     return PddSpec(layout("prefill"), layout("decode"),
                    kv_transfer_bandwidth_bytes_per_s=None if bw is None else float(bw) * 1e9,
                    kv_transfer_latency_s=DEFAULT_KV_TRANSFER_LATENCY_S if lat is None else float(lat) / 1e3)
+
+
+def _afd_spec(values: dict[str, Any]):
+    """The A/F part of the spec from the --attention-*/--ffn-*/--afd-* values; None if none given."""
+    if all(values.get(k) is None for k in AFD_KEYS):
+        return None
+    from simulator.afd import DEFAULT_AFD_LANES, AfdRole, AfdSpec
+    bw = values.get("afd_link_bandwidth")
+    lanes = values.get("afd_lanes")
+    return AfdSpec(AfdRole("attention", **{k: values.get(f"attention_{k}") for k in ("tp", "dp", "replicas", "gpu")}),
+                   AfdRole("ffn", **{k: values.get(f"ffn_{k}") for k in ("tp", "ep", "replicas", "gpu")}),
+                   lanes=DEFAULT_AFD_LANES if lanes is None else lanes,
+                   link_bandwidth_bytes_per_s=None if bw is None else float(bw) * 1e9)
+
+
+def _afd_layout(result) -> str:
+    """One line: P, A and F roles' GPUs and the per-role busy fractions."""
+    s, (prefill, attention) = result.summary, result.roles
+    f = result.ffn
+    return (f"Simulated {result.resolved.model.name} attention/FFN disaggregated on {s['num_gpus']} GPUs in total: "
+            f"prefill {prefill.num_gpus} x {prefill.resolved.gpu.name}; attention {attention.resolved.num_engines} "
+            f"engine(s) of TP{attention.resolved.parallel.tp} on {attention.num_gpus} x {attention.resolved.gpu.name}; "
+            f"ffn {f.replicas} replica(s) of TP{f.tp} x EP{f.ep} on {f.num_gpus} x {f.gpu_name}; "
+            f"{s['afd_lanes']} lane(s); busy A {s['attention_busy_fraction']:.1%} F {s['ffn_busy_fraction']:.1%}, "
+            f"A<->F transfer {s['mean_afd_transfer_ms_per_step']:.3f} ms/step, EP wait "
+            f"{s['mean_ep_wait_ms_per_step']:.3f} ms/step")
 
 
 def _pdd_layout(result) -> str:
@@ -123,6 +152,7 @@ def simulate(
     sharegpt_output_len: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
     output_dir: Optional[Path] = typer.Option(None, help="Write requests.parquet, steps.parquet and summary.json here.", rich_help_panel=OUT_HELP),
     batch_trace: Optional[Path] = typer.Option(None, help="Parquet: one row per scheduled request per step.", rich_help_panel=OUT_HELP),
+    perfetto: Optional[Path] = typer.Option(None, help="Chrome trace-event JSON of every step (and P/D KV transfers) for ui.perfetto.dev.", rich_help_panel=OUT_HELP),
     save_result: Optional[bool] = typer.Option(None, "--save-result/--no-save-result", help="Write the vllm bench serve result JSON.", rich_help_panel=OUT_HELP),
     result_dir: Optional[Path] = typer.Option(None, rich_help_panel=OUT_HELP),
     result_filename: Optional[str] = typer.Option(None, rich_help_panel=OUT_HELP),
@@ -131,7 +161,7 @@ def simulate(
     predictor_bundle: Optional[str] = typer.Option(None, help="Calibrated operator costs: a bundle path, or auto (the cached bundle for --gpu, fitted from measured vLLM tables on first use). Default: roofline.", rich_help_panel=ENGINE_HELP),
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), power_law:ALPHA (e.g. power_law:1.2) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
-    architecture: Optional[str] = typer.Option(None, help="colocated (default) or pdd (prefill/decode disaggregated, NixlConnector).", rich_help_panel=PDD_HELP),
+    architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
     prefill_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     prefill_dp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
@@ -146,6 +176,16 @@ def simulate(
     decode_router: Optional[str] = typer.Option(None, help="round_robin, least_loaded or kv_aware (most free KV blocks).", rich_help_panel=PDD_HELP),
     kv_transfer_bandwidth: Optional[float] = typer.Option(None, help="GB/s per GPU for every P->D KV transfer (default: NVLink within a node, else the NIC).", rich_help_panel=PDD_HELP),
     kv_transfer_latency_ms: Optional[float] = typer.Option(None, help="Latency floor per KV transfer (default 0.1 ms).", rich_help_panel=PDD_HELP),
+    attention_tp: Optional[int] = typer.Option(None, help="Attention role TP (default: --tensor-parallel-size).", rich_help_panel=AFD_HELP),
+    attention_dp: Optional[int] = typer.Option(None, help="Attention engines per attention replica (their tokens meet on one FFN replica).", rich_help_panel=AFD_HELP),
+    attention_replicas: Optional[int] = typer.Option(None, help="Attention replicas (default: --num-replicas), one FFN replica each.", rich_help_panel=AFD_HELP),
+    attention_gpu: Optional[str] = typer.Option(None, help="Attention role GPU type (default: --gpu).", rich_help_panel=AFD_HELP),
+    ffn_tp: Optional[int] = typer.Option(None, help="FFN role tensor parallel per EP rank (default 1).", rich_help_panel=AFD_HELP),
+    ffn_ep: Optional[int] = typer.Option(None, help="FFN role expert parallel (default 1).", rich_help_panel=AFD_HELP),
+    ffn_replicas: Optional[int] = typer.Option(None, help="FFN replicas (default and required: = attention replicas).", rich_help_panel=AFD_HELP),
+    ffn_gpu: Optional[str] = typer.Option(None, help="FFN role GPU type (default: the attention GPU).", rich_help_panel=AFD_HELP),
+    afd_lanes: Optional[int] = typer.Option(None, help="Micro-batches per attention step that ping-pong between A and F (default 2).", rich_help_panel=AFD_HELP),
+    afd_link_bandwidth: Optional[float] = typer.Option(None, help="GB/s per GPU of the A<->F activation link (default: NVLink within a node, else the NIC).", rich_help_panel=AFD_HELP),
 ) -> None:
     """Simulate a vLLM deployment serving a benchmark workload and print vllm bench serve's summary."""
     from simulator.engine_args import EngineArgs
@@ -156,9 +196,9 @@ def simulate(
 
     cli = dict(locals())
     cli.pop("config")
-    out_keys = ("output_dir", "batch_trace", "save_result", "result_dir", "result_filename", "debug",
+    out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
                 "max_concurrency", "step_jitter", "comm_model", "moe_routing", "architecture",
-                "predictor_bundle") + PDD_KEYS
+                "predictor_bundle") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
@@ -173,13 +213,16 @@ def simulate(
             comm_model=str(values.get("comm_model", "analytical")),
             moe_routing=str(values.get("moe_routing", "balanced")),
             architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
+            afd=_afd_spec(values),
             predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
         result = run_simulation(spec)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return
     r = result.resolved
-    if result.roles:
+    if result.summary.get("architecture") == "afd":
+        typer.echo(_afd_layout(result) + f", comm {spec.comm_model}, MoE routing {spec.moe_routing}")
+    elif result.roles:
         typer.echo(_pdd_layout(result) + f", comm {spec.comm_model}, MoE routing {spec.moe_routing}")
     else:
         layout = (f"{r.args.num_replicas} replica(s) of DP{r.args.data_parallel_size} in lockstep x "

@@ -21,7 +21,9 @@
   resources (A, link A→F, F, link F→A).
 
 Transfers (per lane per layer, priced on the busiest GPU): the A→F send is the EP dispatch
-(each token goes to the ranks of its top-k experts, ``min(topk, ep)`` copies; 1 without EP),
+(each token goes to the ranks of its top-k experts: ``copies`` = the expected number of
+distinct EP ranks its k experts fall on under uniform routing, ep x (1 - C(E - E/ep, k) / C(E, k));
+1 without EP),
 the F→A send the combine. A-side bytes = tokens x hidden x act bytes x copies / attention TP
 (the TP ranks split the tokens); F-side bytes = all the unit's tokens x hidden x act bytes x
 copies / EP. Time = latency + max(A side, F side) / bandwidth, bandwidth = NVLink when the
@@ -275,11 +277,17 @@ class AfdEngine:
                              sum(ep_wait) * mdl.num_moe_layers, len(lanes))
         return StepCost(tl.end_s, batch.num_tokens, padded_total, mode), stats
 
-    def _copies(self) -> int:
-        mdl = self.model
-        return min(mdl.num_experts_per_tok, self.ffn_ep) if mdl.is_moe and self.ffn_ep > 1 else 1
+    def _copies(self) -> float:
+        """EP ranks one token's activations go to: the expected number of ranks its top-k
+        distinct experts (uniform, without replacement) fall on; 1 without EP."""
+        mdl, ep = self.model, self.ffn_ep
+        if not mdl.is_moe or ep == 1:
+            return 1.0
+        e, k = mdl.num_experts, mdl.num_experts_per_tok
+        miss = math.comb(e - e // ep, k) / math.comb(e, k)     # a given rank holds none of the k
+        return ep * (1.0 - miss)
 
-    def _xfer_s(self, lane_tokens: int, copies: int) -> float:
+    def _xfer_s(self, lane_tokens: int, copies: float) -> float:
         mdl = self.model
         per_token = mdl.hidden_size * mdl.quant.activation_bytes * copies
         a_side = lane_tokens * per_token / self.attn.parallel.tp
@@ -439,9 +447,8 @@ class FfnSide:
 def run_afd(spec):
     """Simulate ``spec`` with ``--architecture afd`` to completion."""
     from frontier.gpu import get_gpu
-    from simulator.comm.backend import make_comm_backend
     from simulator.control_plane import PddSpec, build_links, compile_role, kv_bytes_per_token
-    from simulator.cost_model import RooflineCostModel
+    from simulator.predictor_cost import cost_model_stats, make_cost_model
     from simulator.events import EventLoop
     from simulator.kv_transfer import SharedLinkTransfers
     from simulator.metrics import summarize
@@ -466,6 +473,10 @@ def run_afd(spec):
     if f_replicas != a_replicas:
         raise ValueError(f"--ffn-replicas {f_replicas} must equal --attention-replicas {a_replicas} "
                          f"(each attention replica pairs with one FFN replica)")
+    try:
+        get_gpu(a_role.gpu or spec.engine.gpu)
+    except ValueError as exc:
+        raise ValueError(f"attention role: {exc}") from None
     try:
         f_gpu = get_gpu(f_role.gpu or a_role.gpu or spec.engine.gpu)
     except ValueError as exc:
@@ -494,10 +505,9 @@ def run_afd(spec):
                                               enforce_eager=resolved.args.enforce_eager,
                                               sm_version=resolved.gpu.sm_version)
         attn = BatchEngine(model, resolved.parallel, resolved.gpu,
-                           RooflineCostModel(resolved.gpu, make_comm_backend(spec.comm_model, resolved.gpu)),
-                           cudagraph)
+                           make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle), cudagraph)
         f_par = ParallelSpec(tp=1, dp=f_tp * f_ep, ep=f_ep, ffn_tp=f_tp)
-        ffn = BatchEngine(model, f_par, f_gpu, RooflineCostModel(f_gpu, make_comm_backend(spec.comm_model, f_gpu)),
+        ffn = BatchEngine(model, f_par, f_gpu, make_cost_model(f_gpu, spec.comm_model, spec.predictor_bundle),
                           cudagraph, moe_router=make_moe_router(spec.moe_routing, model, f_par, spec.workload.seed)
                           if model.is_moe else None)
         a_gpu = resolved.gpu
@@ -537,6 +547,8 @@ def run_afd(spec):
                         model_id=spec.engine.model, num_prompts=len(specs)) if records else {}
     summary.update(afd_summary(prefill, attention, ffn_side, engines_made, records, duration_s, afd.lanes))
     _add_trace_columns(trace, engines_made)
+    if engines_made:
+        summary.update(cost_model_stats(engines_made[0].attn.cost_model))
     summary["failed"] = len(client.failed)
     summary["simulated_duration_s"] = loop.now_s
     summary["sim_wall_s"] = sim_wall_s

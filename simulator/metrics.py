@@ -42,7 +42,8 @@ class RequestRecord:
     arrival_s: when the arrival schedule released the request.
     send_s: when the client sent it (== arrival_s unless max_concurrency held it back).
     first_token_s: time of the first output chunk.  finish_s: time of the last output chunk.
-    token_times_s: time of every output chunk, first included (a chunk may carry several tokens).
+    token_times_s: time of every output chunk, first included (a chunk may carry several tokens);
+        any float sequence (the simulator hands an ``array('d')``: 8 bytes a chunk at scale).
     output_len: generated tokens (usage.completion_tokens).
     prefill_replica / decode_replica / kv_transfer_s: P/D disaggregation only (-1, -1, 0 otherwise):
     the engines of each role that served the request and its KV transfer time (start to last byte).
@@ -55,12 +56,13 @@ class RequestRecord:
     finish_s: float
     prompt_len: int
     output_len: int
-    token_times_s: tuple[float, ...]
+    token_times_s: Sequence[float]
     num_preemptions: int = 0
     num_prefix_hit_tokens: int = 0
     prefill_replica: int = -1
     decode_replica: int = -1
     kv_transfer_s: float = 0.0
+    kv_transfer_start_s: float = 0.0      # P/D: when D started pulling the KV (Perfetto transfer track)
 
     def __post_init__(self) -> None:
         if not self.arrival_s <= self.send_s <= self.first_token_s <= self.finish_s:

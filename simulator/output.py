@@ -5,6 +5,8 @@
   (``vllm-{rate}qps[-concurrency{N}]-{model base name}-{YYYYmmdd-HHMMSS}.json``),
   plus ``simulated_duration_s`` and ``sim_wall_s``.
 * ``--batch-trace PATH``: Parquet, one row per scheduled request per step.
+* ``--perfetto PATH``: Chrome trace-event JSON of the steps (and P/D KV transfers), for
+  ui.perfetto.dev (``simulator.perfetto``).
 * ``--output-dir DIR``: ``requests.parquet`` (one row per request),
   ``steps.parquet`` (one row per step, with KV blocks in use over time) and
   ``summary.json`` (the same dict as the result JSON).
@@ -84,6 +86,9 @@ def write_outputs(result, values: dict[str, Any]) -> list[Path]:
         written.append(_write_json(summary, Path(values.get("result_dir") or ".") / name))
     if values.get("batch_trace") is not None:
         written.append(write_parquet(result.trace.requests_table(), values["batch_trace"]))
+    if values.get("perfetto") is not None:
+        from simulator.perfetto import write_perfetto
+        written.append(write_perfetto(result, values["perfetto"]))
     if values.get("output_dir") is not None:
         out = Path(values["output_dir"])
         written.append(write_parquet(requests_table(result), out / "requests.parquet"))

@@ -107,6 +107,7 @@ class PDProxy(BenchmarkClient):
         p_req = route.prefill_request
         return replace(record, prefill_replica=route.prefill, decode_replica=route.decode,
                        kv_transfer_s=route.transfer_end_s - route.transfer_start_s,
+                       kv_transfer_start_s=route.transfer_start_s,
                        num_preemptions=record.num_preemptions + p_req.num_preemptions,
                        num_prefix_hit_tokens=max(p_req.num_cached_tokens, 0))
 

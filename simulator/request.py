@@ -142,7 +142,8 @@ class Request:
     def append_output_token(self) -> None:
         """Append one sampled token (`OUTPUT_TOKEN_ID`) and hash any block it completes."""
         self.num_output_tokens += 1
-        self._update_block_hashes()
+        if (len(self.block_hashes) + 1) * self.block_size <= self.prompt_len + self.num_output_tokens:
+            self._update_block_hashes()     # a block just became full (cheap test first: per token)
 
     def _update_block_hashes(self) -> None:
         bs = self.block_size

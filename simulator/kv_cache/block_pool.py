@@ -15,6 +15,7 @@ A cached block hit by a new request is removed from the middle of the queue (`to
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 
 
@@ -26,8 +27,9 @@ class FreeBlockQueue:
         self._tail = num_blocks + 1
         size = num_blocks + 2
         # prev/next of a block not in the queue are -1.
-        self._prev = [i - 1 for i in range(size)]
-        self._next = [i + 1 for i in range(size)]
+        # array('l'): 8 bytes a link instead of a list slot + an int object (~10M blocks at 1k GPUs)
+        self._prev = array("l", range(-1, size - 1))
+        self._next = array("l", range(1, size + 1))
         self._prev[0] = self._head
         self._next[num_blocks - 1] = self._tail
         self._prev[self._head] = self._next[self._tail] = -1
