@@ -4,10 +4,13 @@
                                        [--profile OUT.prof]
 
 Cases (H100, roofline costs, random dataset 1024 in / 256 out, Poisson arrivals):
-* ``pdd-llama70b``: meta-llama/Llama-3.1-70B, prefill TP4 x 64 engines (256 GPUs) + decode
-  TP8 x 96 engines (768 GPUs) = 1,024 GPUs; least-loaded prefill, kv_aware decode routing.
-* ``afd-qwen3-235b``: Qwen/Qwen3-235B-A22B, prefill TP8 x 32 (256 GPUs) + attention TP4 x 96
-  (384) + FFN EP4 x 96 (384) = 1,024 GPUs (simulator/afd.py).
+* ``pdd-llama70b``: meta-llama/Llama-3.1-70B, prefill TP4 x 128 engines (512 GPUs) + decode
+  TP8 x 64 engines (512 GPUs) = 1,024 GPUs; least-loaded prefill, kv_aware decode routing.
+  (1024-token prompts make prefill the bottleneck: 64 prefill engines saturate at ~920 req/s
+  with TTFT in seconds while 96 decode engines idle at 8.6 ms TPOT, so half the GPUs prefill.)
+* ``afd-qwen3-235b``: Qwen/Qwen3-235B-A22B, prefill TP8 x 32 (256 GPUs) + attention TP4 x 64
+  (256) + FFN EP8 x 64 (512; EP4 would hold 106 GiB of experts per GPU) = 1,024 GPUs
+  (simulator/afd.py).
 
 Prints per case: requests, simulated duration, wall time of the event loop and of the whole
 run (compile + summary), CPU time of the run (wall time inflates on a busy machine), the
@@ -34,8 +37,8 @@ def pdd_llama70b(num_prompts: int, rate: float) -> SimulationSpec:
         workload=WorkloadSpec(num_prompts=num_prompts, request_rate=rate, dataset_name="random",
                               random_input_len=1024, random_output_len=256, random_range_ratio=0.5),
         architecture="pdd",
-        pdd=PddSpec(prefill=RoleLayout("prefill", tp=4, replicas=64, router="least_loaded"),
-                    decode=RoleLayout("decode", tp=8, replicas=96, router="kv_aware")))
+        pdd=PddSpec(prefill=RoleLayout("prefill", tp=4, replicas=128, router="least_loaded"),
+                    decode=RoleLayout("decode", tp=8, replicas=64, router="kv_aware")))
 
 
 def afd_qwen3_235b(num_prompts: int, rate: float) -> SimulationSpec:
@@ -46,7 +49,7 @@ def afd_qwen3_235b(num_prompts: int, rate: float) -> SimulationSpec:
                               random_input_len=1024, random_output_len=256, random_range_ratio=0.5),
         architecture="afd",
         pdd=PddSpec(prefill=RoleLayout("prefill", tp=8, replicas=32, router="least_loaded")),
-        afd=AfdSpec(attention=AfdRole("attention", tp=4, replicas=96), ffn=AfdRole("ffn", ep=4, replicas=96)))
+        afd=AfdSpec(attention=AfdRole("attention", tp=4, replicas=64), ffn=AfdRole("ffn", ep=8, replicas=64)))
 
 
 CASES = {"pdd": ("pdd-llama70b", pdd_llama70b, 1000.0), "afd": ("afd-qwen3-235b", afd_qwen3_235b, 1000.0)}

@@ -50,9 +50,10 @@ Usage::
         [--systems h100_sxm,h200_sxm] [--step-jitter 0.05] [--both-jitter] [--range-ratio R]
         [--progress] [--json] [--out FILE] [--plan-only] [--rescore FILE]
 
-TODO(calibration): once ``SimulationSpec``/``frontier simulate`` accept a calibrated predictor
-bundle, add ``--predictor-bundle PATH`` here and pass it through in ``simulate_row``; nothing else
-needs to change (the roofline cost model is used today, ``run_simulation`` hard-wires it).
+Cost model: ``--predictor-bundle none`` (default, the roofline model), ``auto`` (the cached
+calibrated bundle of each row's GPU, fitted on first use: ``calibration.auto_bundle``) or a bundle
+path (used for every row; rows of another GPU then fail with the simulator's mismatch error).
+``--comm-model analytical|calibrated`` passes through to ``SimulationSpec.comm_model``.
 """
 
 from __future__ import annotations
@@ -273,8 +274,21 @@ def _engine_args(dep: Deployment) -> Any:
                       enable_expert_parallel=dep.enable_expert_parallel, max_model_len=max_len)
 
 
+def resolve_bundles(value: str | None, gpus: set[str]) -> dict[str, str | None]:
+    """``--predictor-bundle`` -> bundle path per GPU name (None = roofline)."""
+    if value is None or value == "none":
+        return {g: None for g in gpus}
+    if value != "auto":
+        if not Path(value).is_file():
+            raise SystemExit(f"--predictor-bundle {value!r} is not a file; give a bundle path, auto or none")
+        return {g: value for g in gpus}
+    from calibration.auto_bundle import ensure_bundle
+    return {g: str(ensure_bundle(g, log=lambda m: print(m, file=sys.stderr))) for g in sorted(gpus)}
+
+
 def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
-                 range_ratio: float = 0.0) -> dict[str, Any]:
+                 range_ratio: float = 0.0, predictor_bundle: str | None = None,
+                 comm_model: str = "analytical") -> dict[str, Any]:
     """Simulate one deployment; mean TTFT / TPOT in ms as vllm bench serve reports them.
 
     ``ttft_ms``/``tpot_ms``: means over every request (what the benchmark reports).
@@ -290,7 +304,8 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
     t0 = time.perf_counter()
     try:
         res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
-                                            max_concurrency=dep.concurrency, step_jitter=step_jitter))
+                                            max_concurrency=dep.concurrency, step_jitter=step_jitter,
+                                            predictor_bundle=predictor_bundle, comm_model=comm_model))
     except ValueError as exc:
         return {"error": str(exc), "wall_s": time.perf_counter() - t0}
     recs = res.records
@@ -300,6 +315,7 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
     steady = sorted(recs, key=lambda r: (r.send_s, r.request_id))[dep.concurrency:]
     ttft_s, tpot_s = _means(steady) if steady else (float("nan"), float("nan"))
     return {"ttft_ms": ttft, "tpot_ms": tpot, "ttft_ms_steady": ttft_s, "tpot_ms_steady": tpot_s,
+            "cost_model": res.summary.get("cost_model", "roofline"),
             "completed": len(recs), "failed": len(res.failed),
             "preemptions": sum(r.num_preemptions for r in recs),
             "num_gpu_blocks": res.memory.num_gpu_blocks, "wall_s": time.perf_counter() - t0}
@@ -350,11 +366,12 @@ def score(dep: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _work(item: tuple[Deployment, tuple[float, ...], float]) -> dict[str, Any]:
-    dep, jitters, range_ratio = item
+def _work(item: tuple[Deployment, tuple[float, ...], float, str | None, str]) -> dict[str, Any]:
+    dep, jitters, range_ratio, bundle, comm_model = item
     out: dict[str, Any] = {"deployment": asdict(dep)}
     for j in jitters:
-        out[f"jitter={j:g}"] = score(out["deployment"], simulate_row(dep, j, range_ratio=range_ratio))
+        out[f"jitter={j:g}"] = score(out["deployment"], simulate_row(
+            dep, j, range_ratio=range_ratio, predictor_bundle=bundle, comm_model=comm_model))
     return out
 
 
@@ -507,7 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan-only", action="store_true", help="map rows and print the plan, simulate nothing")
     ap.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON report here")
-    # TODO(calibration): --predictor-bundle PATH -> pass to SimulationSpec once it exists.
+    ap.add_argument("--predictor-bundle", default=None,
+                    help="none (roofline, default), auto (cached bundle per GPU) or a bundle path")
+    ap.add_argument("--comm-model", default="analytical", choices=("analytical", "calibrated"))
     args = ap.parse_args(argv)
 
     if args.rescore:
@@ -534,8 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         report = {"deployments": [asdict(d) for d in deps], "skipped": [asdict(s) for s in skips]}
         print(json.dumps(report, indent=1))
         return 0
+    bundles = resolve_bundles(args.predictor_bundle, {d.gpu for d in deps})  # fits once per GPU if needed
     t0 = time.perf_counter()
-    items = [(d, jitters, args.range_ratio) for d in deps]
+    items = [(d, jitters, args.range_ratio, bundles[d.gpu], args.comm_model) for d in deps]
     # Longest rows first, so the pool does not end on one long straggler; progress to stderr.
     order = sorted(range(len(items)), key=lambda i: -items[i][0].num_prompts * items[i][0].osl)
     done: dict[int, dict[str, Any]] = {}
@@ -561,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     aic = load_aic(args.aic_csv)
     totals = summarize_results(results, aic, jitters)
     report = {"source": str(args.csv), "selected_rows": len(rows), "wall_s": wall, "jobs": args.jobs,
-              "cost_model": "roofline", "workload_policy": {
+              "cost_model": {"predictor_bundle": bundles, "comm_model": args.comm_model}, "workload_policy": {
                   "prompts_per_slot": PROMPTS_PER_SLOT, "min_prompts": MIN_PROMPTS,
                   "max_output_tokens": MAX_OUTPUT_TOKENS, "request_rate": "inf", "range_ratio": args.range_ratio},
               "totals": totals, "rows": results, "skipped": [asdict(s) for s in skips]}

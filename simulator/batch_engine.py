@@ -59,6 +59,9 @@ BF16 = 2.0
 VOCAB_PADDING = 64            # vLLM DEFAULT_VOCAB_PADDING_SIZE
 SAMPLER_FP32_PASSES = 3       # logits -> fp32, softmax/probs, sample: ~3 passes over rows x vocab fp32
 MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
+# ... and a bound on the requests its BatchShape keys hold: decode shapes (context lengths grow
+# every step) almost never repeat, and 200k keys of ~100 requests each held GBs at 1k GPUs.
+MAX_CACHE_REQS = 400_000
 _QUANT_COMPUTE = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}   # mxfp4 / int4_wo: weight-only, bf16 math
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "all_to_all")
 
@@ -133,6 +136,7 @@ class BatchEngine:
         self._pp_link = self._intra_link if in_node else "network"
         self._ab = model.quant.activation_bytes
         self._step_cache: dict[BatchShape, StepCost] = {}
+        self._cache_reqs = 0          # requests in the step memo's keys (MAX_CACHE_REQS)
         self._stage_cache: dict[BatchShape, tuple[float, ...]] = {}
         self._dense_cache: dict[tuple[int, str], float] = {}
         self._head_cache: dict[int, float] = {}
@@ -157,9 +161,12 @@ class BatchEngine:
                     + self._attention_time_s(batch, attn_timing)
                     + self._head_time_s(num_reqs))
         cost = StepCost(duration, num_tokens, padded, mode)
-        if len(self._step_cache) >= MAX_CACHE_ENTRIES:
+        if len(self._step_cache) >= MAX_CACHE_ENTRIES or self._cache_reqs >= MAX_CACHE_REQS:
             self._step_cache.clear()
+            self._stage_cache.clear()
+            self._cache_reqs = 0
         self._step_cache[batch] = cost
+        self._cache_reqs += num_reqs
         return cost
 
     def stage_times_s(self, batch: BatchShape) -> tuple[float, ...]:

@@ -18,6 +18,7 @@ a successful request (failed = 0).  The output dict has the keys of the ``--save
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -76,7 +77,7 @@ class RequestRecord:
                 f"request {self.request_id!r}: {len(times)} token_times_s for output_len={self.output_len}; "
                 "need 1..output_len"
             )
-        if times[0] != self.first_token_s or times[-1] != self.finish_s or any(b < a for a, b in zip(times, times[1:])):
+        if times[0] != self.first_token_s or times[-1] != self.finish_s or any(map(operator.gt, times, times[1:])):
             raise ValueError(
                 f"request {self.request_id!r}: token_times_s must rise from first_token_s={self.first_token_s} "
                 f"to finish_s={self.finish_s}"

@@ -229,7 +229,7 @@ class Scheduler:
             if self._decode_stagger and self._step_id < r.next_decode_eligible_step:
                 i += 1  # V2+PP+async: pp steps between the same request's decodes
                 continue
-            n = r.num_tokens + r.num_output_placeholders - r.num_computed_tokens
+            n = r.prompt_len + r.num_output_tokens + r.num_output_placeholders - r.num_computed_tokens
             if 0 < thr < n:
                 n = thr
             n = min(n, st.token_budget, max_len - r.num_computed_tokens - 1)
@@ -402,7 +402,8 @@ class Scheduler:
             r = requests[rid]
             r.num_computed_tokens += n
             r.num_in_flight_tokens += n
-            r.is_prefill_chunk = r.num_computed_tokens < r.num_tokens + r.num_output_placeholders
+            r.is_prefill_chunk = (r.num_computed_tokens
+                                  < r.prompt_len + r.num_output_tokens + r.num_output_placeholders)
             samples.append(not r.is_prefill_chunk)
             if is_async and not r.is_prefill_chunk:
                 r.num_output_placeholders += 1
@@ -452,7 +453,7 @@ class Scheduler:
             had_placeholders = r.num_output_placeholders > 0
             status_before = r.status
             r.append_output_token()
-            stopped = r.num_tokens >= max_len or r.num_output_tokens >= r.max_tokens
+            stopped = r.prompt_len + r.num_output_tokens >= max_len or r.num_output_tokens >= r.max_tokens
             if stopped:
                 r.status = RequestStatus.FINISHED_LENGTH_CAPPED
             if not stale and r.num_output_placeholders > 0:

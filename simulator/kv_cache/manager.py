@@ -22,6 +22,9 @@ from simulator.kv_cache.block_pool import BlockPool
 from simulator.request import Request, RequestStatus
 
 
+_ADMIT_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -189,18 +192,26 @@ class KVCacheManager:
         self, request: Request, blocks: list[int], num_new_tokens: int, lookahead: int, has_scheduled_reqs: bool
     ) -> list[int] | None:
         """Fast path of `allocate_slots` for a request that already holds blocks (same result)."""
+        # Runs once per running request per step: written out without helper calls.
         bs, max_len = self.block_size, self.max_model_len
-        num_main = min(request.num_computed_tokens, max_len) + num_new_tokens
-        num_new = cdiv(min(num_main + lookahead, max_len), bs) - len(blocks)
+        c = request.num_computed_tokens
+        num_main = (c if c < max_len else max_len) + num_new_tokens
+        need = num_main + lookahead
+        num_new = -(-(need if need < max_len else max_len) // bs) - len(blocks)
         watermark = 0
-        if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+        if has_scheduled_reqs and request.status in _ADMIT_STATUSES:
             watermark = self.watermark_blocks
-        if max(num_new, 0) + watermark > self.pool.num_free_blocks:
-            return None
-        new_blocks = self.pool.get_new_blocks(num_new) if num_new > 0 else []
-        blocks.extend(new_blocks)
+        if num_new > 0 or watermark:        # else 0 > free blocks: never refused
+            if max(num_new, 0) + watermark > self.pool.num_free_blocks:
+                return None
+        if num_new > 0:
+            new_blocks = self.pool.get_new_blocks(num_new)
+            blocks.extend(new_blocks)
+        else:
+            new_blocks = []
         if self.enable_caching:
-            num_full = min(num_main, request.num_tokens, len(request.block_hashes) * bs) // bs
+            num_full = min(num_main, request.prompt_len + request.num_output_tokens,
+                           len(request.block_hashes) * bs) // bs
             if num_full > self.num_cached_block.get(request.request_id, 0):
                 self.cache_blocks(request, num_full * bs)
         return new_blocks

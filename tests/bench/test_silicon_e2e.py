@@ -141,3 +141,13 @@ def test_bench_estimator_reweights_first_wave() -> None:
                 "tpot_ms_steady": float("nan")}
     e2e.score(dep, one_wave)
     assert one_wave["ttft_ms_bench"] == 300.0 and one_wave["ttft_ape_steady"] is None
+
+
+def test_predictor_bundle_option(tmp_path: Path) -> None:
+    assert e2e.resolve_bundles(None, {"H100", "H200"}) == {"H100": None, "H200": None}
+    assert e2e.resolve_bundles("none", {"H100"}) == {"H100": None}
+    f = tmp_path / "b.joblib"
+    f.write_bytes(b"x")
+    assert e2e.resolve_bundles(str(f), {"H200"}) == {"H200": str(f)}
+    with pytest.raises(SystemExit):
+        e2e.resolve_bundles(str(tmp_path / "missing.joblib"), {"H100"})

@@ -134,3 +134,21 @@ def test_pp2_overlap_nearly_doubles_throughput_over_the_serial_sum():
     end_serial = max(t[-1] for t in serial.values())
     assert sum(map(len, piped.values())) == sum(map(len, serial.values())) == 3200
     assert 1.9 < end_serial / end_piped <= 2.0
+
+
+def test_pp2_simulation_overlaps_steps_and_pp1_does_not():
+    from simulator.engine_args import EngineArgs
+    from simulator.simulation import SimulationSpec, run_simulation
+    from simulator.workload import WorkloadSpec
+
+    def overlaps(pp):
+        spec = SimulationSpec(engine=EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100", max_model_len=4096,
+                                                pipeline_parallel_size=pp),
+                              workload=WorkloadSpec(num_prompts=40, random_input_len=200, random_output_len=20))
+        result = run_simulation(spec)
+        assert result.summary["completed"] == 40
+        cols = result.trace.step_cols
+        return sum(b < a for a, b in zip(cols["end_s"], cols["start_s"][1:]))
+
+    assert overlaps(1) == 0
+    assert overlaps(2) > 10
