@@ -210,7 +210,7 @@ def summarize(
         "input_lens": [r.prompt_len for r in records],
         "output_lens": [r.output_len for r in records],
         "ttfts": ttfts,
-        "itls": [g.tolist() for g in gaps] if detailed else None,
+        "itls": None,                   # filled last (below): the largest value at scale
         "latencies": e2els,
         "start_times": [r.send_s for r in records],
         "queue_times": queue_times,
@@ -234,7 +234,13 @@ def summarize(
         result[f"std_{name}_ms"] = std
         for p, value in pcts:
             result[f"p{_p_word(p)}_{name}_ms"] = value
-    if not detailed:
+    del series, pooled_itls             # free the pooled ITLs before the per-request lists exist
+    if detailed:
+        itls = result["itls"] = []
+        for i, g in enumerate(gaps):        # drop each gap array once it is a list
+            itls.append(g.tolist())
+            gaps[i] = None
+    else:
         for key in DETAILED_KEYS:
             result.pop(key)
     return result

@@ -105,7 +105,9 @@ class BlockPool:
 
     `cached` maps a block hash to the blocks holding it, in insertion order; a lookup returns the
     first (vLLM `BlockHashToBlockMap.get_one_block`). Duplicates arise when two requests fill
-    identical blocks at the same time; block tables stay append-only, so both are kept.
+    identical blocks at the same time; block tables stay append-only, so both are kept. As vLLM's
+    map does, it stores a lone holder as the bare block id and only duplicates as a dict
+    {block: block} (a dict per hash cost ~200 bytes a full block: GBs at 1k GPUs).
     """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
@@ -115,7 +117,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.ref_cnt = [0] * num_gpu_blocks
         self.block_hash: list[int | None] = [None] * num_gpu_blocks
-        self.cached: dict[int, dict[int, int]] = {}
+        self.cached: dict[int, int | dict[int, int]] = {}
         self.free_queue = FreeBlockQueue(num_gpu_blocks)
         self.null_block = self.free_queue.popleft_n(1)[0]
 
@@ -129,6 +131,8 @@ class BlockPool:
 
     def get_cached_block(self, block_hash: int) -> int | None:
         blocks = self.cached.get(block_hash)
+        if blocks is None or type(blocks) is int:
+            return blocks
         return next(iter(blocks)) if blocks else None
 
     def get_new_blocks(self, n: int) -> list[int]:
@@ -175,12 +179,21 @@ class BlockPool:
             return
         assert self.block_hash[block] is None, f"block {block} already has another hash"
         self.block_hash[block] = block_hash
-        self.cached.setdefault(block_hash, {})[block] = block
+        holders = self.cached.get(block_hash)
+        if holders is None:
+            self.cached[block_hash] = block
+        elif type(holders) is int:
+            self.cached[block_hash] = {holders: holders, block: block}
+        else:
+            holders[block] = block
 
     def _evict(self, block: int) -> None:
         h = self.block_hash[block]
         holders = self.cached.get(h)
-        if holders is not None:
+        if type(holders) is int:
+            if holders == block:
+                del self.cached[h]
+        elif holders is not None:
             holders.pop(block, None)
             if not holders:
                 del self.cached[h]
