@@ -21,23 +21,14 @@ import numpy as np
 import pandas as pd
 
 from calibration import features as F
-from calibration.predictors.base import FamilyPredictor, forest
+from calibration.predictors.base import FamilyPredictor
 
 
 class AttentionPredictor(FamilyPredictor):
     family = "attention"
     kernels_per_op = 2   # KV-cache write + attention kernel
 
-    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 3, max_features: float = 1.0,
-                 max_samples: float | None = 0.5, seed: int = 0, kind: str = "et", target: str = "ratio"):
-        if target not in ("log", "ratio"):
-            raise ValueError(f"target={target!r}; valid: log, ratio")
-        self.target = target
-        self.params = dict(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
-                           max_features=max_features, max_samples=max_samples, seed=seed, kind=kind)
-
-    def make_model(self, n_rows: int):
-        return forest(**self.params)(n_rows)
+    defaults = {"target": "ratio"}
 
     def submodel_keys(self, canon: F.Canon) -> np.ndarray:
         mla = np.asarray(canon["is_mla"], dtype=bool)

@@ -38,15 +38,32 @@ GRID = 64.0                         # memo grid: 1/64 in log2 feature space
 _RANGE_TOL = 1e-6
 
 
+FOREST_DEFAULTS = dict(n_estimators=16, min_samples_leaf=3, max_features=1.0, max_samples=0.5, seed=0,
+                       kind="et", target="log")
+
+
 class FamilyPredictor:
-    """Per-family regressor set. Subclasses set `family`, `kernels_per_op`, `make_model`."""
+    """Per-family regressor set. Subclasses set `family`, `kernels_per_op` and `defaults`."""
 
     family: str = ""
     kernels_per_op: int = 1
     target: str = "log"   # "log": log(latency_s); "ratio": log(latency_s / features.reference_s)
+    defaults: dict = {}   # a family's own forest parameters and target (overrides FOREST_DEFAULTS)
 
-    def make_model(self, n_rows: int):  # pragma: no cover - overridden
-        raise NotImplementedError
+    def __init__(self, **overrides) -> None:
+        params = {**FOREST_DEFAULTS, **self.defaults, **overrides}
+        unknown = sorted(set(params) - set(FOREST_DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown {self.family} predictor parameter(s) {unknown}; "
+                             f"valid: {', '.join(FOREST_DEFAULTS)}")
+        target = params.pop("target")
+        if target not in ("log", "ratio"):
+            raise ValueError(f"target={target!r}; valid: log, ratio")
+        self.target = target
+        self.params = params
+
+    def make_model(self, n_rows: int):
+        return forest(**self.params)(n_rows)
 
     def submodel_keys(self, canon: F.Canon) -> np.ndarray:
         return np.asarray([str(v) for v in canon[F.SUBMODEL_KEY[self.family]]], dtype=object)

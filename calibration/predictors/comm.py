@@ -7,23 +7,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from calibration.predictors.base import FamilyPredictor, forest
+from calibration.predictors.base import FamilyPredictor
 
 
 class CommPredictor(FamilyPredictor):
     family = "comm"
     kernels_per_op = 1
 
-    def __init__(self, n_estimators: int = 32, min_samples_leaf: int = 1, max_features: float = 1.0,
-                 max_samples: float | None = None, seed: int = 0, kind: str = "rf", target: str = "ratio"):
-        if target not in ("log", "ratio"):
-            raise ValueError(f"target={target!r}; valid: log, ratio")
-        self.target = target
-        self.params = dict(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
-                           max_features=max_features, max_samples=max_samples, seed=seed, kind=kind)
-
-    def make_model(self, n_rows: int):
-        return forest(**self.params)(n_rows)
+    defaults = {"n_estimators": 32, "min_samples_leaf": 1, "max_samples": None, "kind": "rf", "target": "ratio"}
 
     def select_rows(self, df: pd.DataFrame) -> pd.DataFrame:
         ar = df["op_name"] == "all_reduce"

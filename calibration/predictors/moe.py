@@ -5,20 +5,11 @@ load statistics (max and std of tokens per local expert, skew = max / mean)."""
 
 from __future__ import annotations
 
-from calibration.predictors.base import FamilyPredictor, forest
+from calibration.predictors.base import FamilyPredictor
 
 
 class MoePredictor(FamilyPredictor):
     family = "moe"
     kernels_per_op = 5   # router top-k, align/sort, gate_up, activation, down (+reduce)
 
-    def __init__(self, n_estimators: int = 16, min_samples_leaf: int = 2, max_features: float = 1.0,
-                 max_samples: float | None = None, seed: int = 0, kind: str = "et", target: str = "ratio"):
-        if target not in ("log", "ratio"):
-            raise ValueError(f"target={target!r}; valid: log, ratio")
-        self.target = target
-        self.params = dict(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
-                           max_features=max_features, max_samples=max_samples, seed=seed, kind=kind)
-
-    def make_model(self, n_rows: int):
-        return forest(**self.params)(n_rows)
+    defaults = {"min_samples_leaf": 2, "max_samples": None, "target": "ratio"}
