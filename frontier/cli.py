@@ -9,7 +9,6 @@ Errors in user input are printed as one line and exit with status 2.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import fields
 from pathlib import Path

@@ -49,7 +49,6 @@ Approximations (stated):
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -451,10 +450,9 @@ def run_afd(spec):
     from simulator.predictor_cost import cost_model_stats, make_cost_model
     from simulator.events import EventLoop
     from simulator.kv_transfer import SharedLinkTransfers
-    from simulator.metrics import summarize
     from simulator.moe_routing import make_router as make_moe_router
     from simulator.pd_proxy import PDProxy, _engine_factory
-    from simulator.simulation import SimulationResult, resolve_engine
+    from simulator.simulation import SimulationResult, run_client
     from simulator.trace import BatchTrace
     from simulator.workload import generate_requests
 
@@ -534,24 +532,12 @@ def run_afd(spec):
                      build_links(prefill, attention, pdd),
                      kv_bytes_per_token(model, prefill.resolved, attention.resolved),
                      attention.resolved.max_model_len, spec.max_concurrency)
-    wall0 = time.perf_counter()
-    client.start()
-    loop.run()
-    sim_wall_s = time.perf_counter() - wall0
-    for rid in sorted(client.in_flight) + [s.request_id for s in client.held]:
-        client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
-    records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
+    records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     duration_s = max((r.finish_s for r in records), default=0.0)
-    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
-                        request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
-                        model_id=spec.engine.model, num_prompts=len(specs)) if records else {}
     summary.update(afd_summary(prefill, attention, ffn_side, engines_made, records, duration_s, afd.lanes))
     _add_trace_columns(trace, engines_made)
     if engines_made:
         summary.update(cost_model_stats(engines_made[0].attn.cost_model))
-    summary["failed"] = len(client.failed)
-    summary["simulated_duration_s"] = loop.now_s
-    summary["sim_wall_s"] = sim_wall_s
     result = SimulationResult(attention.resolved, attention.memory, records, client.failed, trace, summary,
                               loop.now_s, sim_wall_s, loop.num_events, roles=[prefill, attention])
     result.ffn = ffn_side       # type: ignore[attr-defined]

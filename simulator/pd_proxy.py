@@ -20,7 +20,6 @@ finished read (the request is ready for the first schedule() after the last byte
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -34,12 +33,12 @@ from simulator.batch_engine import BatchEngine
 from simulator.engine_args import ResolvedEngine
 from simulator.events import EventLoop
 from simulator.kv_transfer import Link, SharedLinkTransfers, TransferModel
-from simulator.metrics import RequestRecord, summarize
+from simulator.metrics import RequestRecord
 from simulator.moe_routing import make_router as make_moe_router
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler_config import UpdateResult
-from simulator.simulation import BenchmarkClient, SimulationResult, SimulationSpec, _InFlight
+from simulator.simulation import BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, run_client
 from simulator.trace import BatchTrace
 from simulator.workload import generate_requests
 
@@ -142,21 +141,8 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, decode, pdd), kv_bytes_per_token(model, prefill.resolved, decode.resolved),
                      decode.resolved.max_model_len, spec.max_concurrency)
-    wall0 = time.perf_counter()
-    client.start()
-    loop.run()
-    sim_wall_s = time.perf_counter() - wall0
-    for rid in sorted(client.in_flight) + [s.request_id for s in client.held]:
-        client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
-    records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
-    duration_s = max((r.finish_s for r in records), default=0.0)
-    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
-                        request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
-                        model_id=spec.engine.model, num_prompts=len(specs)) if records else {}
+    records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(pdd_summary(roles, records))
-    summary["failed"] = len(client.failed)
-    summary["simulated_duration_s"] = loop.now_s
-    summary["sim_wall_s"] = sim_wall_s
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,
                             loop.now_s, sim_wall_s, loop.num_events, roles=roles)
 

@@ -176,6 +176,32 @@ class BenchmarkClient:
             num_prefix_hit_tokens=max(req.num_cached_tokens, 0))
 
 
+def run_client(loop: EventLoop, client, spec: SimulationSpec,
+               num_prompts: int) -> tuple[list[RequestRecord], dict[str, Any], float]:
+    """Run the event loop until every request finished or can never run, and summarize.
+
+    Requests still held or in flight at the end could never be scheduled (their prompt
+    does not fit the KV cache); they are counted as failed, never dropped. Returns the
+    records in send order, the summary (vllm bench serve keys, plus ``failed``,
+    ``simulated_duration_s`` and ``sim_wall_s``) and the wall time of the loop.
+    """
+    wall0 = time.perf_counter()
+    client.start()
+    loop.run()
+    sim_wall_s = time.perf_counter() - wall0
+    for rid in sorted(client.in_flight) + [s.request_id for s in client.held]:
+        client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
+    records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
+    duration_s = max((r.finish_s for r in records), default=0.0)
+    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
+                        request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
+                        model_id=spec.engine.model, num_prompts=num_prompts) if records else {}
+    summary["failed"] = len(client.failed)
+    summary["simulated_duration_s"] = loop.now_s
+    summary["sim_wall_s"] = sim_wall_s
+    return records, summary, sim_wall_s
+
+
 def build_memory(resolved: ResolvedEngine) -> MemoryBudget:
     """The KV budget of one engine rank, vLLM's formula."""
     args = resolved.args
@@ -249,21 +275,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
                       resolved.num_gpus // len(replicas))
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
-    wall0 = time.perf_counter()
-    client.start()
-    loop.run()
-    sim_wall_s = time.perf_counter() - wall0
-    stuck = sorted(client.in_flight) + [s.request_id for s in client.held]
-    for rid in stuck:
-        client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
-    records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
-    duration_s = max((r.finish_s for r in records), default=0.0)
-    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
-                        request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
-                        model_id=args.model, num_prompts=len(specs)) if records else {}
-    summary["failed"] = len(client.failed)
-    summary["simulated_duration_s"] = loop.now_s
-    summary["sim_wall_s"] = sim_wall_s
+    records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,
                             loop.now_s, sim_wall_s, loop.num_events)
