@@ -32,7 +32,9 @@ def test_sampling_stops_at_max_reps_or_budget():
 def test_kernel_mode_on_cpu_is_the_lower_envelope():
     delays = iter([0.0] + [0.004, 0.0, 0.004, 0.004, 0.004] * 2)  # warm-up, then 10 samples: 2 fast
     t = time_kernel(lambda: time.sleep(next(delays)), CPU, TimingConfig(warmup_s=0, budget_s=100, min_reps=10, max_reps=10))
-    assert t.num_samples == 2 and t.median_s < 0.002
+    # every slow sample sleeps >= 4 ms, so the two fastest (the no-sleep calls) stay below it even
+    # when a loaded machine delays a no-sleep call by a few ms
+    assert t.num_samples == 2 and t.median_s < 0.004
 
 
 @pytest.mark.parametrize("kwargs", [dict(budget_s=0), dict(warmup_s=-1), dict(min_reps=0), dict(min_reps=5, max_reps=2)])
