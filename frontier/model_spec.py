@@ -182,7 +182,7 @@ class ModelSpec:
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
-    "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text", "minimax_m2",
 )
 _CATALOGUE_PACKAGES = (("frontier", "catalogue/models"), ("aiconfigurator_core", "model_configs"))
 

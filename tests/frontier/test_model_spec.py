@@ -204,3 +204,14 @@ def test_missing_required_field_is_value_error():
     del cfg["vocab_size"]
     with pytest.raises(ValueError, match=r"lacks required field\(s\) \['vocab_size'\]"):
         model_spec_from_config(cfg, "x")
+
+
+def test_minimax_m2_5_is_a_mixtral_style_fp8_block_moe():
+    m = load_model_spec("MiniMaxAI/MiniMax-M2.5")
+    assert (m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size, m.intermediate_size) == (256, 8, 1536, 0)
+    assert m.quant.method == "fp8_block" and m.num_dense_layers == 0
+    # KV: 62 layers x (K+V) x 8 kv heads x 128 x 2 B (bf16 cache) = 253,952 B; TP4 holds 2 heads
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 62 * 2 * 8 * 128 * 2 == 253952
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec(tp=4)) == 253952 // 4
+    # ~229e9 params in fp8 (128x128 block scales) + bf16 embeddings, LM head, norms, router
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 230023160832
