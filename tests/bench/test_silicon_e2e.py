@@ -73,8 +73,9 @@ def test_attention_dp_concurrency_is_per_worker(rows: dict[str, dict[str, str]])
     r = rows["2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_8192x1024_c32_tp4_ep4_1322"]
     assert "silicon_concurrency=32" in r["silicon_data_source"] and float(r["batch_size"]) == 8
     m = e2e.map_row(r)
-    assert isinstance(m, e2e.Skip) and "minimax_m2" in m.reason  # model_type not supported yet
-    # Same layout on a supported MoE model: total concurrency = batch_size * attention_dp.
+    assert isinstance(m, e2e.Deployment)
+    assert (m.tp, m.dp, m.enable_expert_parallel, m.concurrency) == (4, 4, True, 32)
+    # Same layout on another MoE model: total concurrency = batch_size * attention_dp.
     dep = e2e.map_row(_row(tp_size="4", attention_dp_size="4", moe_tp_size="1", moe_ep_size="16", batch_size="8"))
     assert isinstance(dep, e2e.Deployment)
     assert (dep.tp, dep.dp, dep.enable_expert_parallel, dep.concurrency) == (4, 4, True, 32)
@@ -85,7 +86,7 @@ def test_attention_dp_concurrency_is_per_worker(rows: dict[str, dict[str, str]])
     (dict(tp_size="4", moe_tp_size="2", moe_ep_size="2"), "mixed MoE TPxEP grid"),
     (dict(precision="fp4"), "checkpoint quantization disagrees"),
     (dict(precision="int4"), "checkpoint quantization disagrees"),
-    (dict(model_path="MiniMaxAI/MiniMax-M2.5"), "model_type 'minimax_m2' not supported"),
+    (dict(model_path="MiniMaxAI/MiniMax-M3"), "model_type 'minimax_m3' not supported"),
     (dict(model_path="nobody/NoSuchModel-1B"), "model not in the catalogue"),
     (dict(system="b200_sxm"), "system not mapped"),
 ])
