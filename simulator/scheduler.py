@@ -264,6 +264,15 @@ class Scheduler:
             st.add(r, n, r.num_computed_tokens)
             i += 1
 
+    def _admission_tokens(self, r: Request, computed: int, thr: int, budget: int) -> int | None:
+        """Tokens a waiting request gets at admission; None when it must wait (no chunking)."""
+        n = r.num_tokens - computed
+        if 0 < thr < n:
+            n = thr
+        if not self.config.enable_chunked_prefill and n > budget:
+            return None
+        return min(n, budget)
+
     def _schedule_waiting(self, st: _StepState, thr: int) -> None:
         cfg, kv, running, waiting = self.config, self.kv, self.running, self.waiting
         skipped: deque[Request] = deque()
@@ -275,12 +284,9 @@ class Scheduler:
                 skipped.appendleft(waiting.pop_request())  # in-flight output of a preempted step
                 continue
             hit_blocks, hit = kv.get_computed_blocks(r)
-            n = r.num_tokens - hit
-            if 0 < thr < n:
-                n = thr
-            if not cfg.enable_chunked_prefill and n > st.token_budget:
+            n = self._admission_tokens(r, hit, thr, st.token_budget)
+            if n is None:
                 break
-            n = min(n, st.token_budget)
             blocks = kv.allocate_slots(
                 r, n, hit, hit_blocks, full_sequence_must_fit=True, has_scheduled_reqs=bool(running)
             )
@@ -344,12 +350,9 @@ class Scheduler:
             if load_async:
                 n = 0                       # loading remote KV: no forward work this step
             else:
-                n = r.num_tokens - computed
-                if 0 < thr < n:
-                    n = thr
-                if not cfg.enable_chunked_prefill and n > st.token_budget:
+                n = self._admission_tokens(r, computed, thr, st.token_budget)
+                if n is None:
                     break
-                n = min(n, st.token_budget)
             blocks = kv.allocate_slots(
                 r, n, hit, hit_blocks, full_sequence_must_fit=True, has_scheduled_reqs=bool(running),
                 num_external_computed_tokens=ext, delay_cache_blocks=load_async,
