@@ -394,7 +394,6 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     from simulator.kv_cache.manager import KVCacheManager
     from simulator.replica import Replica
     from simulator.scheduler import Scheduler
-    from simulator.scheduler_config import SchedulerConfig
     from simulator.simulation import resolve_engine
 
     main, role = spec.engine, afd.attention
@@ -412,12 +411,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
         raise ValueError(
             f"attention role: the KV cache holds {usable_tokens} tokens, fewer than one prompt of "
             f"--max-model-len {resolved.max_model_len}: lower --max-model-len or raise --attention-tp")
-    sched_config = SchedulerConfig(
-        max_num_seqs=resolved.max_num_seqs, max_num_batched_tokens=resolved.max_num_batched_tokens,
-        max_model_len=resolved.max_model_len,
-        long_prefill_token_threshold=args.long_prefill_token_threshold,
-        policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
-        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching, debug=spec.debug)
+    sched_config = resolved.scheduler_config(debug=spec.debug)   # pp is 1: AFD refuses PP
     engines = make_engines(resolved)
     replicas = []
     for i, engine in enumerate(engines):

@@ -45,7 +45,6 @@ from simulator.kv_transfer import Link
 from simulator.memory import MemoryBudget
 from simulator.replica import Replica
 from simulator.scheduler import Scheduler
-from simulator.scheduler_config import SchedulerConfig
 from simulator.trace import BatchTrace
 
 ARCHITECTURES = ("colocated", "pdd")
@@ -156,13 +155,7 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
             f"--max-model-len {resolved.max_model_len}: lower --max-model-len or give the role more "
             f"memory ({role_flag}-tp, {role_flag}-gpu, --gpu-memory-utilization)")
     engine = make_engine(resolved)
-    sched_config = SchedulerConfig(
-        max_num_seqs=resolved.max_num_seqs, max_num_batched_tokens=resolved.max_num_batched_tokens,
-        max_model_len=resolved.max_model_len,
-        long_prefill_token_threshold=args.long_prefill_token_threshold,
-        policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
-        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching, debug=debug,
-        pipeline_parallel_size=resolved.parallel.pp)
+    sched_config = resolved.scheduler_config(debug=debug)
     kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)
     replicas = []
     for i in range(resolved.num_engines):       # dense DP ranks are independent engines

@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from frontier.gpu import GpuSpec
 from frontier.model_spec import ModelSpec
 from frontier.parallel import ParallelSpec
+from simulator.scheduler_config import SchedulerConfig
 
 GiB = 1 << 30
 
@@ -128,6 +129,16 @@ class ResolvedEngine:
     max_num_batched_tokens: int
     max_model_len: int
     block_size: int
+
+    def scheduler_config(self, debug: bool = False) -> SchedulerConfig:
+        """The scheduler knobs of one engine, as vLLM derives them from these arguments."""
+        a = self.args
+        return SchedulerConfig(
+            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len, long_prefill_token_threshold=a.long_prefill_token_threshold,
+            policy=a.scheduling_policy, async_scheduling=a.async_scheduling, block_size=self.block_size,
+            enable_prefix_caching=a.enable_prefix_caching, debug=debug,
+            pipeline_parallel_size=self.parallel.pp)
 
     @property
     def gpus_per_engine(self) -> int:

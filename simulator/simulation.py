@@ -39,7 +39,7 @@ from simulator.moe_routing import RoutingSpec, make_router
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
-from simulator.scheduler_config import SchedulerConfig, UpdateResult
+from simulator.scheduler_config import UpdateResult
 from simulator.trace import BatchTrace
 from simulator.workload import WorkloadSpec, generate_requests
 
@@ -245,13 +245,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
                                                            spec.workload.seed))
-    sched_config = SchedulerConfig(
-        max_num_seqs=resolved.max_num_seqs, max_num_batched_tokens=resolved.max_num_batched_tokens,
-        max_model_len=resolved.max_model_len,
-        long_prefill_token_threshold=args.long_prefill_token_threshold,
-        policy=args.scheduling_policy, async_scheduling=args.async_scheduling,
-        block_size=resolved.block_size, enable_prefix_caching=args.enable_prefix_caching,
-        debug=spec.debug, pipeline_parallel_size=resolved.parallel.pp)
+    sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
 
