@@ -13,6 +13,15 @@ depend on the GPU), memory budget, KV cache and batch engine; the GPUs of the tw
 roles may differ. The cross-role dependency is an explicit event: the KV transfer
 (``simulator.kv_transfer``) over a ``Link`` per (P engine, D engine) pair.
 
+DP inside a role: a dense role's DP ranks are independent engines (``replicas x dp``
+replicas); an MoE role with DP > 1 (``ResolvedEngine.lockstep_dp``) has ``replicas``
+replicas whose DP ranks step in lockstep (``simulator.dp_group``), exactly as the
+co-located architecture runs them: each rank is an engine with its own scheduler, KV
+cache and connector, a rank with nothing to run adds a dummy batch, the step lasts as
+long as the slowest rank, and the replica's requests go to its least-loaded rank.
+Either way engines are numbered replica-major (``replica x dp + rank``) for the links
+and the records' ``prefill_replica`` / ``decode_replica``.
+
 Placement (for the link medium): when both roles use the same GPU type, their GPUs
 are numbered in one pool, P engines first, then D engines, each engine on
 consecutive GPUs, ``gpus_per_node`` GPUs per node. A pair whose GPUs all sit in one
@@ -38,6 +47,7 @@ from typing import Callable
 from frontier.model_spec import ModelSpec
 from simulator.batch_engine import BatchEngine
 from simulator.cluster import Cluster, Role
+from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.events import EventLoop
 from simulator.kv_cache.manager import KVCacheManager
@@ -143,10 +153,6 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
         resolved = resolve_engine(args)
     except ValueError as exc:
         raise ValueError(f"{layout.name} role: {exc}") from None
-    if resolved.lockstep_dp:
-        raise ValueError(
-            f"{layout.name} role: an MoE model with DP {args.data_parallel_size} steps its DP ranks "
-            f"in lockstep, which --architecture pdd does not support yet; use {role_flag}-replicas")
     memory = build_memory(resolved)
     usable_tokens = (memory.num_gpu_blocks - 1) * resolved.block_size
     if usable_tokens < resolved.max_model_len and args.num_gpu_blocks_override is None:
@@ -157,28 +163,40 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     engine = make_engine(resolved)
     sched_config = resolved.scheduler_config(debug=debug)
     kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)
-    replicas = []
-    for i in range(resolved.num_engines):       # dense DP ranks are independent engines
+
+    def new_scheduler() -> Scheduler:
         kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
                             enable_prefix_caching=args.enable_prefix_caching)
-        replicas.append(Replica(i, loop, Scheduler(sched_config, kv, kv_role=kv_role), engine, trace,
-                                on_update=lambda *a: None, async_scheduling=args.async_scheduling,
-                                step_jitter=step_jitter, jitter_seed=seed, role=role.value))
-    cluster = Cluster(role, replicas, layout.router or main.router, resolved.gpus_per_engine)
+        return Scheduler(sched_config, kv, kv_role=kv_role)
+
+    dp = args.data_parallel_size
+    if resolved.lockstep_dp:        # MoE: the DP ranks of a replica step together
+        scheds: list[Scheduler | LockstepRanks] = [LockstepRanks([new_scheduler() for _ in range(dp)])
+                                                   for _ in range(args.num_replicas)]
+    else:                           # dense: every DP rank is an independent engine
+        scheds = [new_scheduler() for _ in range(resolved.num_engines)]
+    replicas = [Replica(i, loop, s, engine, trace, on_update=lambda *a: None,
+                        async_scheduling=args.async_scheduling, step_jitter=step_jitter,
+                        jitter_seed=seed, role=role.value) for i, s in enumerate(scheds)]
+    cluster = Cluster(role, replicas, layout.router or main.router, resolved.num_gpus // len(replicas))
     return CompiledRole(layout, resolved, memory, cluster)
 
 
 def build_links(prefill: CompiledRole, decode: CompiledRole, spec: PddSpec) -> list[list[Link]]:
-    """``links[p][d]``: the path from P engine p to D engine d (module docstring: placement)."""
+    """``links[p][d]``: the path from P engine p to D engine d (module docstring: placement).
+
+    Engines are numbered replica-major: engine ``replica x dp + rank`` (a dense role's
+    replicas are its engines, dp 1 each).
+    """
     p_res, d_res = prefill.resolved, decode.resolved
     gp, gd = p_res.gpus_per_engine, d_res.gpus_per_engine
-    n_p = len(prefill.cluster.replicas)
+    n_p, n_d = p_res.num_engines, d_res.num_engines
     same_type = p_res.gpu.name == d_res.gpu.name
     per_node = p_res.gpu.gpus_per_node
     links: list[list[Link]] = []
     for p in range(n_p):
         row = []
-        for d in range(len(decode.cluster.replicas)):
+        for d in range(n_d):
             gpus = list(range(p * gp, (p + 1) * gp)) + list(range(n_p * gp + d * gd, n_p * gp + (d + 1) * gd))
             one_node = same_type and len({g // per_node for g in gpus}) == 1
             if spec.kv_transfer_bandwidth_bytes_per_s is not None:

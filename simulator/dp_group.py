@@ -14,6 +14,15 @@ dummy batch, i.e. ``None``) and processes every rank's output when the step
 ends. New requests go to the rank with the fewest unfinished requests
 (waiting + running), ties rotating, as vLLM's DP load balancer scores them.
 Dense models do not use this: their DP ranks are independent engines.
+
+Inside a P/D role (``--architecture pdd``, AFD's prefill role) every rank is a
+scheduler with the role's KV connector. A decode rank whose only requests wait
+for their remote KV schedules no tokens, so it runs a dummy batch in the group's
+step (it does not make the group busy); the proxy finds a request's rank with
+``rank_of`` to pick the P->D link and to report the finished read to that rank.
+Not modelled (as for a single engine, ``simulator.pd_proxy``): when no rank has
+tokens vLLM keeps the wave alive with dummy forwards until the pull lands; here
+the group idles and the finished pull wakes it.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ class LockstepOutput:
 
     outputs: tuple[SchedulerOutput | None, ...]
     total_num_scheduled_tokens: int
+    remote_kv_request_ids: tuple[str, ...] = ()   # P/D consumer ranks: admitted for a KV pull
 
 
 class _Rank:
@@ -55,8 +65,20 @@ class LockstepRanks:
         self._balance = [_Rank(s) for s in schedulers]
         self._router = LeastLoadedRouter(len(schedulers))
 
-    def add_request(self, spec: RequestSpec) -> Request:
-        return self.ranks[self._router.pick(self._balance)].add_request(spec)
+    def add_request(self, spec: RequestSpec, **kv_params: bool) -> Request:
+        """Queue ``spec`` on the least-loaded rank; ``kv_params``: P/D flags of ``Scheduler.add_request``."""
+        return self.ranks[self._router.pick(self._balance)].add_request(spec, **kv_params)
+
+    def rank_of(self, request_id: str) -> int:
+        """The rank holding unfinished ``request_id`` (P/D: which link and scheduler it uses)."""
+        for i, s in enumerate(self.ranks):
+            if request_id in s.requests:
+                return i
+        raise ValueError(f"request {request_id!r} is not unfinished on any DP rank")
+
+    def num_free_kv_blocks(self) -> int:
+        """Free KV blocks summed over the ranks (the P/D ``kv_aware`` router's load)."""
+        return sum(s.kv.num_free_blocks for s in self.ranks)
 
     def has_requests(self) -> bool:
         return any(s.has_requests() for s in self.ranks)
@@ -74,7 +96,8 @@ class LockstepRanks:
 
     def schedule(self) -> LockstepOutput:
         outs = tuple(s.schedule() if s.has_requests() else None for s in self.ranks)
-        return LockstepOutput(outs, sum(o.total_num_scheduled_tokens for o in outs if o is not None))
+        remote = tuple(rid for o in outs if o is not None for rid in o.remote_kv_request_ids)
+        return LockstepOutput(outs, sum(o.total_num_scheduled_tokens for o in outs if o is not None), remote)
 
     def update_from_output(self, out: LockstepOutput) -> UpdateResult:
         tokens: list[str] = []

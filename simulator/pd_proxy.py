@@ -16,6 +16,10 @@ TTFT is D's first token. Not modelled: the proxy's HTTP hops (P's response and t
 request are instantaneous), P's block lease timeout (blocks are held until the read,
 however long D takes to admit), and the step granularity at which a D worker reports a
 finished read (the request is ready for the first schedule() after the last byte).
+
+MoE roles with DP > 1 (``simulator.dp_group``): the routers pick a replica, the replica's
+least-loaded DP rank takes the request (vLLM's DP load balancer), and the route records
+that engine (``replica x dp + rank``): its link, and the rank told about the finished read.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from simulator.control_plane import (CompiledRole, PddSpec, build_links, compile
 from simulator.predictor_cost import make_cost_model
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.batch_engine import BatchEngine
+from simulator.dp_group import LockstepRanks
 from simulator.engine_args import ResolvedEngine
 from simulator.events import EventLoop
 from simulator.kv_transfer import Link, SharedLinkTransfers, TransferModel
@@ -37,14 +42,33 @@ from simulator.metrics import RequestRecord
 from simulator.moe_routing import make_router as make_moe_router
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
+from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
 from simulator.simulation import BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, run_client
 from simulator.trace import BatchTrace
 from simulator.workload import generate_requests
 
 
+def _num_ranks(cluster: Cluster) -> int:
+    """DP ranks per replica: a lockstep group's size, 1 for an engine of its own."""
+    sched = cluster.replicas[0].scheduler
+    return len(sched.ranks) if isinstance(sched, LockstepRanks) else 1
+
+
+def _rank_of(replica: Replica, request_id: str) -> int:
+    sched = replica.scheduler
+    return sched.rank_of(request_id) if isinstance(sched, LockstepRanks) else 0
+
+
+def _rank_scheduler(replica: Replica, rank: int) -> Scheduler:
+    sched = replica.scheduler
+    return sched.ranks[rank] if isinstance(sched, LockstepRanks) else sched
+
+
 @dataclass(slots=True)
 class _Route:
+    """Engines of one request (``replica x dp + rank``, as ``control_plane.build_links`` numbers them)."""
+
     prefill: int
     prefill_request: Request
     decode: int = -1
@@ -62,6 +86,7 @@ class PDProxy(BenchmarkClient):
         self.prefill, self.decode = prefill, decode
         self.transfers, self.links, self.bytes_per_token = transfers, links, bytes_per_token
         self.routes: dict[str, _Route] = {}
+        self._p_dp, self._d_dp = _num_ranks(prefill), _num_ranks(decode)
         for replica in prefill.replicas:
             replica.on_update = self._on_prefill_update
         for replica in decode.replicas:
@@ -69,22 +94,25 @@ class PDProxy(BenchmarkClient):
 
     def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
         p = self.prefill.router.pick(self.prefill.replicas)
-        req = self.prefill.replicas[p].add_request(replace(spec, output_len=1), remote_decode=True)
-        self.routes[spec.request_id] = _Route(p, req)
+        replica = self.prefill.replicas[p]
+        req = replica.add_request(replace(spec, output_len=1), remote_decode=True)
+        self.routes[spec.request_id] = _Route(p * self._p_dp + _rank_of(replica, spec.request_id), req)
 
     def _on_prefill_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
         for rid in result.finished_request_ids:      # P's token is discarded; send to D
             route = self.routes[rid]
-            route.decode = self.decode.router.pick(self.decode.replicas)
+            d = self.decode.router.pick(self.decode.replicas)
+            replica = self.decode.replicas[d]
             state = self.in_flight[rid]
-            state.request = self.decode.replicas[route.decode].add_request(state.spec, remote_prefill=True)
+            state.request = replica.add_request(state.spec, remote_prefill=True)
+            route.decode = d * self._d_dp + _rank_of(replica, rid)
 
     def _on_remote_kv(self, replica: Replica, request_ids: tuple[str, ...]) -> None:
         """D admitted these requests with blocks for their prompt: start pulling their KV."""
         now = self.loop.now_s
         for rid in request_ids:
             route = self.routes[rid]
-            r = replica.scheduler.requests[rid]
+            r = self.in_flight[rid].request
             tokens = r.num_computed_tokens - max(r.num_cached_tokens, 0)   # D's local hit is not pulled
             route.transfer_start_s = now
             self.transfers.start(rid, self.links[route.prefill][route.decode],
@@ -93,11 +121,13 @@ class PDProxy(BenchmarkClient):
     def _on_transferred(self, rid: str) -> None:
         route = self.routes[rid]
         route.transfer_end_s = self.loop.now_s
-        d = self.decode.replicas[route.decode]
-        d.scheduler.finish_remote_kv(rid)
+        d_replica, d_rank = divmod(route.decode, self._d_dp)
+        d = self.decode.replicas[d_replica]
+        _rank_scheduler(d, d_rank).finish_remote_kv(rid)
         d.wake()
-        p = self.prefill.replicas[route.prefill]
-        p.scheduler.finish_sending_kv(rid)
+        p_replica, p_rank = divmod(route.prefill, self._p_dp)
+        p = self.prefill.replicas[p_replica]
+        _rank_scheduler(p, p_rank).finish_sending_kv(rid)
         p.wake()
 
     def _make_record(self, rid: str, state: _InFlight) -> RequestRecord:

@@ -102,6 +102,8 @@ class Replica:
             self.loop.at(self.loop.now_s, self._run, PRIO_KICK)
 
     def num_free_kv_blocks(self) -> int:
+        if isinstance(self.scheduler, LockstepRanks):
+            return self.scheduler.num_free_kv_blocks()
         return self.scheduler.kv.num_free_blocks
 
     def num_unfinished(self) -> int:
