@@ -28,13 +28,15 @@ from calibration import features as F
 TOKEN_POINT = {"linear": ("m",),
                "attention": ("op_name", "batch_size", "prefill_len_max", "decode_ctx_max"),
                "moe": ("num_tokens",),
-               "comm": ("message_bytes",)}
+               "comm": ("message_bytes",),
+               "elementwise": ("num_tokens",)}
 SHAPE_GROUP = {"linear": ("timing_mode", "dtype", "n", "k"),
                "attention": ("timing_mode", "is_mla", "kv_dtype", "num_heads", "num_kv_heads",
                              "head_dim", "window_size"),
                "moe": ("timing_mode", "moe_dtype", "hidden_size", "inter_size", "topk",
                        "num_experts", "moe_tp_size", "moe_ep_size"),
-               "comm": ("timing_mode", "op_name", "num_gpus", "link", "framework")}
+               "comm": ("timing_mode", "op_name", "num_gpus", "link", "framework"),
+               "elementwise": ("timing_mode", "op_name", "dtype", "hidden_size")}
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def evaluate_family(df: pd.DataFrame, family: str, holdout_fraction: float = 0.2
     return err, pred
 
 
-FAMILY_ORDER = ("linear", "attention", "moe", "comm")
+FAMILY_ORDER = ("linear", "attention", "moe", "comm", "elementwise")
 
 
 def select_version(df: pd.DataFrame, family: str, framework_version: str | None) -> pd.DataFrame:

@@ -23,6 +23,12 @@ Mapping of op specs onto the schema (the rules the simulator relies on):
   num_experts = num_local_experts and inter_size = the op's (sharded) inter; routed pairs
   and the load statistics come from the op (tokens_per_expert when given).
 - CommOp: kind -> op_name, bytes -> message_bytes, group_size -> num_gpus.
+- ElementwiseOp: the name picks the profiled kernel (ELEMENTWISE_KINDS: input/post norm ->
+  fused_add_rms_norm, final/MLA norms -> rms_norm, rotary -> rotary_embedding, *_act ->
+  silu_and_mul; other names, e.g. embedding and sampler, keep their name and so have no
+  sub-model: NaN, roofline). dtype "bf16" (2-byte activations, as GemmOp compute "bf16"), and
+  hidden_size = bytes_per_token / (ELEMENTWISE_PASSES[kind] x 2): the width the profiler
+  records (e.g. (H + KV)/tp * d for RoPE, whose op carries the model's hidden size instead).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from frontier.ops import AttentionOp, CommOp, GemmOp, MoeOp
+from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
 
 Canon = dict[str, np.ndarray]
 
@@ -54,11 +60,20 @@ CANON_COLUMNS: dict[str, tuple[str, ...]] = {
             "moe_ep_size", "moe_dtype", "routed_pairs", "max_tokens_per_expert",
             "var_tokens_per_expert"),
     "comm": ("op_name", "message_bytes", "num_gpus", "link"),
+    "elementwise": ("op_name", "num_tokens", "hidden_size", "dtype"),
 }
 # The columns that name a sub-model (the kernel family changes with them).
-SUBMODEL_KEY = {"linear": "dtype", "attention": "kv_dtype", "moe": "moe_dtype", "comm": "op_name"}
+SUBMODEL_KEY = {"linear": "dtype", "attention": "kv_dtype", "moe": "moe_dtype", "comm": "op_name",
+                "elementwise": "op_name"}
 # The token axis of each family (what the token-count-only baseline regresses on).
-TOKENS = {"linear": "m", "attention": "num_tokens", "moe": "num_tokens", "comm": "message_bytes"}
+TOKENS = {"linear": "m", "attention": "num_tokens", "moe": "num_tokens", "comm": "message_bytes",
+          "elementwise": "num_tokens"}
+# Elementwise kernels: tensor passes over the [tokens, width] rows (reads + writes), and the
+# profiled kernel a simulator ElementwiseOp name stands for (names ending "_act": silu_and_mul).
+ELEMENTWISE_PASSES = {"rms_norm": 2, "fused_add_rms_norm": 4, "rotary_embedding": 2, "silu_and_mul": 3,
+                      "kv_cache_write": 2}
+ELEMENTWISE_KINDS = {"input_norm": "fused_add_rms_norm", "post_norm": "fused_add_rms_norm",
+                     "final_norm": "rms_norm", "mla_norms": "rms_norm", "rotary": "rotary_embedding"}
 
 
 def _lg(x) -> np.ndarray:
@@ -192,6 +207,10 @@ def canon_row_from_op(op) -> tuple[str, dict[str, object]]:
     if isinstance(op, CommOp):
         return "comm", {"op_name": op.kind, "message_bytes": op.bytes, "num_gpus": op.group_size,
                         "link": op.link}
+    if isinstance(op, ElementwiseOp):
+        kind = "silu_and_mul" if op.name.endswith("_act") else ELEMENTWISE_KINDS.get(op.name, op.name)
+        width = max(1, round(op.bytes_per_token / (ELEMENTWISE_PASSES.get(kind, 2) * 2.0)))
+        return "elementwise", {"op_name": kind, "num_tokens": op.tokens, "hidden_size": width, "dtype": "bf16"}
     raise ValueError(f"no learned predictor family for {type(op).__name__}; price it with the roofline")
 
 
@@ -226,12 +245,14 @@ FEATURE_NAMES: dict[str, tuple[str, ...]] = {
             "lg_pairs", "lg_max_load", "lg_std_load", "skew", "lg_active_experts", "lg_flops",
             "lg_weight_bytes", "lg_max_expert_flops"),
     "comm": ("lg_bytes", "num_gpus", "op_code", "link_code", "lg_bus_bytes"),
+    "elementwise": ("lg_tokens", "lg_width", "lg_bytes", "dtype_bytes"),
 }
 
 
 def featurize(canon: Canon, family: str) -> np.ndarray:
     """Model matrix (rows x FEATURE_NAMES[family]) of a canonical table."""
-    return {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm}[family](canon)
+    return {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm,
+            "elementwise": _elementwise}[family](canon)
 
 
 def _f(canon: Canon, name: str) -> np.ndarray:
@@ -298,6 +319,18 @@ def _comm(c: Canon) -> np.ndarray:
     return np.column_stack([_lg(nbytes), g, ops, links, _lg(bus)])
 
 
+def _elementwise_bytes(c: Canon) -> tuple[np.ndarray, np.ndarray]:
+    """(element bytes, bytes moved) of elementwise rows: passes x tokens x width x element bytes."""
+    eb = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["dtype"]])
+    passes = np.array([ELEMENTWISE_PASSES.get(str(o), 2) for o in c["op_name"]], dtype=float)
+    return eb, passes * _f(c, "num_tokens") * _f(c, "hidden_size") * eb
+
+
+def _elementwise(c: Canon) -> np.ndarray:
+    eb, nbytes = _elementwise_bytes(c)
+    return np.column_stack([_lg(c["num_tokens"]), _lg(c["hidden_size"]), _lg(nbytes), eb])
+
+
 def tokens_of(canon: Canon, family: str) -> np.ndarray:
     """The token-count axis of a family (m, tokens in the batch, tokens into MoE, message bytes)."""
     if family == "attention":
@@ -358,6 +391,8 @@ def reference_s(canon: Canon, family: str) -> np.ndarray:
         wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in canon["moe_dtype"]])
         return (6 * hid * inter * pairs / _REF_FLOPS
                 + (3 * hid * inter * active * wbytes + pairs * (2 * hid + 3 * inter) * 2) / _REF_BW + _REF_FIXED_S)
+    if family == "elementwise":
+        return _elementwise_bytes(canon)[1] / _REF_BW + _REF_FIXED_S
     nbytes, g = _f(canon, "message_bytes"), _f(canon, "num_gpus")
     ops = np.array([str(o) for o in canon["op_name"]])
     bus = np.where(ops == "all_reduce", 2 * (g - 1) / g, (g - 1) / g) * nbytes

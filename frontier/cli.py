@@ -383,7 +383,7 @@ def calibrate(
     out: Path = typer.Option(..., "--out", help="Bundle file to write (.joblib); its manifest goes beside it."),
     holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", help="Share of token points held out for the error report."),
     split_seed: int = typer.Option(0, "--split-seed", help="Seed of the held-out split."),
-    family: Optional[list[str]] = typer.Option(None, "--family", help="linear, attention, moe, comm; repeatable (default all)."),
+    family: Optional[list[str]] = typer.Option(None, "--family", help="linear, attention, moe, comm, elementwise; repeatable (default all)."),
 ) -> None:
     """Fit per-family predictors for one GPU, report held-out error and write a bundle."""
     import tempfile

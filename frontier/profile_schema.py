@@ -2,7 +2,8 @@
 ``profiler/`` (writes), ``calibration/`` importers (write) and predictors (read).
 
 One row = one timed operator call on one GPU rank (or, family "memory", one dummy memory
-run). Files form a hive partition::
+run). Families: linear (GEMMs), attention, moe, elementwise (norms, RoPE, activation, KV
+write), comm (collectives), memory. Files form a hive partition::
 
     <root>/family=<family>/gpu=<gpu>/part-<n>.parquet
 
@@ -24,9 +25,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# Adding a family leaves every existing file readable (its columns are unchanged), so it does
+# not bump the version; bundles refuse any other version, and a bump would orphan them all.
 SCHEMA_VERSION = 1
 
-FAMILIES = ("linear", "attention", "moe", "comm", "memory")
+FAMILIES = ("linear", "attention", "moe", "elementwise", "comm", "memory")
 TIMING_MODES = ("kernel", "launch")  # kernel: CUDA-graph replay / kernel-only; launch: eager, launch-inclusive
 SOURCES = ("aiconfigurator", "vidur", "frontier-profiler")
 DTYPES = ("fp32", "fp16", "bf16", "fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4",
@@ -34,6 +37,7 @@ DTYPES = ("fp32", "fp16", "bf16", "fp8", "fp8_block", "int8", "int4_wo", "nvfp4"
 _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
                   "float": "fp32", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8"}
 ATTENTION_OPS = ("context", "generation", "mixed")
+ELEMENTWISE_OPS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "kv_cache_write")
 COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 LINKS = ("nvlink", "network", "pcie")
 
@@ -91,6 +95,10 @@ FAMILY_COLUMNS: dict[str, pa.Schema] = {
         ("moe_dtype", _S), ("distribution", _S),
         ("max_tokens_per_expert", _F), ("var_tokens_per_expert", _F),
     ]),
+    # Memory-bound op over num_tokens rows of width hidden_size (per rank, elements): the
+    # norm width, (H + KV)/tp * head_dim for RoPE, I/tp (output) for silu_and_mul, and
+    # 2 * KV/tp * head_dim for the KV-cache write. See profiler/ops_elementwise.py.
+    "elementwise": pa.schema([("op_name", _S), ("num_tokens", _I), ("hidden_size", _I), ("dtype", _S)]),
     "comm": pa.schema([
         ("op_name", _S), ("message_bytes", _I), ("num_gpus", _I), ("dtype", _S), ("link", _S),
     ]),
@@ -105,6 +113,7 @@ _ENUMS: dict[str, dict[str, tuple[str, ...]]] = {
     "linear": {"dtype": DTYPES},
     "attention": {"op_name": ATTENTION_OPS, "scope": ("kernel", "module")},
     "moe": {"moe_dtype": DTYPES},
+    "elementwise": {"op_name": ELEMENTWISE_OPS, "dtype": DTYPES},
     "comm": {"op_name": COMM_OPS, "link": LINKS},
     "memory": {},
 }

@@ -1,12 +1,15 @@
 """Calibrated operator costs: a bundle's per-family predictors behind the ``CostModel`` protocol.
 
-``PredictorCostModel`` prices GEMMs (family ``linear``), attention and MoE with the
-predictors of a calibration bundle (``calibration.bundle.load_bundle``; the
-simulator only queries, it never fits). Everything the bundle cannot price goes
-to the roofline model and is counted, never silently mixed in:
+``PredictorCostModel`` prices GEMMs (family ``linear``), attention, MoE and elementwise
+ops (norms, RoPE, activation) with the predictors of a calibration bundle
+(``calibration.bundle.load_bundle``; the simulator only queries, it never fits).
+Everything the bundle cannot price goes to the roofline model and is counted, never
+silently mixed in:
 
-* ops of a family the bundle has no predictor for (elementwise ops, and
-  collectives, which the communication model in ``simulator.comm`` prices);
+* ops of a family the bundle has no predictor for (e.g. elementwise in bundles
+  imported from AIConfigurator, and collectives, which the communication model
+  in ``simulator.comm`` prices);
+* elementwise ops no profiled kernel stands for (embedding, sampler: NaN);
 * ops whose sub-model is missing (e.g. a dtype without measured rows: NaN).
 
 Queries outside the training range are priced by the predictor (trees do not
@@ -24,11 +27,11 @@ from frontier.ops import OpSpec
 from simulator.comm.backend import make_comm_backend
 from simulator.cost_model import CostModel, RooflineCostModel
 
-PREDICTED_FAMILIES = ("linear", "attention", "moe")
+PREDICTED_FAMILIES = ("linear", "attention", "moe", "elementwise")
 
 
 class PredictorCostModel:
-    """Bundle predictors for linear/attention/MoE ops; roofline (+ comm model) for the rest."""
+    """Bundle predictors for linear/attention/MoE/elementwise ops; roofline (+ comm model) for the rest."""
 
     def __init__(self, bundle, fallback: RooflineCostModel) -> None:
         self.bundle = bundle

@@ -89,3 +89,19 @@ def test_normalize_dtype():
     assert [ps.normalize_dtype(x) for x in ("bfloat16", "half", "FP8", "nvfp4")] == ["bf16", "fp16", "fp8", "nvfp4"]
     with pytest.raises(ValueError, match="unknown dtype 'int3'; valid:"):
         ps.normalize_dtype("int3")
+
+
+def test_elementwise_family_round_trip_and_enums(tmp_path):
+    """Elementwise rows are a family of their own in schema version 1: a root written before the
+    family existed (linear only) stays readable and takes elementwise parts next to it."""
+    assert ps.SCHEMA_VERSION == 1
+    ps.write_profile(pd.DataFrame([_row()]), tmp_path, "linear", "H200")
+    row = _row("elementwise", op_name="rms_norm", num_tokens=64, hidden_size=4096, dtype="bf16")
+    path = ps.write_profile(pd.DataFrame([row]), tmp_path, "elementwise", "H200")
+    assert path == tmp_path / "family=elementwise" / "gpu=H200" / "part-0.parquet"
+    back = ps.read_profiles(tmp_path, "elementwise")
+    assert back[["op_name", "num_tokens", "hidden_size", "dtype"]].values.tolist() == [["rms_norm", 64, 4096, "bf16"]]
+    assert ps.read_profiles(tmp_path, "linear")["m"].tolist() == [16]
+    with pytest.raises(ValueError, match=r"column 'op_name' has values \['layer_norm'\]; valid: rms_norm, "
+                                         r"fused_add_rms_norm, rotary_embedding, silu_and_mul, kv_cache_write"):
+        ps.write_profile(pd.DataFrame([dict(row, op_name="layer_norm")]), tmp_path, "elementwise", "H200")

@@ -1,5 +1,6 @@
 """The whole pipeline on a CPU: profile -> calibrate -> simulate, with costs from that bundle."""
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -7,6 +8,7 @@ from calibration.bundle import load_bundle
 from frontier.cli import app
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
+from frontier.ops import ElementwiseOp
 from frontier.parallel import ParallelSpec
 from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.cost_model import RooflineCostModel
@@ -26,16 +28,22 @@ runner = CliRunner()
 def test_profile_calibrate_simulate_on_cpu(dense_config, tmp_path):
     profiles, bundle = tmp_path / "profiles", tmp_path / "cpu.joblib"
     grid = tmp_path / "grid.yaml"
-    grid.write_text("linear_tokens: [1, 2, 4, 8, 16, 32, 64]\nattention_decode_ctx: [16, 64]\nchunk_size: 16\n")
-    res = runner.invoke(app, ["profile", "--model", dense_config, "-tp", "1", "--families", "linear,attention",
+    grid.write_text("linear_tokens: [1, 2, 4, 8, 16, 32, 64]\nattention_decode_ctx: [16, 64]\nchunk_size: 16\n"
+                    "elementwise_tokens: [1, 2, 4, 8, 16, 32, 64]\n")
+    res = runner.invoke(app, ["profile", "--model", dense_config, "-tp", "1",
+                              "--families", "linear,attention,elementwise",
                               "--out", str(profiles), "--grid", str(grid), "--warmup-ms", "0", "--budget-ms", "1",
                               "--dtype", "bf16"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["calibrate", "--profiles", str(profiles), "--gpu", "cpu", "--out", str(bundle),
-                              "--family", "linear", "--family", "attention"])
+                              "--family", "linear", "--family", "attention", "--family", "elementwise"])
     assert res.exit_code == 0, res.output
     loaded = load_bundle(bundle)
-    assert loaded.manifest["gpu"] == "cpu" and {"linear", "attention"} <= set(loaded.predictors)
+    assert loaded.manifest["gpu"] == "cpu" and set(loaded.predictors) == {"linear", "attention", "elementwise"}
+    # 5 kernels x 7 token counts x 2 timing modes; one sub-model per (mode, kernel, dtype)
+    assert loaded.manifest["families"]["elementwise"]["training_rows"] == 70
+    assert sorted(loaded.manifest["families"]["elementwise"]["model_choice"])[:2] == [
+        "kernel:fused_add_rms_norm:bf16", "kernel:kv_cache_write:bf16"]
 
     # simulate the tiny model with those costs (GPU rates only for ops the bundle lacks)
     model = load_model_spec(dense_config)
@@ -61,3 +69,17 @@ def test_profile_calibrate_simulate_on_cpu(dense_config, tmp_path):
         assert steps["end_s"][k] - steps["start_s"][k] == pytest.approx(engine.step_cost(batch).duration_s)
         assert engine.step_cost(batch).duration_s != pytest.approx(roofline.step_cost(batch).duration_s,
                                                                    rel=0.01)
+
+    # the engine's norms / RoPE / activation are priced by the bundle's elementwise predictor, in
+    # range (the profiled widths); embedding and sampler have no profiled kernel: roofline, counted
+    tokens = max(reqs["num_scheduled_tokens"])
+    ops = [op for op, _ in engine.layer_ops(tokens) if isinstance(op, ElementwiseOp)]
+    names = [op.name for op in ops]
+    assert names == ["embedding", "final_norm", "input_norm", "post_norm", "rotary", "mlp_act"]
+    fresh = PredictorCostModel(loaded, RooflineCostModel(get_gpu("H100")))
+    times = fresh.op_times_s(ops, "launch")
+    assert (fresh.num_predicted, fresh.num_fallback, fresh.num_out_of_range) == (5, 1, 0)
+    own, oor = loaded.predictors["elementwise"].predict_s(ops[1:], "launch", return_mask=True)
+    assert times[1:] == pytest.approx(own.tolist(), rel=1e-12) and not oor.any()
+    assert times[0] == pytest.approx(RooflineCostModel(get_gpu("H100")).op_times_s(ops[:1], "launch")[0])
+    assert np.isnan(loaded.predictors["elementwise"].predict_s(ops[:1], "launch")[0])
