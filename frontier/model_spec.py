@@ -15,9 +15,10 @@ Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank
 - Kernel padding is not modelled (e.g. vLLM's MXFP4 Marlin/TRT-LLM MoE backends round hidden up
   to 256 and the per-rank intermediate up to 128: +9% expert bytes for gpt-oss).
 - pp stages follow vLLM `get_pp_indices`; the worst (largest) stage is reported.
-- KV cache: every layer holds full pages for each token (one pool, vLLM's hybrid allocator
-  page-size unification); sliding-window layers are NOT discounted. MLA stores
-  (kv_lora_rank + qk_rope_head_dim) elements per token per layer on every TP rank.
+- KV cache: `kv_bytes_per_token_per_rank` counts every layer of the worst pp stage (the bytes
+  a token's K/V occupy if every layer keeps it). MLA stores (kv_lora_rank + qk_rope_head_dim)
+  elements per token per layer on every TP rank. How vLLM groups full and sliding-window layers
+  into block pools is in simulator/memory.py (`kv_layout`), which uses `is_sliding_layer`.
 """
 
 from __future__ import annotations
@@ -176,6 +177,16 @@ class ModelSpec:
         """KV bytes one token occupies on one rank of the worst pp stage (all its layers)."""
         layers = max(pp_partition(self.num_layers, parallel.pp))
         return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
+
+    def is_sliding_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-based) uses sliding-window attention.
+
+        The config's `layer_types` is reduced to a count; the sliding layers are taken as spread
+        evenly, first layer sliding: layer i is sliding iff ceil((i+1)*S/N) > ceil(i*S/N). Exact
+        for gpt-oss (sliding, full, sliding, ...) and for all-sliding (Mistral-style) models.
+        """
+        s, n = self.num_sliding_layers, self.num_layers
+        return _ceil_div((layer + 1) * s, n) > _ceil_div(layer * s, n)
 
 
 # ---- loading ------------------------------------------------------------------------------

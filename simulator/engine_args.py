@@ -52,6 +52,7 @@ class EngineArgs:
     block_size: int | None = None
     gpu_memory_utilization: float = 0.92
     num_gpu_blocks_override: int | None = None
+    kv_cache_memory_bytes: int | None = None  # KV bytes per GPU; skips profiling, ignores gpu_memory_utilization
     enable_prefix_caching: bool = True
     long_prefill_token_threshold: int = 0
     enforce_eager: bool = False
@@ -62,7 +63,7 @@ class EngineArgs:
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                      "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                     "block_size", "num_gpu_blocks_override"):
+                     "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes"):
             _positive(name, getattr(self, name))
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(

@@ -1,14 +1,38 @@
 """KV-cache block budget at start-up, as vLLM 0.33 computes it (engine-semantics §2.2).
 
-    requested   = ceil(total_memory * gpu_memory_utilization)     (vllm/v1/worker/utils.py request_memory)
-    non_kv      = weights + non_torch + activation_peak           (memory_profiling around profile_run)
-    available   = requested - non_kv - cuda_graph_estimate        (gpu_worker.determine_available_memory)
-    num_blocks  = available // bytes_per_block                    (kv_cache_planning; override wins)
-    logged      "GPU KV cache size: N tokens" with N = int(num_blocks / cdiv(max_model_len, block) * max_model_len)
-                (kv_cache_utils.get_kv_cache_capacity) -> num_blocks * block when block divides max_model_len
+vLLM 0.33 (vllm/v1/worker/gpu_worker.py `determine_available_memory`, vllm/utils/mem_utils.py
+`memory_profiling`, vllm/v1/core/kv_cache_planning.py `get_kv_cache_configs`,
+vllm/v1/core/kv_cache_utils.py `get_kv_cache_capacity`):
 
-Weights come from `ModelSpec.weight_bytes_per_rank` (worst pp stage). The other three
-terms are *estimates from the model* until profiled memory rows replace them:
+    requested   = ceil(total_memory * gpu_memory_utilization)      (vllm/v1/worker/utils.py request_memory)
+    non_kv      = total_consumed + transient_peak_headroom         (memory_profiling around profile_run)
+                ~ weights + non_torch + activation_peak             (our three terms)
+    graphs      = profile_cudagraph_memory()  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the default)
+    available   = requested - non_kv - graphs
+                  or exactly --kv-cache-memory-bytes when given (profiling is then skipped)
+    num_blocks  = available // bytes_per_block ; --num-gpu-blocks-override wins; min over ranks
+    logged      "GPU KV cache size: N tokens", N = int(num_blocks / blocks_per_request(L) * L)
+
+KV layout (`kv_layout`, kv_cache_planning.py `get_kv_cache_groups`): each attention layer
+reports a spec whose page is block_size * per-token-per-layer bytes (K+V heads max(1, KV//tp),
+or the MLA latent on every rank). Layers of one spec type form one group when all layers agree
+(one group of every layer: bytes_per_block = layers * page). A hybrid model (full + sliding
+window) is split by type into groups of equal size (`_get_kv_cache_groups_uniform_page_size`:
+group size = the smaller type's layer count, or the larger one's when it is < 1.5x the
+smaller); every group draws from ONE shared block pool whose block spans the largest group:
+bytes_per_block = largest group * page (gpt-oss-120b: 18 of 36 layers). With pp, each stage
+holds its layers of every group; the stage with the most bytes per block sets num_blocks.
+A request at max_model_len L takes, per group, cdiv(L, block) blocks (full attention) or
+cdiv(min(W - 1 + in_flight, L), block) + 1 (sliding window W; SlidingWindowSpec
+`max_admission_blocks_per_request`), with in_flight = max_num_batched_tokens * concurrent
+batches (pp + 1 with async scheduling on model runner V2, the GPU default; pp without).
+
+The simulator's KV manager is one pool charged cdiv(tokens, block) blocks per request: for a
+hybrid model it gets vLLM's pool (num_blocks) and is not charged the sliding group's blocks.
+
+Weights come from `ModelSpec.weight_bytes_per_rank` (worst pp stage). The other three terms are
+*estimates from the model* unless profiled memory rows replace them (`ProfiledOverheads`, fitted
+by calibration/memory_model.py and carried by a bundle):
 
 - non_torch: NCCL / cuBLAS workspaces and the custom all-reduce buffers allocated after the
   start snapshot. vLLM logs "non_torch_memory takes ~0.1 GiB" at TP1 and ~0.5-1.5 GiB with
@@ -21,17 +45,23 @@ terms are *estimates from the model* until profiled memory rows replace them:
     sampler  = T*h (last hidden) + rows*vocab*(2 bf16 logits + 4*SAMPLER_FP32_COPIES) — the
                logits are gathered to full vocab on rank 0 before sampling;
     peak     = max(forward, sampler).
-- cuda graphs (0 when eager): 0.33 (model runner V2, vllm/v1/worker/gpu/cudagraph_utils.py
-  profile_cudagraph_memory) captures all PIECEWISE graphs into a throwaway pool and extrapolates
-  FULL graphs as first + (n-1)*max(second, 1 MiB). We take: one shared pool = forward activation
-  at the largest capture size, plus CUDA_GRAPH_BYTES_PER_LAYER per captured layer for every
-  further graph (PIECEWISE and FULL counted alike).
+- cuda graphs (0 when eager): 0.33 (`profile_cudagraph_memory`, vllm/v1/worker/gpu_model_runner.py
+  and gpu/cudagraph_utils.py) captures the two largest graphs of each mode (PIECEWISE, FULL)
+  into a throwaway pool: estimate = max over modes of the first capture + sum over modes of
+  (n - 1) * max(second capture, 1 MiB). We take: first capture = forward activation at the
+  largest capture size (or the profiled graph pool at that size), plus
+  CUDA_GRAPH_BYTES_PER_LAYER per captured layer for every further graph.
+
+Older vLLM, as far as read from their source (wheels 0.10.2 and 0.11.0, see README "Memory"):
+VERSION_NOTES below.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+
 from typing import TYPE_CHECKING
 
 from simulator.cuda_graph import CudaGraphConfig
@@ -48,11 +78,113 @@ NON_TORCH_MULTI_GPU_BYTES = int(1.0 * GIB)  # + NCCL communicators and custom al
 SAMPLER_FP32_COPIES = 3                     # fp32 logits, probs, and a sorted/sampled copy
 CUDA_GRAPH_BYTES_PER_LAYER = 64 * 1024      # graph node/exec state per captured layer per size (~2 MiB / 32 layers)
 MIN_GRAPH_BYTES = MIB                       # vLLM floors the per-graph estimate at 1 MiB
+HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_groups_uniform_page_size
+
+PROFILED, ESTIMATED, MODEL, GIVEN = "profiled", "estimated", "model", "given"
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """One KV-cache group: its attention kind and its layers (0-based indices, whole model)."""
+
+    kind: str                      # "full" | "sliding"
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """How vLLM 0.33 lays one rank's KV cache out in blocks (see the module docstring)."""
+
+    block_size: int                # tokens per block
+    page_bytes: int                # one layer, one block, one rank
+    groups: tuple[KVGroup, ...]
+    bytes_per_block: int           # one block of the shared pool on the worst pp stage
+    sliding_window: int = 0
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        """Blocks one request of `max_model_len` tokens takes from the pool, all groups."""
+        if max_model_len <= 0:
+            raise ValueError(f"max_model_len must be > 0, got {max_model_len}")
+        full = -(-max_model_len // self.block_size)
+        window = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+        sliding = -(-window // self.block_size) + 1
+        return sum(full if g.kind == "full" else sliding for g in self.groups)
+
+
+def _hybrid_groups(full: list[int], sliding: list[int]) -> list[KVGroup]:
+    """Equal-size groups per kind, layers[i::n] to group i (vLLM's grouping of a hybrid model)."""
+    group_size = min(len(full), len(sliding))
+    if max(len(full), len(sliding)) < group_size * HYBRID_GROUP_SIZE_RATIO:
+        group_size = max(len(full), len(sliding))
+    groups = []
+    for kind, layers in (("full", full), ("sliding", sliding)):
+        n = -(-len(layers) // group_size)
+        groups += [KVGroup(kind, tuple(layers[i::n])) for i in range(n)]
+    return groups
+
+
+def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int) -> KVLayout:
+    """vLLM's KV groups and pool bytes per block for `model` on one rank (worst pp stage)."""
+    from frontier.model_spec import pp_partition
+
+    if block_size <= 0:
+        raise ValueError(f"block_size={block_size} must be > 0")
+    per_token = model.kv_bytes_per_token_per_layer(parallel.tp)
+    page = int(per_token * block_size)
+    if page != per_token * block_size:
+        raise ValueError(f"{model.name}: a {block_size}-token page of {per_token} bytes/token is not whole bytes")
+    kinds = ["sliding" if model.sliding_window and model.is_sliding_layer(i) else "full"
+             for i in range(model.num_layers)]
+    full = [i for i, k in enumerate(kinds) if k == "full"]
+    sliding = [i for i, k in enumerate(kinds) if k == "sliding"]
+    if full and sliding:
+        groups = _hybrid_groups(full, sliding)
+    else:
+        groups = [KVGroup("full" if full else "sliding", tuple(range(model.num_layers)))]
+    worst, start = 0, 0
+    for n in pp_partition(model.num_layers, parallel.pp):
+        stage = range(start, start + n)
+        start += n
+        worst = max(worst, max(sum(1 for i in g.layers if i in stage) for g in groups))
+    return KVLayout(block_size, page, tuple(groups), worst * page,
+                    model.sliding_window if sliding else 0)
+
+
+def max_in_flight_tokens(max_num_batched_tokens: int, pp: int, async_scheduling: bool) -> int:
+    """VllmConfig.max_in_flight_tokens with model runner V2 (the 0.33 GPU default)."""
+    return max_num_batched_tokens * (pp + 1 if async_scheduling else pp)
+
+
+@dataclass(frozen=True)
+class ProfiledOverheads:
+    """Non-KV terms fitted from profiled memory rows (calibration/memory_model.py); None = not
+    profiled, the estimate is used. Bytes; linear in tokens: intercept + per_token * tokens."""
+
+    activation_intercept_bytes: float | None = None
+    activation_bytes_per_token: float | None = None
+    non_torch_bytes: int | None = None
+    graph_intercept_bytes: float | None = None      # first capture (graph pool) at n captured tokens
+    graph_bytes_per_token: float | None = None
+
+    def activation_bytes(self, num_tokens: int) -> int | None:
+        if self.activation_bytes_per_token is None:
+            return None
+        return max(0, round(self.activation_intercept_bytes + self.activation_bytes_per_token * num_tokens))
+
+    def graph_pool_bytes(self, num_tokens: int) -> int | None:
+        if self.graph_bytes_per_token is None:
+            return None
+        return max(0, round(self.graph_intercept_bytes + self.graph_bytes_per_token * num_tokens))
 
 
 @dataclass(frozen=True)
 class MemoryBudget:
-    """Per-rank memory at start-up, in bytes; KV capacity in blocks and tokens."""
+    """Per-rank memory at start-up, in bytes; KV capacity in blocks and tokens.
+
+    `sources` names where each non-KV term came from: weights "model" (the shard formula),
+    activation / non_torch / cuda_graph "profiled" or "estimated"; all "given" terms are
+    unused when --kv-cache-memory-bytes fixes the KV memory.
+    """
 
     weights_bytes: int
     activation_bytes: int
@@ -64,16 +196,44 @@ class MemoryBudget:
     kv_cache_tokens: int
     bytes_per_block: int
     requested_bytes: int = 0
+    layout: KVLayout | None = None
+    max_in_flight_tokens: int = 0
+    sources: tuple[tuple[str, str], ...] = ()
 
     def max_concurrency(self, max_model_len: int) -> float:
-        """vLLM "Maximum concurrency for L tokens per request": blocks / cdiv(L, block_size)."""
+        """vLLM "Maximum concurrency for L tokens per request": blocks / blocks per request."""
         if max_model_len <= 0:
             raise ValueError(f"max_model_len must be > 0, got {max_model_len}")
-        return self.num_gpu_blocks / -(-max_model_len // self.block_size)
+        if self.layout is None:
+            return self.num_gpu_blocks / -(-max_model_len // self.block_size)
+        return self.num_gpu_blocks / self.layout.blocks_per_request(max_model_len, self.max_in_flight_tokens)
 
     def logged_kv_cache_tokens(self, max_model_len: int) -> int:
         """The N of vLLM's "GPU KV cache size: N tokens" (depends on max_model_len)."""
         return int(self.max_concurrency(max_model_len) * max_model_len)
+
+
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_human_int(value: str | int) -> int:
+    """vLLM's human_readable_int (vllm/utils/argparse_utils.py): "8g" = 8e9, "25.6k" = 25600,
+    "8G" = 8 * 2**30 (no decimals with a binary suffix), plain digits as they are."""
+    text = str(value).strip()
+    match = _HUMAN_INT.fullmatch(text)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            raise ValueError(f"{value!r}: decimals are not allowed with binary suffix {suffix}; "
+                             f"did you mean {number}{suffix.lower()}?")
+        return int(number) * _BINARY[suffix]
+    if not text.isdigit():
+        raise ValueError(f"{value!r} is not a byte count; use digits or a k/m/g/t (1000s) or K/M/G/T (1024s) suffix")
+    return int(text)
 
 
 def activation_peak_bytes(model: ModelSpec, parallel: ParallelSpec, num_tokens: int,
@@ -97,12 +257,19 @@ def activation_peak_bytes(model: ModelSpec, parallel: ParallelSpec, num_tokens: 
     return int(max(forward, sampler))
 
 
-def cuda_graph_bytes(model: ModelSpec, parallel: ParallelSpec, cudagraph: CudaGraphConfig) -> int:
-    """Stated model of vLLM 0.33's profile_cudagraph_memory (0 when eager)."""
+def cuda_graph_bytes(model: ModelSpec, parallel: ParallelSpec, cudagraph: CudaGraphConfig,
+                     first_capture_bytes: int | None = None) -> int:
+    """Stated model of vLLM 0.33's profile_cudagraph_memory (0 when eager).
+
+    `first_capture_bytes` replaces the estimated first capture (the graph pool at the largest
+    capture size) when it was profiled.
+    """
     if cudagraph.enforce_eager or not cudagraph.capture_sizes:
         return 0
     layers = max(1, -(-model.num_layers // parallel.pp))
-    first = activation_peak_bytes(model, parallel, cudagraph.max_capture_size, 0)
+    first = first_capture_bytes
+    if first is None:
+        first = activation_peak_bytes(model, parallel, cudagraph.max_capture_size, 0)
     per_graph = max(CUDA_GRAPH_BYTES_PER_LAYER * layers, MIN_GRAPH_BYTES)
     n_piecewise, n_full = len(cudagraph.capture_sizes), len(cudagraph.full_sizes)
     return first + per_graph * (max(n_piecewise - 1, 0) + max(n_full - 1, 0))
@@ -112,11 +279,14 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               gpu_memory_utilization: float = 0.92, block_size: int = 16,
               max_num_batched_tokens: int, max_num_seqs: int, enforce_eager: bool = False,
               num_gpu_blocks_override: int | None = None, max_model_len: int | None = None,
-              num_spec_tokens: int = 0) -> MemoryBudget:
+              num_spec_tokens: int = 0, kv_cache_memory_bytes: int | None = None,
+              async_scheduling: bool = True, profiled: ProfiledOverheads | None = None) -> MemoryBudget:
     """KV budget of one rank (all ranks use the minimum; ours are symmetric).
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
-    `max_model_len` is given. Raises ValueError when the model does not fit.
+    `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
+    memory per GPU as given, ignoring gpu_memory_utilization. Raises ValueError when the model
+    does not fit.
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")
@@ -125,33 +295,63 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
                          f"max_num_seqs={max_num_seqs} must all be > 0")
     if num_gpu_blocks_override is not None and num_gpu_blocks_override <= 0:
         raise ValueError(f"num_gpu_blocks_override={num_gpu_blocks_override} must be > 0")
+    if kv_cache_memory_bytes is not None and kv_cache_memory_bytes <= 0:
+        raise ValueError(f"kv_cache_memory_bytes={kv_cache_memory_bytes} must be > 0 bytes")
+    profiled = profiled or ProfiledOverheads()
     requested = math.ceil(gpu.memory_bytes * gpu_memory_utilization)
     weights = model.weight_bytes_per_rank(parallel)
     gib = lambda b: f"{b / GIB:.2f} GiB"  # noqa: E731
-    if weights >= requested:
+    if weights >= requested and kv_cache_memory_bytes is None:
         raise ValueError(
             f"{model.name} does not fit: weights {gib(weights)} per GPU >= requested {gib(requested)} "
             f"({gpu.name} {gib(gpu.memory_bytes)} x gpu_memory_utilization {gpu_memory_utilization}) "
             f"at tp={parallel.tp} pp={parallel.pp}; raise tp/pp or gpu_memory_utilization")
-    non_torch = NON_TORCH_TP1_BYTES if parallel.tp * parallel.dp * parallel.pp == 1 else NON_TORCH_MULTI_GPU_BYTES
-    activation = activation_peak_bytes(model, parallel, max_num_batched_tokens,
-                                       min(max_num_seqs, max_num_batched_tokens))
-    graphs = cuda_graph_bytes(model, parallel, CudaGraphConfig.from_vllm(
-        max_num_seqs, max_num_batched_tokens, enforce_eager, gpu.sm_version, num_spec_tokens))
-    available = requested - weights - non_torch - activation - graphs
-    bytes_per_block = model.kv_bytes_per_token_per_rank(parallel) * block_size
+    non_torch, non_torch_src = profiled.non_torch_bytes, PROFILED
+    if non_torch is None:
+        non_torch_src = ESTIMATED
+        non_torch = NON_TORCH_TP1_BYTES if parallel.tp * parallel.dp * parallel.pp == 1 else NON_TORCH_MULTI_GPU_BYTES
+    activation, activation_src = profiled.activation_bytes(max_num_batched_tokens), PROFILED
+    if activation is None:
+        activation_src = ESTIMATED
+        activation = activation_peak_bytes(model, parallel, max_num_batched_tokens,
+                                           min(max_num_seqs, max_num_batched_tokens))
+    cudagraph = CudaGraphConfig.from_vllm(max_num_seqs, max_num_batched_tokens, enforce_eager, gpu.sm_version,
+                                          num_spec_tokens)
+    first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
+    graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
+    graph_src = PROFILED if first is not None else ESTIMATED
+    layout = kv_layout(model, parallel, block_size)
+    bytes_per_block = layout.bytes_per_block
+    if kv_cache_memory_bytes is not None:
+        available = kv_cache_memory_bytes
+    else:
+        available = requested - weights - non_torch - activation - graphs
     if num_gpu_blocks_override is not None:
         blocks = num_gpu_blocks_override
     else:
         if available < bytes_per_block:
+            if kv_cache_memory_bytes is not None:
+                raise ValueError(f"--kv-cache-memory-bytes {kv_cache_memory_bytes} is less than one KV block "
+                                 f"({bytes_per_block} bytes) of {model.name}; give at least that")
             raise ValueError(
                 f"no memory left for KV cache on {gpu.name}: requested {gib(requested)} - weights {gib(weights)} "
                 f"- activations {gib(activation)} - non-torch {gib(non_torch)} - cuda graphs {gib(graphs)} "
                 f"= {gib(available)}; raise tp/pp or gpu_memory_utilization, or lower max_num_batched_tokens")
         blocks = available // bytes_per_block
     kv_bytes = available if num_gpu_blocks_override is None else blocks * bytes_per_block
-    tokens = blocks * block_size
-    if max_model_len is not None:   # vLLM: int(blocks / cdiv(L, block) * L)
-        tokens = int(blocks / -(-max_model_len // block_size) * max_model_len)
-    return MemoryBudget(weights, activation, non_torch, graphs, kv_bytes, blocks, block_size,
-                        tokens, bytes_per_block, requested)
+    in_flight = max_in_flight_tokens(max_num_batched_tokens, parallel.pp, async_scheduling)
+    sources = (("weights", MODEL), ("activation", activation_src), ("non_torch", non_torch_src),
+               ("cuda_graph", graph_src))
+    if kv_cache_memory_bytes is not None:
+        sources = tuple((term, src if term == "weights" else f"{src}, unused: kv_cache_memory_bytes given")
+                        for term, src in sources)
+    budget = MemoryBudget(weights, activation, non_torch, graphs, kv_bytes, blocks, block_size,
+                          blocks * block_size, bytes_per_block, requested, layout, in_flight, sources)
+    if max_model_len is not None:   # vLLM: int(blocks / blocks_per_request(L) * L)
+        budget = _with_tokens(budget, budget.logged_kv_cache_tokens(max_model_len))
+    return budget
+
+
+def _with_tokens(budget: MemoryBudget, tokens: int) -> MemoryBudget:
+    from dataclasses import replace
+    return replace(budget, kv_cache_tokens=tokens)

@@ -33,7 +33,7 @@ from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.kv_cache.manager import KVCacheManager
-from simulator.memory import MemoryBudget, kv_budget
+from simulator.memory import MemoryBudget, ProfiledOverheads, kv_budget
 from simulator.metrics import RequestRecord, summarize
 from simulator.moe_routing import RoutingSpec, make_router
 from simulator.replica import Replica
@@ -202,15 +202,16 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     return records, summary, sim_wall_s
 
 
-def build_memory(resolved: ResolvedEngine) -> MemoryBudget:
-    """The KV budget of one engine rank, vLLM's formula."""
+def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = None) -> MemoryBudget:
+    """The KV budget of one engine rank, vLLM's formula (`profiled`: fitted non-KV terms)."""
     args = resolved.args
     return kv_budget(
         resolved.model, resolved.parallel, resolved.gpu,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=resolved.block_size,
         max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
         enforce_eager=args.enforce_eager, num_gpu_blocks_override=args.num_gpu_blocks_override,
-        max_model_len=resolved.max_model_len)
+        max_model_len=resolved.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        async_scheduling=args.async_scheduling, profiled=profiled)
 
 
 def resolve_engine(args: EngineArgs) -> ResolvedEngine:
