@@ -94,9 +94,12 @@ def _afd_layout(result) -> str:
     """One line: P, A and F roles' GPUs and the per-role busy fractions."""
     s, (prefill, attention) = result.summary, result.roles
     f = result.ffn
+    n_a, n_rep = attention.resolved.num_engines, len(attention.cluster.replicas)
+    a_layout = (f"{n_rep} replica(s) of DP{n_a // n_rep} in lockstep x " if s.get("attention_lockstep")
+                else f"{n_a} engine(s) of ")
     return (f"Simulated {result.resolved.model.name} attention/FFN disaggregated on {s['num_gpus']} GPUs in total: "
-            f"prefill {prefill.num_gpus} x {prefill.resolved.gpu.name}; attention {attention.resolved.num_engines} "
-            f"engine(s) of TP{attention.resolved.parallel.tp} on {attention.num_gpus} x {attention.resolved.gpu.name}; "
+            f"prefill {prefill.num_gpus} x {prefill.resolved.gpu.name}; attention {a_layout}"
+            f"TP{attention.resolved.parallel.tp} on {attention.num_gpus} x {attention.resolved.gpu.name}; "
             f"ffn {f.replicas} replica(s) of TP{f.tp} x EP{f.ep} on {f.num_gpus} x {f.gpu_name}; "
             f"{s['afd_lanes']} lane(s); busy A {s['attention_busy_fraction']:.1%} F {s['ffn_busy_fraction']:.1%}, "
             f"A<->F transfer {s['mean_afd_transfer_ms_per_step']:.3f} ms/step, EP wait "
@@ -108,7 +111,9 @@ def _pdd_layout(result) -> str:
     parts = []
     for role in result.roles:
         r = role.resolved
-        parts.append(f"{role.layout.name} {r.num_engines} engine(s) of TP{r.parallel.tp} x PP{r.parallel.pp} "
+        layout = (f"{r.args.num_replicas} replica(s) of DP{r.args.data_parallel_size} in lockstep x "
+                  if r.lockstep_dp else f"{r.num_engines} engine(s) of ")
+        parts.append(f"{role.layout.name} {layout}TP{r.parallel.tp} x PP{r.parallel.pp} "
                      f"on {r.num_gpus} x {r.gpu.name} (KV {role.memory.num_gpu_blocks} blocks x {r.block_size} tokens)")
     total = sum(role.num_gpus for role in result.roles)
     return (f"Simulated {result.resolved.model.name} P/D disaggregated on {total} GPUs in total: "

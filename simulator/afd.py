@@ -30,9 +30,15 @@ copies / EP. Time = latency + max(A side, F side) / bandwidth, bandwidth = NVLin
 pair fits one node with one GPU type, else the slower NIC (``--afd-link-bandwidth`` wins).
 
 Approximations (stated):
-- The ``attention_dp`` engines of an A replica schedule independently; F prices a lane at
-  ``attention_dp`` x the engine's lane tokens (ranks assumed balanced and in phase, as
-  ``BatchEngine._moe_ops`` assumes for DP). F replicas are not shared across A replicas.
+- The ``attention_dp`` engines of an A replica: for an MoE model they are the DP ranks of
+  one lockstep group (``simulator.dp_group``, as co-located and PDD run MoE DP): each rank
+  has its own scheduler and KV cache, idle ranks run dummy batches, the step lasts as long
+  as the slowest rank; F prices a lane at ``attention_dp`` x the rank's padded lane tokens,
+  i.e. every rank padded to the busiest one (vLLM pads DP ranks to the largest batch under
+  CUDA graphs; eager ranks run their own counts, which this overstates). F work, EP wait and
+  the F busy fraction count once per group step (its busiest rank's). For a dense model the
+  engines schedule independently, ranks assumed balanced and in phase for F's pricing.
+  F replicas are not shared across A replicas.
 - Lane transfers in one direction are serialized (FIFO) on a dedicated A–F link per engine;
   they do not share bandwidth with P→A KV transfers (``SharedLinkTransfers``) nor with
   other A engines' activations.
@@ -57,6 +63,7 @@ from frontier.ops import ElementwiseOp, MoeOp
 from frontier.parallel import ParallelSpec
 from simulator.batch_engine import BF16, BatchEngine, BatchShape, StepCost, _QUANT_COMPUTE, _cdiv
 from simulator.cluster import Cluster, Role
+from simulator.dp_group import LockstepRanks
 
 DEFAULT_AFD_LANES = 2
 DEFAULT_AFD_LINK_LATENCY_S = 1e-5     # placeholder per activation transfer (launch + NIC/NVLink setup)
@@ -412,16 +419,23 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
             f"attention role: the KV cache holds {usable_tokens} tokens, fewer than one prompt of "
             f"--max-model-len {resolved.max_model_len}: lower --max-model-len or raise --attention-tp")
     sched_config = resolved.scheduler_config(debug=spec.debug)   # pp is 1: AFD refuses PP
-    engines = make_engines(resolved)
-    replicas = []
-    for i, engine in enumerate(engines):
+    a_dp = role.dp or 1
+    lockstep = resolved.model.is_moe and a_dp > 1   # MoE: an A replica's DP ranks step together
+    engines = make_engines(resolved, args.num_replicas // a_dp if lockstep else args.num_replicas)
+
+    def new_scheduler() -> Scheduler:
         kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
                             enable_prefix_caching=args.enable_prefix_caching)
-        replicas.append(Replica(i, loop, Scheduler(sched_config, kv, kv_role="consumer"), engine, trace,
+        return Scheduler(sched_config, kv, kv_role="consumer")
+
+    replicas = []
+    for i, engine in enumerate(engines):
+        sched = LockstepRanks([new_scheduler() for _ in range(a_dp)]) if lockstep else new_scheduler()
+        replicas.append(Replica(i, loop, sched, engine, trace,
                                 on_update=lambda *a: None, async_scheduling=args.async_scheduling,
                                 step_jitter=spec.step_jitter, jitter_seed=spec.workload.seed,
                                 role=Role.ATTENTION.value))
-    cluster = Cluster(Role.ATTENTION, replicas, main.router, resolved.gpus_per_engine)
+    cluster = Cluster(Role.ATTENTION, replicas, main.router, resolved.num_gpus // len(replicas))
     from simulator.control_plane import RoleLayout
     return CompiledRole(RoleLayout("decode", tp=args.tensor_parallel_size, replicas=args.num_replicas,
                                    gpu=args.gpu), resolved, memory, cluster)
@@ -491,7 +505,7 @@ def run_afd(spec):
     ffn_side = FfnSide(f_gpu.name, f_tp, f_ep, f_replicas, f_replicas * f_tp * f_ep, f_weights)
     engines_made: list[AfdEngine] = []
 
-    def make_engines(resolved):
+    def make_engines(resolved, count: int):
         from simulator.cuda_graph import CudaGraphConfig
         cudagraph = CudaGraphConfig.from_vllm(resolved.max_num_seqs, resolved.max_num_batched_tokens,
                                               enforce_eager=resolved.args.enforce_eager,
@@ -511,7 +525,7 @@ def run_afd(spec):
         else:
             bw = min(a_gpu.network_bw_bytes_per_s, f_gpu.network_bw_bytes_per_s)
         out = []
-        for _ in range(resolved.num_engines):
+        for _ in range(count):      # one per A replica's engine, or per lockstep group
             out.append(AfdEngine(attn, ffn, lanes=afd.lanes, attention_dp=a_dp, ffn_tp=f_tp, ffn_ep=f_ep,
                                  link_bw_bytes_per_s=bw, link_latency_s=afd.link_latency_s))
         engines_made.extend(out)
@@ -528,7 +542,8 @@ def run_afd(spec):
                      attention.resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     duration_s = max((r.finish_s for r in records), default=0.0)
-    summary.update(afd_summary(prefill, attention, ffn_side, engines_made, records, duration_s, afd.lanes))
+    summary.update(afd_summary(prefill, attention, ffn_side, engines_made, records, duration_s, afd.lanes,
+                               _group_steps(trace, engines_made)))
     _add_trace_columns(trace, engines_made)
     if engines_made:
         summary.update(cost_model_stats(engines_made[0].attn.cost_model))
@@ -558,18 +573,44 @@ def _add_trace_columns(trace, engines: list[AfdEngine]) -> None:
     cols.update(new)
 
 
+def _group_steps(trace, engines: list[AfdEngine]) -> list[list[AfdStepStats]]:
+    """The priced A steps grouped by replica step: a lockstep group prices each busy rank of a
+    step (one trace row each), an engine of its own prices one. One group per priced step when
+    the trace rows and the priced steps do not pair up."""
+    flat = [[s] for e in engines for s in e.stats]
+    cols = getattr(trace, "step_cols", None)
+    if not isinstance(cols, dict) or not {"role", "replica_id", "step"} <= set(cols):
+        return flat
+    a = Role.ATTENTION.value
+    if sum(1 for x in cols["role"] if x == a) != len(flat):
+        return flat
+    queues = [list(reversed(e.stats)) for e in engines]
+    groups: dict[tuple[int, int], list[AfdStepStats]] = {}
+    for role, rep, step in zip(cols["role"], cols["replica_id"], cols["step"]):
+        if role == a:
+            groups.setdefault((rep, step), []).append(queues[rep].pop())
+    return list(groups.values())
+
+
 def afd_summary(prefill, attention, ffn: FfnSide, engines: list[AfdEngine], records, duration_s: float,
-                lanes: int) -> dict[str, float | int | str]:
-    """Extra summary keys of a P/A/F run: GPUs per role, A/F busy fractions, transfer and EP wait."""
-    stats = [s for e in engines for s in e.stats]
-    n_eng = max(len(engines), 1)
-    span = max(duration_s, 1e-12) * n_eng
+                lanes: int, groups: list[list[AfdStepStats]] | None = None) -> dict[str, float | int | str]:
+    """Extra summary keys of a P/A/F run: GPUs per role, A/F busy fractions, transfer and EP wait.
+
+    ``groups``: the priced steps per replica step (``_group_steps``; None = one per priced
+    step). A work and A-F transfers (a link per A engine) sum over a group's ranks; F work
+    and EP wait count once per group, its busiest rank's (every rank is padded to it).
+    """
+    if groups is None:
+        groups = [[s] for e in engines for s in e.stats]
+    stats = [s for g in groups for s in g]
+    span_a = max(duration_s, 1e-12) * max(attention.resolved.num_engines, 1)
+    span_f = max(duration_s, 1e-12) * max(len(engines), 1)
     a_busy = sum(s.a_busy_s for s in stats)
-    f_busy = sum(s.f_busy_s for s in stats)
+    f_busy = sum(max(s.f_busy_s for s in g) for g in groups)
     xfer = sum(s.xfer_s for s in stats)
-    wait = sum(s.ep_wait_s for s in stats)
+    wait = sum(max(s.ep_wait_s for s in g) for g in groups)
     kv = np.asarray([r.kv_transfer_s for r in records] or [0.0]) * 1000
-    n_steps = max(len(stats), 1)
+    n_steps, n_groups = max(len(stats), 1), max(len(groups), 1)
     return {
         "architecture": "afd",
         "num_prefill_gpus": prefill.num_gpus,
@@ -579,13 +620,14 @@ def afd_summary(prefill, attention, ffn: FfnSide, engines: list[AfdEngine], reco
         "ffn_gpu": ffn.gpu_name,
         "attention_gpu": attention.resolved.gpu.name,
         "afd_lanes": lanes,
-        "num_attention_steps": len(stats),
-        "attention_busy_fraction": a_busy / span,
-        "ffn_busy_fraction": f_busy / span,
+        "attention_lockstep": isinstance(attention.cluster.replicas[0].scheduler, LockstepRanks),
+        "num_attention_steps": len(groups),
+        "attention_busy_fraction": a_busy / span_a,
+        "ffn_busy_fraction": f_busy / span_f,
         "afd_transfer_s": xfer,
         "mean_afd_transfer_ms_per_step": xfer / n_steps * 1000,
         "ep_wait_s": wait,
-        "mean_ep_wait_ms_per_step": wait / n_steps * 1000,
+        "mean_ep_wait_ms_per_step": wait / n_groups * 1000,
         "mean_kv_transfer_ms": float(np.mean(kv)),
         "p99_kv_transfer_ms": float(np.percentile(kv, 99)),
     }

@@ -42,3 +42,62 @@ def test_pdd_bad_inputs_get_one_line_errors():
         assert res.exit_code == 2, (extra, res.output)
         lines = [ln for ln in res.output.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], (extra, res.output)
+
+
+MOE = ["simulate", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H200", "--max-model-len", "4096",
+       "--enable-expert-parallel", "--num-prompts", "12", "--random-input-len", "300", "--random-output-len", "4"]
+
+
+def test_pdd_moe_roles_with_dp_run_in_lockstep(tmp_path):
+    res = runner.invoke(app, MOE + ["--architecture", "pdd", "--prefill-dp", "2", "--decode-dp", "2",
+                                    "--decode-replicas", "2", "--output-dir", str(tmp_path),
+                                    "--batch-trace", str(tmp_path / "bt.parquet")])
+    assert res.exit_code == 0, res.output
+    assert ("prefill 1 replica(s) of DP2 in lockstep x TP1 x PP1 on 2 x H200" in res.output
+            and "decode 2 replica(s) of DP2 in lockstep x TP1 x PP1 on 4 x H200" in res.output), res.output
+    assert "Successful requests:                     12" in res.output
+    reqs = pq.read_table(tmp_path / "requests.parquet").to_pydict()
+    assert set(reqs["prefill_replica"]) == {0, 1} and set(reqs["decode_replica"]) == {0, 1, 2, 3}
+    trace = pq.read_table(tmp_path / "bt.parquet").to_pydict()
+    assert {(role, rank) for role, rank in zip(trace["role"], trace["dp_rank"])} == {
+        ("P", 0), ("P", 1), ("D", 0), ("D", 1)}
+
+
+def test_issue_misconfigurations_get_one_line_errors():
+    """EP not dividing the experts, a role with no replicas, a prefill KV cache smaller than one
+    prompt, a role on an unknown GPU: each through `frontier simulate`, in every architecture."""
+    dense = BASE[:-6] + ["--num-prompts", "4", "--random-input-len", "100", "--random-output-len", "4"]
+    moe = MOE[:-6] + ["--num-prompts", "4", "--random-input-len", "100", "--random-output-len", "4"]
+    cases = [
+        (moe + ["--data-parallel-size", "3"], "ep=3 must divide num_experts=128"),
+        (moe + ["--architecture", "pdd", "--prefill-dp", "3"], "prefill role: ep=3 must divide num_experts=128"),
+        (moe + ["--architecture", "pdd", "--decode-dp", "6"], "decode role: ep=6 must divide num_experts=128"),
+        (moe + ["--architecture", "afd", "--ffn-ep", "3"], "ffn role: --ffn-ep 3 must divide the 128 experts"),
+        (moe + ["--num-replicas", "0"], "--num-replicas must be a positive integer, got 0"),
+        (moe + ["--architecture", "pdd", "--prefill-replicas", "0"], "--prefill-replicas must be a positive integer, got 0"),
+        (moe + ["--architecture", "pdd", "--decode-replicas", "0"], "--decode-replicas must be a positive integer, got 0"),
+        (moe + ["--architecture", "afd", "--attention-replicas", "0"], "--attention-replicas must be a positive integer, got 0"),
+        (moe + ["--architecture", "afd", "--ffn-replicas", "0"], "--ffn-replicas must be a positive integer, got 0"),
+        (dense + ["--architecture", "pdd", "--prefill-gpu", "L4", "--max-model-len", "131072"],
+         "prefill role: the KV cache holds 40336 tokens, fewer than one prompt of --max-model-len 131072"),
+        (dense + ["--architecture", "afd", "--prefill-gpu", "L4", "--max-model-len", "131072"],
+         "prefill role: the KV cache holds 40336 tokens"),
+        (moe + ["--architecture", "pdd", "--prefill-gpu", "X100"], "prefill role: unknown GPU 'X100'; valid: "),
+        (moe + ["--architecture", "pdd", "--decode-gpu", "X100", "--decode-dp", "2"], "decode role: unknown GPU 'X100'"),
+        (moe + ["--architecture", "afd", "--attention-gpu", "X100"], "attention role: unknown GPU 'X100'"),
+        (moe + ["--architecture", "afd", "--ffn-gpu", "X100"], "ffn role: unknown GPU 'X100'"),
+    ]
+    for args, needle in cases:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], (args, res.output)
+
+
+def test_afd_moe_attention_dp_and_prefill_dp_run_in_lockstep():
+    res = runner.invoke(app, MOE + ["--architecture", "afd", "--prefill-dp", "2", "--attention-dp", "2",
+                                    "--ffn-ep", "2"])
+    assert res.exit_code == 0, res.output
+    assert "attention 1 replica(s) of DP2 in lockstep x TP1 on 2 x H200" in res.output, res.output
+    assert "attention/FFN disaggregated on 6 GPUs in total: prefill 2 x H200" in res.output
+    assert "Successful requests:                     12" in res.output

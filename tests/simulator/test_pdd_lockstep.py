@@ -178,3 +178,36 @@ def test_afd_prefill_role_may_be_a_lockstep_group():
                      afd=AfdSpec(AfdRole("attention", dp=2), AfdRole("ffn", ep=2)))
     assert result.summary["completed"] == 24 and result.summary["num_prefill_gpus"] == 2
     assert {r.prefill_replica for r in result.records} == {0, 1}
+
+
+def test_afd_attention_dp_ranks_of_an_moe_model_step_in_lockstep():
+    from simulator.afd import AfdRole, AfdSpec
+    result = moe_pdd(PddSpec(), architecture="afd", afd=AfdSpec(AfdRole("attention", dp=2), AfdRole("ffn", ep=2)))
+    s = result.summary
+    assert s["completed"] == 24 and s["attention_lockstep"] is True and s["num_attention_gpus"] == 2
+    attention = result.roles[1]
+    assert len(attention.cluster.replicas) == 1 and len(attention.cluster.replicas[0].scheduler.ranks) == 2
+    assert {r.decode_replica for r in result.records} == {0, 1}
+    c = result.trace.steps_table().to_pydict()
+    groups: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+    for role, rep, step, start, end, f in zip(c["role"], c["replica_id"], c["step"], c["start_s"], c["end_s"],
+                                              c["afd_f_busy_s"]):
+        if role == "A":
+            groups.setdefault((rep, step), []).append((start, end, f))
+    assert all(len({(a, b) for a, b, _ in g}) == 1 for g in groups.values())     # one step per group
+    assert max(len(g) for g in groups.values()) == 2 and s["num_attention_steps"] == len(groups)
+    # F serves the group once per step (its busiest rank, every rank padded to it), not once per rank
+    duration = max(r.finish_s for r in result.records)
+    f_once = sum(max(f for *_, f in g) for g in groups.values())
+    f_per_rank = sum(f for g in groups.values() for *_, f in g)
+    assert s["ffn_busy_fraction"] == pytest.approx(f_once / duration) and f_once < f_per_rank
+
+
+def test_afd_attention_dp_of_a_dense_model_stays_independent_engines():
+    from simulator.afd import AfdRole, AfdSpec
+    result = run_simulation(SimulationSpec(
+        engine=EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100", max_model_len=4096), architecture="afd",
+        afd=AfdSpec(AfdRole("attention", dp=2)),
+        workload=WorkloadSpec(num_prompts=8, random_input_len=300, random_output_len=6)))
+    assert result.summary["completed"] == 8 and result.summary["attention_lockstep"] is False
+    assert len(result.roles[1].cluster.replicas) == 2
