@@ -7,7 +7,8 @@ Manifest keys: bundle_format, schema_version, gpu, framework, framework_version,
 {family: {features, training_rows, training_rows_sha256, submodels, launch_overhead_s,
 launch_overhead_source}}, heldout_error {family: {rows, p50, p95, mape, baseline_*}},
 split {holdout_fraction, split_seed, scheme}, libraries {sklearn, numpy, joblib, python},
-payload_sha256, payload_bytes.
+payload_sha256, payload_bytes; and "memory" (the non-KV memory terms fitted from profiled
+memory rows, calibration/memory_model.py) when such rows exist.
 
 A bundle is a pickle: loading runs code from the file. ``load_bundle`` therefore refuses
 any file whose manifest is missing, unreadable, of another schema version / bundle format,
@@ -73,8 +74,12 @@ def library_versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
-def save_bundle(path: str | Path, predictors: dict, manifest: dict) -> dict:
-    """Write payload + sidecar manifest atomically; returns the full manifest written."""
+def save_bundle(path: str | Path, predictors: dict, manifest: dict, memory: dict | None = None) -> dict:
+    """Write payload + sidecar manifest atomically; returns the full manifest written.
+
+    `memory`: the fitted memory entry (calibration.memory_model.memory_entry), stored as the
+    manifest's "memory" key when given.
+    """
     import joblib
 
     path = Path(path)
@@ -82,6 +87,8 @@ def save_bundle(path: str | Path, predictors: dict, manifest: dict) -> dict:
     tmp = path.with_name(f".{path.name}.tmp")
     joblib.dump({"predictors": predictors}, tmp, compress=3)
     full = dict(manifest)
+    if memory:
+        full["memory"] = memory
     full.update(bundle_format=BUNDLE_FORMAT, schema_version=SCHEMA_VERSION,
                 libraries=library_versions(), payload_sha256=sha256_file(tmp),
                 payload_bytes=tmp.stat().st_size)

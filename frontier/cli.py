@@ -137,6 +137,7 @@ def simulate(
     block_size: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     gpu_memory_utilization: Optional[float] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     num_gpu_blocks_override: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; ignores --gpu-memory-utilization.", rich_help_panel=ENGINE_HELP),
     enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_HELP),
     long_prefill_token_threshold: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
@@ -208,6 +209,9 @@ def simulate(
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
         if isinstance(values.get("request_rate"), str):
             values["request_rate"] = float(values["request_rate"])
+        if values.get("kv_cache_memory_bytes") is not None:
+            from simulator.memory import parse_human_int
+            values["kv_cache_memory_bytes"] = parse_human_int(values["kv_cache_memory_bytes"])
         spec = SimulationSpec(
             engine=_pick(EngineArgs, values), workload=_pick(WorkloadSpec, values),
             max_concurrency=values.get("max_concurrency"),
@@ -261,11 +265,16 @@ def memory(
     block_size: Optional[int] = typer.Option(None),
     gpu_memory_utilization: float = typer.Option(0.92),
     num_gpu_blocks_override: Optional[int] = typer.Option(None),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; skips profiling and ignores --gpu-memory-utilization."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager/--no-enforce-eager"),
+    async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="Sets the tokens in flight a sliding-window group reserves."),
+    predictor_bundle: Optional[Path] = typer.Option(None, help="Bundle whose profiled memory rows replace the estimated activation / non-torch / CUDA-graph terms."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
     """Print the KV-cache budget breakdown of one GPU rank, by vLLM 0.33's formula."""
+    from calibration.memory_model import bundle_overheads
     from simulator.engine_args import EngineArgs
+    from simulator.memory import parse_human_int
     from simulator.simulation import build_memory, resolve_engine
 
     try:
@@ -275,9 +284,12 @@ def memory(
             enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
-            num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager)
+            num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
+            async_scheduling=async_scheduling,
+            kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
-        budget = build_memory(resolved)
+        profiled = None if predictor_bundle is None else bundle_overheads(predictor_bundle, resolved.model.name, resolved.parallel)
+        budget = build_memory(resolved, profiled)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return
@@ -302,6 +314,9 @@ def memory(
         "max_concurrency": budget.max_concurrency(resolved.max_model_len),
         "max_num_seqs": resolved.max_num_seqs,
         "max_num_batched_tokens": resolved.max_num_batched_tokens,
+        "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
+        "kv_cache_groups": [[g.kind, len(g.layers)] for g in budget.layout.groups],
+        "sources": dict(budget.sources),
     }
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -310,8 +325,11 @@ def memory(
                f"per GPU, vLLM 0.33 formula:")
     for key in ("total_gib", "requested_gib", "weights_gib", "activation_gib", "non_torch_gib",
                 "cuda_graph_gib", "kv_cache_gib"):
-        typer.echo(f"  {key[:-4].replace('_', ' '):<28} {report[key]:>10.2f} GiB")
-    typer.echo(f"  {'num_gpu_blocks':<28} {report['num_gpu_blocks']:>10}")
+        source = report["sources"].get(key[:-4], "given" if key == "kv_cache_gib" and args.kv_cache_memory_bytes else "")
+        typer.echo(f"  {key[:-4].replace('_', ' '):<28} {report[key]:>10.2f} GiB" + (f"  ({source})" if source else ""))
+    typer.echo(f"  {'num_gpu_blocks':<28} {report['num_gpu_blocks']:>10}  "
+               f"({report['bytes_per_block']} bytes per block; groups "
+               f"{', '.join(f'{n} {kind}' for kind, n in report['kv_cache_groups'])} layers)")
     typer.echo(f"GPU KV cache size: {report['kv_cache_tokens']:,} tokens")
     typer.echo(f"Maximum concurrency for {report['max_model_len']:,} tokens per request: "
                f"{report['max_concurrency']:.2f}x")
@@ -499,7 +517,7 @@ def profile(
     dtype: Optional[str] = typer.Option(None, help="bf16, fp16 or fp32 (default bf16 on cuda, fp32 on cpu)."),
     gpu: Optional[str] = typer.Option(None, help="Catalogue GPU name for the gpu= partition (default: from the device name)."),
     grid: Optional[Path] = typer.Option(None, help="YAML/JSON grid file overriding the device's default shapes (keys: profiler/grid.py SweepGrid)."),
-    backend: str = typer.Option("torch", help="torch (always); flashinfer / vllm hooks when installed on CUDA."),
+    backend: str = typer.Option("torch", help="torch (always); on CUDA, if installed: vllm (its elementwise, attention and MoE kernels) or flashinfer (attention); other families run torch, and rows name the backend."),
     warmup_ms: float = typer.Option(20.0, help="Warm-up time per operator and timing mode."),
     budget_ms: float = typer.Option(100.0, help="Sampling time per operator and timing mode."),
     max_chunks: Optional[int] = typer.Option(None, help="Stop after this many new chunks (rerun to continue)."),
@@ -512,6 +530,7 @@ def profile(
     gate-up, down, LM head), attention over mixed prefill/decode batches
     on a paged KV cache, MoE experts under balanced and skewed routing,
     norms / RoPE / activation / KV write; plus a dummy-weight memory run.
+    --backend vllm / flashinfer times them with those engines' own kernels.
 
     Two timing modes per operator: kernel (CUDA-graph replay between
     device events, cold L2; on CPU the fastest 20% of calls) and launch

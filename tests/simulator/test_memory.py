@@ -94,3 +94,85 @@ def test_bad_inputs():
         budget(num_gpu_blocks_override=0)
     with pytest.raises(ValueError, match="max_model_len"):
         budget().max_concurrency(0)
+
+
+def test_one_group_of_every_layer_for_a_plain_model():
+    layout = memory.kv_layout(LLAMA_8B, ParallelSpec(pp=3), 32)       # 32 layers, pp 3 -> [11, 11, 10]
+    assert [(g.kind, len(g.layers)) for g in layout.groups] == [("full", 32)]
+    assert layout.page_bytes == 32 * 2 * 8 * 128 * 2
+    assert layout.bytes_per_block == 11 * layout.page_bytes
+    assert layout.blocks_per_request(1000, 16384) == 32                # cdiv(1000, 32)
+
+
+HYBRID = dataclasses.replace(LLAMA_8B, name="hybrid", num_layers=36, sliding_window=128, num_sliding_layers=18)
+
+
+def test_hybrid_groups_share_one_pool_sized_by_the_largest_group():
+    layout = memory.kv_layout(HYBRID, ParallelSpec(), 16)
+    assert [(g.kind, g.layers[:3], len(g.layers)) for g in layout.groups] == [
+        ("full", (1, 3, 5), 18), ("sliding", (0, 2, 4), 18)]
+    assert layout.bytes_per_block == 18 * layout.page_bytes
+    # per request: cdiv(L, 16) full blocks + cdiv(min(127 + in flight, L), 16) + 1 window blocks
+    assert layout.blocks_per_request(100_000, 16384) == 6250 + (1032 + 1)
+    assert layout.blocks_per_request(4096, 16384) == 256 + 257
+    # pp 4: stages of 9 layers hold 5 sliding + 4 full, or 4 + 5
+    assert memory.kv_layout(HYBRID, ParallelSpec(pp=4), 16).bytes_per_block == 5 * layout.page_bytes
+
+
+def test_unequal_hybrid_splits_the_larger_kind_into_groups():
+    # 10 full + 30 sliding: group size 10 -> 1 full group, 3 sliding groups of 10
+    m = dataclasses.replace(LLAMA_8B, num_layers=40, sliding_window=512, num_sliding_layers=30)
+    layout = memory.kv_layout(m, ParallelSpec(), 16)
+    assert [(g.kind, len(g.layers)) for g in layout.groups] == [("full", 10)] + [("sliding", 10)] * 3
+    assert layout.bytes_per_block == 10 * layout.page_bytes
+    # 12 full + 13 sliding: 13 < 1.5 * 12 -> one group each, padded to 13
+    m = dataclasses.replace(LLAMA_8B, num_layers=25, sliding_window=128, num_sliding_layers=13)
+    layout = memory.kv_layout(m, ParallelSpec(), 16)
+    assert [(g.kind, len(g.layers)) for g in layout.groups] == [("full", 12), ("sliding", 13)]
+    assert layout.bytes_per_block == 13 * layout.page_bytes
+
+
+def test_logged_tokens_of_a_hybrid_model_count_the_window_group():
+    b = budget(model=HYBRID, num_gpu_blocks_override=10_000, max_model_len=4096)
+    assert b.max_in_flight_tokens == 2 * 8192                          # async scheduling, pp 1
+    assert b.kv_cache_tokens == int(10_000 / (256 + 257) * 4096) == 79844
+    sync = budget(model=HYBRID, num_gpu_blocks_override=10_000, max_model_len=4096, async_scheduling=False)
+    assert sync.max_in_flight_tokens == 8192 and sync.kv_cache_tokens == int(10_000 / (256 + 257) * 4096)
+    long = budget(model=HYBRID, num_gpu_blocks_override=10_000, max_model_len=100_000, async_scheduling=False)
+    assert long.kv_cache_tokens == int(10_000 / (6250 + 521) * 100_000)   # window: cdiv(127 + 8192, 16) + 1
+
+
+def test_kv_cache_memory_bytes_replaces_the_profiled_budget():
+    b = budget(kv_cache_memory_bytes=20 * (1 << 30) + 5)
+    assert b.kv_bytes == 20 * (1 << 30) + 5
+    assert b.num_gpu_blocks == 10240 and b.kv_cache_tokens == 10240 * 16
+    assert dict(b.sources)["activation"] == "estimated, unused: kv_cache_memory_bytes given"
+    big = dataclasses.replace(LLAMA_8B, num_layers=176)      # weights alone exceed the requested memory
+    assert budget(model=big, kv_cache_memory_bytes=1 << 30).num_gpu_blocks == (1 << 30) // (176 * 2 * 16 * 8 * 128 * 2)
+    with pytest.raises(ValueError, match="kv-cache-memory-bytes 1000 is less than one KV block"):
+        budget(kv_cache_memory_bytes=1000)
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes=0 must be > 0"):
+        budget(kv_cache_memory_bytes=0)
+
+
+def test_human_readable_byte_counts_as_vllm():
+    assert [memory.parse_human_int(v) for v in ("1k", "1K", "25.6k", "8G", "8g", " 123 ")] == [
+        1000, 1024, 25600, 8 << 30, 8 * 10**9, 123]
+    with pytest.raises(ValueError, match="decimals are not allowed with binary suffix G; did you mean 2.5g"):
+        memory.parse_human_int("2.5G")
+    with pytest.raises(ValueError, match="'8GB' is not a byte count"):
+        memory.parse_human_int("8GB")
+
+
+def test_simulate_runs_on_the_given_kv_cache_memory():
+    from simulator.engine_args import EngineArgs
+    from simulator.simulation import SimulationSpec, run_simulation
+    from simulator.workload import WorkloadSpec
+
+    spec = SimulationSpec(engine=EngineArgs(max_model_len=4096, kv_cache_memory_bytes=1 << 30),
+                          workload=WorkloadSpec(num_prompts=8, random_input_len=200, random_output_len=10))
+    result = run_simulation(spec)
+    assert (result.memory.kv_bytes, result.memory.num_gpu_blocks) == (1 << 30, 512)
+    assert result.summary["completed"] == 8
+    with pytest.raises(ValueError, match="--kv-cache-memory-bytes must be a positive integer"):
+        EngineArgs(kv_cache_memory_bytes=-1)
