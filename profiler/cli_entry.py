@@ -110,7 +110,7 @@ def run_profile(args: ProfileArgs, stream: TextIO | None = None) -> sweep.SweepR
     families = [f.strip() for f in args.families.split(",")] if args.families else list(sweep.writable_families())
     sweep.check_families(families)
     check_device(args.device)
-    check_backend(args.backend, args.device)
+    check_backend(args.backend, args.device, families)
     check_out_root(Path(args.out))
     grid = SweepGrid.from_file(args.grid, args.device) if args.grid else SweepGrid.default(args.device)
     contexts = build_contexts(args)

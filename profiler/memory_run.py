@@ -103,7 +103,7 @@ def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -
     tokens = point["max_num_batched_tokens"]
     measured = _measure_cuda(ctx, tokens) if ctx.device.startswith("cuda") else _measure_cpu(ctx, tokens)
     p = ctx.parallel
-    row = common_row(ctx, FAMILY, None, backend, "dummy-weight forward (torch)")
+    row = common_row(ctx, FAMILY, None, "torch", "dummy-weight forward (torch)")  # any --backend: torch
     row.update(model=ctx.model.name, tp=p.tp, pp=p.pp, ep=p.ep, max_num_batched_tokens=tokens, **measured)
     return [row]
 

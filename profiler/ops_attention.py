@@ -11,17 +11,20 @@ is paged, vLLM-style::
 Backend "torch" (always): KV write by ``index_copy_`` into the flat cache; prefill by a
 per-request loop of ``scaled_dot_product_attention(is_causal=True)`` (varlen); decode by
 gathering the pages into a padded [B, kv_heads, S, d] tensor and one masked SDPA call (GQA
-via ``enable_gqa``). Backends "flashinfer" / "vllm" are hooks (see `backends.py`).
+via ``enable_gqa``). Backends "vllm" (reshape_and_cache_flash + vLLM's flash-attn varlen) and
+"flashinfer" (BatchPrefill/BatchDecode wrappers) run on the same `PagedBatch` (see backends.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from profiler.backends import runner_for
 from profiler.context import RankContext, common_row
 from profiler.grid import SweepGrid
 from profiler.timing import time_both
@@ -79,10 +82,32 @@ def _stats(values: list[int], prefix: str) -> dict[str, Any]:
             f"{prefix}_p50": float(np.percentile(a, 50)), f"{prefix}_p90": float(np.percentile(a, 90))}
 
 
-def torch_attention(ctx: RankContext, point: dict[str, Any]) -> tuple[Callable[[], None], dict[str, Any]]:
-    """Build the tensors of one batch; return the callable that runs write + attention, and
-    its tensors (q, out: [new tokens, heads, d] with prefill tokens first; k_cache, v_cache;
-    table: decode block table)."""
+@dataclass(frozen=True)
+class PagedBatch:
+    """The tensors of one batch on a vLLM-style paged cache (prefill requests first).
+
+    q, out: [new tokens, heads, d]; k_new, v_new: [new tokens, kv heads, d] (written by the KV
+    write); k_cache, v_cache: [blocks, block_size, kv heads, d]; slot_mapping: [new tokens]
+    int64; block_table: [requests, max blocks] int32, zero-padded; q_lens / kv_lens: per
+    request (prefill: its new tokens, no cached prefix; decode: 1 and its context).
+    """
+
+    q: torch.Tensor
+    k_new: torch.Tensor
+    v_new: torch.Tensor
+    out: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    slot_mapping: torch.Tensor
+    block_table: torch.Tensor
+    q_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    num_prefill: int
+    block_size: int
+
+
+def paged_batch(ctx: RankContext, point: dict[str, Any]) -> PagedBatch:
+    """Draw one point's tensors (seeded): request r owns consecutive blocks, in request order."""
     dev, dt, bs = ctx.torch_device, ctx.torch_dtype, point["block_size"]
     heads, kv, d = ctx.heads_per_rank, ctx.kv_heads_per_rank, ctx.model.head_dim
     pre, dec = point["prefill_len"], point["decode_ctx"]
@@ -98,13 +123,28 @@ def torch_attention(ctx: RankContext, point: dict[str, Any]) -> tuple[Callable[[
     num_new = len(slots)
     q, k_new, v_new = ctx.randn(gen, num_new, heads, d), ctx.randn(gen, num_new, kv, d), ctx.randn(gen, num_new, kv, d)
     out = torch.empty(num_new, heads, d, device=dev, dtype=dt)
+    width = max(blocks)
+    table = [list(range(s, s + b)) + [0] * (width - b) for s, b in zip(starts.tolist(), blocks)]
+    return PagedBatch(q, k_new, v_new, out, k_cache, v_cache, slot_mapping,
+                      torch.tensor(table, dtype=torch.int32, device=dev), tuple(pre) + (1,) * len(dec),
+                      tuple(kv_lens), len(pre), bs)
+
+
+def torch_attention(ctx: RankContext, point: dict[str, Any]) -> tuple[Callable[[], None], dict[str, Any]]:
+    """Build the tensors of one batch; return the callable that runs write + attention, and
+    its tensors (q, out: [new tokens, heads, d] with prefill tokens first; k_cache, v_cache;
+    table: decode block table)."""
+    b = paged_batch(ctx, point)
+    dev, bs, heads, kv = ctx.torch_device, b.block_size, ctx.heads_per_rank, ctx.kv_heads_per_rank
+    pre, dec = point["prefill_len"], point["decode_ctx"]
+    q, k_new, v_new, out, k_cache, v_cache = b.q, b.k_new, b.v_new, b.out, b.k_cache, b.v_cache
+    slot_mapping = b.slot_mapping
     offsets = np.concatenate([[0], np.cumsum(pre)]).astype(int)
     if dec:
-        width = max(blocks[len(pre):])
-        table = [list(range(starts[len(pre) + r], starts[len(pre) + r] + blocks[len(pre) + r])) for r in range(len(dec))]
-        table = torch.tensor([row + [0] * (width - len(row)) for row in table], dtype=torch.long, device=dev)
+        width = max(-(-c // bs) for c in dec)
+        table = b.block_table[len(pre):, :width].long()
         mask = (torch.arange(width * bs, device=dev)[None, :] < torch.tensor(dec, device=dev)[:, None])[:, None, None, :]
-    flat_k, flat_v = k_cache.view(-1, kv, d), v_cache.view(-1, kv, d)
+    flat_k, flat_v = k_cache.view(-1, kv, ctx.model.head_dim), v_cache.view(-1, kv, ctx.model.head_dim)
     gqa = heads != kv
 
     def fn() -> None:
@@ -128,12 +168,12 @@ def torch_attention(ctx: RankContext, point: dict[str, Any]) -> tuple[Callable[[
 
 def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -> list[dict[str, Any]]:
     """Time one batch; a kernel row and a launch row."""
-    if backend != "torch":
-        from profiler.backends import attention_runner
-        fn, kernel = attention_runner(backend, ctx, point)
-    else:
+    runner = runner_for(FAMILY, backend)
+    if runner is None:
         fn, _ = torch_attention(ctx, point)
-        kernel = "sdpa varlen loop + padded paged decode + index_copy kv write"
+        backend, kernel = "torch", "sdpa varlen loop + padded paged decode + index_copy kv write"
+    else:
+        fn, kernel = runner(ctx, point)
     pre, dec = point["prefill_len"], point["decode_ctx"]
     spec = {"op_name": point["op_name"], "scope": "kernel", "batch_size": len(pre) + len(dec),
             "num_prefill": len(pre), "num_decode": len(dec), "prefill_tokens": int(sum(pre)),

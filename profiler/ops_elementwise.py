@@ -8,7 +8,8 @@
 
 Rows carry op_name, num_tokens, hidden_size (= the op's width above) and dtype. Attention rows
 (scope "kernel") already include the KV write; kv_cache_write is here to price it alone.
-Backend "torch": the unfused torch expressions above (vLLM's fused CUDA kernels are a hook).
+Backend "torch": the unfused torch expressions above; "vllm": vLLM's fused CUDA kernels
+(profiler/backend_vllm.py). Rows name the backend and kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from profiler.backends import runner_for
 from profiler.context import RankContext, common_row
 from profiler.grid import SweepGrid
 from profiler.timing import time_both
@@ -76,12 +78,15 @@ def _build(ctx: RankContext, name: str, tokens: int, width: int) -> Callable[[],
 
 
 def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -> list[dict[str, Any]]:
-    if backend != "torch":
-        raise ValueError(f"elementwise backend {backend!r} has no runner yet; valid: torch")
-    fn = _build(ctx, point["op_name"], point["num_tokens"], point["hidden_size"])
+    runner = runner_for(FAMILY, backend)
+    if runner is None:
+        backend, kernel = "torch", f"torch {point['op_name']} (unfused)"
+        fn = _build(ctx, point["op_name"], point["num_tokens"], point["hidden_size"])
+    else:
+        fn, kernel = runner(ctx, point)
     rows = []
     for timing in time_both(fn, ctx.torch_device, ctx.timing, cold_l2=False):
-        row = common_row(ctx, FAMILY, timing, backend, f"torch {point['op_name']} (unfused)")
+        row = common_row(ctx, FAMILY, timing, backend, kernel)
         row.update(op_name=point["op_name"], num_tokens=point["num_tokens"], hidden_size=point["hidden_size"],
                    dtype=ctx.dtype)
         rows.append(row)

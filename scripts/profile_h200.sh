@@ -3,28 +3,41 @@
 #
 #   scripts/profile_h200.sh              # dry run (grid size, estimate), then the sweep
 #   OUT=/tmp/p BUDGET_MS=100 scripts/profile_h200.sh
+#   BACKEND=torch scripts/profile_h200.sh   # plain torch kernels even where vLLM is installed
+#
+# Kernels (BACKEND): "auto" (default) = vLLM's own kernels when `vllm._custom_ops` imports,
+# else torch; or torch | vllm | flashinfer. A non-torch backend times the families it has
+# kernels for (vllm: elementwise, attention; flashinfer: attention) and torch the rest
+# (GEMMs: vLLM's unquantized linear is F.linear); every row names its backend and kernel.
+# Each backend gets its own profile root (datasets/profiles/h200-<backend>) so that one
+# calibration never mixes two engines' attention kernels.
 #
 # Grid: bench/h200_llama8b_grid.yaml. Both timing modes per operator (kernel: CUDA-graph replay,
 # cold L2; launch: eager). The sweep is resumable: if the time limit below stops it, rerun this
 # script and it continues with the chunks not yet written. Target: well under 8 minutes
-# (--dry-run estimates ~1.5 min of timing at 50 ms per mode; setup and memory runs add to it).
+# (--dry-run estimates 72 s of timing for 500 points at 50 ms per mode; setup and memory runs add to it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OUT=${OUT:-datasets/profiles/h200}
+PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+BACKEND=${BACKEND:-auto}
+if [ "$BACKEND" = auto ]; then
+    BACKEND=$("$PY" -c "import vllm._custom_ops" >/dev/null 2>&1 && echo vllm || echo torch)
+fi
+OUT=${OUT:-datasets/profiles/h200$( [ "$BACKEND" = torch ] || echo "-$BACKEND" )}
 MODEL=${MODEL:-meta-llama/Llama-3.1-8B}
-FAMILIES=${FAMILIES:-linear,attention,memory}   # add elementwise once the profile schema has that family
+FAMILIES=${FAMILIES:-linear,attention,elementwise,memory}
 WARMUP_MS=${WARMUP_MS:-10}
 BUDGET_MS=${BUDGET_MS:-50}
 LIMIT_S=${LIMIT_S:-450}                          # stop (resumably) before 8 minutes
-PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU visible to torch')"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
 ARGS=(--model "$MODEL" --tensor-parallel-size 1,2,4,8 --families "$FAMILIES" --device cuda --gpu H200
       --dtype bf16 --grid bench/h200_llama8b_grid.yaml --warmup-ms "$WARMUP_MS" --budget-ms "$BUDGET_MS"
-      --out "$OUT")
+      --backend "$BACKEND" --out "$OUT")
+echo "profile_h200: backend $BACKEND -> $OUT"
 "$PY" -m frontier.cli profile "${ARGS[@]}" --dry-run
 start=$(date +%s)
 set +e

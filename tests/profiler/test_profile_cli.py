@@ -51,6 +51,7 @@ def test_dry_run_then_run_then_rerun(dense_config, tmp_path):
     (["-ep", "2"], "error: --expert-parallel-size 2 needs an MoE model; tiny-llama is dense"),
     (["--device", "tpu"], "error: --device='tpu'; valid: cpu, cuda, cuda:N"),
     (["--backend", "flashinfer"], "error: backend 'flashinfer' needs --device cuda"),
+    (["--backend", "vllm"], "error: backend 'vllm' needs --device cuda; on cpu use torch"),
     (["--gpu", "H200"], "error: --gpu H200 with --device cpu"),
 ])
 def test_bad_input_is_one_line_error(dense_config, tmp_path, args, message):
