@@ -125,6 +125,24 @@ def test_three_requests_route_to_the_least_loaded_rank():
         ("D", 0, 126.0, 137.0, 1)]
 
 
+def test_three_requests_async_scheduling():
+    # Same arrivals, async (batch queue of 2): D schedules b's next step while one runs, so b runs
+    # [59, 70], [70, 81], [81, 92] alone; a's pull lands at 75 and a is promoted by the schedule at
+    # 81, which queues behind the step in flight: [92, 103] (first token), [103, 114]; c's pull
+    # (76 -> 93) lands during [92, 103] and the schedule at 103 admits it beside a: 2 tokens on rank
+    # 0, [114, 126]; then c [126, 137], [137, 148].
+    specs = [RequestSpec("a", 0.0, 32, 3), RequestSpec("b", 0.0, 16, 3), RequestSpec("c", 0.05, 16, 3)]
+    recs, _, _, trace = run_pd(specs, 2, 2, async_scheduling=True)
+    assert recs["a"].token_times_s == pytest.approx((0.103, 0.114, 0.126))
+    assert recs["b"].token_times_s == pytest.approx((0.070, 0.081, 0.092))
+    assert recs["c"].token_times_s == pytest.approx((0.126, 0.137, 0.148))
+    assert [(recs[r].prefill_replica, recs[r].decode_replica) for r in "abc"] == [(0, 0), (1, 1), (0, 0)]
+    assert [r for r in rows(trace) if r[0] == "D"] == [
+        ("D", 1, 59.0, 70.0, 1), ("D", 1, 70.0, 81.0, 1), ("D", 1, 81.0, 92.0, 1), ("D", 0, 92.0, 103.0, 1),
+        ("D", 0, 103.0, 114.0, 1), ("D", 0, 114.0, 126.0, 2), ("D", 0, 126.0, 137.0, 1),
+        ("D", 0, 137.0, 148.0, 1)]
+
+
 def test_kv_aware_router_sees_a_groups_free_blocks_summed_over_ranks():
     _, _, decode, _, _ = make_pd(1, 2, d_blocks=8)
     group = decode.replicas[0].scheduler
