@@ -52,8 +52,26 @@ by calibration/memory_model.py and carried by a bundle):
   largest capture size (or the profiled graph pool at that size), plus
   CUDA_GRAPH_BYTES_PER_LAYER per captured layer for every further graph.
 
-Older vLLM, as far as read from their source (wheels 0.10.2 and 0.11.0, see README "Memory"):
-VERSION_NOTES below.
+Per vLLM version range, as far as read from the source of the 0.10.2, 0.11.0 and 0.33.0 wheels:
+
+- 0.10.2 and 0.11.0 (identical `Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py):
+  requested = total * gpu_memory_utilization (a float, no ceil; default 0.9, vllm/config/cache.py);
+  non_kv = weights + torch_peak_increase + non_torch_increase (vllm/utils/__init__.py
+  memory_profiling); available = requested - non_kv. No CUDA-graph term: graphs are captured
+  after the KV cache is allocated (compile_or_warm_up_model), out of the 1 - utilization headroom.
+  --kv-cache-memory-bytes exists and returns the given bytes as available. num_blocks =
+  available // page // layers-per-group (kv_cache_utils.get_num_blocks) — the same count as
+  0.33's available // bytes_per_block. The logged "GPU KV cache size" is NOT group-aware there:
+  num_blocks * block_size (0.10.2 `_get_kv_cache_config_uniform_type`) or num_blocks //
+  len(groups) * min block size (0.10.2 `_get_kv_cache_config_uniform_page_size`; 0.11.0
+  `get_kv_cache_configs` for every model), and a sliding-window group reserves
+  sliding_window - 1 + max_num_batched_tokens tokens (no in-flight factor).
+- 0.33.0 (this module): requested = ceil(total * utilization), default 0.92; non_kv =
+  total_consumed + transient peak headroom; the CUDA-graph estimate is subtracted
+  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1; 0.33's own log text dates that default to
+  v0.21.0, which we did not read); logged N = int(num_blocks / blocks_per_request(L) * L),
+  with max_in_flight_tokens in the sliding-window reservation. Versions between 0.11.0 and 0.33.0
+  were not read.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ The GPU platform's settings that a CPU VllmConfig does not pick itself are set a
 hybrid KV cache manager on (`Platform.support_hybrid_kv_cache` is True on CUDA) and model
 runner V2 (VLLM_USE_V2_MODEL_RUNNER=1, the 0.33 GPU default, which sets the concurrent
 batches of `max_in_flight_tokens`). The KV layout is LBNHC; every spec here has one page
-size and alignment 1, for which every layout gives the same bytes per block.
+size and alignment 1, for which every layout gives the same bytes per block. Sliding-window
+layers take the primary block size (`Attention.get_kv_cache_spec` does so when the backend
+runs that block unsplit), and fp8 KV is the per-tensor "fp8" cache dtype (no scale bytes).
 """
 
 from __future__ import annotations
