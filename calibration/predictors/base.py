@@ -26,15 +26,22 @@ DEFAULT_LAUNCH_OVERHEAD_S; ``launch_overhead_source`` says which.
 
 from __future__ import annotations
 
+import math
+import operator
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from calibration import features as F
+from calibration.predictors import attention_query as AQ
+from calibration.predictors.tree_eval import CompiledForest, compile_forest
 
 DEFAULT_LAUNCH_OVERHEAD_S = 5e-6   # per kernel launch from Python (assumption, not measured here)
-GRID = 64.0                         # memo grid: 1/64 in log2 feature space
+GRID = 64.0                         # table memo grid (predict_canon): 1/64 in log2 feature space
+ROW_WALK_MAX_ROWS = 12              # misses up to this many rows: per-row walk (cheaper than lockstep)
+MAX_OP_CACHE = 20_000               # op memo entries; cleared when full (attention ops rarely repeat)
 _RANGE_TOL = 1e-6
 
 
@@ -94,6 +101,7 @@ class FamilyPredictor:
                 self.n_rows[(mode, key)] = int(sel.sum())
         self.feature_names = F.FEATURE_NAMES[self.family]
         self._fit_launch_overhead(df, canon, keys)
+        self._compiled = {}
         self.reset_cache()
         return self
 
@@ -119,17 +127,25 @@ class FamilyPredictor:
         return np.zeros(len(next(iter(canon.values()))))
 
     def reset_cache(self) -> None:
+        """Forget memoized predictions (and the memo counters)."""
         self._grid_cache: dict[tuple, float] = {}
+        self._row_cache: dict[tuple, float] = {}
         self._op_cache: dict[tuple, tuple[float, bool]] = {}
+        self._key_cache: dict[tuple, str] = {}
+        self._scalar_ok: bool | None = None   # attention_query agrees with features (checked once)
+        self.memo_lookups = 0     # feature rows looked up in the memos
+        self.memo_misses = 0      # of which the model evaluated
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.pop("_grid_cache", None)
-        state.pop("_op_cache", None)
+        for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_compiled", "_scalar_ok",
+                     "memo_lookups", "memo_misses"):
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._compiled = {}
         self.reset_cache()
 
     def _model_for(self, mode: str, key: str) -> tuple[tuple | None, float]:
@@ -142,10 +158,28 @@ class FamilyPredictor:
             return (other, key), (shift if mode == "launch" else -shift)
         return None, 0.0
 
+    def _compiled_for(self, mkey: tuple) -> tuple[CompiledForest | None, list[float], list[float]]:
+        """(compiled forest or None, range lows, range highs incl. tolerance) of a sub-model, built once."""
+        hit = self._compiled.get(mkey)
+        if hit is None:
+            lo, hi = self.ranges[mkey]
+            hit = self._compiled[mkey] = (compile_forest(self.models[mkey]), (lo - _RANGE_TOL).tolist(),
+                                          (hi + _RANGE_TOL).tolist())
+        return hit
+
+    def _evaluate(self, mkey: tuple, X: np.ndarray) -> np.ndarray:
+        """Model output per row: the compiled forest (a few rows walk one by one, more in
+        numpy lockstep; same numbers) when the model is one, else the model's own predict."""
+        compiled = self._compiled_for(mkey)[0]
+        if compiled is None or np.isnan(X).any():
+            return self.models[mkey].predict(X)
+        if len(X) <= ROW_WALK_MAX_ROWS:
+            return np.array([compiled.predict_row(x) for x in X.tolist()])
+        return compiled.predict(X)
+
     def predict_canon(self, canon: F.Canon, timing_mode: str = "kernel") -> tuple[np.ndarray, np.ndarray]:
         """(seconds, out_of_range mask) for a canonical table."""
-        if timing_mode not in ("kernel", "launch"):
-            raise ValueError(f"timing_mode={timing_mode!r}; valid: kernel, launch")
+        _check_mode(timing_mode)
         X = F.featurize(canon, self.family)
         offset = self._offset(canon)
         keys = self.submodel_keys(canon)
@@ -174,8 +208,10 @@ class FamilyPredictor:
                 missing.append(i)
             else:
                 res[i] = hit
+        self.memo_lookups += len(X)
         if missing:
-            pred = self.models[mkey].predict(grid[missing])
+            self.memo_misses += len(missing)
+            pred = self._evaluate(mkey, grid[missing])
             for i, p in zip(missing, pred):
                 self._grid_cache[(mkey, grid[i].tobytes())] = float(p)
                 res[i] = p
@@ -187,6 +223,11 @@ class FamilyPredictor:
     def predict_s(self, ops: Sequence, timing_mode: str = "kernel",
                   return_mask: bool = False):
         """Seconds per op (batched); with `return_mask`, also the out-of-range mask."""
+        _check_mode(timing_mode)
+        if self.family == "attention":       # a new op every step: scalar path, no op memo
+            priced = [self._price_attention_op(op, timing_mode) for op in ops]
+            res = np.array([p for p, _ in priced], dtype=float)
+            return (res, np.array([m for _, m in priced], dtype=bool)) if return_mask else res
         res = np.empty(len(ops))
         oor = np.zeros(len(ops), dtype=bool)
         todo = []
@@ -197,11 +238,69 @@ class FamilyPredictor:
             else:
                 res[i], oor[i] = hit
         if todo:
+            if len(self._op_cache) >= MAX_OP_CACHE:
+                self._op_cache.clear()
             p, m = self.predict_canon(self.canon_of_ops([ops[i] for i in todo]), timing_mode)
             for j, i in enumerate(todo):
                 self._op_cache[(timing_mode, ops[i])] = (float(p[j]), bool(m[j]))
                 res[i], oor[i] = p[j], m[j]
         return (res, oor) if return_mask else res
+
+    def _price_attention_op(self, op, timing_mode: str) -> tuple[float, bool]:
+        """(seconds, out of range) of one attention op: scalar features, memo on AQ.QUERY_GRID.
+
+        Same result as ``predict_canon`` of the op's table but for the grid (tested): the
+        out-of-range flag is computed on the unquantized features, the model reads the grid
+        point, the reference time (ratio target) is exact.
+        """
+        total, flag = 0.0, False
+        for row in AQ.query_rows(op, self.has_mixed):
+            mkey, shift = self._model_for(timing_mode, self._attention_key(row))
+            if mkey is None:
+                return math.nan, True
+            x, reference_s = self._attention_features(row)
+            compiled, lo, hi = self._compiled_for(mkey)
+            flag = flag or any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi))
+            cell = (mkey, tuple(map(round, map(operator.mul, x, AQ.QUERY_GRID))))
+            self.memo_lookups += 1
+            y = self._row_cache.get(cell)
+            if y is None:
+                self.memo_misses += 1
+                point = list(map(operator.truediv, cell[1], AQ.QUERY_GRID))
+                y = self._row_cache[cell] = (compiled.predict_row(point) if compiled is not None
+                                             else float(self.models[mkey].predict(np.asarray([point]))[0]))
+            if self.target == "ratio":
+                y += math.log(reference_s)
+            seconds = math.exp(y) + shift
+            total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
+        return total, flag
+
+    def _attention_key(self, row: dict) -> str:
+        """The sub-model key of a canonical attention row (submodel_keys, once per head shape)."""
+        shape = tuple(row[c] for c in AQ.HEAD_SHAPE_COLUMNS)
+        key = self._key_cache.get(shape)
+        if key is None:
+            key = self._key_cache[shape] = str(self.submodel_keys(F.canon_from_records([row], self.family))[0])
+        return key
+
+    def _attention_features(self, row: dict) -> tuple[list[float], float]:
+        """(features, reference seconds) of a canonical attention row: the scalar versions
+        when they agree with calibration.features on the first row priced, else (with a
+        warning, once) the numpy ones: a stale scalar copy costs speed, never correctness."""
+        if self._scalar_ok is None:
+            x, ref = _numpy_attention_features(row)
+            try:
+                xs, refs = AQ.feature_row(row), AQ.reference_row(row)
+                self._scalar_ok = (len(xs) == len(x) and bool(np.allclose(xs, x, rtol=1e-12, atol=1e-12))
+                                   and math.isclose(refs, ref, rel_tol=1e-12))
+            except Exception:        # a stale copy may also fail outright (e.g. a renamed constant)
+                self._scalar_ok = False
+            if not self._scalar_ok:
+                warnings.warn("calibration/predictors/attention_query.py features differ from "
+                              "calibration.features; attention queries take the slow numpy path", stacklevel=2)
+        if self._scalar_ok:
+            return AQ.feature_row(row), AQ.reference_row(row)
+        return _numpy_attention_features(row)
 
     def describe(self) -> dict:
         """JSON-able summary: sub-models, rows, launch overhead."""
@@ -209,6 +308,16 @@ class FamilyPredictor:
                 "submodels": {f"{m}:{k}": n for (m, k), n in self.n_rows.items()},
                 "launch_overhead_s": self.launch_overhead_s,
                 "launch_overhead_source": self.launch_overhead_source}
+
+
+def _numpy_attention_features(row: dict) -> tuple[list[float], float]:
+    table = F.canon_from_records([row], "attention")
+    return F.featurize(table, "attention")[0].tolist(), float(F.reference_s(table, "attention")[0])
+
+
+def _check_mode(timing_mode: str) -> None:
+    if timing_mode not in ("kernel", "launch"):
+        raise ValueError(f"timing_mode={timing_mode!r}; valid: kernel, launch")
 
 
 def forest(n_estimators: int, min_samples_leaf: int, max_features: float, seed: int = 0,

@@ -1,0 +1,151 @@
+"""One attention op spec -> its canonical row, feature row and reference time, in plain Python.
+
+The simulator prices one attention op per step, and its length statistics change every
+step, so this query is never a repeat. ``calibration.features`` builds the same
+quantities as numpy columns, which costs ~0.3 ms for a single row (np.percentile,
+column_stack, ~60 one-element array operations); these scalar versions cost tens of
+microseconds. They follow ``features`` formula by formula, and tests assert that they
+agree with it to 1e-12, so the model sees the features it was fitted on:
+
+* ``canon_row(op)``       == ``features.canon_row_from_op(op)[1]``
+* ``feature_row(r)``      == ``features.featurize(<table of r>, "attention")[0]``
+* ``reference_row(r)``    == ``features.reference_s(<table of r>, "attention")[0]``  (seconds)
+* ``split_mixed_row(r)``  == ``features.split_mixed(<table of r>)``
+
+The sub-model key is the predictor's own (``submodel_keys``), memoized per head shape
+(HEAD_SHAPE_COLUMNS): it must not depend on the batch, only on the kernel.
+
+The other families keep the numpy path: the batch engine asks for them once per distinct
+token count, all ops of a step in one batched call.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from calibration import features as F
+from frontier.ops import AttentionOp
+
+_DB = F._DTYPE_BYTES
+
+HEAD_SHAPE_COLUMNS = ("num_heads", "num_kv_heads", "head_dim", "window_size", "kv_dtype", "is_mla")
+
+# Memo grid of the per-step query: 16 cells per log2 unit on every feature (1/16 in log2,
+# ~4.4 % of a count or length; see the module docstring for the measurement behind it).
+QUERY_CELLS = 16.0
+QUERY_GRID = (QUERY_CELLS,) * len(F.FEATURE_NAMES["attention"])
+QUANTIZATION_ERROR_MAX = 0.05   # measured max |price(grid) / price(exact features) - 1| (docstring)
+
+
+def _lg(x: float) -> float:
+    return math.log2(1.0 + x)
+
+
+def _quantile(s: list[float], q: float) -> float:
+    """numpy's default ("linear") percentile of the sorted list s, q in [0, 1]."""
+    vi = (len(s) - 1) * q
+    lo = math.floor(vi)
+    hi = min(lo + 1, len(s) - 1)
+    t = vi - lo
+    a, b = s[lo], s[hi]
+    d = b - a
+    return b - d * (1 - t) if t >= 0.5 else a + d * t
+
+
+def _stats(xs: Sequence[int]) -> tuple[float, float, float, float, float]:
+    if not xs:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    s = sorted(float(x) for x in xs)
+    return s[0], s[-1], math.fsum(s) / len(s), _quantile(s, 0.5), _quantile(s, 0.9)
+
+
+def canon_row(op: AttentionOp) -> dict[str, object]:
+    pmin, pmax, pmean, p50, p90 = _stats(op.prefill_new)
+    dmin, dmax, dmean, d50, d90 = _stats([c + 1 for c in op.decode_ctx])   # schema counts the new KV
+    pairs = float(sum(n * c + n * (n + 1) / 2 for n, c in zip(op.prefill_new, op.prefill_ctx)))
+    kind = "mixed" if op.prefill_new and op.decode_ctx else ("context" if op.prefill_new else "generation")
+    return {"op_name": kind, "batch_size": op.num_reqs, "num_prefill": len(op.prefill_new),
+            "num_decode": len(op.decode_ctx), "prefill_tokens": sum(op.prefill_new),
+            "prefill_len_min": pmin, "prefill_len_max": pmax, "prefill_len_mean": pmean,
+            "prefill_len_p50": p50, "prefill_len_p90": p90,
+            "prefill_ctx_max": float(max(op.prefill_ctx, default=0)), "prefill_pairs": pairs,
+            "decode_ctx_min": dmin, "decode_ctx_max": dmax, "decode_ctx_mean": dmean,
+            "decode_ctx_p50": d50, "decode_ctx_p90": d90, "num_heads": op.num_heads,
+            "num_kv_heads": op.num_kv_heads, "head_dim": op.head_dim, "window_size": 0.0,
+            "kv_dtype": "fp8" if op.kv_bytes_per_elem <= 1.0 else "bf16", "is_mla": op.is_mla}
+
+
+def query_rows(op: AttentionOp, has_mixed: bool) -> tuple[dict, ...]:
+    """Canonical rows an op is priced from: its own row, or, for a mixed batch when the
+    predictor has no mixed training rows, its prefill part and its decode part (summed)."""
+    row = canon_row(op)
+    if row["op_name"] == "mixed" and not has_mixed:
+        return split_mixed_row(row)
+    return (row,)
+
+
+def split_mixed_row(row: dict) -> tuple[dict, dict]:
+    """(prefill-only part, decode-only part) of a canonical attention row."""
+    pre, dec = dict(row), dict(row)
+    for k in ("decode_ctx_min", "decode_ctx_max", "decode_ctx_mean", "decode_ctx_p50", "decode_ctx_p90",
+              "num_decode"):
+        pre[k] = 0.0
+    pre["batch_size"], pre["op_name"] = row["num_prefill"], "context"
+    for k in ("prefill_len_min", "prefill_len_max", "prefill_len_mean", "prefill_len_p50", "prefill_len_p90",
+              "prefill_ctx_max", "prefill_pairs", "prefill_tokens", "num_prefill"):
+        dec[k] = 0.0
+    dec["batch_size"], dec["op_name"] = row["num_decode"], "generation"
+    return pre, dec
+
+
+# ---------------------------------------------------------------- features
+
+def _attention(r: dict) -> list[float]:
+    heads, kvh, hd = float(r["num_heads"]), float(r["num_kv_heads"]), float(r["head_dim"])
+    window = float(r["window_size"])
+    kvb = _DB.get(str(r["kv_dtype"]), 2.0)
+    nd, dmean = float(r["num_decode"]), float(r["decode_ctx_mean"])
+    eff_dmean = min(dmean, window) if window > 0 else dmean
+    pmean, npre = float(r["prefill_len_mean"]), float(r["num_prefill"])
+    pairs = float(r["prefill_pairs"])
+    if window > 0:
+        pairs = min(pairs, npre * pmean * window)
+    prefill_flops = 4 * heads * hd * pairs
+    decode_kv_bytes = nd * eff_dmean * 2 * kvh * hd * kvb
+    decode_flops = 4 * heads * hd * nd * eff_dmean
+    ptok = float(r["prefill_tokens"])
+    q_tiles = npre * math.ceil(pmean / 128) * heads + nd * kvh
+    cols = [_lg(float(r["batch_size"])), _lg(npre), _lg(nd), _lg(ptok), _lg(ptok + nd)]
+    cols += [_lg(float(r[k])) for k in ("prefill_len_min", "prefill_len_max", "prefill_len_mean",
+                                        "prefill_len_p50", "prefill_len_p90", "prefill_ctx_max",
+                                        "decode_ctx_min", "decode_ctx_max", "decode_ctx_mean",
+                                        "decode_ctx_p50", "decode_ctx_p90")]
+    cols += [_lg(heads), _lg(kvh), _lg(hd), _lg(window), kvb, float(bool(r["is_mla"])),
+             _lg(prefill_flops), _lg(decode_kv_bytes), _lg(prefill_flops + decode_flops), _lg(q_tiles)]
+    cols += [_lg(pairs / max(npre, 1.0)), _lg(math.ceil(q_tiles / F.SMS)), _lg(math.ceil(eff_dmean / 128)),
+             _lg(nd * kvh), _lg(heads / max(kvh, 1.0))]
+    return cols
+
+
+def feature_row(row: dict) -> list[float]:
+    """Feature vector (features.FEATURE_NAMES["attention"] order) of one canonical row."""
+    return _attention(row)
+
+
+def reference_row(row: dict) -> float:
+    """features.reference_s of one canonical attention row (seconds)."""
+    heads, kvh, hd = float(row["num_heads"]), float(row["num_kv_heads"]), float(row["head_dim"])
+    window = float(row["window_size"])
+    kvb = _DB.get(str(row["kv_dtype"]), 2.0)
+    nd, dmean = float(row["num_decode"]), float(row["decode_ctx_mean"])
+    npre, pmean = float(row["num_prefill"]), float(row["prefill_len_mean"])
+    pairs = float(row["prefill_pairs"])
+    if window > 0:
+        dmean = min(dmean, window)
+        pairs = min(pairs, npre * pmean * window)
+    ptok = float(row["prefill_tokens"])
+    flops = 4 * heads * hd * (pairs + nd * dmean)
+    kv_bytes = (nd * dmean + ptok * 2) * 2 * kvh * hd * kvb
+    qo_bytes = (ptok + nd) * heads * hd * 4
+    return flops / F._REF_FLOPS + (kv_bytes + qo_bytes) / F._REF_BW + F._REF_FIXED_S

@@ -1,0 +1,155 @@
+"""Compiled tree ensembles: a fitted sklearn forest as flat arrays, evaluated without sklearn.
+
+sklearn's ``predict`` costs ~1 ms per call whatever the row count (input validation,
+joblib dispatch per tree); a simulator asking for one row per step pays that every
+time. ``compile_forest`` copies the trees of a fitted ``RandomForestRegressor``,
+``ExtraTreesRegressor`` or ``HistGradientBoostingRegressor`` (single output) once into
+flat arrays, and ``CompiledForest`` evaluates
+
+* one row (``predict_row``): a pure-Python walk down each tree, tens of microseconds;
+* many rows (``predict``): all (row, tree) pairs walk in lockstep with numpy, one
+  vector step per tree level.
+
+Both give sklearn's numbers (tested to 1e-12): forests cast the row to float32 first
+(sklearn's trees compare ``float32(x) <= threshold`` with float64 thresholds) and average
+the leaf values summed in tree order, as ``ForestRegressor.predict`` does; boosting starts
+from the baseline and adds each iteration's leaf value (float64 row). Other models (or
+categorical splits) are not compiled: ``compile_forest`` returns None and callers use the
+model's own ``predict``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Sequence
+
+import numpy as np
+
+
+class CompiledForest:
+    """Flat arrays of a tree ensemble: output = (base + sum of the trees' leaf values) / divisor.
+
+    trees: per tree (left, right, feature, threshold, value) arrays over its nodes, a leaf
+    having left = -1; a row goes left when x[feature] <= threshold. float32: round the row
+    to float32 first (sklearn's decision trees do; its gradient boosting does not).
+    Rows must be finite: sklearn routes missing values by rules not reproduced here.
+    """
+
+    def __init__(self, trees: Sequence[tuple], n_features: int, base: float = 0.0, divisor: float = 1.0,
+                 float32: bool = False) -> None:
+        self.n_features, self.n_trees = n_features, len(trees)
+        self.base, self.divisor, self.float32 = float(base), float(divisor), float32
+        trees = [_preorder(*t) for t in trees]
+        offsets, n = [], 0
+        for t in trees:
+            offsets.append(n)
+            n += len(t[0])
+        self.roots = offsets
+        left = np.concatenate([np.where(t[0] < 0, -1, t[0] + o) for t, o in zip(trees, offsets)])
+        right = np.concatenate([np.where(t[0] < 0, -1, t[1] + o) for t, o in zip(trees, offsets)])
+        feature = np.concatenate([np.where(t[0] < 0, -1, t[2]) for t in trees])
+        threshold = np.concatenate([t[3] for t in trees]).astype(np.float64)
+        value = np.concatenate([t[4] for t in trees]).astype(np.float64)
+        leaf = left < 0
+        # numpy lockstep walk: a leaf points to itself and always "goes left"
+        idx = np.arange(n, dtype=np.int64)
+        self._left = np.where(leaf, idx, left)
+        self._right = np.where(leaf, idx, right)
+        self._feature = np.where(leaf, 0, feature)
+        self._threshold = np.where(leaf, np.inf, threshold)
+        self._value = value
+        self._depth = _max_depth(left, right, offsets)
+        # pure-Python walk over preorder nodes: left child = node + 1, a leaf has feature -1
+        self._f, self._t, self._r, self._v = _array("q", feature), _array("d", threshold), \
+            _array("q", right), _array("d", value)
+
+    def predict_row(self, x: Sequence[float]) -> float:
+        """Ensemble output for one feature row (len n_features)."""
+        if self.float32:
+            x = array("f", x).tolist()
+        feat, thr, right, val = self._f, self._t, self._r, self._v
+        total = self.base
+        for node in self.roots:
+            f = feat[node]
+            while f >= 0:
+                node = node + 1 if x[f] <= thr[node] else right[node]
+                f = feat[node]
+            total += val[node]
+        return total / self.divisor
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Ensemble output per row of X (rows x n_features)."""
+        X = np.asarray(X, dtype=np.float32 if self.float32 else np.float64).astype(np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(f"X has shape {X.shape}; expected (rows, {self.n_features})")
+        rows = np.repeat(np.arange(len(X)), self.n_trees)
+        node = np.tile(np.asarray(self.roots, dtype=np.int64), len(X))
+        for _ in range(self._depth):
+            go_left = X[rows, self._feature[node]] <= self._threshold[node]
+            node = np.where(go_left, self._left[node], self._right[node])
+        leaves = self._value[node].reshape(len(X), self.n_trees)
+        total = np.full(len(X), self.base)
+        for j in range(self.n_trees):                 # tree order, as sklearn accumulates
+            total += leaves[:, j]
+        return total / self.divisor
+
+
+def _array(typecode: str, values: np.ndarray) -> array:
+    """array.array copy of a numpy vector (indexing it from Python is cheaper than numpy's)."""
+    out = array(typecode)
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int64 if typecode == "q" else np.float64).tobytes())
+    return out
+
+
+def _preorder(left, right, feature, threshold, value) -> tuple[np.ndarray, ...]:
+    """One tree's arrays (int64 / float64) renumbered in depth-first preorder (left child = parent
+    + 1, sklearn's own layout for depth-first built trees: then no renumbering)."""
+    left, right = np.asarray(left, dtype=np.int64), np.asarray(right, dtype=np.int64)
+    arrays = (left, right, np.asarray(feature, dtype=np.int64), np.asarray(threshold, dtype=np.float64),
+              np.asarray(value, dtype=np.float64))
+    inner = np.flatnonzero(left >= 0)
+    if (left[inner] == inner + 1).all():
+        return arrays
+    order, stack = [], [0]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        if left[node] >= 0:
+            stack += [int(right[node]), int(left[node])]
+    order = np.asarray(order, dtype=np.int64)
+    new_id = np.empty(len(left), dtype=np.int64)
+    new_id[order] = np.arange(len(order))
+    l, r = left[order], right[order]
+    l = np.where(l >= 0, new_id[np.maximum(l, 0)], -1)
+    r = np.where(l >= 0, new_id[np.maximum(r, 0)], -1)
+    return (l, r) + tuple(a[order] for a in arrays[2:])
+
+
+def _max_depth(left: np.ndarray, right: np.ndarray, roots: Sequence[int]) -> int:
+    """Edges on the longest root-to-leaf path over all trees."""
+    depth, level = 0, np.asarray(roots, dtype=np.int64)
+    while True:
+        level = level[left[level] >= 0]
+        if len(level) == 0:
+            return depth
+        level = np.concatenate([left[level], right[level]])
+        depth += 1
+
+
+def compile_forest(model) -> CompiledForest | None:
+    """CompiledForest of a fitted RandomForest / ExtraTrees / HistGradientBoosting regressor
+    (single output; boosting: squared-error loss, no categorical splits); None for other models."""
+    from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
+
+    if isinstance(model, (RandomForestRegressor, ExtraTreesRegressor)) and model.n_outputs_ == 1:
+        trees = [(t.children_left, t.children_right, t.feature, t.threshold, t.value[:, 0, 0])
+                 for t in (e.tree_ for e in model.estimators_)]
+        return CompiledForest(trees, int(model.n_features_in_), divisor=len(trees), float32=True)
+    if isinstance(model, HistGradientBoostingRegressor) and model.loss == "squared_error":
+        nodes = [p[0].nodes for p in model._predictors]
+        if any(n["is_categorical"].any() for n in nodes):
+            return None
+        trees = [(np.where(n["is_leaf"].astype(bool), -1, n["left"].astype(np.int64)), n["right"].astype(np.int64),
+                  n["feature_idx"], n["num_threshold"], n["value"]) for n in nodes]
+        return CompiledForest(trees, int(model.n_features_in_), base=float(model._baseline_prediction[0, 0]))
+    return None
