@@ -78,10 +78,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from frontier.model_spec import pp_partition
 from simulator.cuda_graph import CudaGraphConfig
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ CUDA_GRAPH_BYTES_PER_LAYER = 64 * 1024      # graph node/exec state per captured
 MIN_GRAPH_BYTES = MIB                       # vLLM floors the per-graph estimate at 1 MiB
 HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_groups_uniform_page_size
 
-PROFILED, ESTIMATED, MODEL, GIVEN = "profiled", "estimated", "model", "given"
+PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,6 @@ def _hybrid_groups(full: list[int], sliding: list[int]) -> list[KVGroup]:
 
 def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int) -> KVLayout:
     """vLLM's KV groups and pool bytes per block for `model` on one rank (worst pp stage)."""
-    from frontier.model_spec import pp_partition
-
     if block_size <= 0:
         raise ValueError(f"block_size={block_size} must be > 0")
     per_token = model.kv_bytes_per_token_per_layer(parallel.tp)
@@ -200,8 +198,9 @@ class MemoryBudget:
     """Per-rank memory at start-up, in bytes; KV capacity in blocks and tokens.
 
     `sources` names where each non-KV term came from: weights "model" (the shard formula),
-    activation / non_torch / cuda_graph "profiled" or "estimated"; all "given" terms are
-    unused when --kv-cache-memory-bytes fixes the KV memory.
+    activation / non_torch / cuda_graph "profiled" or "estimated" (marked unused when
+    --kv-cache-memory-bytes fixes the KV memory). `layout` and `max_in_flight_tokens` give
+    the blocks one request takes, hence the logged token count.
     """
 
     weights_bytes: int
@@ -366,10 +365,5 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     budget = MemoryBudget(weights, activation, non_torch, graphs, kv_bytes, blocks, block_size,
                           blocks * block_size, bytes_per_block, requested, layout, in_flight, sources)
     if max_model_len is not None:   # vLLM: int(blocks / blocks_per_request(L) * L)
-        budget = _with_tokens(budget, budget.logged_kv_cache_tokens(max_model_len))
+        budget = replace(budget, kv_cache_tokens=budget.logged_kv_cache_tokens(max_model_len))
     return budget
-
-
-def _with_tokens(budget: MemoryBudget, tokens: int) -> MemoryBudget:
-    from dataclasses import replace
-    return replace(budget, kv_cache_tokens=tokens)
