@@ -12,17 +12,15 @@ from frontier.ops import ElementwiseOp
 TOKENS = [2 ** i for i in range(13)]   # 1 .. 4096
 
 
-def _rows(shape, width=4096):
-    """rms_norm rows whose latency = reference_s x shape(tokens) (launch: x 1.5)."""
-    out = []
-    for t in TOKENS:
-        canon = {"op_name": np.array(["rms_norm"]), "num_tokens": np.array([t]), "hidden_size": np.array([width]),
-                 "dtype": np.array(["bf16"])}
-        ref = F.reference_s(canon, "elementwise")[0]
-        for mode, factor in (("kernel", 1.0), ("launch", 1.5)):
-            out.append({"op_name": "rms_norm", "num_tokens": t, "hidden_size": width, "dtype": "bf16",
-                        "timing_mode": mode, "latency_s_median": ref * shape(t) * factor})
-    return pd.DataFrame(out)
+def _bytes(t, width=4096):
+    return 2 * t * width * 2            # rms_norm in bf16: read + write of [t, width]
+
+
+def _rows(latency_s, width=4096):
+    """rms_norm rows of latency_s(tokens) (launch: + 4 us)."""
+    return pd.DataFrame([{"op_name": "rms_norm", "num_tokens": t, "hidden_size": width, "dtype": "bf16",
+                          "timing_mode": mode, "latency_s_median": latency_s(t) + extra}
+                         for t in TOKENS for mode, extra in (("kernel", 0.0), ("launch", 4e-6))])
 
 
 def test_simulator_ops_map_onto_profiled_kernels_and_widths():
@@ -40,29 +38,35 @@ def test_simulator_ops_map_onto_profiled_kernels_and_widths():
         [op.bytes_moved for op in ops[:5]])).tolist())
 
 
-def test_power_law_picks_linear_regression_and_extrapolates():
-    pred = make_predictor("elementwise").fit(_rows(lambda t: t ** 0.25))
+def test_bandwidth_line_picks_linear_regression_and_extrapolates():
+    """latency = 3 us + bytes / 2 TB/s: the linear candidate is exact, also 4x past the grid."""
+    pred = make_predictor("elementwise").fit(_rows(lambda t: 3e-6 + _bytes(t) / 2e12))
     choice = pred.describe()["model_choice"]
     assert {k: v["model"] for k, v in choice.items()} == {"kernel:rms_norm:bf16": "linear",
                                                           "launch:rms_norm:bf16": "linear"}
-    assert choice["kernel:rms_norm:bf16"]["heldout_mape"]["linear"] < 1e-3
-    assert choice["kernel:rms_norm:bf16"]["heldout_mape"]["forest"] == pytest.approx(5.585304615798559)
-    op = ElementwiseOp("final_norm", 16384, 4096, 2 * 4096 * 2)           # 4x beyond the grid
+    assert choice["kernel:rms_norm:bf16"]["heldout_mape"]["linear"] < 1e-9
+    assert choice["kernel:rms_norm:bf16"]["heldout_mape"]["forest"] == pytest.approx(18.1737489775014)
+    op = ElementwiseOp("final_norm", 16384, 4096, 2 * 4096 * 2)
     (t,), (oor,) = pred.predict_s([op], "kernel", return_mask=True)
-    assert oor and t == pytest.approx(F.reference_s(F.canon_from_ops([op], "elementwise"), "elementwise")[0]
-                                      * 16384 ** 0.25, rel=1e-6)
+    assert oor and t == pytest.approx(3e-6 + _bytes(16384) / 2e12, rel=1e-9)
 
 
 def test_launch_floor_picks_the_forest():
-    pred = make_predictor("elementwise").fit(_rows(lambda t: 3.0 if t <= 16 else 1.0))
+    """latency = max(20 us, bytes / 1 TB/s): flat up to ~1.2k tokens, where a line cannot bend."""
+    pred = make_predictor("elementwise").fit(_rows(lambda t: max(20e-6, _bytes(t) / 1e12)))
     pick = pred.describe()["model_choice"]["kernel:rms_norm:bf16"]
-    assert pick["model"] == "forest" and pick["heldout_mape"]["forest"] == 0.0
-    assert pick["heldout_mape"]["linear"] == pytest.approx(39.57530928715855)
+    assert pick["model"] == "forest" and pick["heldout_mape"]["forest"] < 1e-9
+    assert pick["heldout_mape"]["linear"] == pytest.approx(3.912939094413681)
 
 
 def test_unknown_kernel_or_dtype_prices_nan():
-    pred = make_predictor("elementwise").fit(_rows(lambda t: 1.0))
+    pred = make_predictor("elementwise").fit(_rows(lambda t: 3e-6 + _bytes(t) / 2e12))
     ops = [ElementwiseOp("embedding", 8, 4096, 2 * 4096 * 2), ElementwiseOp("rotary", 8, 4096, 2 * 4096 * 2),
            ElementwiseOp("final_norm", 8, 4096, 2 * 4096 * 2)]
     t = pred.predict_s(ops, "kernel")
     assert np.isnan(t[0]) and np.isnan(t[1]) and t[2] > 0
+
+
+def test_only_the_log_target():
+    with pytest.raises(ValueError, match=r"^elementwise target='ratio'; valid: log"):
+        make_predictor("elementwise", target="ratio")
