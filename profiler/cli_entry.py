@@ -18,7 +18,7 @@ from frontier.model_spec import load_model_spec
 from frontier.parallel import ParallelSpec
 from frontier.profile_schema import SCHEMA_VERSION
 from profiler import sweep
-from profiler.backends import check_backend
+from profiler.backends import check_backend, runner_for
 from profiler.context import TORCH_DTYPES, RankContext
 from profiler.grid import SweepGrid
 from profiler.timing import TimingConfig
@@ -75,6 +75,18 @@ def check_out_root(out: Path) -> None:
                          "(use another folder)")
 
 
+def check_out_backend(out: Path, gpu: str, families: list[str], backend: str) -> None:
+    """Refuse an output folder whose rows of a family came from another backend than this run
+    would write for it: one calibration must not average two engines' kernels."""
+    for family in families:
+        writes = backend if runner_for(family, backend) is not None else "torch"
+        for part in sorted(Path(out).glob(f"family={family}/gpu={gpu}/part-*.parquet")):
+            found = set(pq.read_table(part, columns=["backend"]).column(0).to_pylist()) - {writes}
+            if found:
+                raise ValueError(f"--out {out} holds {family} rows of backend {sorted(found)[0]}; this run writes "
+                                 f"{writes} (use another folder per backend)")
+
+
 def _gpu_name(args: ProfileArgs) -> str:
     if not args.device.startswith("cuda"):
         if args.gpu is not None:
@@ -114,6 +126,7 @@ def run_profile(args: ProfileArgs, stream: TextIO | None = None) -> sweep.SweepR
     check_out_root(Path(args.out))
     grid = SweepGrid.from_file(args.grid, args.device) if args.grid else SweepGrid.default(args.device)
     contexts = build_contexts(args)
+    check_out_backend(Path(args.out), contexts[0].gpu, families, args.backend)
     chunks = sweep.plan(contexts, families, grid, args.backend)
     done = set().union(*(sweep.completed_chunks(Path(args.out), c.gpu) for c in contexts[:1]))
     todo = [c for c in chunks if c.key not in done]

@@ -107,3 +107,27 @@ def test_grid_file_with_an_unknown_key_is_refused(dense_config, tmp_path):
     grid.write_text("linear_tokens: [1, 2]\nlinear_token: [3]\n")
     res = profile("--model", dense_config, "--out", str(tmp_path / "o"), "--grid", str(grid), "--dry-run")
     assert res.exit_code == 2 and f"error: grid file {grid} has unknown keys ['linear_token']; valid: " in res.output
+
+
+def test_out_folder_with_another_backends_rows_is_refused(dense_config, fast_timing, tmp_path):
+    """A root holding vLLM attention rows takes no torch attention rows (and vice versa), so a
+    calibration never averages two engines' kernels; families both runs time with torch mix."""
+    import pandas as pd
+
+    from frontier.model_spec import load_model_spec
+    from frontier.parallel import ParallelSpec
+    from frontier.profile_schema import write_profile
+    from profiler import ops_attention
+    from profiler.cli_entry import check_out_backend
+    from profiler.context import RankContext
+    from profiler.grid import SweepGrid
+
+    ctx = RankContext(load_model_spec(dense_config), ParallelSpec(), timing=fast_timing)
+    rows = ops_attention.run_point(ctx, ops_attention.build_points(ctx, SweepGrid())[0])
+    write_profile(pd.DataFrame(rows).assign(backend="vllm"), tmp_path, "attention", "cpu")
+    res = profile("--model", dense_config, "--out", str(tmp_path), "--families", "linear,attention", "--dry-run")
+    assert res.exit_code == 2 and res.output.strip() == (
+        f"error: --out {tmp_path} holds attention rows of backend vllm; this run writes torch "
+        "(use another folder per backend)")
+    check_out_backend(tmp_path, "cpu", ["attention", "linear"], "vllm")   # what a vLLM run writes: accepted
+    check_out_backend(tmp_path, "H200", ["attention"], "torch")           # another GPU's partition
