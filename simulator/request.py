@@ -88,6 +88,11 @@ class Request:
     kv_remote_decode: P/D prefill side (``do_remote_decode``): the blocks are kept at finish
         until the decode side has read them (vLLM ``delay_free_blocks``).
     last_sched_seq: P/D async only: sequence number of the last step that scheduled it.
+    kv_num_blocks / kv_num_cached_blocks: blocks the KV cache manager holds for it and how many of
+        them are hash-registered (the manager keeps them equal to its tables; the scheduler reads
+        them per step without a table look-up).
+    block_hashes: one hash per full block of its known tokens, always
+        ``len(block_hashes) == num_tokens // block_size`` (hashed as soon as a block fills).
     Timing (first token, finish, per-token times) is not kept here: the caller records it from
     the `UpdateResult` that `Scheduler.update_from_output` returns.
     """
@@ -113,6 +118,8 @@ class Request:
     kv_remote_prefill: bool = False
     kv_remote_decode: bool = False
     last_sched_seq: int = 0
+    kv_num_blocks: int = 0
+    kv_num_cached_blocks: int = 0
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -53,25 +53,38 @@ from simulator.request import Request, RequestSpec, RequestStatus
 from simulator.request_queue import make_request_queue
 from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateResult
 
+_RUNNING, _PREEMPTED = RequestStatus.RUNNING, RequestStatus.PREEMPTED
+
 
 class _StepState:
-    """Scratch state of one schedule() call."""
+    """Scratch state of one schedule() call: the scheduled requests as aligned lists, in order."""
 
-    __slots__ = ("token_budget", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted", "remote_ids")
+    __slots__ = ("token_budget", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
+                 "remote_ids")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
-        self.num_sched: dict[str, int] = {}  # request_id -> tokens, in scheduling order
-        self.ctx: dict[str, int] = {}  # request_id -> num_computed_tokens before the step
+        self.reqs: list[Request] = []        # scheduling order (a request at most once)
+        self.ids: list[str] = []             # their request ids
+        self.num_sched: list[int] = []       # tokens of each this step
+        self.ctx: list[int] = []             # num_computed_tokens of each before the step
         self.new_ids: list[str] = []
         self.resumed_ids: list[str] = []
         self.preempted: list[Request] = []
         self.remote_ids: list[str] = []  # P/D consumer: admitted for an async KV pull this step
 
     def add(self, r: Request, n: int, context_len: int) -> None:
-        self.num_sched[r.request_id] = n
-        self.ctx[r.request_id] = context_len
+        self.reqs.append(r)
+        self.ids.append(r.request_id)
+        self.num_sched.append(n)
+        self.ctx.append(context_len)
         self.token_budget -= n
+
+    def undo(self, r: Request) -> None:
+        """Drop r (scheduled earlier in this step, now preempted) and give its tokens back."""
+        i = self.reqs.index(r)
+        del self.reqs[i], self.ids[i], self.ctx[i]
+        self.token_budget += self.num_sched.pop(i)
 
 
 class Scheduler:
@@ -125,6 +138,9 @@ class Scheduler:
             raise ValueError(f"remote_prefill needs kv_role='consumer', this scheduler has {self.kv_role!r}")
         if remote_decode and self.kv_role != "producer":
             raise ValueError(f"remote_decode needs kv_role='producer', this scheduler has {self.kv_role!r}")
+        if request.block_size != self.config.block_size:
+            raise ValueError(f"block_size={request.block_size} of {request.request_id!r}; must equal the "
+                             f"scheduler's block_size={self.config.block_size}")
         request.kv_remote_prefill = remote_prefill
         request.kv_remote_decode = remote_decode
         if request.request_id in self.requests:
@@ -206,34 +222,69 @@ class Scheduler:
                 self._schedule_waiting_kv_consumer(st, thr)
             else:
                 self._schedule_waiting(st, thr)
-        if self._defer_block_free and st.num_sched:
+        if self._defer_block_free and st.reqs:
             self._sched_step_seq += 1
-            for rid in st.num_sched:
-                self.requests[rid].last_sched_seq = self._sched_step_seq
+            for r in st.reqs:
+                r.last_sched_seq = self._sched_step_seq
         out = self._update_after_schedule(st)
         if self._debug:
             self.check_invariants(out)
         return out
 
     def _schedule_running(self, st: _StepState, thr: int) -> None:
-        kv, max_len, running = self.kv, self.config.max_model_len, self.running
+        """Running requests in list order. Runs per running request per step, so it is written
+        out: a request that holds blocks and whose new blocks (if any) are free takes the inline
+        allocation (= `KVCacheManager._allocate_running`); anything else, the general path
+        (`allocate_slots`, preempting from the tail, or by priority, until it fits)."""
+        kv, running = self.kv, self.running
+        max_len = self.config.max_model_len
+        stagger, step_id = self._decode_stagger, self._step_id
+        bs, held_map, pool = kv.block_size, kv.req_to_blocks, kv.pool
+        free_queue, caching = pool.free_queue, kv.enable_caching
+        reqs, ids, nums, ctxs = st.reqs, st.ids, st.num_sched, st.ctx
         i = 0
         while i < len(running) and st.token_budget > 0:
             r = running[i]
-            if (
-                r.num_output_placeholders > 0
-                and r.num_computed_tokens + 2 - r.num_output_placeholders >= r.prompt_len + r.max_tokens
-            ):
+            c = r.num_computed_tokens
+            ph = r.num_output_placeholders
+            if ph > 0 and c + 2 - ph >= r.prompt_len + r.max_tokens:
                 i += 1  # async: the in-flight step already reaches max_tokens
                 continue
-            if self._decode_stagger and self._step_id < r.next_decode_eligible_step:
+            if stagger and step_id < r.next_decode_eligible_step:
                 i += 1  # V2+PP+async: pp steps between the same request's decodes
                 continue
-            n = r.prompt_len + r.num_output_tokens + r.num_output_placeholders - r.num_computed_tokens
+            known = r.prompt_len + r.num_output_tokens
+            n = known + ph - c
             if 0 < thr < n:
                 n = thr
-            n = min(n, st.token_budget, max_len - r.num_computed_tokens - 1)
+            budget = st.token_budget
+            if n > budget:
+                n = budget
+            if n > max_len - c - 1:
+                n = max_len - c - 1
             if n == 0:
+                i += 1
+                continue
+            # The inline allocation (= KVCacheManager._allocate_running; running: no watermark).
+            need = c + n                            # < max_len when n > 0: n <= max_len - c - 1
+            if n > 0 and need <= r.kv_num_blocks * bs:
+                fits = True                         # its blocks hold the new tokens
+            elif (n > 0 and (blocks := held_map.get(r.request_id)) is not None
+                  and (num_new := -(-need // bs) - len(blocks)) <= free_queue.num_free_blocks):
+                blocks.extend(pool.get_new_blocks(num_new))
+                r.kv_num_blocks = len(blocks)
+                fits = True
+            else:
+                fits = False                        # the general path (preempts until it fits)
+            if fits:
+                # full blocks to cache: min(need, known) // bs (the Request hashes every full block)
+                if caching and (num_full := (need if need < known else known) // bs) > r.kv_num_cached_blocks:
+                    kv.cache_blocks(r, num_full * bs)
+                reqs.append(r)
+                ids.append(r.request_id)
+                nums.append(n)
+                ctxs.append(c)
+                st.token_budget = budget - n
                 i += 1
                 continue
             while True:
@@ -248,9 +299,8 @@ class Scheduler:
                     del running[vi]
                     if vi < i:
                         i -= 1
-                    if victim.request_id in st.num_sched:  # already scheduled this step: undo
-                        st.token_budget += st.num_sched.pop(victim.request_id)
-                        del st.ctx[victim.request_id]
+                    if victim in reqs:          # already scheduled this step: undo
+                        st.undo(victim)
                 else:
                     running.pop()
                 self._preempt(victim)
@@ -397,35 +447,39 @@ class Scheduler:
 
     def _update_after_schedule(self, st: _StepState) -> SchedulerOutput:
         """Advance num_computed_tokens optimistically; async: one placeholder per sampling request."""
-        requests = self.requests
         is_async = self.config.async_scheduling
+        stagger = self._decode_stagger
+        next_eligible = self._step_id + stagger
         inflight = self._inflight_prefills
         samples = []
-        for rid, n in st.num_sched.items():
-            r = requests[rid]
-            r.num_computed_tokens += n
+        for r, n in zip(st.reqs, st.num_sched):
+            c = r.num_computed_tokens + n
+            r.num_computed_tokens = c
             r.num_in_flight_tokens += n
-            r.is_prefill_chunk = (r.num_computed_tokens
-                                  < r.prompt_len + r.num_output_tokens + r.num_output_placeholders)
-            samples.append(not r.is_prefill_chunk)
-            if is_async and not r.is_prefill_chunk:
-                r.num_output_placeholders += 1
-                if self._decode_stagger:
-                    r.next_decode_eligible_step = self._step_id + self._decode_stagger
-            if inflight and not r.is_prefill_chunk:
-                inflight.discard(r)
+            chunk = c < r.prompt_len + r.num_output_tokens + r.num_output_placeholders
+            r.is_prefill_chunk = chunk
+            samples.append(not chunk)
+            if not chunk:
+                if is_async:
+                    r.num_output_placeholders += 1
+                    if stagger:
+                        r.next_decode_eligible_step = next_eligible
+                if inflight:
+                    inflight.discard(r)
         self._finished_req_ids = set()
+        nums = st.num_sched
         return SchedulerOutput(
             step_id=self._step_id,
-            request_ids=tuple(st.num_sched),
-            num_scheduled_tokens=tuple(st.num_sched.values()),
-            context_lens=tuple(st.ctx.values()),
+            request_ids=tuple(st.ids),
+            num_scheduled_tokens=tuple(nums),
+            context_lens=tuple(st.ctx),
             samples=tuple(samples),
             new_request_ids=tuple(st.new_ids),
             resumed_request_ids=tuple(st.resumed_ids),
             preempted_request_ids=tuple(r.request_id for r in st.preempted),
-            total_num_scheduled_tokens=sum(st.num_sched.values()),
+            total_num_scheduled_tokens=sum(nums),
             remote_kv_request_ids=tuple(st.remote_ids),
+            requests=tuple(st.reqs),
         )
 
     # ------------------------------------------------------------------ update
@@ -433,38 +487,52 @@ class Scheduler:
         """Process a finished step: one sampled token per request whose step sampled.
 
         Stops on max_tokens or max_model_len (FINISHED_LENGTH_CAPPED); finished requests are freed.
+        Runs per scheduled request per step, so `Request.append_output_token` and the
+        `KVCacheManager.cache_blocks` guard are written out here.
         """
         tokens: list[str] = []
         firsts: list[str] = []
         finished: list[str] = []
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
-        kv, max_len = self.kv, self.config.max_model_len
+        kv, max_len, requests = self.kv, self.config.max_model_len, self.requests
+        caching, bs = kv.enable_caching, kv.block_size
         if self._defer_block_free and output.total_num_scheduled_tokens > 0:
             self._processed_step_seq += 1       # every write of this and earlier steps is done
             kv.drain_deferred_frees(self._processed_step_seq)
-        for rid, n, samples in zip(output.request_ids, output.num_scheduled_tokens, output.samples):
-            r = self.requests.get(rid)
-            stale = False
-            if r is not None:
-                r.num_in_flight_tokens -= n
-                if r.num_stale_output_tokens > 0:
-                    stale = True
-                    r.num_stale_output_tokens -= n
-            if r is None or r.is_finished or (stale and r.drop_stale_output) or not samples:
+        for r, n, samples in zip(output.requests, output.num_scheduled_tokens, output.samples):
+            # A request leaves self.requests exactly when it finishes: skip it then.
+            if r.status > _PREEMPTED:
                 continue
-            had_placeholders = r.num_output_placeholders > 0
+            rid = r.request_id
+            r.num_in_flight_tokens -= n
+            stale = False
+            if r.num_stale_output_tokens > 0:
+                stale = True
+                r.num_stale_output_tokens -= n
+                if r.drop_stale_output:
+                    continue
+            if not samples:
+                continue
             status_before = r.status
-            r.append_output_token()
-            stopped = r.prompt_len + r.num_output_tokens >= max_len or r.num_output_tokens >= r.max_tokens
+            had_placeholders = r.num_output_placeholders > 0
+            k = r.num_output_tokens + 1                 # r.append_output_token(), written out:
+            r.num_output_tokens = k
+            known = r.prompt_len + k
+            if known % r.block_size == 0:               # a block just filled: hash it
+                r._update_block_hashes()
+            stopped = known >= max_len or k >= r.max_tokens
             if stopped:
                 r.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            if not stale and r.num_output_placeholders > 0:
+            if not stale and had_placeholders:
                 r.num_output_placeholders -= 1
-            if not stale and status_before == RequestStatus.RUNNING and had_placeholders:
-                kv.cache_blocks(r, r.num_computed_tokens - r.num_in_flight_tokens)
+                if status_before == _RUNNING and caching:
+                    # kv.cache_blocks(r, processed tokens): full blocks min(done, known) // bs
+                    done = r.num_computed_tokens - r.num_in_flight_tokens
+                    if (num_full := (done if done < known else known) // bs) > r.kv_num_cached_blocks:
+                        kv.cache_blocks(r, num_full * bs)
             tokens.append(rid)
-            if r.num_output_tokens == 1:
+            if k == 1:
                 firsts.append(rid)
             if stopped:
                 self._finished_req_ids.add(rid)
@@ -473,9 +541,9 @@ class Scheduler:
                     self._delayed_free[rid] = r     # P/D producer: D reads the blocks first
                 else:
                     self._free_request_blocks(r)
-                del self.requests[rid]
+                del requests[rid]
                 finished.append(rid)
-                (stopped_running if status_before == RequestStatus.RUNNING else stopped_waiting).add(r)
+                (stopped_running if status_before == _RUNNING else stopped_waiting).add(r)
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_waiting:
@@ -483,13 +551,13 @@ class Scheduler:
             if self.kv_holding_waiting:
                 self.kv_holding_waiting.remove_requests(stopped_waiting)
         if self._debug:
-            self.kv.check_invariants()
+            self.kv.check_invariants(self.requests.values())
         return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished))
 
     # ------------------------------------------------------------------ debug
     def check_invariants(self, out: SchedulerOutput | None = None) -> None:
         """Raise AssertionError if blocks or tokens are not conserved."""
-        self.kv.check_invariants()
+        self.kv.check_invariants(self.requests.values())
         cfg = self.config
         if out is not None and out.total_num_scheduled_tokens > cfg.max_num_batched_tokens:
             raise AssertionError(f"step {out.step_id} scheduled {out.total_num_scheduled_tokens} tokens")

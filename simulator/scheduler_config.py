@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.request import Request
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class SchedulerOutput:
     context_lens: num_computed_tokens before the step (prefix hits included for admissions).
     samples: whether the step reaches the end of the request's known tokens, so the forward pass
         produces an output token for it (False for a partial prefill chunk).
+    requests: the scheduled `Request` objects, aligned with request_ids (the scheduler's own
+        handle for update_from_output; not part of equality or repr).
     """
 
     step_id: int
@@ -87,6 +93,7 @@ class SchedulerOutput:
     preempted_request_ids: tuple[str, ...]
     total_num_scheduled_tokens: int
     remote_kv_request_ids: tuple[str, ...] = ()   # P/D consumer: admitted for a KV pull this step
+    requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(self.request_ids, self.num_scheduled_tokens))

@@ -16,6 +16,7 @@ Slot arithmetic of `allocate_slots` (bs = block_size):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from simulator.kv_cache.block_pool import BlockPool
@@ -180,10 +181,11 @@ class KVCacheManager:
         if hit_blocks:
             self.pool.touch(hit_blocks)
             blocks.extend(hit_blocks)
-            self.num_cached_block[rid] = len(blocks)
+            self.num_cached_block[rid] = request.kv_num_cached_blocks = len(blocks)
         num_new = cdiv(need_slots, self.block_size) - len(blocks)
         new_blocks = self.pool.get_new_blocks(num_new) if num_new > 0 else []
         blocks.extend(new_blocks)
+        request.kv_num_blocks = len(blocks)
         if self.enable_caching and not delay_cache_blocks:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
@@ -207,12 +209,13 @@ class KVCacheManager:
         if num_new > 0:
             new_blocks = self.pool.get_new_blocks(num_new)
             blocks.extend(new_blocks)
+            request.kv_num_blocks = len(blocks)
         else:
             new_blocks = []
         if self.enable_caching:
             num_full = min(num_main, request.prompt_len + request.num_output_tokens,
                            len(request.block_hashes) * bs) // bs
-            if num_full > self.num_cached_block.get(request.request_id, 0):
+            if num_full > request.kv_num_cached_blocks:
                 self.cache_blocks(request, num_full * bs)
         return new_blocks
 
@@ -221,7 +224,7 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         rid = request.request_id
-        num_cached = self.num_cached_block.get(rid, 0)
+        num_cached = request.kv_num_cached_blocks
         num_full = min(num_tokens, len(request.block_hashes) * self.block_size) // self.block_size
         if num_cached >= num_full:
             return
@@ -229,12 +232,13 @@ class KVCacheManager:
         hashes = request.block_hashes
         for i in range(num_cached, num_full):
             self.pool.cache_block(blocks[i], hashes[i])
-        self.num_cached_block[rid] = num_full
+        self.num_cached_block[rid] = request.kv_num_cached_blocks = num_full
 
     def free(self, request: Request) -> None:
         """Release the request's blocks, tail first (so a chain's tail is evicted first)."""
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.num_cached_block.pop(request.request_id, None)
+        request.kv_num_blocks = request.kv_num_cached_blocks = 0
         self.pool.free_blocks(reversed(blocks))
 
     def defer_free(self, request: Request, fence_seq: int) -> None:
@@ -242,6 +246,7 @@ class KVCacheManager:
         request's bookkeeping now, return the blocks to the pool once step `fence_seq` is processed."""
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.num_cached_block.pop(request.request_id, None)
+        request.kv_num_blocks = request.kv_num_cached_blocks = 0
         if blocks:
             self.deferred_frees.append((fence_seq, blocks))
 
@@ -253,7 +258,13 @@ class KVCacheManager:
             _, blocks = q.popleft()
             self.pool.free_blocks(reversed(blocks))
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, requests: Iterable[Request] = ()) -> None:
+        """Raise if blocks are not conserved, or a request's block counts disagree with the tables."""
+        for r in requests:
+            blocks, cached = self.req_to_blocks.get(r.request_id, ()), self.num_cached_block.get(r.request_id, 0)
+            if (r.kv_num_blocks, r.kv_num_cached_blocks) != (len(blocks), cached):
+                raise AssertionError(f"{r}: kv_num_blocks/kv_num_cached_blocks {r.kv_num_blocks}/"
+                                     f"{r.kv_num_cached_blocks} != table {len(blocks)}/{cached}")
         held = sum(len(b) for b in self.req_to_blocks.values())
         held += sum(len(b) for _, b in self.deferred_frees)
         self.pool.check_invariants(held)
