@@ -225,6 +225,17 @@ class MemoryBudget:
             return self.num_gpu_blocks / -(-max_model_len // self.block_size)
         return self.num_gpu_blocks / self.layout.blocks_per_request(max_model_len, self.max_in_flight_tokens)
 
+    def start_error(self, max_model_len: int) -> str | None:
+        """Why vLLM would refuse to start (one request of max_model_len must fit in the blocks
+        besides the null block: kv_cache_planning._check_enough_kv_cache_memory), or None."""
+        need = (self.layout.blocks_per_request(max_model_len, self.max_in_flight_tokens) if self.layout
+                else -(-max_model_len // self.block_size))
+        if self.num_gpu_blocks - 1 >= need:
+            return None
+        return (f"vLLM would not start: one request of max_model_len {max_model_len} needs {need} KV blocks "
+                f"({need * self.bytes_per_block / GIB:.2f} GiB) but {self.num_gpu_blocks - 1} are usable "
+                f"besides the null block; lower --max-model-len or give the KV cache more memory")
+
     def logged_kv_cache_tokens(self, max_model_len: int) -> int:
         """The N of vLLM's "GPU KV cache size: N tokens" (depends on max_model_len)."""
         return int(self.max_concurrency(max_model_len) * max_model_len)
@@ -303,7 +314,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
     memory per GPU as given, ignoring gpu_memory_utilization. Raises ValueError when the model
-    does not fit.
+    does not fit (`MemoryBudget.start_error` says whether vLLM would refuse max_model_len).
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")

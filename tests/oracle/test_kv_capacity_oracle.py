@@ -231,3 +231,24 @@ def test_kv_cache_memory_bytes_end_to_end(vllm_config, name, tp, block, value):
     blocks, tokens = vllm_capacity(vllm_config, rank_specs(name, tp, 1, block, False), available,
                                    max_model_len=32768, max_num_batched_tokens=resolved.max_num_batched_tokens, pp=1)
     assert (budget.num_gpu_blocks, budget.kv_cache_tokens) == (blocks, tokens)
+
+
+@pytest.mark.parametrize("name,tp,block,max_len", [("meta-llama/Llama-3.1-8B", 1, 16, 8191),
+                                                    ("openai/gpt-oss-120b", 2, 16, 32768)])
+def test_start_refused_exactly_where_vllm_refuses(vllm_config, name, tp, block, max_len):
+    """vLLM needs one request of max_model_len besides the null block (_check_enough_kv_cache_memory)."""
+    specs = rank_specs(name, tp, 1, block, False)
+    model, parallel = load_model_spec(name), ParallelSpec.from_vllm(tp=tp)
+    layout = kv_layout(model, parallel, block)
+    need = layout.blocks_per_request(max_len, 2 * 8192)
+    for available, ok in (((need + 1) * layout.bytes_per_block, True), ((need + 1) * layout.bytes_per_block - 1, False)):
+        ours = kv_budget(model, parallel, get_gpu("H200"), max_num_batched_tokens=8192, max_num_seqs=256,
+                         block_size=block, max_model_len=max_len, kv_cache_memory_bytes=available)
+        if ok:
+            blocks, _ = vllm_capacity(vllm_config, specs, available, max_model_len=max_len,
+                                      max_num_batched_tokens=8192, pp=1)
+            assert ours.num_gpu_blocks == blocks == need + 1 and ours.start_error(max_len) is None
+        else:
+            with pytest.raises(ValueError, match="To serve at least one request"):
+                vllm_capacity(vllm_config, specs, available, max_model_len=max_len, max_num_batched_tokens=8192, pp=1)
+            assert ours.start_error(max_len).startswith("vLLM would not start")

@@ -176,3 +176,29 @@ def test_simulate_runs_on_the_given_kv_cache_memory():
     assert result.summary["completed"] == 8
     with pytest.raises(ValueError, match="--kv-cache-memory-bytes must be a positive integer"):
         EngineArgs(kv_cache_memory_bytes=-1)
+
+
+def test_start_error_where_one_request_of_max_model_len_does_not_fit():
+    # 1 GiB of a 2 MiB-per-block model: 512 blocks, 511 usable besides the null block
+    b = budget(kv_cache_memory_bytes=1 << 30)
+    assert b.num_gpu_blocks == 512 and b.start_error(511 * 16) is None
+    assert b.start_error(511 * 16 + 1).startswith(
+        "vLLM would not start: one request of max_model_len 8177 needs 512 KV blocks (1.00 GiB) but 511 are usable")
+    # the window group of a hybrid model counts too: 256 + 257 blocks at 4096 tokens
+    hybrid_bytes = 18 * 16 * 2 * 8 * 128 * 2
+    assert budget(model=HYBRID, kv_cache_memory_bytes=514 * hybrid_bytes).start_error(4096) is None
+    assert "needs 513 KV blocks" in budget(model=HYBRID, kv_cache_memory_bytes=513 * hybrid_bytes).start_error(4096)
+
+
+def test_memory_command_prints_the_given_kv_memory_and_the_start_error():
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+
+    res = CliRunner().invoke(app, ["memory", "--kv-cache-memory-bytes", "1G", "--max-model-len", "8177"])
+    assert res.exit_code == 0, res.output
+    assert "  kv cache                           1.00 GiB  (given)" in res.output
+    assert "GPU KV cache size: 8,177 tokens" in res.output            # int(512 / cdiv(8177, 16) * 8177)
+    assert res.output.strip().splitlines()[-1].startswith("vLLM would not start: one request of max_model_len 8177")
+    res = CliRunner().invoke(app, ["memory", "--kv-cache-memory-bytes", "1.5G"])
+    assert res.exit_code != 0 and "decimals are not allowed with binary suffix G" in res.output
