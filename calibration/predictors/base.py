@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import features as F
-from calibration.predictors import attention_query as AQ
+from calibration.predictors import attention_query, linear_query
 from calibration.predictors.tree_eval import CompiledForest, compile_forest
 
 DEFAULT_LAUNCH_OVERHEAD_S = 5e-6   # per kernel launch from Python (assumption, not measured here)
@@ -43,6 +43,8 @@ GRID = 64.0                         # table memo grid (predict_canon): 1/64 in l
 ROW_WALK_MAX_ROWS = 12              # misses up to this many rows: per-row walk (cheaper than lockstep)
 MAX_OP_CACHE = 20_000               # op memo entries; cleared when full (attention ops rarely repeat)
 _RANGE_TOL = 1e-6
+# Families the simulator asks for op by op, with a scalar (plain Python) query path.
+SCALAR_QUERIES = {"attention": attention_query, "linear": linear_query}
 
 
 FOREST_DEFAULTS = dict(n_estimators=16, min_samples_leaf=3, max_features=1.0, max_samples=0.5, seed=0,
@@ -132,7 +134,7 @@ class FamilyPredictor:
         self._row_cache: dict[tuple, float] = {}
         self._op_cache: dict[tuple, tuple[float, bool]] = {}
         self._key_cache: dict[tuple, str] = {}
-        self._scalar_ok: bool | None = None   # attention_query agrees with features (checked once)
+        self._scalar_ok: bool | None = None   # scalar query features agree with features (checked once)
         self.memo_lookups = 0     # feature rows looked up in the memos
         self.memo_misses = 0      # of which the model evaluated
 
@@ -224,8 +226,9 @@ class FamilyPredictor:
                   return_mask: bool = False):
         """Seconds per op (batched); with `return_mask`, also the out-of-range mask."""
         _check_mode(timing_mode)
-        if self.family == "attention":       # a new op every step: scalar path, no op memo
-            priced = [self._price_attention_op(op, timing_mode) for op in ops]
+        query = SCALAR_QUERIES.get(self.family)
+        if query is not None:                 # scalar path and grid memo, no op memo
+            priced = [self._price_op(query, op, timing_mode) for op in ops]
             res = np.array([p for p, _ in priced], dtype=float)
             return (res, np.array([m for _, m in priced], dtype=bool)) if return_mask else res
         res = np.empty(len(ops))
@@ -246,27 +249,27 @@ class FamilyPredictor:
                 res[i], oor[i] = p[j], m[j]
         return (res, oor) if return_mask else res
 
-    def _price_attention_op(self, op, timing_mode: str) -> tuple[float, bool]:
-        """(seconds, out of range) of one attention op: scalar features, memo on AQ.QUERY_GRID.
+    def _price_op(self, query, op, timing_mode: str) -> tuple[float, bool]:
+        """(seconds, out of range) of one op: scalar features, memo on ``query.QUERY_GRID``.
 
         Same result as ``predict_canon`` of the op's table but for the grid (tested): the
         out-of-range flag is computed on the unquantized features, the model reads the grid
         point, the reference time (ratio target) is exact.
         """
         total, flag = 0.0, False
-        for row in AQ.query_rows(op, self.has_mixed):
-            mkey, shift = self._model_for(timing_mode, self._attention_key(row))
+        for row in query.query_rows(op, getattr(self, "has_mixed", False)):
+            mkey, shift = self._model_for(timing_mode, self._row_key(query, row))
             if mkey is None:
                 return math.nan, True
-            x, reference_s = self._attention_features(row)
+            x, reference_s = self._row_features(query, row)
             compiled, lo, hi = self._compiled_for(mkey)
             flag = flag or any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi))
-            cell = (mkey, tuple(map(round, map(operator.mul, x, AQ.QUERY_GRID))))
+            cell = (mkey, tuple(map(round, map(operator.mul, x, query.QUERY_GRID))))
             self.memo_lookups += 1
             y = self._row_cache.get(cell)
             if y is None:
                 self.memo_misses += 1
-                point = list(map(operator.truediv, cell[1], AQ.QUERY_GRID))
+                point = list(map(operator.truediv, cell[1], query.QUERY_GRID))
                 y = self._row_cache[cell] = (compiled.predict_row(point) if compiled is not None
                                              else float(self.models[mkey].predict(np.asarray([point]))[0]))
             if self.target == "ratio":
@@ -275,32 +278,36 @@ class FamilyPredictor:
             total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
         return total, flag
 
-    def _attention_key(self, row: dict) -> str:
-        """The sub-model key of a canonical attention row (submodel_keys, once per head shape)."""
-        shape = tuple(row[c] for c in AQ.HEAD_SHAPE_COLUMNS)
+    def _row_key(self, query, row: dict) -> str:
+        """The sub-model key of a canonical row (submodel_keys, once per query.KEY_COLUMNS values)."""
+        shape = tuple(row[c] for c in query.KEY_COLUMNS)
         key = self._key_cache.get(shape)
         if key is None:
             key = self._key_cache[shape] = str(self.submodel_keys(F.canon_from_records([row], self.family))[0])
         return key
 
-    def _attention_features(self, row: dict) -> tuple[list[float], float]:
-        """(features, reference seconds) of a canonical attention row: the scalar versions
-        when they agree with calibration.features on the first row priced, else (with a
-        warning, once) the numpy ones: a stale scalar copy costs speed, never correctness."""
+    def _row_features(self, query, row: dict) -> tuple[list[float], float]:
+        """(features, reference seconds) of a canonical row: the scalar versions when they
+        agree with calibration.features on the first row priced, else (with a warning, once)
+        the numpy ones: a stale scalar copy costs speed, never correctness."""
         if self._scalar_ok is None:
-            x, ref = _numpy_attention_features(row)
+            x, ref = self._numpy_features(row)
             try:
-                xs, refs = AQ.feature_row(row), AQ.reference_row(row)
+                xs, refs = query.feature_row(row), query.reference_row(row)
                 self._scalar_ok = (len(xs) == len(x) and bool(np.allclose(xs, x, rtol=1e-12, atol=1e-12))
                                    and math.isclose(refs, ref, rel_tol=1e-12))
             except Exception:        # a stale copy may also fail outright (e.g. a renamed constant)
                 self._scalar_ok = False
             if not self._scalar_ok:
-                warnings.warn("calibration/predictors/attention_query.py features differ from "
-                              "calibration.features; attention queries take the slow numpy path", stacklevel=2)
+                warnings.warn(f"{query.__name__} features differ from calibration.features; "
+                              f"{self.family} queries take the slow numpy path", stacklevel=2)
         if self._scalar_ok:
-            return AQ.feature_row(row), AQ.reference_row(row)
-        return _numpy_attention_features(row)
+            return query.feature_row(row), query.reference_row(row)
+        return self._numpy_features(row)
+
+    def _numpy_features(self, row: dict) -> tuple[list[float], float]:
+        table = F.canon_from_records([row], self.family)
+        return F.featurize(table, self.family)[0].tolist(), float(F.reference_s(table, self.family)[0])
 
     def describe(self) -> dict:
         """JSON-able summary: sub-models, rows, launch overhead."""
@@ -308,11 +315,6 @@ class FamilyPredictor:
                 "submodels": {f"{m}:{k}": n for (m, k), n in self.n_rows.items()},
                 "launch_overhead_s": self.launch_overhead_s,
                 "launch_overhead_source": self.launch_overhead_source}
-
-
-def _numpy_attention_features(row: dict) -> tuple[list[float], float]:
-    table = F.canon_from_records([row], "attention")
-    return F.featurize(table, "attention")[0].tolist(), float(F.reference_s(table, "attention")[0])
 
 
 def _check_mode(timing_mode: str) -> None:

@@ -80,7 +80,7 @@ def test_scalar_rows_equal_numpy_features():
 
 
 def test_submodel_key_is_the_predictors(pred):
-    assert [pred._attention_key(AQ.canon_row(op)) for op in OPS] == \
+    assert [pred._row_key(AQ, AQ.canon_row(op)) for op in OPS] == \
         pred.submodel_keys(F.canon_from_ops(OPS, "attention")).tolist()
 
 
@@ -147,6 +147,6 @@ def test_stale_scalar_features_fall_back_to_numpy(monkeypatch):
     want = pred.predict_s(ops)
     fresh = AttentionPredictor(n_estimators=2).fit(_rows())
     monkeypatch.setattr(AQ, "feature_row", lambda row: [0.0] * len(F.FEATURE_NAMES["attention"]))
-    with pytest.warns(UserWarning, match="attention_query.py features differ"):
+    with pytest.warns(UserWarning, match="attention_query features differ"):
         got = fresh.predict_s(ops)
     assert np.array_equal(got, want) and fresh._scalar_ok is False
