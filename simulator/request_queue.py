@@ -14,40 +14,27 @@ from collections.abc import Iterable, Iterator
 from simulator.request import Request
 
 
-class FCFSRequestQueue:
-    def __init__(self) -> None:
-        self._q: deque[Request] = deque()
+class FCFSRequestQueue(deque):
+    """A deque of requests (len/bool/iter are the deque's own: the scheduler asks per step)."""
 
-    def add_request(self, request: Request) -> None:
-        self._q.append(request)
-
-    def pop_request(self) -> Request:
-        return self._q.popleft()
+    add_request = deque.append
+    pop_request = deque.popleft
+    prepend_request = deque.appendleft
 
     def peek_request(self) -> Request:
-        if not self._q:
+        if not self:
             raise IndexError("peek from an empty queue")
-        return self._q[0]
-
-    def prepend_request(self, request: Request) -> None:
-        self._q.appendleft(request)
+        return self[0]
 
     def prepend_requests(self, requests: Iterable[Request]) -> None:
         """Like deque.extendleft: the requests end up in reverse order of iteration."""
-        self._q.extendleft(requests)
+        self.extendleft(requests)
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         drop = set(requests)
-        self._q = deque(r for r in self._q if r not in drop)
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __bool__(self) -> bool:
-        return bool(self._q)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter(self._q)
+        keep = [r for r in self if r not in drop]
+        self.clear()
+        self.extend(keep)
 
 
 class PriorityRequestQueue:

@@ -20,7 +20,7 @@ import time
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
@@ -116,6 +116,8 @@ class BenchmarkClient:
         self.max_model_len = max_model_len
         self.max_concurrency = max_concurrency
         self.in_flight: dict[str, _InFlight] = {}
+        # request_id -> its token_times_s.append: the per-token path is one look-up and a call
+        self._append_time: dict[str, Callable[[float], None]] = {}
         self.held: deque[RequestSpec] = deque()     # arrived, waiting for a concurrency slot
         self.records: list[RequestRecord] = []
         self.failed: dict[str, str] = {}
@@ -148,6 +150,7 @@ class BenchmarkClient:
             return
         state = _InFlight(spec, now, None, array("d"))  # type: ignore[arg-type]
         self.in_flight[spec.request_id] = state
+        self._append_time[spec.request_id] = state.token_times_s.append
         self._submit(spec, state)
 
     def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
@@ -158,10 +161,11 @@ class BenchmarkClient:
             self._send(self.held.popleft())
 
     def _on_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
-        in_flight = self.in_flight
+        in_flight, append_time = self.in_flight, self._append_time
         for rid in result.token_request_ids:
-            in_flight[rid].token_times_s.append(now_s)
+            append_time[rid](now_s)
         for rid in result.finished_request_ids:
+            del append_time[rid]
             self.records.append(self._make_record(rid, in_flight.pop(rid)))
             self._release_slot()
 

@@ -18,6 +18,13 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
+
+def _int_range(start: int, stop: int) -> array:
+    """array('q', range(start, stop)), built by NumPy (no int object per element)."""
+    return array("q", np.arange(start, stop, dtype=np.int64).tobytes())
+
 
 class FreeBlockQueue:
     """O(1) doubly linked list of free block ids in exact vLLM order (initially 0, 1, ..., n-1)."""
@@ -27,9 +34,9 @@ class FreeBlockQueue:
         self._tail = num_blocks + 1
         size = num_blocks + 2
         # prev/next of a block not in the queue are -1.
-        # array('l'): 8 bytes a link instead of a list slot + an int object (~10M blocks at 1k GPUs)
-        self._prev = array("l", range(-1, size - 1))
-        self._next = array("l", range(1, size + 1))
+        # array('q'): 8 bytes a link instead of a list slot + an int object (~10M blocks at 1k GPUs)
+        self._prev = _int_range(-1, size - 1)
+        self._next = _int_range(1, size + 1)
         self._prev[0] = self._head
         self._next[num_blocks - 1] = self._tail
         self._prev[self._head] = self._next[self._tail] = -1
@@ -68,27 +75,29 @@ class FreeBlockQueue:
 
     def append_n(self, blocks: Sequence[int]) -> None:
         """Put blocks at the tail, in order (the last one becomes the tail)."""
-        last = self._prev[self._tail]
+        nxt, prev = self._next, self._prev
+        last = prev[self._tail]
         for b in blocks:
-            self._next[last] = b
-            self._prev[b] = last
+            nxt[last] = b
+            prev[b] = last
             last = b
-        self._next[last] = self._tail
-        self._prev[self._tail] = last
+        nxt[last] = self._tail
+        prev[self._tail] = last
         self.num_free_blocks += len(blocks)
 
     def prepend_n(self, blocks: Sequence[int]) -> None:
         """Put blocks at the head, keeping their order (blocks[0] becomes the head)."""
         if not blocks:
             return
-        first = self._next[self._head]
+        nxt, prv = self._next, self._prev
+        first = nxt[self._head]
         prev = self._head
         for b in blocks:
-            self._prev[b] = prev
-            self._next[prev] = b
+            prv[b] = prev
+            nxt[prev] = b
             prev = b
-        self._next[prev] = first
-        self._prev[first] = prev
+        nxt[prev] = first
+        prv[first] = prev
         self.num_free_blocks += len(blocks)
 
     def order(self) -> list[int]:
@@ -138,9 +147,9 @@ class BlockPool:
     def get_new_blocks(self, n: int) -> list[int]:
         """Take n blocks from the head of the free queue, evicting their cached hashes."""
         blocks = self.free_queue.popleft_n(n)
-        ref = self.ref_cnt
+        ref, block_hash, caching = self.ref_cnt, self.block_hash, self.enable_caching
         for b in blocks:
-            if self.enable_caching and self.block_hash[b] is not None:
+            if caching and block_hash[b] is not None:
                 self._evict(b)
             ref[b] += 1
         return blocks
@@ -160,13 +169,13 @@ class BlockPool:
         vLLM 0.33), hashed ones appended (LRU).
         """
         first, last = [], []
-        ref = self.ref_cnt
+        ref, block_hash, caching, null = self.ref_cnt, self.block_hash, self.enable_caching, self.null_block
         for b in ordered_blocks:
-            if b == self.null_block:
+            if b == null:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
-                if self.block_hash[b] is None or not self.enable_caching:
+                if block_hash[b] is None or not caching:
                     first.append(b)
                 else:
                     last.append(b)
