@@ -9,6 +9,13 @@ Timing modes (DESIGN.md §2): "kernel" = GPU time only (ops replayed inside a CU
 graph); "launch" = kernel time plus a CPU launch overhead per kernel (eager ops).
 The overhead is added, not overlapped: conservative for long eager prefills (about
 1-2 % there), right for short CPU-bound eager decode steps.
+
+Every kernel also has a GPU-side fixed time in both modes (``KERNEL_LATENCY_S`` per kernel:
+grid launch, ramp-up, tail and the gap to the next kernel of a graph), added to its
+roofline time: ``t = kernels(op) * KERNEL_LATENCY_S + max(compute, memory)``. It is
+negligible for prefill and dominates small decode steps at high TP (a Llama-3.1-70B
+layer at TP8 runs ~16 kernels of a few us each). A fused MoE call has its own measured
+fixed time (``MOE_FIXED_S``) instead of a kernel count.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ GEMM_MEMORY_EFF = 0.80
 ATTN_COMPUTE_EFF = 0.55
 # Paged decode attention reads KV at ~60-70 % of HBM bandwidth (block-table gathers).
 ATTN_MEMORY_EFF = 0.65
-# Fused MoE (grouped GEMM + routing/permute) is less efficient than one dense GEMM.
-MOE_COMPUTE_EFF = 0.60
+# Fused MoE (grouped GEMM + routing/permute) streams expert weights at ~70 % of HBM bandwidth
+# (the AIC moe tables below fit 0.7-0.9); its compute efficiency is per kernel class (below).
 MOE_MEMORY_EFF = 0.70
 # Small fused norm/rotary/activation kernels get ~60 % of HBM bandwidth.
 ELEMENTWISE_MEMORY_EFF = 0.60
@@ -46,6 +53,33 @@ LAUNCH_OVERHEAD_S = 5e-6
 # Kernels launched per op when eager: attention = KV-cache write + attention kernel;
 # fused MoE = routing top-k, align/permute, two grouped GEMMs, activation, combine.
 KERNELS_PER_OP = {"linear": 1, "attention": 2, "moe": 6, "elementwise": 1, "comm": 1}
+# GPU-side fixed time of one kernel (graph or eager). Source: AIConfigurator's measured vLLM
+# 0.24 GEMM tables (systems/data/{h100,h200}_sxm/gemm/vllm/0.24.0): the smallest bf16 GEMM
+# (m=1, n=k=32) takes 2.4-2.5 us on H200, and mid-size skinny GEMMs fit
+# 2.5 us + bytes / (0.8 * HBM bw) within ~10 %.
+KERNEL_LATENCY_S = 2.5e-6
+# Kernels per op for that fixed time. linear: the GEMM, plus the activation-quantization
+# kernel for fp8 / fp4 compute (the same tables: fp8 GEMMs bottom out at 4.5 us = 2 x 2.4).
+# attention: vLLM's FlashAttention-3 path runs the scheduler-metadata kernel, the KV-cache
+# write, the attention kernel and the split-KV combine: 4 (the AIC generation-attention table,
+# vLLM 0.24 fa3, bottoms out at 9.7 us on H200 = 4 x 2.4). comm: 0 (the comm backend's
+# latency term already holds it).
+LATENCY_KERNELS = {"linear": 1, "attention": 4, "elementwise": 1, "comm": 0}
+# Fused-MoE kernels by class (``moe_kernel_class``): vLLM's triton fused_moe for bf16 and
+# fp8 (block-scaled) experts, the Marlin WNA16 MoE for int4 weight-only experts and the
+# OAI triton kernel for gpt-oss MXFP4 experts. Both constants below come from AIConfigurator's
+# measured vLLM 0.24 moe_perf tables (systems/data/{h100,h200}_sxm/moe/vllm/0.24.0, balanced
+# routing), figures H100 / H200:
+# MOE_FIXED_S: fixed time of one fused-MoE call (routing, align/sort, both grouped GEMMs,
+# activation, combine): median of (measured - weight bytes / HBM bw) over num_tokens <= 8:
+# bf16 39 / 39 us, fp8_block 41 / 41, int4 Marlin 51 / 52, MXFP4 65 / 67.
+MOE_FIXED_S = {"bf16": 39e-6, "fp8": 41e-6, "int4": 52e-6, "mxfp4": 66e-6}
+# MOE_COMPUTE_EFF: achieved FLOP rate / peak of the op's compute dtype (bf16 peak for the
+# weight-only int4 / MXFP4 kernels, fp8 peak for fp8), median over num_tokens >= 4096 and
+# moe_tp * moe_ep <= 8 (one node): bf16 0.33 / 0.38, fp8_block 0.20 / 0.22, int4 Marlin
+# 0.215 / 0.218, MXFP4 0.40 / 0.40. (The former single 0.60 priced MoE prefill 2-3x too fast.)
+MOE_COMPUTE_EFF = {"bf16": 0.36, "fp8": 0.21, "int4": 0.22, "mxfp4": 0.40}
+MXFP4_BYTES_PER_PARAM = 0.5 + 1.0 / 32       # frontier.quant: 4-bit + one E8M0 scale per 32
 
 
 class CostModel(Protocol):
@@ -89,19 +123,24 @@ class RooflineCostModel:
         return out
 
     def kernel_time_s(self, op: OpSpec) -> float:
-        """GPU time of one op, no launch overhead."""
+        """GPU time of one op (fixed kernel latency + roofline), no launch overhead."""
         bw = self.gpu.hbm_bw_bytes_per_s
         if isinstance(op, GemmOp):
-            return max(op.flops / (self._flops_rate[op.compute_dtype] * GEMM_COMPUTE_EFF),
-                       op.bytes_moved / (bw * GEMM_MEMORY_EFF))
+            kernels = 1 if op.compute_dtype == "bf16" else 2
+            return kernels * KERNEL_LATENCY_S + max(
+                op.flops / (self._flops_rate[op.compute_dtype] * GEMM_COMPUTE_EFF),
+                op.bytes_moved / (bw * GEMM_MEMORY_EFF))
         if isinstance(op, AttentionOp):
-            return max(op.flops / (self.gpu.bf16_flops * ATTN_COMPUTE_EFF),
-                       op.bytes_moved / (bw * ATTN_MEMORY_EFF))
+            return LATENCY_KERNELS["attention"] * KERNEL_LATENCY_S + max(
+                op.flops / (self.gpu.bf16_flops * ATTN_COMPUTE_EFF),
+                op.bytes_moved / (bw * ATTN_MEMORY_EFF))
         if isinstance(op, MoeOp):
-            return max(op.flops / (self._flops_rate[op.compute_dtype] * MOE_COMPUTE_EFF),
-                       op.bytes_moved / (bw * MOE_MEMORY_EFF))
+            kind = moe_kernel_class(op)
+            return MOE_FIXED_S[kind] + max(
+                op.flops / (self._flops_rate[op.compute_dtype] * MOE_COMPUTE_EFF[kind]),
+                op.bytes_moved / (bw * MOE_MEMORY_EFF))
         if isinstance(op, ElementwiseOp):
-            return op.bytes_moved / (bw * ELEMENTWISE_MEMORY_EFF)
+            return KERNEL_LATENCY_S + op.bytes_moved / (bw * ELEMENTWISE_MEMORY_EFF)
         if isinstance(op, CommOp):
             return self.comm_time_s(op)
         raise ValueError(f"RooflineCostModel: unknown op type {type(op).__name__}")
@@ -110,3 +149,15 @@ class RooflineCostModel:
         """Delegated to the comm backend (default analytical: ring/tree, hierarchical across
         nodes; see simulator/comm/analytical.py) over the group the op describes."""
         return self.comm.collective_time_s(op.kind, op.bytes, CommGroup.from_op(op, self.gpu))
+
+
+def moe_kernel_class(op: MoeOp) -> str:
+    """The fused-MoE kernel vLLM runs for these experts, from the weight bytes per element:
+    > 1.5 -> "bf16", >= 0.75 -> "fp8", exactly MXFP4's 0.53125 -> "mxfp4", else "int4"
+    (an int4 checkpoint with group size 64 has MXFP4's byte count and would be priced as MXFP4)."""
+    wb = op.weight_bytes_per_param
+    if wb > 1.5:
+        return "bf16"
+    if wb >= 0.75:
+        return "fp8"
+    return "mxfp4" if wb == MXFP4_BYTES_PER_PARAM else "int4"
