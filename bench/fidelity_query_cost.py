@@ -1,12 +1,21 @@
 """Per-query cost of the fidelity plane inside a simulation (calibrated bundle vs a raw forest call).
 
     .venv/bin/python bench/fidelity_query_cost.py [--gpu H100] [--num-prompts 1000]
+        [--model meta-llama/Llama-3.1-8B] [--grid-study]
 
 Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
-* the time of one raw random-forest ``predict`` on a single feature row (what a naive
-  simulator would pay per operator query);
-* inside a simulation: steps priced, operator queries issued by the batch engine, wall time spent
-  in the cost model, and the amortized microseconds per step and per operator query.
+* the time of one raw sklearn ``predict`` on a single feature row (what a naive simulator
+  would pay per operator query) and of the compiled evaluator
+  (``calibration.predictors.tree_eval``) on the same row, both for the linear family's
+  first model and the attention family's first model;
+* inside a simulation: steps priced, operator queries issued by the batch engine, the
+  predictors' memo lookups and hit rate, wall time spent in the cost model, and the
+  amortized microseconds per step and per operator query (wall, and CPU time of this
+  process, which a busy shared machine inflates less);
+* with ``--grid-study``: for the attention and GEMM queries of that simulation, the memo
+  hit rate and the error the grid adds, |price(grid) / price(unquantized features) - 1|
+  (p50, p95, max), per candidate grid (cells per log2 unit); the figures behind
+  ``QUERY_GRID`` in ``calibration/predictors/attention_query.py`` and ``linear_query.py``.
 """
 
 from __future__ import annotations
@@ -18,55 +27,130 @@ import numpy as np
 
 from calibration.auto_bundle import ensure_bundle
 from calibration.bundle import load_bundle
+from calibration.predictors import base
+from calibration.predictors.base import SCALAR_QUERIES
 from simulator import predictor_cost
 from simulator.engine_args import EngineArgs
 from simulator.simulation import SimulationSpec, run_simulation
 from simulator.workload import WorkloadSpec
 
 
-def raw_forest_call_s(bundle) -> float:
-    """Median wall time of one sklearn predict() on one row of the linear family's first model."""
-    pred = bundle.predictors["linear"]
-    model = next(iter(pred.models.values()))
-    row = np.zeros((1, model.n_features_in_))
-    times = []
+def one_row_costs_s(predictor) -> tuple[float, float]:
+    """(sklearn predict, compiled evaluator) median seconds on one in-range row of the first model."""
+    mkey = next(iter(predictor.models))
+    model = predictor.models[mkey]
+    lo, hi = predictor.ranges[mkey]
+    row = ((lo + hi) / 2)[None, :]
+    compiled = predictor._compiled_for(mkey)[0]
+    x = row[0].tolist()
+    raw, fast = [], []
     for _ in range(50):
         t0 = time.perf_counter()
         model.predict(row)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        t1 = time.perf_counter()
+        compiled.predict_row(x)
+        t2 = time.perf_counter()
+        raw.append(t1 - t0)
+        fast.append(t2 - t1)
+    return float(np.median(raw)), float(np.median(fast))
+
+
+def grid_study(bundle, calls: list, family: str) -> None:
+    """Print memo hit rate and added error per candidate grid over the family's recorded queries."""
+    query, pred = SCALAR_QUERIES[family], bundle.predictors[family]
+    names = pred.feature_names
+    ops = [(sel, mode) for sel, mode in
+           (([op for op in batch if op.family == family], mode) for batch, mode in calls) if sel]
+    slow = {n for n in names if n.startswith(("lg_pl_", "lg_dc_", "lg_pctx", "lg_req_"))
+            or n in ("lg_prefill_flops", "lg_decode_kv_bytes", "lg_flops")}
+    grids = [(f"1/{c}", (float(c),) * len(names)) for c in (64, 32, 16, 8)]
+    if family == "attention":
+        grids.append(("counts 1/16, lengths 1/8", tuple(8.0 if n in slow else 16.0 for n in names)))
+    original = query.QUERY_GRID
+
+    def price(grid):
+        query.QUERY_GRID = grid
+        pred.reset_cache()
+        out = np.concatenate([pred.predict_s(sel, mode) for sel, mode in ops])
+        return out, pred.memo_lookups, pred.memo_misses
+
+    try:
+        exact, rows, _ = price((2.0 ** 30,) * len(names))     # ~unquantized
+        ok = np.isfinite(exact)
+        print(f"grid study, {family}: {len(exact)} queries, {rows} memo rows")
+        for label, grid in grids:
+            got, lookups, misses = price(grid)
+            err = 100 * np.abs(got[ok] / exact[ok] - 1)
+            print(f"  {label:26s} hit {100 * (lookups - misses) / lookups:5.1f} %, added error "
+                  f"p50 {np.percentile(err, 50):.2f} % p95 {np.percentile(err, 95):.2f} % max {err.max():.2f} %")
+    finally:
+        query.QUERY_GRID = original
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--gpu", default="H100")
     parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--model", default="meta-llama/Llama-3.1-8B")
+    parser.add_argument("--grid-study", action="store_true")
     args = parser.parse_args()
     path = ensure_bundle(args.gpu, log=print)
-    print(f"raw forest predict, one row: {1e6 * raw_forest_call_s(load_bundle(path)):.0f} us")
+    bundle = load_bundle(path)
+    for family in ("linear", "attention"):
+        raw, fast = one_row_costs_s(bundle.predictors[family])
+        print(f"{family} model, one row: raw sklearn predict {1e6 * raw:.0f} us, compiled evaluator {1e6 * fast:.1f} us")
 
-    calls = {"n": 0, "ops": 0, "s": 0.0}
+    calls = {"n": 0, "ops": 0, "s": 0.0, "cpu": 0.0}
     original = predictor_cost.PredictorCostModel.op_times_s
+    models: list = []
+    recorded: list = []
+    compiles = {"n": 0, "s": 0.0}
+    compile_forest = base.compile_forest
+
+    def timed_compile(model):
+        t0 = time.perf_counter()
+        out = compile_forest(model)
+        compiles["s"] += time.perf_counter() - t0
+        compiles["n"] += 1
+        return out
+
+    base.compile_forest = timed_compile
 
     def timed(self, ops, timing_mode):
-        t0 = time.perf_counter()
+        if not models:
+            models.append(self)
+        if args.grid_study:
+            recorded.append((list(ops), timing_mode))
+        t0, c0 = time.perf_counter(), time.process_time()
         out = original(self, ops, timing_mode)
         calls["s"] += time.perf_counter() - t0
+        calls["cpu"] += time.process_time() - c0
         calls["n"] += 1
         calls["ops"] += len(ops)
         return out
 
     predictor_cost.PredictorCostModel.op_times_s = timed
     result = run_simulation(SimulationSpec(
-        engine=EngineArgs(model="meta-llama/Llama-3.1-8B", gpu=args.gpu),
+        engine=EngineArgs(model=args.model, gpu=args.gpu),
         workload=WorkloadSpec(dataset_name="random", num_prompts=args.num_prompts, request_rate=20.0,
                               random_range_ratio=0.5),
         predictor_bundle=str(path)))
-    steps = result.trace.num_steps()
+    steps, n = result.trace.num_steps(), max(calls["ops"], 1)
     print(f"simulation: {steps} steps, {calls['n']} cost-model calls, {calls['ops']} operator queries, "
-          f"{result.sim_wall_s:.2f} s loop wall time, {calls['s']:.2f} s in the cost model")
-    print(f"amortized: {1e6 * calls['s'] / max(steps, 1):.1f} us per step, "
-          f"{1e6 * calls['s'] / max(calls['ops'], 1):.1f} us per operator query issued")
+          f"{result.sim_wall_s:.2f} s loop wall time, {calls['s']:.3f} s in the cost model, of which "
+          f"{compiles['s']:.3f} s compiling {compiles['n']} sub-models (once per simulation)")
+    for family, pred in models[0]._predictors.items() if models else ():
+        if pred.memo_lookups:
+            hits = pred.memo_lookups - pred.memo_misses
+            print(f"  {family}: {pred.memo_lookups} memo lookups, {hits} hits ({100 * hits / pred.memo_lookups:.1f} %), "
+                  f"{pred.memo_misses} model evaluations")
+    print(f"amortized: {1e6 * calls['s'] / max(steps, 1):.1f} us per step, {1e6 * calls['s'] / n:.1f} us per "
+          f"operator query issued (CPU: {1e6 * calls['cpu'] / max(steps, 1):.1f} us per step, "
+          f"{1e6 * calls['cpu'] / n:.1f} us per query); without compiling: "
+          f"{1e6 * (calls['s'] - compiles['s']) / n:.1f} us per query")
+    if args.grid_study:
+        for family in ("attention", "linear"):
+            grid_study(bundle, recorded, family)
 
 
 if __name__ == "__main__":

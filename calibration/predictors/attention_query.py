@@ -3,8 +3,8 @@
 The simulator prices one attention op per step, and its length statistics change every
 step, so this query is never a repeat. ``calibration.features`` builds the same
 quantities as numpy columns, which costs ~0.3 ms for a single row (np.percentile,
-column_stack, ~60 one-element array operations); these scalar versions cost tens of
-microseconds. They follow ``features`` formula by formula, and tests assert that they
+column_stack, ~60 one-element array operations); these scalar versions cost ~10 us
+(CPU, 26 decode requests). They follow ``features`` formula by formula, and tests assert that they
 agree with it to 1e-12, so the model sees the features it was fitted on:
 
 * ``canon_row(op)``       == ``features.canon_row_from_op(op)[1]``
@@ -21,11 +21,11 @@ simulations (auto H100 bundle, 300 random requests at 20 req/s, ``bench/fidelity
 --grid-study``; added error = |price(grid) / price(unquantized features) - 1|):
 
     grid (cells per log2)      Llama-3.1-8B: hit  p95   max  | Qwen3-30B-A3B: hit  p95   max
-    1/64                                    36 %  0.6 % 4.1 % |               24 %  0.5 % 2.2 %
-    1/32                                    50 %  2.1 % 4.1 % |               38 %  1.5 % 4.8 %
-    1/16 (chosen)                           61 %  2.0 % 4.3 % |               54 %  1.9 % 4.8 %
+    1/64                                    36 %  0.7 % 3.6 % |               25 %  0.6 % 2.2 %
+    1/32                                    50 %  2.0 % 4.2 % |               37 %  1.6 % 4.8 %
+    1/16 (chosen)                           59 %  2.0 % 4.0 % |               54 %  1.9 % 5.8 %
     1/8                                     71 %  4.2 % 7.5 % |               64 %  2.8 % 8.3 %
-    counts 1/16, lengths 1/8                69 %  3.8 % 8.0 % |               62 %  3.6 % 8.3 %
+    counts 1/16, lengths 1/8                69 %  3.9 % 8.0 % |               62 %  3.6 % 8.3 %
 
 (p50 of the added error: 0.00 % and 0.15 % at 1/16.) A coarser grid on the slowly moving
 length statistics adds ~8 points of hits for twice the p95 and max error; a hit saves one

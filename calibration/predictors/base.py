@@ -13,9 +13,19 @@ Contract (every family):
   tables (profile rows): seconds, batched, plus a boolean mask of queries outside the
   training range (any feature outside the sub-model's [min, max], or an unknown key).
   Unknown keys price as NaN.
-- Memoization: feature vectors are rounded to a grid of 1/64 in log2 space (~1 %) and the
-  predictions cached per (key, grid point); ops are also cached by identity of value
-  (frozen dataclasses), so a repeated query is one dict lookup.
+- Evaluation: forests (and gradient boosting) are compiled once per sub-model, lazily after
+  fit or unpickling, into flat arrays (``tree_eval``) that give sklearn's numbers without its
+  ~1 ms per-call overhead: ~20 us for one row (16 trees), numpy lockstep for many rows.
+- Memoization: ``predict_canon`` (tables: held-out evaluation) rounds feature vectors to a
+  grid of 1/64 in log2 space (~1 %) and caches the model output per (sub-model, grid point).
+  ``predict_s`` (simulator ops) of the families in SCALAR_QUERIES (attention: one new op per
+  step; linear: a step's GEMMs per new token count) computes each op's features in plain
+  Python (``attention_query``, ``linear_query``; checked against ``features`` on the first
+  row) and caches per (sub-model, cell) of that module's QUERY_GRID (attention 1/16, linear
+  1/64 in log2, chosen by measured hit rate vs added error: see those modules). Other
+  families go through ``predict_canon``, with ops also cached by value (frozen dataclasses).
+  The out-of-range flag is always computed on the unquantized features; the reference time
+  of the "ratio" target is exact. ``memo_lookups`` / ``memo_misses`` count rows.
 
 Timing modes: a sub-model is fitted per (mode, key) that the rows hold. A mode without rows
 is derived from the other: launch = kernel + kernels_per_op x launch_overhead_s (and the

@@ -19,13 +19,13 @@ the GEMM queries of two simulations (auto H100 bundle, 300 random requests at 20
 features) - 1|):
 
     grid     Llama-3.1-8B: hit  p95   max  | Qwen3-30B-A3B: hit  p95   max
-    1/64 *                5.2 %  1.2 % 2.3 % |               3.2 %  1.3 % 2.6 %
-    1/32                 12.5 %  1.8 % 3.8 % |              10.5 %  1.4 % 5.0 %
-    1/16                 25.2 %  2.9 % 7.2 % |              20.9 %  2.2 % 5.3 %
-    1/8                  39.7 %  4.7 % 9.2 % |              29.9 %  3.7 % 7.6 %
+    1/64 *                4.9 %  0.9 % 2.4 % |               3.1 %  0.9 % 1.9 %
+    1/32                 10.5 %  1.5 % 3.6 % |              10.6 %  1.0 % 2.7 %
+    1/16                 24.5 %  2.4 % 6.3 % |              22.1 %  1.7 % 3.7 %
+    1/8                  38.7 %  4.3 % 7.2 % |              32.2 %  2.9 % 5.9 %
 
-A hit saves one ~20 us forest walk, so even 1/16 would save ~4 us per query for 2.5x the
-error: the fine grid was kept.
+A hit saves one forest walk (~40 us CPU for the 32-tree GEMM forests), so 1/16 would save
+~8 us per query for about twice the error: the fine grid was kept.
 """
 
 from __future__ import annotations
