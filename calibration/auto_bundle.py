@@ -4,8 +4,10 @@ The bundle for GPU ``G`` lives at ``<cache>/bundles/<G>-vllm.joblib`` (cache:
 ``$FRONTIER_CACHE_DIR`` or ``~/.cache/frontier``). When it is missing, it is
 fitted once from NVIDIA AIConfigurator's measured vLLM tables for that GPU (the
 installed ``aiconfigurator-core`` package, or ``data_root``), with the default
-held-out split (20 %, seed 0), and written atomically with its manifest. That
-takes about a minute on two cores; later runs only load it.
+held-out split (20 % of rows, seed 0), and written atomically with its manifest. That
+takes about a minute on two cores; later runs only load it. A cached bundle whose
+manifest records another ``features.FEATURES_VERSION`` (fitted by older feature code)
+is fitted again.
 """
 
 from __future__ import annotations
@@ -26,14 +28,24 @@ def bundle_path(gpu: str) -> Path:
 def ensure_bundle(gpu: str, data_root: Path | None = None,
                   log: Callable[[str], None] = lambda _: None) -> Path:
     """Return the cached bundle of ``gpu``, fitting it first if it does not exist yet."""
+    import json
+
     from calibration.bundle import manifest_path
     from calibration.evaluate import calibrate
+    from calibration.features import FEATURES_VERSION
     from calibration.importers.aiconfigurator import import_aiconfigurator_report
 
     path = bundle_path(gpu)
-    if path.is_file() and manifest_path(path).is_file():
-        return path
     name = get_gpu(gpu).name
+    if path.is_file() and manifest_path(path).is_file():
+        try:
+            version = json.loads(manifest_path(path).read_text()).get("features_version")
+        except (OSError, ValueError, AttributeError):
+            version = None
+        if version == FEATURES_VERSION:
+            return path
+        log(f"cached bundle {path} has features version {version}, this code computes "
+            f"{FEATURES_VERSION}: fitting it again")
     log(f"fitting the calibrated bundle for {name} from AIConfigurator's measured vLLM tables "
         f"(once; cached at {path})")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@
 Manifest keys: bundle_format, schema_version, gpu, framework, framework_version, families
 {family: {features, training_rows, training_rows_sha256, submodels, launch_overhead_s,
 launch_overhead_source}}, heldout_error {family: {rows, p50, p95, mape, baseline_*}},
-split {holdout_fraction, split_seed, scheme}, libraries {sklearn, numpy, joblib, python},
+split {holdout_fraction, split_seed, holdout_by, scheme}, features_version, libraries {sklearn, numpy, joblib, python},
 payload_sha256, payload_bytes; and "memory" (the non-KV memory terms fitted from profiled
 memory rows, calibration/memory_model.py) when such rows exist.
 
@@ -89,7 +89,9 @@ def save_bundle(path: str | Path, predictors: dict, manifest: dict, memory: dict
     full = dict(manifest)
     if memory:
         full["memory"] = memory
-    full.update(bundle_format=BUNDLE_FORMAT, schema_version=SCHEMA_VERSION,
+    from calibration.features import FEATURES_VERSION
+
+    full.update(bundle_format=BUNDLE_FORMAT, schema_version=SCHEMA_VERSION, features_version=FEATURES_VERSION,
                 libraries=library_versions(), payload_sha256=sha256_file(tmp),
                 payload_bytes=tmp.stat().st_size)
     mtmp = manifest_path(tmp)
@@ -130,9 +132,13 @@ def load_bundle(path: str | Path) -> Bundle:
     """Check the manifest, then unpickle. ValueError (one line) on anything that does not check out."""
     import joblib
 
+    from calibration.features import FEATURES_VERSION
     from calibration.predictors.base import FamilyPredictor
 
     manifest = read_manifest(path)
+    if manifest.get("features_version") != FEATURES_VERSION:
+        raise ValueError(f"bundle {path} was fitted with features version {manifest.get('features_version')}; "
+                         f"this code computes version {FEATURES_VERSION}: refit it with `frontier calibrate`")
     try:
         payload = joblib.load(path)
     except Exception as exc:  # a matching hash but an unloadable pickle (e.g. library mismatch)

@@ -1,12 +1,16 @@
 """Held-out evaluation per family, next to a token-count-only baseline (paper Figure 7).
 
-Split: rows are held out by *token point*, not by row. A token point is the token axis of a
-family's query (GEMM m; attention (kind, batch size, prefill length, decode context); MoE
-tokens; comm message bytes). A held-out token point is unseen for every shape, so the model
-must interpolate along the axis the simulator moves along (batches grow and shrink every
-step) instead of copying a neighbouring row of the same m/batch. Shapes themselves (n, k,
-heads, expert shapes) stay in training: a deployment's shapes are profiled, its token
-counts are not. Points are drawn with numpy's default_rng(split_seed).
+Split (``holdout_by``), drawn with numpy's default_rng(split_seed):
+
+- "rows" (default; the issue's "held-out rows"): a random `holdout_fraction` of the rows.
+  A held-out row's neighbours (the same shape at other token counts, other shapes at the
+  same token count) usually stay in training.
+- "token-points": whole *token points* are held out. A token point is the token axis of a
+  family's query (GEMM m; attention (kind, batch size, prefill length, decode context); MoE
+  tokens; comm message bytes). A held-out token point is unseen for every shape, so the
+  model must interpolate along the axis the simulator moves along (batches grow and shrink
+  every step) instead of copying a neighbouring row of the same m/batch. Shapes themselves
+  (n, k, heads, expert shapes) stay in training. This split is harder than "rows".
 
 Baseline: for each shape group (the shape columns without the token axis and without the
 routed-load statistics), latency = a + b * tokens fitted by least squares on relative error
@@ -58,14 +62,25 @@ class FamilyError:
         return dict(self.__dict__)
 
 
-def holdout_mask(df: pd.DataFrame, family: str, holdout_fraction: float, split_seed: int) -> np.ndarray:
-    """Boolean mask of held-out rows: whole token points, drawn with `split_seed`."""
+HOLDOUT_BY = ("rows", "token-points")
+
+
+def holdout_mask(df: pd.DataFrame, family: str, holdout_fraction: float, split_seed: int,
+                 holdout_by: str = "rows") -> np.ndarray:
+    """Boolean mask of held-out rows: random rows, or whole token points (`holdout_by`),
+    drawn with `split_seed`. Rows: round(fraction x rows) rows, at least 1."""
     if not 0.0 < holdout_fraction < 1.0:
         raise ValueError(f"holdout_fraction={holdout_fraction} must be in (0, 1)")
+    if holdout_by not in HOLDOUT_BY:
+        raise ValueError(f"holdout_by={holdout_by!r}; valid: {', '.join(HOLDOUT_BY)}")
+    rng = np.random.default_rng(split_seed)
+    if holdout_by == "rows":
+        mask = np.zeros(len(df), dtype=bool)
+        mask[rng.choice(len(df), size=max(1, int(round(holdout_fraction * len(df)))), replace=False)] = True
+        return mask
     cols = list(TOKEN_POINT[family])
     point = df[cols].astype(str).agg("|".join, axis=1) if len(cols) > 1 else df[cols[0]].astype(str)
     uniq = np.array(sorted(point.unique()))
-    rng = np.random.default_rng(split_seed)
     n_out = max(1, int(round(holdout_fraction * len(uniq))))
     held = set(rng.choice(uniq, size=n_out, replace=False))
     return point.isin(held).to_numpy()
@@ -114,13 +129,13 @@ def baseline_predict(train: pd.DataFrame, test: pd.DataFrame, family: str) -> np
 
 
 def evaluate_family(df: pd.DataFrame, family: str, holdout_fraction: float = 0.2, split_seed: int = 0,
-                    predictor_params: dict | None = None):
+                    predictor_params: dict | None = None, holdout_by: str = "rows"):
     """Fit on the training split, score the held-out split. Returns (FamilyError, predictor)."""
     from calibration.predictors import make_predictor
 
     pred = make_predictor(family, **(predictor_params or {}))
     df = pred.select_rows(df).reset_index(drop=True)
-    test = holdout_mask(df, family, holdout_fraction, split_seed)
+    test = holdout_mask(df, family, holdout_fraction, split_seed, holdout_by)
     train_df, test_df = df[~test].reset_index(drop=True), df[test].reset_index(drop=True)
     pred.fit(train_df)
     meas = test_df["latency_s_median"].to_numpy(float)
@@ -153,7 +168,7 @@ def select_version(df: pd.DataFrame, family: str, framework_version: str | None)
 
 def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None,
               holdout_fraction: float = 0.2, split_seed: int = 0, families=None,
-              predictor_params: dict | None = None) -> dict:
+              predictor_params: dict | None = None, holdout_by: str = "rows") -> dict:
     """Fit every family with rows for `gpu`, measure held-out error, refit on all rows and
     write one bundle to `out`. Returns the manifest written."""
     from calibration.bundle import rows_sha256, save_bundle
@@ -166,7 +181,7 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
         if len(df) == 0:
             continue
         params = (predictor_params or {}).get(family, {})
-        err, _ = evaluate_family(df, family, holdout_fraction, split_seed, params)
+        err, _ = evaluate_family(df, family, holdout_fraction, split_seed, params, holdout_by)
         full = make_predictor(family, **params)
         used = full.select_rows(df).reset_index(drop=True)
         full.fit(used)
@@ -186,6 +201,8 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
                 "framework_version": framework_version or (fw[0][1] if len(fw) == 1 else [v for _, v in fw]),
                 "families": fam_info, "heldout_error": errors,
                 "split": {"holdout_fraction": holdout_fraction, "split_seed": split_seed,
-                          "scheme": "token points (see calibration.evaluate)"},
-                "target": "log(latency_s)"}
+                          "holdout_by": holdout_by,
+                          "scheme": f"{holdout_by} (see calibration.evaluate)"},
+                "target": {f: ("log(latency_s)" if p.target == "log" else "log(latency_s / features.reference_s)")
+                           for f, p in predictors.items()}}
     return save_bundle(out, predictors, manifest)

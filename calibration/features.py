@@ -42,6 +42,10 @@ from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
 
 Canon = dict[str, np.ndarray]
 
+# Bump when any canonical column, feature or reference formula changes: bundles record it,
+# cached auto bundles of another version are refitted and load_bundle refuses them.
+FEATURES_VERSION = 2
+SMS = 132.0                 # streaming multiprocessors of an H100/H200 SXM (shapes the wave features)
 RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
 _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,
                 "int4_wo": 0.5, "nvfp4": 0.5, "mxfp4": 0.5, "w4a16_mxfp4": 0.5, "w4a8_mxfp4_mxfp8": 0.5}
@@ -235,15 +239,18 @@ def canon_from_ops(ops: Sequence, family: str) -> Canon:
 FEATURE_NAMES: dict[str, tuple[str, ...]] = {
     "linear": ("lg_m", "lg_n", "lg_k", "lg_flops", "lg_bytes", "lg_roof",
                "lg_mt64", "lg_tiles64", "lg_padflops64", "lg_mt128", "lg_tiles128", "lg_padflops128",
-               "lg_mt256", "lg_tiles256", "lg_padflops256"),
+               "lg_mt256", "lg_tiles256", "lg_padflops256", "lg_waves128", "lg_waves256",
+               "k_div128", "n_div128", "m_frac128"),
     "attention": ("lg_batch", "lg_num_prefill", "lg_num_decode", "lg_prefill_tokens", "lg_tokens",
                   "lg_pl_min", "lg_pl_max", "lg_pl_mean", "lg_pl_p50", "lg_pl_p90", "lg_pctx_max",
                   "lg_dc_min", "lg_dc_max", "lg_dc_mean", "lg_dc_p50", "lg_dc_p90",
                   "lg_heads", "lg_kv_heads", "lg_head_dim", "lg_window", "kv_bytes", "is_mla",
-                  "lg_prefill_flops", "lg_decode_kv_bytes", "lg_flops", "lg_q_tiles"),
+                  "lg_prefill_flops", "lg_decode_kv_bytes", "lg_flops", "lg_q_tiles",
+                  "lg_req_pairs", "lg_q_waves", "lg_req_kv_tiles", "lg_dec_ctas", "lg_gqa"),
     "moe": ("lg_tokens", "lg_hidden", "lg_inter_rank", "lg_topk", "lg_experts", "lg_local_experts",
             "lg_pairs", "lg_max_load", "lg_std_load", "skew", "lg_active_experts", "lg_flops",
-            "lg_weight_bytes", "lg_max_expert_flops"),
+            "lg_weight_bytes", "lg_max_expert_flops", "lg_tp", "lg_ep", "lg_mean_load",
+            "lg_blocks16", "lg_blocks64", "lg_blocks128", "lg_max_blocks64"),
     "comm": ("lg_bytes", "num_gpus", "op_code", "link_code", "lg_bus_bytes"),
     "elementwise": ("lg_tokens", "lg_width", "lg_bytes", "dtype_bytes"),
 }
@@ -268,6 +275,11 @@ def _linear(c: Canon) -> np.ndarray:
     for tile in (64, 128, 256):
         mt = np.ceil(m / tile)
         cols += [_lg(mt), _lg(mt * np.ceil(n / 128)), _lg(2 * mt * tile * n * k)]
+    for tile in (128, 256):   # output tiles per wave of the 132 SMs (H100/H200)
+        cols.append(_lg(np.ceil(np.ceil(m / tile) * np.ceil(n / 128) / SMS)))
+    # kernel selection (vLLM fp8 block-scaled: DeepGEMM/FlashInfer need k % 128 == 0) and
+    # the fill of the last 128-row tile
+    cols += [(k % 128 == 0).astype(float), (n % 128 == 0).astype(float), (m - 128 * np.floor((m - 1) / 128)) / 128]
     return np.column_stack(cols)
 
 
@@ -293,6 +305,10 @@ def _attention(c: Canon) -> np.ndarray:
                                  "decode_ctx_p50", "decode_ctx_p90")]
     cols += [_lg(heads), _lg(kvh), _lg(hd), _lg(window), kvb, np.asarray(c["is_mla"], dtype=float),
              _lg(prefill_flops), _lg(decode_kv_bytes), _lg(prefill_flops + decode_flops), _lg(q_tiles)]
+    # per-request work: causal (query, key) pairs of one prefill, 128-query tiles per SM wave,
+    # 128-key tiles one decode streams, decode CTAs (request x KV head)
+    cols += [_lg(pairs / np.maximum(npre, 1)), _lg(np.ceil(q_tiles / SMS)),
+             _lg(np.ceil(eff_dmean / 128)), _lg(nd * kvh), _lg(heads / np.maximum(kvh, 1))]
     return np.column_stack(cols)
 
 
@@ -307,7 +323,11 @@ def _moe(c: Canon) -> np.ndarray:
     wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["moe_dtype"]])
     cols = [_lg(tok), _lg(hid), _lg(inter_rank), _lg(k), _lg(experts), _lg(local), _lg(pairs),
             _lg(mx), _lg(std), mx / mean_load, _lg(active), _lg(6 * hid * inter_rank * pairs),
-            _lg(3 * hid * inter_rank * active * wbytes), _lg(6 * hid * inter_rank * mx)]
+            _lg(3 * hid * inter_rank * active * wbytes), _lg(6 * hid * inter_rank * mx),
+            _lg(_f(c, "moe_tp_size")), _lg(_f(c, "moe_ep_size")), _lg(pairs / local)]
+    # grouped-GEMM row blocks: each active expert's tokens padded to the kernel's block size
+    cols += [_lg(active * np.ceil(pairs / active / b)) for b in (16, 64, 128)]
+    cols.append(_lg(np.ceil(mx / 64)))
     return np.column_stack(cols)
 
 

@@ -2,10 +2,13 @@
 
 Features (calibration.features): batch size, prefill/decode request counts, total tokens,
 min/max/mean/p50/p90 of prefill lengths and of decode context lengths, cached-prefix max,
-head shape, window, KV dtype, plus FLOPs of the causal pairs, decode KV bytes and query
-tiles. One extra-trees forest (randomized split points interpolate between the measured
-length grid better than RandomForest's mid-points: p95 15.9 % vs 16.9 % on H100) per
-(MHA | MLA module) x KV dtype, on the "ratio" target.
+head shape, window, KV dtype, plus FLOPs of the causal pairs, decode KV bytes, query
+tiles, and per-request work terms (causal pairs per prefill, 128-query tiles per SM wave,
+128-key tiles per decode, decode CTAs, query heads per KV head). One extra-trees forest
+(randomized split points interpolate between the measured length grid better than
+RandomForest's mid-points: p95 15.9 % vs 16.9 % on H100) per (MHA | MLA module) x KV
+dtype, on the "ratio" target: 8 unbagged trees with leaves of 2 (H100 rows split p95
+8.3 % vs 10.5 % for 16 bagged trees with leaves of 3; 16 MB vs 8.5 MB pickled).
 
 Mixed batches: measured tables (AIC) hold only uniform batches (all prefill of one length,
 or all decode of one context). When the training rows hold no "mixed" rows, a mixed batch
@@ -28,7 +31,7 @@ class AttentionPredictor(FamilyPredictor):
     family = "attention"
     kernels_per_op = 2   # KV-cache write + attention kernel
 
-    defaults = {"target": "ratio"}
+    defaults = {"target": "ratio", "min_samples_leaf": 2, "max_samples": None, "n_estimators": 8}
 
     def submodel_keys(self, canon: F.Canon) -> np.ndarray:
         mla = np.asarray(canon["is_mla"], dtype=bool)

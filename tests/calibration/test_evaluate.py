@@ -26,13 +26,32 @@ def _gemm_rows(ms, nks, f) -> pd.DataFrame:
 
 def test_holdout_holds_out_whole_token_points():
     df = _gemm_rows(range(1, 101), [(128, 128), (256, 512)], lambda m, n, k: 1e-6 * m)
-    mask = holdout_mask(df, "linear", 0.2, 7)
+    mask = holdout_mask(df, "linear", 0.2, 7, "token-points")
     held = set(df.m[mask])
     assert len(held) == 20 and not held & set(df.m[~mask])
-    assert np.array_equal(mask, holdout_mask(df, "linear", 0.2, 7))
-    assert not np.array_equal(mask, holdout_mask(df, "linear", 0.2, 8))
+    assert mask.sum() == 40
+    assert np.array_equal(mask, holdout_mask(df, "linear", 0.2, 7, "token-points"))
+    assert not np.array_equal(mask, holdout_mask(df, "linear", 0.2, 8, "token-points"))
     with pytest.raises(ValueError, match="holdout_fraction"):
-        holdout_mask(df, "linear", 1.0, 0)
+        holdout_mask(df, "linear", 1.0, 0, "token-points")
+
+
+def test_holdout_by_rows_draws_single_rows():
+    df = _gemm_rows(range(1, 101), [(128, 128), (256, 512)], lambda m, n, k: 1e-6 * m)
+    mask = holdout_mask(df, "linear", 0.2, 7)            # default: rows
+    assert mask.dtype == bool and mask.sum() == 40       # round(0.2 x 200) rows
+    assert np.array_equal(mask, holdout_mask(df, "linear", 0.2, 7, "rows"))
+    assert not np.array_equal(mask, holdout_mask(df, "linear", 0.2, 8, "rows"))
+    # the same seed draws exactly these rows (numpy default_rng(7) over 200 row indices)
+    expect = np.zeros(200, dtype=bool)
+    expect[np.random.default_rng(7).choice(200, size=40, replace=False)] = True
+    assert np.array_equal(mask, expect)
+    # unlike token points, some m keep one shape in training while the other is held out
+    split = df.assign(h=mask).groupby("m").h.nunique()
+    assert (split == 2).sum() > 0
+    assert holdout_mask(df.iloc[:3], "linear", 0.01, 0).sum() == 1   # at least one row
+    with pytest.raises(ValueError, match="holdout_by='shapes'; valid: rows, token-points"):
+        holdout_mask(df, "linear", 0.2, 0, "shapes")
 
 
 def test_ape_and_token_baseline_are_exact_on_linear_data():
@@ -62,14 +81,15 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     runner = CliRunner()
     out = tmp_path / "h100.joblib"
     res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
-                              "--framework-version", "0.24.0", "--out", str(out), "--split-seed", "3"])
+                              "--framework-version", "0.24.0", "--out", str(out), "--split-seed", "3",
+                              "--holdout-by", "token-points"])
     assert res.exit_code == 0, res.output
     assert "linear" in res.output and "comm" in res.output and out.is_file()
     res = runner.invoke(app, ["evaluate", "--bundle", str(out), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
     assert report["gpu"] == "H100-SXM" and report["framework_version"] == "0.24.0"
-    assert report["split"]["split_seed"] == 3
+    assert report["split"]["split_seed"] == 3 and report["split"]["holdout_by"] == "token-points"
     lin = report["families"]["linear"]
     assert set(lin) == {"rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range"}
     assert lin["rows"] == 60 and 0 < lin["p50"] <= lin["p95"] < 50  # plumbing; accuracy: test_predictors
@@ -101,3 +121,60 @@ def test_cli_refuses_corrupt_bundle(small_root, tmp_path):
     assert "does not match its manifest" in res.output and res.output.count("\n") == 1
     res = runner.invoke(app, ["calibrate", "--gpu", "H100-SXM", "--out", str(out)])
     assert res.exit_code == 2 and "exactly one of --profiles" in res.output
+    res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
+                              "--out", str(out), "--holdout-by", "shapes"])
+    assert res.exit_code == 2 and "unknown --holdout-by 'shapes'; valid: rows, token-points" in res.output
+
+
+@needs_aic
+def test_calibrate_defaults_to_row_split(small_root, tmp_path):
+    out = tmp_path / "rows.joblib"
+    res = CliRunner().invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
+                                   "--family", "linear", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "split 0.2 by rows, seed 0" in res.output
+    manifest = json.loads(out.with_name(out.name + ".manifest.json").read_text())
+    assert manifest["split"] == {"holdout_fraction": 0.2, "split_seed": 0, "holdout_by": "rows",
+                                 "scheme": "rows (see calibration.evaluate)"}
+    assert manifest["heldout_error"]["linear"]["rows"] == 59   # round(0.2 x 296 rows)
+
+
+@needs_aic
+def test_bundle_of_other_features_version_is_refused(small_root, tmp_path):
+    from calibration.bundle import load_bundle
+    from calibration.features import FEATURES_VERSION
+    out = tmp_path / "c.joblib"
+    assert CliRunner().invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
+                                    "--family", "comm", "--out", str(out)]).exit_code == 0
+    mpath = out.with_name(out.name + ".manifest.json")
+    manifest = json.loads(mpath.read_text())
+    assert manifest["features_version"] == FEATURES_VERSION
+    assert load_bundle(out).manifest["features_version"] == FEATURES_VERSION
+    manifest["features_version"] = FEATURES_VERSION - 1
+    mpath.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=f"fitted with features version {FEATURES_VERSION - 1}; this code "
+                                         f"computes version {FEATURES_VERSION}: refit it"):
+        load_bundle(out)
+
+
+def test_auto_bundle_refits_a_stale_cache(tmp_path, monkeypatch):
+    import calibration.evaluate
+    import calibration.importers.aiconfigurator as aic
+    from calibration.auto_bundle import bundle_path, ensure_bundle
+    from calibration.features import FEATURES_VERSION
+
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path))
+    path = bundle_path("H100")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"old")
+    manifest = path.with_name(path.name + ".manifest.json")
+    fits = []
+    monkeypatch.setattr(aic, "import_aiconfigurator_report", lambda *a, **k: type("R", (), {"rows": {"linear": 1}}))
+    monkeypatch.setattr(calibration.evaluate, "calibrate", lambda root, gpu, out: fits.append((gpu, out)))
+    for version, refit in ((FEATURES_VERSION, False), (FEATURES_VERSION - 1, True), (None, True)):
+        manifest.write_text(json.dumps({} if version is None else {"features_version": version}))
+        fits.clear()
+        log = []
+        assert ensure_bundle("H100", log=log.append) == path
+        assert fits == ([("H100-SXM", path)] if refit else [])
+        assert bool(log) == refit and (not refit or f"has features version {version}" in log[0])
