@@ -407,17 +407,20 @@ def calibrate(
     gpu: str = typer.Option(..., "--gpu", help="GPU (catalogue or AIC name), e.g. H100-SXM or h100_sxm."),
     framework_version: Optional[str] = typer.Option(None, "--framework-version", help="Framework version to fit, e.g. 0.24.0 (default: all rows)."),
     out: Path = typer.Option(..., "--out", help="Bundle file to write (.joblib); its manifest goes beside it."),
-    holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", help="Share of token points held out for the error report."),
+    holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", help="Share of rows (or token points) held out for the error report."),
     split_seed: int = typer.Option(0, "--split-seed", help="Seed of the held-out split."),
+    holdout_by: str = typer.Option("rows", "--holdout-by", help="rows (random rows; default) or token-points (whole token counts unseen by every shape; harder)."),
     family: Optional[list[str]] = typer.Option(None, "--family", help="linear, attention, moe, comm, elementwise; repeatable (default all)."),
 ) -> None:
     """Fit per-family predictors for one GPU, report held-out error and write a bundle."""
     import tempfile
     import time
 
-    from calibration.evaluate import calibrate as run_calibrate
+    from calibration.evaluate import HOLDOUT_BY, calibrate as run_calibrate
     if (profiles is None) == (source is None):
         _fail("give exactly one of --profiles DIR or --source aiconfigurator")
+    if holdout_by not in HOLDOUT_BY:
+        _fail(f"unknown --holdout-by {holdout_by!r}; valid: {', '.join(HOLDOUT_BY)}")
     t0 = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="frontier-aic-") as tmp:
@@ -430,7 +433,7 @@ def calibrate(
                 import_aiconfigurator_report(source_path, root, gpus=[gpu], families=family,
                                              version=framework_version)
             manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu, source is not None), out, framework_version,
-                                     holdout_fraction, split_seed, families=family)
+                                     holdout_fraction, split_seed, families=family, holdout_by=holdout_by)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return
@@ -440,7 +443,8 @@ def calibrate(
 
 def _print_errors(manifest: dict) -> None:
     typer.echo(f"{manifest['gpu']} {manifest.get('framework')} {manifest.get('framework_version')}: "
-               f"held-out APE % (split {manifest['split']['holdout_fraction']}, seed {manifest['split']['split_seed']})")
+               f"held-out APE % (split {manifest['split']['holdout_fraction']} by "
+               f"{manifest['split'].get('holdout_by', 'token-points')}, seed {manifest['split']['split_seed']})")
     typer.echo(f"  {'family':<10} {'rows':>8} {'p50':>7} {'p95':>7} {'MAPE':>7} {'base p50':>9} {'base p95':>9} {'base MAPE':>10} {'OOR':>6}")
     for fam, e in manifest["heldout_error"].items():
         typer.echo(f"  {fam:<10} {e['rows']:>8} {e['p50']:>7.2f} {e['p95']:>7.2f} {e['mape']:>7.2f} "
