@@ -66,6 +66,9 @@ def grid_study(bundle, calls: list, family: str) -> None:
     grids = [(f"1/{c}", (float(c),) * len(names)) for c in (64, 32, 16, 8)]
     if family == "attention":
         grids.append(("counts 1/16, lengths 1/8", tuple(8.0 if n in slow else 16.0 for n in names)))
+    if "m_frac128" in names:
+        for cells in (64.0, 32.0):
+            grids.append((f"1/{cells:.0f}, m_frac128 1/8", tuple(8.0 if n == "m_frac128" else cells for n in names)))
     original = query.QUERY_GRID
 
     def price(grid):

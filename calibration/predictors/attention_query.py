@@ -23,7 +23,7 @@ simulations (auto H100 bundle, 300 random requests at 20 req/s, ``bench/fidelity
     grid (cells per log2)      Llama-3.1-8B: hit  p95   max  | Qwen3-30B-A3B: hit  p95   max
     1/64                                    36 %  0.7 % 3.6 % |               25 %  0.6 % 2.2 %
     1/32                                    50 %  2.0 % 4.2 % |               37 %  1.6 % 4.8 %
-    1/16 (chosen)                           59 %  2.0 % 4.0 % |               54 %  1.9 % 5.8 %
+    1/16 (chosen)                           60 %  2.0 % 4.0 % |               54 %  1.9 % 5.8 %
     1/8                                     71 %  4.2 % 7.5 % |               64 %  2.8 % 8.3 %
     counts 1/16, lengths 1/8                69 %  3.9 % 8.0 % |               62 %  3.6 % 8.3 %
 

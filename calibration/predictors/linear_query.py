@@ -12,20 +12,22 @@ warns and uses the numpy features). Same interface as ``attention_query``:
 * ``reference_row(r)``          == ``features.reference_s(<table of r>, "linear")[0]``  (seconds)
 * KEY_COLUMNS: the row columns the sub-model key depends on.
 
-Memo grid (QUERY_GRID): 1/64 in log2 on every feature (the table path's grid). Each new
-token count brings new GEMM shapes, so the memo rarely hits whatever the grid; measured on
-the GEMM queries of two simulations (auto H100 bundle, 300 random requests at 20 req/s,
-``bench/fidelity_query_cost.py --grid-study``; added error = |price(grid) / price(unquantized
-features) - 1|):
+Memo grid (QUERY_GRID): 1/64 in log2 on every log feature, 1/8 on m_frac128 (the fill of
+the last 128-row tile, a linear feature: at 1/64 it splits every 2 rows and so decides the
+hit rate alone). Each new token count brings new GEMM shapes, so the memo hits little
+whatever the grid; measured on the GEMM queries of two simulations (auto H100 bundle, 300
+random requests at 20 req/s, ``bench/fidelity_query_cost.py --grid-study``; added error =
+|price(grid) / price(unquantized features) - 1|):
 
-    grid     Llama-3.1-8B: hit  p95   max  | Qwen3-30B-A3B: hit  p95   max
-    1/64 *                4.9 %  0.9 % 2.4 % |               3.1 %  0.9 % 1.9 %
-    1/32                 10.5 %  1.5 % 3.6 % |              10.6 %  1.0 % 2.7 %
-    1/16                 24.5 %  2.4 % 6.3 % |              22.1 %  1.7 % 3.7 %
-    1/8                  38.7 %  4.3 % 7.2 % |              32.2 %  2.9 % 5.9 %
+    grid                      Llama-3.1-8B: hit  p95   max  | Qwen3-30B-A3B: hit  p95   max
+    1/64                                  4.9 %  0.9 % 2.4 % |               3.1 %  0.9 % 1.9 %
+    1/64, m_frac128 1/8 *                16.1 %  0.9 % 2.4 % |              14.0 %  1.0 % 1.9 %
+    1/32, m_frac128 1/8                  23.4 %  1.5 % 3.6 % |              21.0 %  1.0 % 2.7 %
+    1/16                                 24.5 %  2.4 % 6.3 % |              22.1 %  1.7 % 3.7 %
 
-A hit saves one forest walk (~40 us CPU for the 32-tree GEMM forests), so 1/16 would save
-~8 us per query for about twice the error: the fine grid was kept.
+A hit saves one forest walk (~40 us CPU for the 32-tree GEMM forests); the coarser m_frac128
+cells triple the hits at no measurable error, coarser log cells cost more error than they
+save time.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from calibration import features as F
 from frontier.ops import GemmOp
 
 KEY_COLUMNS = ("dtype",)
-QUERY_CELLS = 64.0   # 1/64 in log2 (~1 % of m): GEMM queries rarely repeat, so favour accuracy
-QUERY_GRID = (QUERY_CELLS,) * len(F.FEATURE_NAMES["linear"])
+QUERY_CELLS = 64.0       # 1/64 in log2 (~1 % of m): GEMM queries rarely repeat, so favour accuracy
+M_FRAC_CELLS = 8.0       # m_frac128 (fill of the last 128-row tile, 0..1): cells of 16 rows
+QUERY_GRID = tuple(M_FRAC_CELLS if n == "m_frac128" else QUERY_CELLS for n in F.FEATURE_NAMES["linear"])
 _DB = F._DTYPE_BYTES
 
 
