@@ -150,3 +150,17 @@ def test_stale_scalar_features_fall_back_to_numpy(monkeypatch):
     with pytest.warns(UserWarning, match="attention_query features differ"):
         got = fresh.predict_s(ops)
     assert np.array_equal(got, want) and fresh._scalar_ok is False
+
+
+def test_scalar_path_equals_predict_canon_on_the_same_grid(pred, monkeypatch):
+    # with the table grid (1/64), op queries and canonical tables must price identically,
+    # mixed batches (split into prefill + decode parts) and launch mode included
+    from calibration.predictors.base import GRID
+    monkeypatch.setattr(AQ, "QUERY_GRID", (GRID,) * len(F.FEATURE_NAMES["attention"]))
+    ops = OPS[:4] + [AttentionOp((), (), (c,) * 16, **KW) for c in (99, 1999, 4096)]
+    for mode in ("kernel", "launch"):
+        pred.reset_cache()
+        fast, fast_oor = pred.predict_s(ops, mode, return_mask=True)
+        table, table_oor = pred.predict_canon(F.canon_from_ops(ops, "attention"), mode)
+        assert np.abs(fast / table - 1).max() <= 1e-12
+        assert fast_oor.tolist() == table_oor.tolist()

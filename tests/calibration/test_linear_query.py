@@ -51,3 +51,16 @@ def test_predict_s_is_sklearn_at_the_grid_point():
     # an unknown dtype prices as NaN, flagged
     p, m = pred.predict_s([OPS[5]], return_mask=True)
     assert math.isnan(p[0]) and m[0]
+
+
+def test_scalar_path_equals_predict_canon_on_the_same_grid(monkeypatch):
+    from calibration.predictors.base import GRID
+    pred = LinearPredictor(n_estimators=4).fit(_rows())
+    monkeypatch.setattr(LQ, "QUERY_GRID", (GRID,) * len(F.FEATURE_NAMES["linear"]))
+    ops = OPS[:5] + [GemmOp("x", m, 4096, 4096) for m in (3, 777, 9000)]
+    for mode in ("kernel", "launch"):
+        pred.reset_cache()
+        fast, fast_oor = pred.predict_s(ops, mode, return_mask=True)
+        table, table_oor = pred.predict_canon(F.canon_from_ops(ops, "linear"), mode)
+        assert np.abs(fast / table - 1).max() <= 1e-12
+        assert fast_oor.tolist() == table_oor.tolist()
