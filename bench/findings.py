@@ -245,7 +245,7 @@ def print_case_b(out: dict) -> None:
           "inflation = padding / useful")
     print(f"{'ISL/OSL':<10} {'arch':<10} {'useful':>8} {'pad sim':>8} {'infl sim':>9} {'pad pow2':>9} {'infl pow2':>9}")
     for r in out["rows"]:
-        print(f"{r['isl']}/{r['osl']:<5} {r['architecture']:<10} {r['useful']:>8} {r['padding']:>8} "
+        print(f"{str(r['isl']) + '/' + str(r['osl']):<10} {r['architecture']:<10} {r['useful']:>8} {r['padding']:>8} "
               f"{r['inflation']:>9.1%} {r['padding_pow2']:>9} {r['inflation_pow2']:>9.1%}")
     print(out["verdict"])
 
@@ -310,12 +310,15 @@ def run_case_c(layout: AfdLayout = AfdLayout(), **spec_kw) -> dict:
     f_holds = f_row["f_busy"] >= C_BUSY_BOUND and f_compute_bound and f_row["throughput_vs_base"] < 1 - C_KEPT
     a_holds = a_row["throughput_vs_base"] >= 1 - C_KEPT
     holds = f_holds and a_holds
-    verdict = (f"{'REPRODUCED' if holds else 'NOT REPRODUCED'}: {cheap} on FFN: F busy {f_row['f_busy']:.2f}, "
+    word = {(True, True): "REPRODUCED", (True, False): "FFN SIDE REPRODUCED, ATTENTION SIDE NOT",
+            (False, True): "ATTENTION SIDE REPRODUCED, FFN SIDE NOT", (False, False): "NOT REPRODUCED"}
+    verdict = (f"{word[f_holds, a_holds]}: {cheap} on FFN: F busy {f_row['f_busy']:.2f}, "
                f"F {f_row['f_us_per_tok'] / ref['f_us_per_tok']:.2f}x the {base} seconds per token "
                f"({'compute-bound' if f_compute_bound else 'not compute-bound'}), throughput "
                f"{f_row['throughput_vs_base']:.2f}x; {cheap} on attention: throughput {a_row['throughput_vs_base']:.2f}x "
                f"(kept = within {C_KEPT:.0%})")
-    return {"case": "c", "rows": rows, "holds": holds, "verdict": verdict}
+    return {"case": "c", "rows": rows, "ffn_side_holds": f_holds, "attention_side_holds": a_holds,
+            "holds": holds, "verdict": verdict}
 
 
 def print_case_c(out: dict) -> None:

@@ -73,6 +73,7 @@ def test_case_c_tiny_h20_ffn_is_compute_bound_and_loses_throughput():
     assert h20_ffn["f_busy"] > findings.C_BUSY_BOUND and h20_ffn["f_busy"] > h20_ffn["a_busy"]
     assert h20_ffn["throughput_vs_base"] < 1.0 - findings.C_KEPT
     assert h20_attn["throughput_vs_base"] > h20_ffn["throughput_vs_base"]     # A is the better side to downgrade
+    assert out["ffn_side_holds"]
 
 
 @pytest.mark.parametrize("bad", [0, 8])
