@@ -64,3 +64,12 @@ def test_scalar_path_equals_predict_canon_on_the_same_grid(monkeypatch):
         table, table_oor = pred.predict_canon(F.canon_from_ops(ops, "linear"), mode)
         assert np.abs(fast / table - 1).max() <= 1e-12
         assert fast_oor.tolist() == table_oor.tolist()
+
+
+def test_submodel_key_is_the_predictors():
+    # the key is memoized per KEY_COLUMNS values: it must not depend on other columns (m, n, k)
+    pred = LinearPredictor(n_estimators=2).fit(_rows())
+    ops = OPS + [GemmOp("x", m, n, k, weight_bytes_per_param=1.000244, compute_dtype="fp8")
+                 for m in (1, 31, 32, 4096) for n, k in ((4096, 4096), (1000, 1000))]
+    keys = pred.submodel_keys(F.canon_from_ops(ops, "linear")).tolist()
+    assert [pred._row_key(LQ, LQ.query_rows(op)[0]) for op in ops] == keys
