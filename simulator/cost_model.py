@@ -138,7 +138,7 @@ class RooflineCostModel:
             kind = moe_kernel_class(op)
             return MOE_FIXED_S[kind] + max(
                 op.flops / (self._flops_rate[op.compute_dtype] * MOE_COMPUTE_EFF[kind]),
-                op.bytes_moved / (bw * MOE_MEMORY_EFF))
+                moe_bytes(op) / (bw * MOE_MEMORY_EFF))
         if isinstance(op, ElementwiseOp):
             return KERNEL_LATENCY_S + op.bytes_moved / (bw * ELEMENTWISE_MEMORY_EFF)
         if isinstance(op, CommOp):
@@ -161,3 +161,26 @@ def moe_kernel_class(op: MoeOp) -> str:
     if wb >= 0.75:
         return "fp8"
     return "mxfp4" if wb == MXFP4_BYTES_PER_PARAM else "int4"
+
+
+def expected_active_experts(op: MoeOp) -> float:
+    """Local experts holding at least one token, expected under random top-k routing.
+
+    Balanced ops (``tokens_per_expert`` None) do not say which experts the tokens pick. Each
+    of the ``tokens`` entering the layer picks ``topk`` of ``num_experts`` experts; with
+    uniformly random picks a given expert is missed by one token with probability
+    ``1 - topk / num_experts``, so ``local * (1 - (1 - topk / E) ** tokens)`` local experts are
+    read (gpt-oss, 32 tokens, top-4 of 128: 81.66, not min(128, 128 pairs) = 128). Capped by
+    the routed pairs of the rank. Measured per-expert loads use their own count.
+    """
+    if op.tokens_per_expert is not None:
+        return float(op.active_experts)
+    miss = (1.0 - min(op.topk, op.num_experts) / op.num_experts) ** op.tokens
+    return min(op.num_local_experts * (1.0 - miss), float(op.routed_pairs))
+
+
+def moe_bytes(op: MoeOp) -> float:
+    """``MoeOp.bytes_moved`` with the expected (not the maximal) number of experts read."""
+    weights = expected_active_experts(op) * 3 * op.hidden * op.inter * op.weight_bytes_per_param
+    acts = op.routed_pairs * (2 * op.hidden + 3 * op.inter) * op.act_bytes
+    return weights + acts

@@ -89,3 +89,14 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="prefill_ctx"):
         AttentionOp((1, 2), (0,), (), 1, 1, 1)
     assert RooflineCostModel.name == "roofline"
+
+
+def test_moe_reads_the_expected_distinct_experts_of_random_routing():
+    """32 tokens, top-4 of 128 experts: 128 * (1 - (124/128)**32) = 81.66 experts, not 128."""
+    op = MoeOp(32, 128, 128, 4, 2880, 2880, 128, 0.53125)
+    assert cm.expected_active_experts(op) == pytest.approx(128 * (1 - (124 / 128) ** 32))
+    assert cm.expected_active_experts(op) == pytest.approx(81.66, abs=0.01)
+    one = MoeOp(1, 128, 128, 4, 2880, 2880, 4, 0.53125)
+    assert cm.expected_active_experts(one) == pytest.approx(4.0)   # one token: its topk experts
+    skewed = MoeOp(4, 8, 8, 2, 16, 8, 8, tokens_per_expert=(8, 0, 0, 0, 0, 0, 0, 0))
+    assert cm.expected_active_experts(skewed) == 1.0 and cm.moe_bytes(skewed) == skewed.bytes_moved
