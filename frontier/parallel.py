@@ -82,6 +82,9 @@ class ParallelSpec:
         if model.intermediate_size and model.intermediate_size % self.tp:
             raise ValueError(f"tp={self.tp} must divide intermediate_size={model.intermediate_size} of {model.name}")
         if model.is_moe and model.num_experts % self.ep:
-            raise ValueError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name}")
+            valid = [d for d in range(1, model.num_experts + 1) if model.num_experts % d == 0]
+            raise ValueError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name} "
+                             f"(ep = tensor x data parallel size with --enable-expert-parallel, or --*-ep); "
+                             f"valid ep: {', '.join(map(str, valid))}")
         if self.pp > model.num_layers:
             raise ValueError(f"pp={self.pp} exceeds num_layers={model.num_layers} of {model.name}")

@@ -60,7 +60,7 @@ def test_check_model_kv_heads(llama):
 def test_check_model_experts():
     moe = load_model_spec("Qwen/Qwen3-30B-A3B")
     ParallelSpec.from_vllm(tp=8, enable_expert_parallel=True).check_model(moe)
-    with pytest.raises(ValueError, match=r"ep=6 must divide num_experts=128"):
+    with pytest.raises(ValueError, match=r"ep=6 must divide num_experts=128 of .*valid ep: 1, 2, 4, 8, 16, 32, 64, 128$"):
         ParallelSpec(tp=2, dp=3, ep=6, ffn_tp=1).check_model(moe)
 
 
