@@ -23,6 +23,9 @@ from profiler.context import TORCH_DTYPES, RankContext
 from profiler.grid import SweepGrid
 from profiler.timing import TimingConfig
 
+CPU_THREADS = 1   # --device cpu times ops on one thread: the elementwise CPU sweep on a shared 2-core box
+                  # measured 16-260 ms for 5-60 us ops with the default OpenMP pool
+
 
 @dataclass(frozen=True)
 class ProfileArgs:
@@ -137,6 +140,8 @@ def run_profile(args: ProfileArgs, stream: TextIO | None = None) -> sweep.SweepR
           f"already done; {points} points left, estimated {sweep.estimate_s(todo):.0f} s", file=stream)
     if args.dry_run:
         return None
+    if not args.device.startswith("cuda"):
+        torch.set_num_threads(CPU_THREADS)   # multi-threaded CPU timings swing 10-100x on a shared box
     result = sweep.run(chunks, Path(args.out), args.backend, stream=stream, max_chunks=args.max_chunks)
     print(f"wrote {result.rows} rows in {len(result.written)} part file(s) under {args.out}", file=stream)
     return result

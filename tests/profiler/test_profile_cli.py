@@ -34,8 +34,10 @@ def test_dry_run_then_run_then_rerun(dense_config, tmp_path):
     res = profile(*base, "--dry-run")
     assert res.exit_code == 0, res.output
     assert "2 layout(s) x 3 families -> " in res.output and "estimated" in res.output and not out.exists()
+    torch.set_num_threads(2)
     res = profile(*base)
     assert res.exit_code == 0, res.output
+    assert torch.get_num_threads() == 1   # CPU sweeps time on one thread
     linear = read_profiles(out, "linear", "cpu")
     assert len(linear) == 2 * 5 * 2 * 2  # layouts x GEMMs x tokens x modes
     assert set(linear["timing_mode"]) == {"kernel", "launch"} and set(linear["source"]) == {"frontier-profiler"}
