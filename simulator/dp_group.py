@@ -101,6 +101,7 @@ class LockstepRanks:
 
     def update_from_output(self, out: LockstepOutput) -> UpdateResult:
         tokens: list[str] = []
+        token_reqs: list[Request] = []
         first: list[str] = []
         finished: list[str] = []
         for sched, o in zip(self.ranks, out.outputs):
@@ -108,6 +109,7 @@ class LockstepRanks:
                 continue
             r = sched.update_from_output(o)
             tokens += r.token_request_ids
+            token_reqs += r.token_requests
             first += r.first_token_request_ids
             finished += r.finished_request_ids
-        return UpdateResult(tuple(tokens), tuple(first), tuple(finished))
+        return UpdateResult(tuple(tokens), tuple(first), tuple(finished), tuple(token_reqs))

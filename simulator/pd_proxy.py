@@ -104,7 +104,7 @@ class PDProxy(BenchmarkClient):
             d = self.decode.router.pick(self.decode.replicas)
             replica = self.decode.replicas[d]
             state = self.in_flight[rid]
-            state.request = replica.add_request(state.spec, remote_prefill=True)
+            self._track(state, replica.add_request(state.spec, remote_prefill=True))
             route.decode = d * self._d_dp + _rank_of(replica, rid)
 
     def _on_remote_kv(self, replica: Replica, request_ids: tuple[str, ...]) -> None:

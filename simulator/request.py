@@ -93,8 +93,9 @@ class Request:
         them per step without a table look-up).
     block_hashes: one hash per full block of its known tokens, always
         ``len(block_hashes) == num_tokens // block_size`` (hashed as soon as a block fills).
-    Timing (first token, finish, per-token times) is not kept here: the caller records it from
-    the `UpdateResult` that `Scheduler.update_from_output` returns.
+    token_times_s: where the caller records the times of its output tokens (the benchmark client
+        attaches a list and appends to it from `UpdateResult.token_requests`); the scheduler never
+        reads it. Timing is the caller's: the scheduler does not know the time.
     """
 
     request_id: str
@@ -120,6 +121,7 @@ class Request:
     last_sched_seq: int = 0
     kv_num_blocks: int = 0
     kv_num_cached_blocks: int = 0
+    token_times_s: list[float] | None = None
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -491,6 +491,7 @@ class Scheduler:
         `KVCacheManager.cache_blocks` guard are written out here.
         """
         tokens: list[str] = []
+        token_reqs: list[Request] = []
         firsts: list[str] = []
         finished: list[str] = []
         stopped_running: set[Request] = set()
@@ -532,6 +533,7 @@ class Scheduler:
                     if (num_full := (done if done < known else known) // bs) > r.kv_num_cached_blocks:
                         kv.cache_blocks(r, num_full * bs)
             tokens.append(rid)
+            token_reqs.append(r)
             if k == 1:
                 firsts.append(rid)
             if stopped:
@@ -552,7 +554,7 @@ class Scheduler:
                 self.kv_holding_waiting.remove_requests(stopped_waiting)
         if self._debug:
             self.kv.check_invariants(self.requests.values())
-        return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished))
+        return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished), tuple(token_reqs))
 
     # ------------------------------------------------------------------ debug
     def check_invariants(self, out: SchedulerOutput | None = None) -> None:

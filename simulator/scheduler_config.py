@@ -107,8 +107,10 @@ class UpdateResult:
         stale token of a request preempted while that step was in flight).
     first_token_request_ids: subset receiving their first output token.
     finished_request_ids: requests that finished (their blocks are already freed).
+    token_requests: the `Request` objects of token_request_ids, aligned (not part of equality).
     """
 
     token_request_ids: tuple[str, ...]
     first_token_request_ids: tuple[str, ...]
     finished_request_ids: tuple[str, ...]
+    token_requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)

@@ -22,7 +22,7 @@ from array import array
 from contextlib import contextmanager
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
@@ -30,7 +30,6 @@ from simulator.batch_engine import BatchEngine
 from simulator.cluster import Cluster, Role
 from simulator.comm.backend import COMM_MODELS
 from simulator.predictor_cost import cost_model_stats, make_cost_model
-from simulator.cuda_graph import CudaGraphConfig
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.events import PRIO_ARRIVAL, EventLoop
@@ -121,8 +120,6 @@ class BenchmarkClient:
         self.max_model_len = max_model_len
         self.max_concurrency = max_concurrency
         self.in_flight: dict[str, _InFlight] = {}
-        # request_id -> its token_times_s.append: the per-token path is one look-up and a call
-        self._append_time: dict[str, Callable[[float], None]] = {}
         self.held: deque[RequestSpec] = deque()     # arrived, waiting for a concurrency slot
         self.records: list[RequestRecord] = []
         self.failed: dict[str, str] = {}
@@ -155,24 +152,29 @@ class BenchmarkClient:
             return
         state = _InFlight(spec, now, None, [])  # type: ignore[arg-type]
         self.in_flight[spec.request_id] = state
-        self._append_time[spec.request_id] = state.token_times_s.append
         self._submit(spec, state)
 
     def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
-        state.request = self.entry.submit(spec)
+        self._track(state, self.entry.submit(spec))
+
+    @staticmethod
+    def _track(state: _InFlight, request: Request) -> None:
+        """``request`` produces ``state``'s tokens: their times go to state.token_times_s."""
+        state.request = request
+        request.token_times_s = state.token_times_s
 
     def _release_slot(self) -> None:
         if self.held and (self.max_concurrency is None or len(self.in_flight) < self.max_concurrency):
             self._send(self.held.popleft())
 
     def _on_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
-        in_flight, append_time = self.in_flight, self._append_time
-        for rid in result.token_request_ids:
-            append_time[rid](now_s)
+        in_flight = self.in_flight
+        for r in result.token_requests:     # the Request, not a look-up by id: per token
+            r.token_times_s.append(now_s)
         for rid in result.finished_request_ids:
-            del append_time[rid]
             state = in_flight.pop(rid)
             state.token_times_s = array("d", state.token_times_s)
+            state.request.token_times_s = None
             self.records.append(self._make_record(rid, state))
             self._release_slot()
 
@@ -242,7 +244,9 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
         enforce_eager=args.enforce_eager, num_gpu_blocks_override=args.num_gpu_blocks_override,
         max_model_len=resolved.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        async_scheduling=args.async_scheduling, profiled=profiled)
+        async_scheduling=args.async_scheduling, profiled=profiled,
+        cudagraph_capture_sizes=args.cudagraph_capture_sizes,
+        max_cudagraph_capture_size=args.max_cudagraph_capture_size, cudagraph_mode=args.cudagraph_mode)
 
 
 def resolve_engine(args: EngineArgs) -> ResolvedEngine:
@@ -270,9 +274,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
             f"the KV cache holds {usable_tokens} tokens, fewer than --max-model-len "
             f"{resolved.max_model_len}: lower --max-model-len or raise --gpu-memory-utilization "
             f"or the parallel size")
-    cudagraph = CudaGraphConfig.from_vllm(
-        resolved.max_num_seqs, resolved.max_num_batched_tokens, enforce_eager=args.enforce_eager,
-        sm_version=resolved.gpu.sm_version)
+    cudagraph = resolved.cudagraph_config()
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
