@@ -25,6 +25,7 @@ process, which is all the cache needs (only equality of hashes is used, never th
 from __future__ import annotations
 
 import enum
+from array import array
 from dataclasses import dataclass, field
 
 OUTPUT_TOKEN_ID = 0
@@ -94,8 +95,8 @@ class Request:
     block_hashes: one hash per full block of its known tokens, always
         ``len(block_hashes) == num_tokens // block_size`` (hashed as soon as a block fills).
     token_times_s: where the caller records the times of its output tokens (the benchmark client
-        attaches a list and appends to it from `UpdateResult.token_requests`); the scheduler never
-        reads it. Timing is the caller's: the scheduler does not know the time.
+        attaches an array and writes token k's time at [k - 1] from `UpdateResult.token_requests`);
+        the scheduler never reads it. Timing is the caller's: the scheduler does not know the time.
     """
 
     request_id: str
@@ -121,7 +122,7 @@ class Request:
     last_sched_seq: int = 0
     kv_num_blocks: int = 0
     kv_num_cached_blocks: int = 0
-    token_times_s: list[float] | None = None
+    token_times_s: array | None = None
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -155,12 +156,15 @@ class Request:
             self._update_block_hashes()     # a block just became full (cheap test first: per token)
 
     def _update_block_hashes(self) -> None:
-        bs = self.block_size
-        n = len(self.block_hashes)
+        bs, hashes = self.block_size, self.block_hashes
+        n = len(hashes)
         num_tokens = self.prompt_len + self.num_output_tokens
+        parent = hashes[-1] if n else None
+        unique = self.prompt_token_ids is None
         while (n + 1) * bs <= num_tokens:
-            parent = self.block_hashes[-1] if n else None
-            self.block_hashes.append(hash((parent, self._block_key(n))))
+            # _block_key(n), written out for unique prompts (64 blocks a 1k prompt, per engine)
+            parent = hash((parent, ("u", self.request_id, n) if unique else self._block_key(n)))
+            hashes.append(parent)
             n += 1
 
     def _block_key(self, i: int) -> tuple:

@@ -100,13 +100,14 @@ class SimulationResult:
 
 @dataclass(slots=True)
 class _InFlight:
-    """A sent request. token_times_s: a list while it runs (appending to a list is the cheapest
-    per-token path), an array('d') once it finished (8 bytes a token, not a float object each)."""
+    """A sent request. token_times_s: array('d') of its token times (8 bytes a token, not a float
+    object each), sized for max_tokens while it runs (written at [num_output_tokens - 1]: no
+    growth per token) and cut to the tokens it produced when it finishes."""
 
     spec: RequestSpec
     send_s: float
     request: Request
-    token_times_s: list[float] | array
+    token_times_s: array
 
 
 class BenchmarkClient:
@@ -150,18 +151,18 @@ class BenchmarkClient:
                 f"prompt of {spec.prompt_len} tokens does not fit max_model_len {self.max_model_len}")
             self._release_slot()
             return
-        state = _InFlight(spec, now, None, [])  # type: ignore[arg-type]
+        state = _InFlight(spec, now, None, array("d"))  # type: ignore[arg-type]
         self.in_flight[spec.request_id] = state
         self._submit(spec, state)
 
     def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
         self._track(state, self.entry.submit(spec))
 
-    @staticmethod
-    def _track(state: _InFlight, request: Request) -> None:
+    def _track(self, state: _InFlight, request: Request) -> None:
         """``request`` produces ``state``'s tokens: their times go to state.token_times_s."""
         state.request = request
-        request.token_times_s = state.token_times_s
+        most = min(request.max_tokens, max(self.max_model_len - request.prompt_len, 1))
+        state.token_times_s = request.token_times_s = array("d", bytes(8 * most))
 
     def _release_slot(self) -> None:
         if self.held and (self.max_concurrency is None or len(self.in_flight) < self.max_concurrency):
@@ -170,10 +171,10 @@ class BenchmarkClient:
     def _on_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
         in_flight = self.in_flight
         for r in result.token_requests:     # the Request, not a look-up by id: per token
-            r.token_times_s.append(now_s)
+            r.token_times_s[r.num_output_tokens - 1] = now_s
         for rid in result.finished_request_ids:
             state = in_flight.pop(rid)
-            state.token_times_s = array("d", state.token_times_s)
+            del state.token_times_s[state.request.num_output_tokens:]
             state.request.token_times_s = None
             self.records.append(self._make_record(rid, state))
             self._release_slot()
