@@ -172,6 +172,7 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
     """Fit every family with rows for `gpu`, measure held-out error, refit on all rows and
     write one bundle to `out`. Returns the manifest written."""
     from calibration.bundle import rows_sha256, save_bundle
+    from calibration.memory_model import memory_entry
     from calibration.predictors import make_predictor
     from frontier.profile_schema import read_profiles
 
@@ -205,4 +206,4 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
                           "scheme": f"{holdout_by} (see calibration.evaluate)"},
                 "target": {f: ("log(latency_s)" if p.target == "log" else "log(latency_s / features.reference_s)")
                            for f, p in predictors.items()}}
-    return save_bundle(out, predictors, manifest)
+    return save_bundle(out, predictors, manifest, memory=memory_entry(profiles_root, gpu))

@@ -29,9 +29,9 @@ def test_profile_calibrate_simulate_on_cpu(dense_config, tmp_path):
     profiles, bundle = tmp_path / "profiles", tmp_path / "cpu.joblib"
     grid = tmp_path / "grid.yaml"
     grid.write_text("linear_tokens: [1, 2, 4, 8, 16, 32, 64]\nattention_decode_ctx: [16, 64]\nchunk_size: 16\n"
-                    "elementwise_tokens: [1, 2, 4, 8, 16, 32, 64]\n")
+                    "elementwise_tokens: [1, 2, 4, 8, 16, 32, 64]\nmemory_max_num_batched_tokens: [16, 32]\n")
     res = runner.invoke(app, ["profile", "--model", dense_config, "-tp", "1",
-                              "--families", "linear,attention,elementwise",
+                              "--families", "linear,attention,elementwise,memory",
                               "--out", str(profiles), "--grid", str(grid), "--warmup-ms", "0", "--budget-ms", "1",
                               "--dtype", "bf16"])
     assert res.exit_code == 0, res.output
@@ -40,6 +40,8 @@ def test_profile_calibrate_simulate_on_cpu(dense_config, tmp_path):
     assert res.exit_code == 0, res.output
     loaded = load_bundle(bundle)
     assert loaded.manifest["gpu"] == "cpu" and set(loaded.predictors) == {"linear", "attention", "elementwise"}
+    [fit] = loaded.manifest["memory"]["fits"]   # calibrate stores the memory rows' fit beside the predictors
+    assert (fit["model"], fit["tp"], fit["max_num_batched_tokens"]) == (load_model_spec(dense_config).name, 1, [16, 32])
     # 5 kernels x 7 token counts x 2 timing modes; one sub-model per (mode, kernel, dtype)
     assert loaded.manifest["families"]["elementwise"]["training_rows"] == 70
     assert sorted(loaded.manifest["families"]["elementwise"]["model_choice"])[:2] == [
