@@ -56,6 +56,49 @@ def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
     return str(ensure_bundle(gpu or EngineArgs().gpu, log=lambda m: typer.echo(m, err=True)))
 
 
+CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
+           "--max-num-batched-tokens are dropped. Default: vLLM's list.")
+CC_HELP = ("vLLM --compilation-config JSON; only the CUDA-graph keys are simulated: cudagraph_mode "
+           "(NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE = default), cudagraph_capture_sizes, "
+           "max_cudagraph_capture_size.")
+COMPILATION_KEYS = ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size")
+
+
+def _int_list(value: Any, flag: str) -> Any:
+    """A list flag's value: a YAML list as is, or "1,2,4" / "1 2 4" / "[1, 2, 4]" -> [1, 2, 4]."""
+    if value is None or not isinstance(value, str):
+        return value
+    parts = [p for p in value.strip().strip("[]").replace(",", " ").split() if p]
+    out = []
+    for p in parts:
+        try:
+            out.append(int(p))
+        except ValueError:
+            raise ValueError(f"{flag} {value!r}: {p!r} is not an integer; give e.g. 1 2 4 8") from None
+    return out
+
+
+def _apply_compilation_config(values: dict[str, Any]) -> None:
+    """Move the CUDA-graph keys of ``compilation_config`` (JSON text or a mapping) into ``values``."""
+    cc = values.pop("compilation_config", None)
+    if isinstance(cc, str):
+        try:
+            cc = json.loads(cc)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--compilation-config {cc!r} is not valid JSON: {exc.msg}") from None
+    if cc is None:
+        return
+    if not isinstance(cc, dict):
+        raise ValueError(f"--compilation-config must be a JSON object, got {cc!r}")
+    for key, value in cc.items():
+        if key not in COMPILATION_KEYS:
+            raise ValueError(f"--compilation-config key {key!r} is not simulated; "
+                             f"supported keys: {', '.join(COMPILATION_KEYS)}")
+        if key != "cudagraph_mode" and values.get(key) is not None:   # vLLM create_engine_config
+            raise ValueError(f"{key} and compilation_config.{key} are mutually exclusive")
+        values[key] = value
+
+
 def _pick(cls, values: dict[str, Any]):
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names})
@@ -141,6 +184,9 @@ def simulate(
     enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_HELP),
     long_prefill_token_threshold: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
+    cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),
+    max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's, 512 or 1024 on B200/B300).", rich_help_panel=ENGINE_HELP),
+    compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP, rich_help_panel=ENGINE_HELP),
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
     dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt or trace.", rich_help_panel=BENCH_HELP),
@@ -203,12 +249,14 @@ def simulate(
     cli.pop("config")
     out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
                 "max_concurrency", "step_jitter", "comm_model", "moe_routing", "architecture",
-                "predictor_bundle") + PDD_KEYS + AFD_KEYS
+                "predictor_bundle", "compilation_config") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
         if isinstance(values.get("request_rate"), str):
             values["request_rate"] = float(values["request_rate"])
+        values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
+        _apply_compilation_config(values)
         if values.get("kv_cache_memory_bytes") is not None:
             from simulator.memory import parse_human_int
             values["kv_cache_memory_bytes"] = parse_human_int(values["kv_cache_memory_bytes"])
@@ -267,6 +315,9 @@ def memory(
     num_gpu_blocks_override: Optional[int] = typer.Option(None),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; skips profiling and ignores --gpu-memory-utilization."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager/--no-enforce-eager"),
+    cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP),
+    max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's)."),
+    compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP),
     async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="Sets the tokens in flight a sliding-window group reserves."),
     predictor_bundle: Optional[Path] = typer.Option(None, help="Bundle whose profiled memory rows replace the estimated activation / non-torch / CUDA-graph terms."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
@@ -278,6 +329,9 @@ def memory(
     from simulator.simulation import build_memory, resolve_engine
 
     try:
+        cg = {"cudagraph_capture_sizes": _int_list(cudagraph_capture_sizes, "--cudagraph-capture-sizes"),
+              "max_cudagraph_capture_size": max_cudagraph_capture_size, "compilation_config": compilation_config}
+        _apply_compilation_config(cg)
         args = EngineArgs(
             model=model, gpu=gpu, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
@@ -285,7 +339,7 @@ def memory(
             max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
-            async_scheduling=async_scheduling,
+            async_scheduling=async_scheduling, **cg,
             kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
         profiled = None if predictor_bundle is None else bundle_overheads(predictor_bundle, resolved.model.name, resolved.parallel)

@@ -391,7 +391,10 @@ def attention_memory(resolved):
                        max_num_batched_tokens=resolved.max_num_batched_tokens,
                        max_num_seqs=resolved.max_num_seqs, enforce_eager=args.enforce_eager,
                        num_gpu_blocks_override=args.num_gpu_blocks_override,
-                       max_model_len=resolved.max_model_len)
+                       max_model_len=resolved.max_model_len,
+                       cudagraph_capture_sizes=args.cudagraph_capture_sizes,
+                       max_cudagraph_capture_size=args.max_cudagraph_capture_size,
+                       cudagraph_mode=args.cudagraph_mode)
     return replace(budget, weights_bytes=weights,
                    requested_bytes=math.ceil(gpu.memory_bytes * args.gpu_memory_utilization))
 
@@ -506,10 +509,7 @@ def run_afd(spec):
     engines_made: list[AfdEngine] = []
 
     def make_engines(resolved, count: int):
-        from simulator.cuda_graph import CudaGraphConfig
-        cudagraph = CudaGraphConfig.from_vllm(resolved.max_num_seqs, resolved.max_num_batched_tokens,
-                                              enforce_eager=resolved.args.enforce_eager,
-                                              sm_version=resolved.gpu.sm_version)
+        cudagraph = resolved.cudagraph_config()
         attn = BatchEngine(model, resolved.parallel, resolved.gpu,
                            make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle), cudagraph)
         f_par = ParallelSpec(tp=1, dp=f_tp * f_ep, ep=f_ep, ffn_tp=f_tp)

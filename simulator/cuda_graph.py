@@ -6,8 +6,10 @@ FULL_AND_PIECEWISE mode and the dispatch of model runner V2, the 0.33 default
 for one token per decode request it agrees with V1's `CudagraphDispatcher`). With
 speculative decoding V2 keeps the PIECEWISE sizes as they are and captures FULL decode
 graphs at each size rounded up to a multiple of q (V1 would instead round the whole list).
-Sizes count tokens. Not modelled: user-given capture lists, interactivity mode,
-dynamic speculative tiers, LoRA keys, attention backends that lower the mode.
+Sizes count tokens. User-given `--cudagraph-capture-sizes` / `--max-cudagraph-capture-size`
+and `cudagraph_mode` (NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE) follow the
+same code (`resolve_capture_sizes`). Not modelled: interactivity mode, dynamic speculative
+tiers, LoRA keys, attention backends or models that lower the mode.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 SM100_FAMILY = 100          # datacenter Blackwell (B200/GB200/B300): capture ceiling 1024
 DEFAULT_MAX_CAPTURE = 512
 SM100_MAX_CAPTURE = 1024
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"   # -O2, vllm serve's default optimization level
 
 
 def _grid(max_size: int) -> list[int]:
@@ -52,6 +56,52 @@ def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_versio
     return tuple(sizes)
 
 
+def _check_user_sizes(capture_sizes: tuple[int, ...] | None, max_capture_size: int | None) -> None:
+    def bad_int(v: object) -> bool:
+        return not isinstance(v, int) or isinstance(v, bool) or v < 1
+    if max_capture_size is not None and bad_int(max_capture_size):
+        raise ValueError(f"--max-cudagraph-capture-size must be a positive integer, got {max_capture_size!r}")
+    if capture_sizes is not None:
+        if len(capture_sizes) == 0:
+            raise ValueError("--cudagraph-capture-sizes should contain at least one element when using "
+                             "cuda graph; give positive integers, e.g. 1 2 4 8")
+        wrong = [v for v in capture_sizes if bad_int(v)]
+        if wrong:
+            raise ValueError(f"--cudagraph-capture-sizes must be positive integers, got {wrong[0]!r} "
+                             f"in {list(capture_sizes)}")
+
+
+def resolve_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
+                          num_spec_tokens: int = 0, cudagraph_capture_sizes: tuple[int, ...] | None = None,
+                          max_cudagraph_capture_size: int | None = None) -> tuple[int, ...]:
+    """Capture sizes (tokens) as vLLM 0.33 `_set_cudagraph_sizes` with the user's two flags.
+
+    Neither flag: the default (`vllm_capture_sizes`). Sizes given: deduplicated, those above
+    max_num_batched_tokens dropped, sorted (the platform ceiling does not apply). Only the
+    max given: the default grid up to min(max, max_num_batched_tokens), plus
+    max_num_batched_tokens when it fits, without the uniform-decode sizes. Both given: the
+    max must equal the largest kept size, else ValueError with vLLM's message.
+    """
+    _check_user_sizes(cudagraph_capture_sizes, max_cudagraph_capture_size)
+    if cudagraph_capture_sizes is None and max_cudagraph_capture_size is None:
+        return vllm_capture_sizes(max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens)
+    if cudagraph_capture_sizes is not None:
+        sizes = sorted({s for s in cudagraph_capture_sizes if s <= max_num_batched_tokens})
+    else:
+        max_size = min(max_num_batched_tokens, max_cudagraph_capture_size)
+        sizes = _grid(max_size)
+        if max_num_batched_tokens <= max_size and max_num_batched_tokens not in sizes:
+            sizes.append(max_num_batched_tokens)
+        sizes = sorted(set(sizes))
+    valid_max = sizes[-1] if sizes else 0
+    if (cudagraph_capture_sizes is not None and max_cudagraph_capture_size is not None
+            and max_cudagraph_capture_size != valid_max):
+        raise ValueError(f"customized max_cudagraph_capture_size(={max_cudagraph_capture_size}) should be "
+                         f"consistent with the max value of cudagraph_capture_sizes(={valid_max}) "
+                         f"(sizes above max_num_batched_tokens={max_num_batched_tokens} are dropped)")
+    return tuple(sizes)
+
+
 @dataclass(frozen=True)
 class CudaGraphConfig:
     """Which shapes run as CUDA graphs. Empty `capture_sizes` (or enforce_eager) = eager."""
@@ -60,8 +110,11 @@ class CudaGraphConfig:
     capture_sizes: tuple[int, ...]
     max_num_seqs: int
     num_spec_tokens: int = 0
+    mode: str = DEFAULT_CUDAGRAPH_MODE     # vLLM CompilationConfig.cudagraph_mode
 
     def __post_init__(self) -> None:
+        if self.mode not in CUDAGRAPH_MODES:
+            raise ValueError(f"cudagraph_mode {self.mode!r} is not one of {', '.join(CUDAGRAPH_MODES)}")
         if self.max_num_seqs <= 0:
             raise ValueError(f"max_num_seqs must be > 0, got {self.max_num_seqs}")
         if self.num_spec_tokens < 0:
@@ -72,14 +125,25 @@ class CudaGraphConfig:
 
     @classmethod
     def from_vllm(cls, max_num_seqs: int, max_num_batched_tokens: int, enforce_eager: bool = False,
-                  sm_version: int = 90, num_spec_tokens: int = 0) -> CudaGraphConfig:
+                  sm_version: int = 90, num_spec_tokens: int = 0,
+                  cudagraph_capture_sizes: tuple[int, ...] | None = None,
+                  max_cudagraph_capture_size: int | None = None,
+                  cudagraph_mode: str | None = None) -> CudaGraphConfig:
+        """As VllmConfig: enforce_eager or mode NONE capture nothing (user sizes ignored)."""
         if max_num_seqs <= 0 or max_num_batched_tokens <= 0:
             raise ValueError(f"max_num_seqs={max_num_seqs} and max_num_batched_tokens="
                              f"{max_num_batched_tokens} must both be > 0")
-        sizes = () if enforce_eager else vllm_capture_sizes(
-            max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens)
+        mode = DEFAULT_CUDAGRAPH_MODE if cudagraph_mode is None else str(cudagraph_mode).upper()
+        if mode not in CUDAGRAPH_MODES:
+            raise ValueError(f"cudagraph_mode {cudagraph_mode!r} is not one of {', '.join(CUDAGRAPH_MODES)}")
+        _check_user_sizes(cudagraph_capture_sizes, max_cudagraph_capture_size)
+        if enforce_eager:
+            mode = "NONE"
+        sizes = () if mode == "NONE" else resolve_capture_sizes(
+            max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens,
+            cudagraph_capture_sizes, max_cudagraph_capture_size)
         return cls(enforce_eager=enforce_eager, capture_sizes=sizes, max_num_seqs=max_num_seqs,
-                   num_spec_tokens=num_spec_tokens)
+                   num_spec_tokens=num_spec_tokens, mode=mode)
 
     @property
     def max_capture_size(self) -> int:
@@ -90,9 +154,20 @@ class CudaGraphConfig:
         return 1 + self.num_spec_tokens
 
     @property
+    def piecewise_sizes(self) -> tuple[int, ...]:
+        """Token counts of the PIECEWISE graphs: the capture sizes when the mode has them."""
+        return self.capture_sizes if self.mode in ("PIECEWISE", "FULL_AND_PIECEWISE") else ()
+
+    @property
     def full_sizes(self) -> tuple[int, ...]:
-        """Token counts of the FULL uniform-decode graphs: each capture size rounded up to a
-        multiple of q, kept when <= min(q * max_num_seqs, max capture size)."""
+        """Token counts of the FULL graphs. FULL mode: the capture sizes (any batch). With a
+        separate decode routine (FULL_AND_PIECEWISE, FULL_DECODE_ONLY): the uniform-decode
+        graphs, each capture size rounded up to a multiple of q, kept when <= min(q *
+        max_num_seqs, max capture size). PIECEWISE / NONE: none."""
+        if self.mode == "FULL":
+            return self.capture_sizes
+        if self.mode not in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
+            return ()
         q, top = self.uniform_decode_query_len, self.max_capture_size
         limit = min(q * self.max_num_seqs, top)
         return tuple(sorted({-(-s // q) * q for s in self.capture_sizes if -(-s // q) * q <= limit}))
@@ -104,15 +179,23 @@ class CudaGraphConfig:
         is padded: a uniform decode batch (every request has q tokens) runs FULL at the
         smallest FULL size >= num_tokens when one exists; anything else runs PIECEWISE at
         the smallest capture size >= num_tokens (attention eager on the real tokens).
+        Other modes: FULL pads every step to a FULL graph; PIECEWISE has no FULL graphs;
+        FULL_DECODE_ONLY runs what is not a FULL uniform decode eager.
         """
         if num_tokens <= 0 or num_reqs <= 0 or num_reqs > num_tokens:
             raise ValueError(f"dispatch needs 0 < num_reqs <= num_tokens, got {num_reqs}, {num_tokens}")
-        if self.enforce_eager or not self.capture_sizes or num_tokens > self.capture_sizes[-1]:
+        if (self.enforce_eager or self.mode == "NONE" or not self.capture_sizes
+                or num_tokens > self.capture_sizes[-1]):
             return "NONE", num_tokens
+        padded = self.capture_sizes[bisect.bisect_left(self.capture_sizes, num_tokens)]
+        if self.mode == "FULL":
+            return "FULL", padded
         q = self.uniform_decode_query_len
-        if uniform_decode and num_tokens == q * num_reqs:
+        if self.mode != "PIECEWISE" and uniform_decode and num_tokens == q * num_reqs:
             full = self._full
             i = bisect.bisect_left(full, num_tokens)
             if i < len(full):
                 return "FULL", full[i]
-        return "PIECEWISE", self.capture_sizes[bisect.bisect_left(self.capture_sizes, num_tokens)]
+        if self.mode == "FULL_DECODE_ONLY":
+            return "NONE", num_tokens
+        return "PIECEWISE", padded

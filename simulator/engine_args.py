@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from frontier.gpu import GpuSpec
 from frontier.model_spec import ModelSpec
 from frontier.parallel import ParallelSpec
+from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
 
 GiB = 1 << 30
@@ -56,6 +57,9 @@ class EngineArgs:
     enable_prefix_caching: bool = True
     long_prefill_token_threshold: int = 0
     enforce_eager: bool = False
+    cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
+    max_cudagraph_capture_size: int | None = None           # tokens; None = vLLM's default
+    cudagraph_mode: str | None = None   # --compilation-config cudagraph_mode; None = FULL_AND_PIECEWISE
     async_scheduling: bool = True
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
@@ -63,8 +67,25 @@ class EngineArgs:
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                      "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                     "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes"):
+                     "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes",
+                     "max_cudagraph_capture_size"):
             _positive(name, getattr(self, name))
+        sizes = self.cudagraph_capture_sizes
+        if sizes is not None:
+            if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+                raise ValueError(f"--cudagraph-capture-sizes must be a list of positive integers, got {sizes!r}")
+            object.__setattr__(self, "cudagraph_capture_sizes", tuple(sizes))
+            for v in self.cudagraph_capture_sizes:
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise ValueError(f"--cudagraph-capture-sizes must be positive integers, got {v!r} in "
+                                     f"{list(self.cudagraph_capture_sizes)}")
+            if not self.cudagraph_capture_sizes:
+                raise ValueError("--cudagraph-capture-sizes should contain at least one element; "
+                                 "give positive integers, e.g. 1 2 4 8")
+        if self.cudagraph_mode is not None:
+            if not isinstance(self.cudagraph_mode, str) or self.cudagraph_mode.upper() not in CUDAGRAPH_MODES:
+                raise ValueError(f"cudagraph_mode {self.cudagraph_mode!r} is not one of {', '.join(CUDAGRAPH_MODES)}")
+            object.__setattr__(self, "cudagraph_mode", self.cudagraph_mode.upper())
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(
                 f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
@@ -140,6 +161,15 @@ class ResolvedEngine:
             policy=a.scheduling_policy, async_scheduling=a.async_scheduling, block_size=self.block_size,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
+
+    def cudagraph_config(self, num_spec_tokens: int = 0) -> CudaGraphConfig:
+        """The CUDA graphs of one engine, as VllmConfig derives them from these arguments."""
+        a = self.args
+        return CudaGraphConfig.from_vllm(
+            self.max_num_seqs, self.max_num_batched_tokens, enforce_eager=a.enforce_eager,
+            sm_version=self.gpu.sm_version, num_spec_tokens=num_spec_tokens,
+            cudagraph_capture_sizes=a.cudagraph_capture_sizes,
+            max_cudagraph_capture_size=a.max_cudagraph_capture_size, cudagraph_mode=a.cudagraph_mode)
 
     @property
     def gpus_per_engine(self) -> int:

@@ -299,7 +299,7 @@ def cuda_graph_bytes(model: ModelSpec, parallel: ParallelSpec, cudagraph: CudaGr
     if first is None:
         first = activation_peak_bytes(model, parallel, cudagraph.max_capture_size, 0)
     per_graph = max(CUDA_GRAPH_BYTES_PER_LAYER * layers, MIN_GRAPH_BYTES)
-    n_piecewise, n_full = len(cudagraph.capture_sizes), len(cudagraph.full_sizes)
+    n_piecewise, n_full = len(cudagraph.piecewise_sizes), len(cudagraph.full_sizes)
     return first + per_graph * (max(n_piecewise - 1, 0) + max(n_full - 1, 0))
 
 
@@ -308,7 +308,9 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               max_num_batched_tokens: int, max_num_seqs: int, enforce_eager: bool = False,
               num_gpu_blocks_override: int | None = None, max_model_len: int | None = None,
               num_spec_tokens: int = 0, kv_cache_memory_bytes: int | None = None,
-              async_scheduling: bool = True, profiled: ProfiledOverheads | None = None) -> MemoryBudget:
+              async_scheduling: bool = True, profiled: ProfiledOverheads | None = None,
+              cudagraph_capture_sizes: tuple[int, ...] | None = None,
+              max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None) -> MemoryBudget:
     """KV budget of one rank (all ranks use the minimum; ours are symmetric).
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
@@ -344,7 +346,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
         activation = activation_peak_bytes(model, parallel, max_num_batched_tokens,
                                            min(max_num_seqs, max_num_batched_tokens))
     cudagraph = CudaGraphConfig.from_vllm(max_num_seqs, max_num_batched_tokens, enforce_eager, gpu.sm_version,
-                                          num_spec_tokens)
+                                          num_spec_tokens, cudagraph_capture_sizes, max_cudagraph_capture_size,
+                                          cudagraph_mode)
     first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
     graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
     graph_src = PROFILED if first is not None else ESTIMATED

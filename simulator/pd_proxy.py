@@ -32,7 +32,6 @@ from simulator.cluster import Cluster
 from simulator.control_plane import (CompiledRole, PddSpec, build_links, compile_role,
                                      kv_bytes_per_token)
 from simulator.predictor_cost import make_cost_model
-from simulator.cuda_graph import CudaGraphConfig
 from simulator.batch_engine import BatchEngine
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import ResolvedEngine
@@ -143,9 +142,7 @@ class PDProxy(BenchmarkClient):
 
 def _engine_factory(spec: SimulationSpec):
     def make_engine(resolved: ResolvedEngine) -> BatchEngine:
-        cudagraph = CudaGraphConfig.from_vllm(
-            resolved.max_num_seqs, resolved.max_num_batched_tokens,
-            enforce_eager=resolved.args.enforce_eager, sm_version=resolved.gpu.sm_version)
+        cudagraph = resolved.cudagraph_config()
         return BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
                            make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle),
                            cudagraph, moe_router=make_moe_router(spec.moe_routing, resolved.model,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cuda_graph import CudaGraphConfig
+from simulator.simulation import run_simulation
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("findings", ROOT / "bench" / "findings.py")
@@ -25,18 +26,26 @@ def _steps(*rows: tuple[str, int, int, int]) -> dict[str, list]:
             "num_tokens": [r[2] for r in rows], "padded_tokens": [r[3] for r in rows]}
 
 
-def test_33_decode_requests_pad_to_64_on_the_paper_bins_and_to_40_on_vllm_defaults():
-    # vLLM 0.33 default capture sizes for max_num_seqs 64: 1, 2, 4, 8, 16, 24, ..., 128
-    assert CudaGraphConfig.from_vllm(64, 8192).dispatch(33, 33, True) == ("FULL", 40)
-    steps = _steps(("D", 33, 33, 40),         # pure decode: counted
+def test_decode_padding_counts_pure_decode_steps_of_the_role():
+    steps = _steps(("D", 33, 33, 64),         # pure decode: counted
                    ("D", 33, 500, 512),       # a prefill chunk inside: not a decode step
                    ("C", 33, 33, 40),         # other role
-                   ("D", 0, 0, 0))            # empty step
-    assert findings.decode_padding(steps, "D") == (33, 7)                        # 7/33 inflation
-    assert findings.decode_padding(steps, "D", findings.PAPER_CAPTURE_BINS) == (33, 31)   # 31/33
-    # above the largest bin nothing is padded; 1, 2 and 64 sit on bins
-    steps = _steps(("C", 65, 65, 72), ("C", 64, 64, 64), ("C", 2, 2, 2), ("C", 1, 1, 1), ("C", 3, 3, 4))
-    assert findings.decode_padding(steps, "C", findings.PAPER_CAPTURE_BINS) == (135, 1)
+                   ("D", 0, 0, 0),            # empty step
+                   ("D", 65, 65, 65))         # above the largest capture size: eager, unpadded
+    assert findings.decode_padding(steps, "D") == (98, 31)
+    assert findings.decode_padding(steps, "C") == (33, 7)
+
+
+def test_paper_bins_are_simulated_33_decode_requests_pad_to_64():
+    # vLLM 0.33 defaults at max_num_seqs 64: 1, 2, 4, 8, 16, 24, ..., 128 -> 33 pads to 40
+    assert CudaGraphConfig.from_vllm(64, 8192).dispatch(33, 33, True) == ("FULL", 40)
+    paper = CudaGraphConfig.from_vllm(1024, 8192, cudagraph_capture_sizes=findings.PAPER_CAPTURE_BINS)
+    assert paper.dispatch(33, 33, True) == ("FULL", 64)
+    spec = findings.padding_spec("colocated", 256, 16, num_prompts=40, capture_sizes=findings.PAPER_CAPTURE_BINS)
+    st = run_simulation(spec).trace.step_cols
+    decode = [(n, p) for n, r, p in zip(st["num_tokens"], st["num_reqs"], st["padded_tokens"]) if 0 < n == r]
+    assert (40, 64) in decode                                   # the 40-request batch ran at the 64 graph
+    assert all(p == min(b for b in findings.PAPER_CAPTURE_BINS if b >= n) for n, p in decode)
 
 
 def test_max_rate_under_sla_interpolates_the_first_crossing():
@@ -63,6 +72,9 @@ def test_case_b_tiny_pdd_pads_decode_more_than_colocated():
     assert colocated["useful"] > 0 and pdd["useful"] > 0
     assert pdd["inflation"] > colocated["inflation"]
     assert out["holds"]
+    # 16 requests: every decode batch sits on a size both lists share (1, 2, 4, 8, 16)
+    assert [(r["useful_pow2"], r["padding_pow2"]) for r in out["rows"]] == [
+        (r["useful"], r["padding"]) for r in out["rows"]]
 
 
 def test_case_c_tiny_h20_ffn_is_compute_bound_and_loses_throughput():

@@ -79,3 +79,100 @@ def test_bad_inputs():
     cg = CudaGraphConfig.from_vllm(8, 64, False, 90)
     with pytest.raises(ValueError, match="num_reqs"):
         cg.dispatch(2, 3, False)
+
+
+# ---------------------------------------------------------------- user-given sizes and modes
+# Hand-derived from vLLM 0.33 `_set_cudagraph_sizes` (the oracle test checks the same against vLLM).
+PAPER = (1, 2, 4, 8, 16, 32, 64)
+
+
+def test_user_sizes_are_deduplicated_sorted_and_capped_by_batched_tokens_only():
+    cg = CudaGraphConfig.from_vllm(1024, 8192, cudagraph_capture_sizes=(64, 32, 1, 2, 4, 8, 16, 64))
+    assert cg.capture_sizes == PAPER and cg.max_capture_size == 64
+    assert CudaGraphConfig.from_vllm(1024, 40, cudagraph_capture_sizes=PAPER).capture_sizes == (1, 2, 4, 8, 16, 32)
+    # the platform ceiling (512) does not apply to a given list
+    assert CudaGraphConfig.from_vllm(64, 8192, cudagraph_capture_sizes=(2000, 3, 1000)).capture_sizes == (3, 1000, 2000)
+    # every size above max_num_batched_tokens: nothing captured, eager
+    none_left = CudaGraphConfig.from_vllm(8, 16, cudagraph_capture_sizes=(32, 64))
+    assert none_left.capture_sizes == () and none_left.dispatch(4, 4, True) == ("NONE", 4)
+
+
+def test_max_only_builds_the_default_grid_without_decode_sizes():
+    assert CudaGraphConfig.from_vllm(256, 8192, max_cudagraph_capture_size=100).capture_sizes == (
+        1, 2, 4, *range(8, 97, 8))                                   # truncated to 96
+    assert CudaGraphConfig.from_vllm(1024, 8192, max_cudagraph_capture_size=8192).capture_sizes == (
+        1, 2, 4, *range(8, 256, 8), *range(256, 8193, 16))           # above the 512 ceiling: allowed
+    assert CudaGraphConfig.from_vllm(256, 520, max_cudagraph_capture_size=600).capture_sizes == (
+        *DEFAULT_51, 520)                                            # max_num_batched_tokens appended
+    assert CudaGraphConfig.from_vllm(100, 8192, max_cudagraph_capture_size=128).capture_sizes == (
+        1, 2, 4, *range(8, 129, 8))                                  # no off-stride 100 (decode size)
+
+
+def test_both_flags_must_agree():
+    assert CudaGraphConfig.from_vllm(8, 8192, cudagraph_capture_sizes=PAPER,
+                                     max_cudagraph_capture_size=64).capture_sizes == PAPER
+    with pytest.raises(ValueError, match=r"max_cudagraph_capture_size\(=8\) should be consistent with the max "
+                                         r"value of cudagraph_capture_sizes\(=4\)"):
+        CudaGraphConfig.from_vllm(256, 8192, cudagraph_capture_sizes=(1, 2, 4), max_cudagraph_capture_size=8)
+    with pytest.raises(ValueError, match=r"\(=64\) .* cudagraph_capture_sizes\(=32\)"):
+        CudaGraphConfig.from_vllm(1024, 40, cudagraph_capture_sizes=PAPER, max_cudagraph_capture_size=64)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"cudagraph_capture_sizes": (0, 4)}, "got 0 in [0, 4]"),
+    ({"cudagraph_capture_sizes": (4, -2)}, "got -2 in [4, -2]"),
+    ({"cudagraph_capture_sizes": (1.5,)}, "got 1.5"),
+    ({"cudagraph_capture_sizes": ()}, "at least one element"),
+    ({"max_cudagraph_capture_size": 0}, "--max-cudagraph-capture-size must be a positive integer, got 0"),
+    ({"max_cudagraph_capture_size": -8}, "got -8"),
+    ({"cudagraph_mode": "PIECEWIS"}, "'PIECEWIS' is not one of NONE, PIECEWISE, FULL"),
+])
+def test_bad_user_values_name_the_value(kw, needle):
+    with pytest.raises(ValueError) as err:
+        CudaGraphConfig.from_vllm(256, 8192, **kw)
+    assert needle in str(err.value)
+
+
+def test_33_decode_requests_on_the_paper_bins_pad_to_64():
+    cg = CudaGraphConfig.from_vllm(1024, 8192, cudagraph_capture_sizes=PAPER)
+    assert cg.dispatch(33, 33, True) == ("FULL", 64)
+    assert cg.dispatch(33, 3, False) == ("PIECEWISE", 64)
+    assert cg.dispatch(65, 65, True) == ("NONE", 65)
+    assert CudaGraphConfig.from_vllm(1024, 8192).dispatch(33, 33, True) == ("FULL", 40)
+
+
+def test_modes_dispatch_and_graph_lists():
+    def cg(mode):
+        return CudaGraphConfig.from_vllm(256, 8192, cudagraph_capture_sizes=PAPER, cudagraph_mode=mode)
+    fap, pw, full, fdo, none = (cg(m) for m in ("FULL_AND_PIECEWISE", "piecewise", "FULL", "FULL_DECODE_ONLY", "NONE"))
+    assert fap.mode == "FULL_AND_PIECEWISE" and pw.mode == "PIECEWISE"      # case-insensitive, as vLLM
+    assert [c.dispatch(33, 33, True) for c in (fap, pw, full, fdo, none)] == [
+        ("FULL", 64), ("PIECEWISE", 64), ("FULL", 64), ("FULL", 64), ("NONE", 33)]
+    assert [c.dispatch(33, 3, False) for c in (fap, pw, full, fdo, none)] == [
+        ("PIECEWISE", 64), ("PIECEWISE", 64), ("FULL", 64), ("NONE", 33), ("NONE", 33)]
+    assert [(c.piecewise_sizes, c.full_sizes) for c in (fap, pw, full, fdo, none)] == [
+        (PAPER, PAPER), (PAPER, ()), ((), PAPER), ((), PAPER), ((), ())]
+    assert none.capture_sizes == () and CudaGraphConfig.from_vllm(256, 8192, True, cudagraph_mode="FULL").mode == "NONE"
+
+
+def test_spec_decode_with_user_sizes_rounds_full_graphs_only():
+    cg = CudaGraphConfig.from_vllm(256, 8192, num_spec_tokens=2, cudagraph_capture_sizes=PAPER)
+    assert cg.capture_sizes == PAPER                               # no decode sizes added
+    assert cg.full_sizes == (3, 6, 9, 18, 33)           # 1,2 -> 3; 4 -> 6; 8 -> 9; 16 -> 18; 32 -> 33; 64 -> 66 > 64 dropped
+    assert cg.dispatch(21, 7, True) == ("FULL", 33)
+    assert cg.dispatch(21, 5, False) == ("PIECEWISE", 32)
+
+
+def test_graph_memory_counts_the_graphs_of_the_mode():
+    from frontier.model_spec import load_model_spec
+    from frontier.parallel import ParallelSpec
+    from simulator.memory import CUDA_GRAPH_BYTES_PER_LAYER, MIB, cuda_graph_bytes
+    model, par = load_model_spec("meta-llama/Llama-3.1-8B"), ParallelSpec()
+    per_graph = max(CUDA_GRAPH_BYTES_PER_LAYER * model.num_layers, MIB)      # 2 MiB at 32 layers
+
+    def graphs(mode):
+        return cuda_graph_bytes(model, par, CudaGraphConfig.from_vllm(
+            256, 8192, cudagraph_capture_sizes=PAPER, cudagraph_mode=mode), first_capture_bytes=0)
+    assert graphs("FULL_AND_PIECEWISE") == per_graph * 12       # 7 piecewise + 7 full, first one profiled
+    assert graphs("PIECEWISE") == graphs("FULL") == graphs("FULL_DECODE_ONLY") == per_graph * 6
+    assert graphs("NONE") == 0

@@ -1,0 +1,81 @@
+"""Capture sizes vs vLLM 0.33 itself: `VllmConfig._set_cudagraph_sizes` run on a real
+`CompilationConfig` (CPU: no model, no GPU; the platform is not datacenter Blackwell, so the
+default ceiling is 512 = our sm_version 90). The stand-in VllmConfig carries only the
+attributes that method reads: model_config.enforce_eager, compilation_config,
+scheduler_config.max_num_seqs / max_num_batched_tokens, uniform_decode_query_len,
+speculative_config (None: no dynamic tiers) and performance_mode.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from simulator.cuda_graph import CudaGraphConfig
+
+PAPER = [1, 2, 4, 8, 16, 32, 64]
+CASES = [  # max_num_seqs, max_num_batched_tokens, capture sizes, max capture size, num_spec_tokens
+    (1024, 8192, None, None, 0), (256, 8192, None, None, 0), (100, 8192, None, None, 0),
+    (256, 300, None, None, 0), (64, 8192, None, None, 0), (256, 8192, None, None, 2),
+    (1024, 8192, PAPER, None, 0), (1024, 8192, [64, 1, 2, 4, 8, 16, 32, 64], None, 0),
+    (1024, 40, PAPER, None, 0), (64, 8192, [1000, 3, 2000], None, 0), (8, 8192, PAPER, 64, 0),
+    (256, 8192, None, 100, 0), (256, 8192, None, 2048, 0), (1024, 8192, None, 8192, 0),
+    (256, 520, None, 600, 0), (256, 8192, None, 1, 0), (256, 8192, None, 100, 3),
+    (256, 8192, PAPER, None, 3), (16, 8192, None, 4, 1),
+]
+
+
+def _vllm(max_num_seqs, max_num_batched_tokens, sizes, max_size, num_spec_tokens, mode="FULL_AND_PIECEWISE"):
+    from vllm.config import CompilationConfig, VllmConfig
+    from vllm.config.compilation import CUDAGraphMode
+
+    kw = {"cudagraph_mode": CUDAGraphMode[mode]}
+    if sizes is not None:
+        kw["cudagraph_capture_sizes"] = list(sizes)
+    if max_size is not None:
+        kw["max_cudagraph_capture_size"] = max_size
+    cc = CompilationConfig(**kw)
+    fake = SimpleNamespace(
+        model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
+        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens),
+        uniform_decode_query_len=1 + num_spec_tokens, speculative_config=None, performance_mode="balanced")
+    VllmConfig._set_cudagraph_sizes(fake)
+    return tuple(cc.cudagraph_capture_sizes), cc.max_cudagraph_capture_size
+
+
+@pytest.mark.parametrize("seqs,tokens,sizes,max_size,spec", CASES)
+def test_capture_sizes_equal_vllm(seqs, tokens, sizes, max_size, spec):
+    want, want_max = _vllm(seqs, tokens, sizes, max_size, spec)
+    ours = CudaGraphConfig.from_vllm(seqs, tokens, sm_version=90, num_spec_tokens=spec,
+                                     cudagraph_capture_sizes=None if sizes is None else tuple(sizes),
+                                     max_cudagraph_capture_size=max_size)
+    assert ours.capture_sizes == want
+    assert ours.max_capture_size == want_max
+
+
+@pytest.mark.parametrize("seqs,tokens,sizes,max_size", [
+    (256, 8192, [1, 2, 4], 8),          # max above the largest size
+    (256, 8192, [2000], 600),           # max below it
+    (1024, 40, PAPER, 64),              # 64 dropped by max_num_batched_tokens: largest kept is 32
+])
+def test_inconsistent_max_refused_like_vllm(seqs, tokens, sizes, max_size):
+    with pytest.raises(ValueError, match="should be consistent") as vllm_error:
+        _vllm(seqs, tokens, sizes, max_size, 0)
+    with pytest.raises(ValueError) as ours:
+        CudaGraphConfig.from_vllm(seqs, tokens, cudagraph_capture_sizes=tuple(sizes),
+                                  max_cudagraph_capture_size=max_size)
+    assert str(ours.value).startswith(str(vllm_error.value))
+
+
+def test_mode_none_captures_nothing_like_vllm():
+    assert _vllm(256, 8192, PAPER, None, 0, mode="NONE") == ((), 0)
+    cg = CudaGraphConfig.from_vllm(256, 8192, cudagraph_capture_sizes=tuple(PAPER), cudagraph_mode="NONE")
+    assert cg.capture_sizes == () and cg.max_capture_size == 0
+
+
+def test_zero_max_refused_by_vllm_and_by_us():
+    with pytest.raises(AssertionError, match="greater than or equal to 1"):
+        _vllm(256, 8192, None, 0, 0)
+    with pytest.raises(ValueError, match="--max-cudagraph-capture-size must be a positive integer, got 0"):
+        CudaGraphConfig.from_vllm(256, 8192, max_cudagraph_capture_size=0)
