@@ -104,25 +104,27 @@ class Request:
     prompt_len: int
     max_tokens: int
     block_size: int
-    priority: int = 0
-    prompt_token_ids: tuple[int, ...] | None = None
+    # Read and written per step: declared together (adjacent slots share cache lines).
+    status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     num_output_placeholders: int = 0
-    next_decode_eligible_step: int = 0      # async + PP: first schedule() step id that may decode it
     num_in_flight_tokens: int = 0
     num_stale_output_tokens: int = 0
-    drop_stale_output: bool = False
     is_prefill_chunk: bool = False
-    status: RequestStatus = RequestStatus.WAITING
+    kv_num_blocks: int = 0
+    kv_num_cached_blocks: int = 0
+    token_times_s: array | None = None
+    # Rarely touched.
+    priority: int = 0
+    prompt_token_ids: tuple[int, ...] | None = None
+    next_decode_eligible_step: int = 0      # async + PP: first schedule() step id that may decode it
+    drop_stale_output: bool = False
     num_preemptions: int = 0
     num_cached_tokens: int = -1
     kv_remote_prefill: bool = False
     kv_remote_decode: bool = False
     last_sched_seq: int = 0
-    kv_num_blocks: int = 0
-    kv_num_cached_blocks: int = 0
-    token_times_s: array | None = None
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -182,19 +182,24 @@ class BlockPool:
         self.free_queue.prepend_n(first)
         self.free_queue.append_n(last)
 
-    def cache_block(self, block: int, block_hash: int) -> None:
-        """Register a newly full block under its hash (vLLM `_insert_block_hash`)."""
-        if self.block_hash[block] == block_hash:
-            return
-        assert self.block_hash[block] is None, f"block {block} already has another hash"
-        self.block_hash[block] = block_hash
-        holders = self.cached.get(block_hash)
-        if holders is None:
-            self.cached[block_hash] = block
-        elif type(holders) is int:
-            self.cached[block_hash] = {holders: holders, block: block}
-        else:
-            holders[block] = block
+    def cache_blocks(self, blocks: Sequence[int], hashes: Sequence[int], start: int, stop: int) -> None:
+        """Register newly full blocks[start:stop] under hashes[start:stop] (vLLM `_insert_block_hash`
+        per block)."""
+        block_hash, cached = self.block_hash, self.cached
+        for i in range(start, stop):
+            block, h = blocks[i], hashes[i]
+            current = block_hash[block]
+            if current == h:
+                continue
+            assert current is None, f"block {block} already has another hash"
+            block_hash[block] = h
+            holders = cached.get(h)
+            if holders is None:
+                cached[h] = block
+            elif type(holders) is int:
+                cached[h] = {holders: holders, block: block}
+            else:
+                holders[block] = block
 
     def _evict(self, block: int) -> None:
         h = self.block_hash[block]

@@ -228,10 +228,7 @@ class KVCacheManager:
         num_full = min(num_tokens, len(request.block_hashes) * self.block_size) // self.block_size
         if num_cached >= num_full:
             return
-        blocks = self.req_to_blocks[rid]
-        hashes = request.block_hashes
-        for i in range(num_cached, num_full):
-            self.pool.cache_block(blocks[i], hashes[i])
+        self.pool.cache_blocks(self.req_to_blocks[rid], request.block_hashes, num_cached, num_full)
         self.num_cached_block[rid] = request.kv_num_cached_blocks = num_full
 
     def free(self, request: Request) -> None:
