@@ -9,13 +9,15 @@ Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
   (``calibration.predictors.tree_eval``) on the same row, both for the linear family's
   first model and the attention family's first model;
 * inside a simulation: steps priced, operator queries issued by the batch engine, the
-  predictors' memo lookups and hit rate, wall time spent in the cost model, and the
-  amortized microseconds per step and per operator query (wall, and CPU time of this
-  process, which a busy shared machine inflates less);
-* with ``--grid-study``: for the attention and GEMM queries of that simulation, the memo
-  hit rate and the error the grid adds, |price(grid) / price(unquantized features) - 1|
-  (p50, p95, max), per candidate grid (cells per log2 unit); the figures behind
-  ``QUERY_GRID`` in ``calibration/predictors/attention_query.py`` and ``linear_query.py``.
+  predictors' memo lookups and hit rate (token-table families, GEMM and elementwise: a hit
+  is a query whose block of TABLE_BLOCK token counts was already tabulated), wall time spent
+  in the cost model, and the amortized microseconds per step and per operator query (wall,
+  and CPU time of this process, which a busy shared machine inflates less), in all and per
+  family;
+* with ``--grid-study``: for the attention queries of that simulation, the memo hit rate and
+  the error the grid adds, |price(grid) / price(unquantized features) - 1| (p50, p95, max),
+  per candidate grid (cells per log2 unit); the figures behind ``QUERY_GRID`` in
+  ``calibration/predictors/attention_query.py`` (GEMM tables are exact: no grid).
 """
 
 from __future__ import annotations
@@ -64,11 +66,7 @@ def grid_study(bundle, calls: list, family: str) -> None:
     slow = {n for n in names if n.startswith(("lg_pl_", "lg_dc_", "lg_pctx", "lg_req_"))
             or n in ("lg_prefill_flops", "lg_decode_kv_bytes", "lg_flops")}
     grids = [(f"1/{c}", (float(c),) * len(names)) for c in (64, 32, 16, 8)]
-    if family == "attention":
-        grids.append(("counts 1/16, lengths 1/8", tuple(8.0 if n in slow else 16.0 for n in names)))
-    if "m_frac128" in names:
-        for cells in (64.0, 32.0):
-            grids.append((f"1/{cells:.0f}, m_frac128 1/8", tuple(8.0 if n == "m_frac128" else cells for n in names)))
+    grids.append(("counts 1/16, lengths 1/8", tuple(8.0 if n in slow else 16.0 for n in names)))
     original = query.QUERY_GRID
 
     def price(grid):
@@ -104,6 +102,7 @@ def main() -> None:
         print(f"{family} model, one row: raw sklearn predict {1e6 * raw:.0f} us, compiled evaluator {1e6 * fast:.1f} us")
 
     calls = {"n": 0, "ops": 0, "s": 0.0, "cpu": 0.0}
+    per_family: dict[str, list] = {}    # family -> [queries, CPU seconds]
     original = predictor_cost.PredictorCostModel.op_times_s
     models: list = []
     recorded: list = []
@@ -133,6 +132,17 @@ def main() -> None:
         return out
 
     predictor_cost.PredictorCostModel.op_times_s = timed
+    predict_s = base.FamilyPredictor.predict_s
+
+    def family_timed(self, ops, timing_mode="kernel", return_mask=False):
+        c0 = time.process_time()
+        out = predict_s(self, ops, timing_mode, return_mask)
+        acc = per_family.setdefault(self.family, [0, 0.0])
+        acc[0] += len(ops)
+        acc[1] += time.process_time() - c0
+        return out
+
+    base.FamilyPredictor.predict_s = family_timed
     result = run_simulation(SimulationSpec(
         engine=EngineArgs(model=args.model, gpu=args.gpu),
         workload=WorkloadSpec(dataset_name="random", num_prompts=args.num_prompts, request_rate=20.0,
@@ -145,15 +155,17 @@ def main() -> None:
     for family, pred in models[0]._predictors.items() if models else ():
         if pred.memo_lookups:
             hits = pred.memo_lookups - pred.memo_misses
+            queries, cpu = per_family.get(family, (0, 0.0))
+            evaluated = (f"{pred.memo_misses} blocks tabulated ({pred.table_rows} token counts)"
+                         if family in base.TOKEN_TABLES else f"{pred.memo_misses} model evaluations")
             print(f"  {family}: {pred.memo_lookups} memo lookups, {hits} hits ({100 * hits / pred.memo_lookups:.1f} %), "
-                  f"{pred.memo_misses} model evaluations")
+                  f"{evaluated}; {1e6 * cpu / max(queries, 1):.1f} us CPU per query incl. compiling")
     print(f"amortized: {1e6 * calls['s'] / max(steps, 1):.1f} us per step, {1e6 * calls['s'] / n:.1f} us per "
           f"operator query issued (CPU: {1e6 * calls['cpu'] / max(steps, 1):.1f} us per step, "
           f"{1e6 * calls['cpu'] / n:.1f} us per query); without compiling: "
           f"{1e6 * (calls['s'] - compiles['s']) / n:.1f} us per query")
     if args.grid_study:
-        for family in ("attention", "linear"):
-            grid_study(bundle, recorded, family)
+        grid_study(bundle, recorded, "attention")
 
 
 if __name__ == "__main__":

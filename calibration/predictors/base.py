@@ -14,18 +14,30 @@ Contract (every family):
   training range (any feature outside the sub-model's [min, max], or an unknown key).
   Unknown keys price as NaN.
 - Evaluation: forests (and gradient boosting) are compiled once per sub-model, lazily after
-  fit or unpickling, into flat arrays (``tree_eval``) that give sklearn's numbers without its
-  ~1 ms per-call overhead: ~20 us for one row (16 trees), numpy lockstep for many rows.
+  fit or unpickling, into flat arrays (``tree_eval``, ~10-20 ms for 0.2-0.4 M nodes) that give
+  sklearn's numbers without its ~1 ms per-call overhead: ~15-50 us for one row, a walk per
+  run of rows that share a leaf for a block of one shape over growing token counts
+  (``predict_monotone``), numpy lockstep for other batches.
 - Memoization: ``predict_canon`` (tables: held-out evaluation) rounds feature vectors to a
   grid of 1/64 in log2 space (~1 %) and caches the model output per (sub-model, grid point).
-  ``predict_s`` (simulator ops) of the families in SCALAR_QUERIES (attention: one new op per
-  step; linear: a step's GEMMs per new token count) computes each op's features in plain
-  Python (``attention_query``, ``linear_query``; checked against ``features`` on the first
-  row) and caches per (sub-model, cell) of that module's QUERY_GRID (attention 1/16, linear
-  1/64 in log2, chosen by measured hit rate vs added error: see those modules). Other
-  families go through ``predict_canon``, with ops also cached by value (frozen dataclasses).
+  ``predict_s`` (simulator ops):
+  * GEMM and elementwise (TOKEN_TABLES): an op is a fixed shape times a token count, and
+    the batch engine asks for each new count once, so ops rarely repeat. The first query of
+    a block of TABLE_BLOCK consecutive counts tabulates the whole block for that (sub-model,
+    shape): ``calibration.features`` on the 128 rows and one ``predict_monotone`` (~0.3-0.6 ms
+    CPU for a 32-tree GEMM forest), exact at every count (no grid); later queries of the
+    block are a list lookup (~5 us with the op's canonical row). The cost is bounded by the
+    blocks the simulation's token counts touch, so it falls per query as a run gets longer.
+  * attention (SCALAR_QUERIES: one new op per step) computes each op's features in plain
+    Python (``attention_query``; checked against ``features`` on the first row) and caches
+    per (sub-model, cell) of its QUERY_GRID (1/16 in log2, chosen by measured hit rate vs
+    added error: see that module).
+  * other families (MoE: its routed load comes from the engine's router, so an op is not
+    a function of the token count alone) go through ``predict_canon``, with ops also cached
+    by value (frozen dataclasses).
   The out-of-range flag is always computed on the unquantized features; the reference time
-  of the "ratio" target is exact. ``memo_lookups`` / ``memo_misses`` count rows.
+  of the "ratio" target is exact. ``memo_lookups`` / ``memo_misses`` count rows (token
+  tables: a miss is a query that built its block; ``table_rows`` counts tabulated rows).
 
 Timing modes: a sub-model is fitted per (mode, key) that the rows hold. A mode without rows
 is derived from the other: launch = kernel + kernels_per_op x launch_overhead_s (and the
@@ -45,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import features as F
-from calibration.predictors import attention_query, linear_query
+from calibration.predictors import attention_query
 from calibration.predictors.tree_eval import CompiledForest, compile_forest
 
 DEFAULT_LAUNCH_OVERHEAD_S = 5e-6   # per kernel launch from Python (assumption, not measured here)
@@ -54,7 +66,11 @@ ROW_WALK_MAX_ROWS = 12              # misses up to this many rows: per-row walk 
 MAX_OP_CACHE = 20_000               # op memo entries; cleared when full (attention ops rarely repeat)
 _RANGE_TOL = 1e-6
 # Families the simulator asks for op by op, with a scalar (plain Python) query path.
-SCALAR_QUERIES = {"attention": attention_query, "linear": linear_query}
+SCALAR_QUERIES = {"attention": attention_query}
+# Families whose op is a fixed shape times a token count (this canonical column): ``predict_s``
+# reads exact per-token-count tables, built TABLE_BLOCK consecutive counts at a time.
+TOKEN_TABLES = {"linear": "m", "elementwise": "num_tokens"}
+TABLE_BLOCK = 128                   # block j holds token counts j*128+1 .. (j+1)*128 (GEMM m_frac128 period)
 
 
 FOREST_DEFAULTS = dict(n_estimators=16, min_samples_leaf=3, max_features=1.0, max_samples=0.5, seed=0,
@@ -144,14 +160,16 @@ class FamilyPredictor:
         self._row_cache: dict[tuple, float] = {}
         self._op_cache: dict[tuple, tuple[float, bool]] = {}
         self._key_cache: dict[tuple, str] = {}
+        self._tables: dict[tuple, tuple[int, list[float], list[bool]]] = {}
         self._scalar_ok: bool | None = None   # scalar query features agree with features (checked once)
         self.memo_lookups = 0     # feature rows looked up in the memos
-        self.memo_misses = 0      # of which the model evaluated
+        self.memo_misses = 0      # of which the model evaluated (token tables: built the row's block)
+        self.table_rows = 0       # token-table rows evaluated (TABLE_BLOCK per block built)
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_compiled", "_scalar_ok",
-                     "memo_lookups", "memo_misses"):
+        for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_tables", "_compiled",
+                     "_scalar_ok", "memo_lookups", "memo_misses", "table_rows"):
             state.pop(name, None)
         return state
 
@@ -236,6 +254,11 @@ class FamilyPredictor:
                   return_mask: bool = False):
         """Seconds per op (batched); with `return_mask`, also the out-of-range mask."""
         _check_mode(timing_mode)
+        token_column = TOKEN_TABLES.get(self.family)
+        if token_column is not None:          # exact per-token-count tables, no op memo
+            priced = [self._price_tabled(op, token_column, timing_mode) for op in ops]
+            res = np.array([p for p, _ in priced], dtype=float)
+            return (res, np.array([m for _, m in priced], dtype=bool)) if return_mask else res
         query = SCALAR_QUERIES.get(self.family)
         if query is not None:                 # scalar path and grid memo, no op memo
             priced = [self._price_op(query, op, timing_mode) for op in ops]
@@ -287,6 +310,45 @@ class FamilyPredictor:
             seconds = math.exp(y) + shift
             total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
         return total, flag
+
+    def _price_tabled(self, op, token_column: str, timing_mode: str) -> tuple[float, bool]:
+        """(seconds, out of range) of one op from its shape's token table (unquantized features)."""
+        row = F.canon_row_from_op(op)[1]
+        tokens = int(row[token_column])
+        shape = tuple(v for c, v in row.items() if c != token_column)
+        key = self._key_cache.get(shape)
+        if key is None:
+            key = self._key_cache[shape] = str(self.submodel_keys(F.canon_from_records([row], self.family))[0])
+        mkey, shift = self._model_for(timing_mode, key)
+        if mkey is None:
+            return math.nan, True
+        block = (mkey, shape, (tokens - 1) // TABLE_BLOCK)
+        self.memo_lookups += 1
+        table = self._tables.get(block)
+        if table is None:
+            self.memo_misses += 1
+            table = self._tables[block] = self._token_table(mkey, row, token_column, block[2] * TABLE_BLOCK + 1)
+        first, ys, flags = table
+        seconds = math.exp(ys[tokens - first]) + shift
+        return (max(seconds, 0.0) if timing_mode == "kernel" else seconds), flags[tokens - first]
+
+    def _token_table(self, mkey: tuple, row: dict, token_column: str, first: int) -> tuple[int, list, list]:
+        """(first token count, log seconds, out-of-range flags) of TABLE_BLOCK rows: ``row`` at
+        token counts first, first + 1, ...; the model's exact output on each row's features
+        (compiled: ``predict_monotone`` when the features grow with the token count, as GEMM and
+        elementwise features do inside a block), plus the exact reference (ratio target)."""
+        tokens = np.arange(first, first + TABLE_BLOCK)
+        canon = {c: tokens if c == token_column else np.repeat(np.asarray([row[c]]), TABLE_BLOCK)
+                 for c in F.CANON_COLUMNS[self.family]}
+        X = F.featurize(canon, self.family)
+        compiled, lo, hi = self._compiled_for(mkey)
+        if compiled is not None and np.isfinite(X).all() and not (np.diff(X, axis=0) < 0).any():
+            y = compiled.predict_monotone(X)
+        else:
+            y = self._evaluate(mkey, X)
+        flags = ((X < np.asarray(lo)) | (X > np.asarray(hi))).any(axis=1)
+        self.table_rows += TABLE_BLOCK
+        return first, (y + self._offset(canon)).tolist(), flags.tolist()
 
     def _row_key(self, query, row: dict) -> str:
         """The sub-model key of a canonical row (submodel_keys, once per query.KEY_COLUMNS values)."""

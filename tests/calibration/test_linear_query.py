@@ -1,5 +1,5 @@
-"""The per-op GEMM query: scalar features equal to calibration.features, and predict_s equal to
-sklearn at the 1/64 grid point of the unquantized features."""
+"""The per-op query of token-count families (GEMM, elementwise): exact per-token-count tables,
+equal to the compiled forest (and sklearn) on the unquantized features at every count queried."""
 
 import math
 
@@ -8,14 +8,12 @@ import pandas as pd
 import pytest
 
 from calibration import features as F
-from calibration.predictors import LinearPredictor
-from calibration.predictors import linear_query as LQ
-from frontier.ops import GemmOp
+from calibration.predictors import LinearPredictor, make_predictor
+from calibration.predictors.base import DEFAULT_LAUNCH_OVERHEAD_S, TABLE_BLOCK
+from frontier.ops import ElementwiseOp, GemmOp
 
-OPS = [GemmOp("qkv", 1, 6144, 4096), GemmOp("o", 37, 4096, 4096), GemmOp("up", 300, 28672, 4096),
-       GemmOp("down", 8192, 4096, 14336), GemmOp("odd", 129, 1000, 1000),
-       GemmOp("fp8", 64, 4096, 4096, weight_bytes_per_param=1.0, compute_dtype="fp8"),
-       GemmOp("blk", 640, 7168, 2048, weight_bytes_per_param=1.000244, compute_dtype="fp8")]
+SHAPES = ((4096, 4096), (28672, 4096))
+MS = (1, 3, 100, 128, 129, 1500, 4097, 9000)    # blocks 0, 0, 0, 0, 1, 11, 32, 70
 
 
 def _rows() -> pd.DataFrame:
@@ -27,49 +25,63 @@ def _rows() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_scalar_rows_equal_numpy_features():
-    for op in OPS:
-        (row,) = LQ.query_rows(op)
-        assert row == F.canon_row_from_op(op)[1]
-        table = F.canon_from_records([row], "linear")
-        assert LQ.feature_row(row) == pytest.approx(F.featurize(table, "linear")[0].tolist(), rel=1e-12, abs=1e-12)
-        assert LQ.reference_row(row) == pytest.approx(F.reference_s(table, "linear")[0], rel=1e-12)
+def _ops():
+    return [GemmOp("x", m, n, k) for n, k in SHAPES for m in MS]
 
 
-def test_predict_s_is_sklearn_at_the_grid_point():
-    pred = LinearPredictor(n_estimators=4).fit(_rows())
-    ops = [GemmOp("x", m, n, k) for m in (3, 100, 101, 1500, 9000) for n, k in ((4096, 4096), (28672, 4096))]
+@pytest.mark.parametrize("target", ["log", "ratio"])
+def test_gemm_tables_equal_the_compiled_forest_at_every_m(target):
+    pred = LinearPredictor(n_estimators=4, target=target).fit(_rows())
+    ops = _ops()
     got, oor = pred.predict_s(ops, return_mask=True)
-    grid = np.asarray(LQ.QUERY_GRID)
-    X = F.featurize(F.canon_from_ops(ops, "linear"), "linear")
-    want = np.exp(pred.models[("kernel", "bf16")].predict(np.round(X * grid) / grid))
-    assert np.abs(got / want - 1).max() <= 1e-12
-    assert oor.tolist() == [False] * 8 + [True] * 2          # m = 9000 > the largest measured 8192
-    assert (pred.memo_lookups, pred.memo_misses) == (10, 10)
-    again = pred.predict_s(ops[:2])                           # the same cells: no model walk
-    assert np.array_equal(again, got[:2]) and pred.memo_misses == 10
-    # an unknown dtype prices as NaN, flagged
-    p, m = pred.predict_s([OPS[5]], return_mask=True)
-    assert math.isnan(p[0]) and m[0]
+    canon = F.canon_from_ops(ops, "linear")
+    X = F.featurize(canon, "linear")                          # unquantized features
+    offset = np.log(F.reference_s(canon, "linear")) if target == "ratio" else 0.0
+    compiled = pred._compiled_for(("kernel", "bf16"))[0]
+    assert np.array_equal(got, np.exp(compiled.predict(X) + offset))
+    assert np.abs(got / np.exp(pred.models[("kernel", "bf16")].predict(X) + offset) - 1).max() <= 1e-12
+    assert oor.tolist() == [False] * 7 + [True] + [False] * 7 + [True]   # m = 9000 > the largest measured 8192
 
 
-def test_scalar_path_equals_predict_canon_on_the_same_grid(monkeypatch):
-    from calibration.predictors.base import GRID
+def test_tables_are_built_once_per_block_and_counted():
     pred = LinearPredictor(n_estimators=4).fit(_rows())
-    monkeypatch.setattr(LQ, "QUERY_GRID", (GRID,) * len(F.FEATURE_NAMES["linear"]))
-    ops = OPS[:5] + [GemmOp("x", m, 4096, 4096) for m in (3, 777, 9000)]
-    for mode in ("kernel", "launch"):
-        pred.reset_cache()
-        fast, fast_oor = pred.predict_s(ops, mode, return_mask=True)
-        table, table_oor = pred.predict_canon(F.canon_from_ops(ops, "linear"), mode)
-        assert np.abs(fast / table - 1).max() <= 1e-12
-        assert fast_oor.tolist() == table_oor.tolist()
+    first = pred.predict_s(_ops())
+    assert (pred.memo_lookups, pred.memo_misses, pred.table_rows) == (16, 10, 10 * TABLE_BLOCK)
+    walks = []
+    compiled = pred._compiled_for(("kernel", "bf16"))[0]
+    compiled.predict_monotone = lambda X: walks.append(len(X))   # any further walk would show here
+    again = pred.predict_s([GemmOp("y", m, 4096, 4096) for m in (2, 127, 130, 256, 1409, 1536)])
+    assert walks == [] and (pred.memo_lookups, pred.memo_misses) == (22, 10)
+    assert np.array_equal(pred.predict_s(_ops()), first)
+    # launch timing shares the kernel tables (+ one launch per GEMM: no kernel rows timed both ways)
+    launch = pred.predict_s(_ops(), "launch")
+    assert np.abs(launch - (first + DEFAULT_LAUNCH_OVERHEAD_S)).max() <= 1e-18
+    assert pred.memo_misses == 10
+    pred.reset_cache()
+    assert (pred.memo_lookups, pred.memo_misses, pred.table_rows) == (0, 0, 0)
 
 
-def test_submodel_key_is_the_predictors():
-    # the key is memoized per KEY_COLUMNS values: it must not depend on other columns (m, n, k)
+def test_unknown_dtype_prices_nan_flagged_without_a_table():
     pred = LinearPredictor(n_estimators=2).fit(_rows())
-    ops = OPS + [GemmOp("x", m, n, k, weight_bytes_per_param=1.000244, compute_dtype="fp8")
-                 for m in (1, 31, 32, 4096) for n, k in ((4096, 4096), (1000, 1000))]
-    keys = pred.submodel_keys(F.canon_from_ops(ops, "linear")).tolist()
-    assert [pred._row_key(LQ, LQ.query_rows(op)[0]) for op in ops] == keys
+    p, m = pred.predict_s([GemmOp("fp8", 64, 4096, 4096, weight_bytes_per_param=1.0, compute_dtype="fp8")],
+                          return_mask=True)
+    assert math.isnan(p[0]) and m[0] and pred.table_rows == 0
+
+
+@pytest.mark.parametrize("latency, choice", [
+    (lambda t: 3e-6 + 2 * t * 4096 * 2 * 2 / 2e12, "linear"),
+    (lambda t: max(20e-6, 2 * t * 4096 * 2 * 2 / 1e12), "forest"),
+], ids=["linear", "forest"])
+def test_elementwise_tables_equal_the_model(latency, choice):
+    rows = pd.DataFrame([{"op_name": "rms_norm", "num_tokens": t, "hidden_size": 4096, "dtype": "bf16",
+                          "timing_mode": "kernel", "latency_s_median": latency(t)} for t in [2 ** i for i in range(13)]])
+    pred = make_predictor("elementwise").fit(rows)
+    model = pred.models[("kernel", "rms_norm:bf16")]
+    assert model.choice == choice
+    assert (pred._compiled_for(("kernel", "rms_norm:bf16"))[0] is None) == (choice == "linear")
+    ops = [ElementwiseOp("final_norm", t, 4096, 2 * 4096 * 2) for t in (1, 77, 128, 129, 3000, 9000)]
+    got, oor = pred.predict_s(ops, return_mask=True)
+    X = F.featurize(F.canon_from_ops(ops, "elementwise"), "elementwise")
+    assert np.abs(got / np.exp(model.predict(X)) - 1).max() <= 1e-12
+    assert oor.tolist() == [False] * 5 + [True]
+    assert (pred.memo_lookups, pred.memo_misses) == (6, 4)

@@ -106,18 +106,20 @@ def test_mixed_attention_batch_priced_from_composition(attn_pred):
 def test_query_path_is_memoized(attn_pred):
     kw = dict(num_heads=32, num_kv_heads=8, head_dim=128)
     ops = [AttentionOp((), (), (1000 + i,) * 32, **kw) for i in range(20)]
+    attn_pred.reset_cache()
     first = attn_pred.predict_s(ops)
-    model = attn_pred.models[("kernel", "mha:bf16")]
-    calls = []
-    orig = model.predict
-    model.predict = lambda X: calls.append(len(X)) or orig(X)
+    # contexts 1001..1020 fall in 3 cells of the 1/16 log2 grid (KV bytes cross 2 cell edges):
+    # 3 forest walks for 20 lookups
+    assert (attn_pred.memo_lookups, attn_pred.memo_misses) == (20, 3)
+    compiled = attn_pred._compiled_for(("kernel", "mha:bf16"))[0]
+    walks = []
+    compiled.predict_row = lambda x: walks.append(x)         # any further walk would show here
     try:
-        again = attn_pred.predict_s(ops)                      # op cache: no model call
-        attn_pred._op_cache.clear()
-        grid = attn_pred.predict_s(ops)                       # grid cache: no model call either
+        again = attn_pred.predict_s(ops)
     finally:
-        del model.predict
-    assert calls == [] and np.array_equal(first, again) and np.array_equal(first, grid)
+        del compiled.predict_row
+    assert walks == [] and np.array_equal(first, again)
+    assert (attn_pred.memo_lookups, attn_pred.memo_misses) == (40, 3)
 
 
 def test_out_of_range_and_unknown_dtype(gemm_bf16):

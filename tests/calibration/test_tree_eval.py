@@ -43,7 +43,7 @@ def test_best_first_trees_are_renumbered_depth_first():
     assert not (tree.children_left[inner] == inner + 1).all()    # sklearn's best-first layout
     compiled = compile_forest(model)
     inner = np.flatnonzero(np.asarray(compiled._f) >= 0)
-    assert (compiled._left[inner] == inner + 1).all()              # preorder after compiling
+    assert (np.asarray(compiled._r)[inner] > inner + 1).all()      # preorder: left child = node + 1
     ref = model.predict(T)
     assert np.abs(compiled.predict(T) - ref).max() <= 1e-12
     assert max(abs(compiled.predict_row(t) - r) for t, r in zip(T.tolist(), ref)) <= 1e-12
@@ -61,3 +61,46 @@ def test_bad_shape_is_refused():
     compiled = compile_forest(ExtraTreesRegressor(n_estimators=2, random_state=0).fit(X, y))
     with pytest.raises(ValueError, match=r"expected \(rows, 5\)"):
         compiled.predict(np.zeros((3, 4)))
+
+
+@pytest.mark.parametrize("model", [
+    ExtraTreesRegressor(n_estimators=8, min_samples_leaf=3, random_state=0),
+    RandomForestRegressor(n_estimators=6, max_samples=0.5, random_state=2),
+    HistGradientBoostingRegressor(max_iter=30, max_leaf_nodes=15, early_stopping=False, random_state=0),
+], ids=["et", "rf", "hgb"])
+def test_monotone_rows_walk_by_runs_with_the_same_numbers(model):
+    X, y, _ = _data()
+    compiled = compile_forest(model.fit(X, y))
+    # one "shape" over a growing token count: every column non-decreasing down the rows,
+    # some constant, one with repeats (steps), spanning the training box and beyond it
+    t = np.arange(1, 301, dtype=float)
+    M = np.column_stack([t / 25.0, np.full(300, 3.3), np.log2(t) * 1.4, np.floor(t / 40.0), np.sqrt(t)])
+    got = compiled.predict_monotone(M)
+    assert np.array_equal(got, compiled.predict(M))            # exactly, not approximately
+    assert np.abs(got - model.predict(M)).max() <= 1e-12
+    assert len(set(got.tolist())) > 10                         # the rows do reach many leaves
+    assert np.array_equal(compiled.predict_monotone(M[7:8]), compiled.predict(M[7:8]))
+
+
+def test_monotone_walk_refuses_a_decreasing_column():
+    X, y, _ = _data()
+    compiled = compile_forest(ExtraTreesRegressor(n_estimators=2, random_state=0).fit(X, y))
+    M = np.tile(np.arange(4.0)[:, None], (1, 5))
+    M[3, 2] = 0.5
+    with pytest.raises(ValueError, match="non-decreasing"):
+        compiled.predict_monotone(M)
+    with pytest.raises(ValueError, match=r"expected \(rows >= 1, 5\)"):
+        compiled.predict_monotone(np.zeros((0, 5)))
+
+
+def test_a_wrapper_is_compiled_through_its_fitted_model():
+    X, y, T = _data()
+
+    class Wrapper:                      # as the elementwise family's PickByHoldout
+        def __init__(self, model):
+            self.model = model
+
+    forest = ExtraTreesRegressor(n_estimators=3, random_state=0).fit(X, y)
+    compiled = compile_forest(Wrapper(forest))
+    assert np.abs(compiled.predict(T) - forest.predict(T)).max() <= 1e-12
+    assert compile_forest(Wrapper(LinearRegression().fit(X, y))) is None
