@@ -14,7 +14,7 @@ Cases (H100, roofline costs, random dataset 1024 in / 256 out, Poisson arrivals)
 
 Prints per case: requests, simulated duration, wall time of the event loop and of the whole
 run (compile + summary), CPU time of the run (wall time inflates on a busy machine), the
-real-time factor (simulated / wall), steps and peak RSS
+real-time factors (simulated / wall and simulated / CPU time), steps and peak RSS
 (``resource.getrusage``; the process maximum so far, so run one case for its own figure).
 """
 
@@ -64,7 +64,8 @@ def main() -> None:
     args = parser.parse_args()
     names = ("pdd", "afd") if args.case == "all" else (args.case,)
     print(f"{'case':<16} {'gpus':>5} {'reqs':>7} {'failed':>6} {'sim_s':>7} {'loop_s':>7} {'wall_s':>7} "
-          f"{'cpu_s':>7} {'x_real':>6} {'steps':>8} {'req/s':>7} {'tpot_ms':>7} {'ttft_ms':>8} {'rss_MiB':>7}")
+          f"{'cpu_s':>7} {'x_real':>6} {'x_cpu':>6} {'steps':>8} {'req/s':>7} {'tpot_ms':>7} {'ttft_ms':>8} "
+          f"{'rss_MiB':>7}")
     for key in names:
         name, make, rate = CASES[key]
         try:
@@ -84,7 +85,8 @@ def main() -> None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"{name:<16} {s.get('num_gpus', 0):>5} {s.get('completed', 0):>7} {s['failed']:>6} "
               f"{result.simulated_duration_s:>7.1f} {result.sim_wall_s:>7.1f} {wall:>7.1f} {cpu:>7.1f} "
-              f"{result.simulated_duration_s / wall:>6.2f} {result.trace.num_steps():>8} "
+              f"{result.simulated_duration_s / wall:>6.2f} {result.simulated_duration_s / cpu:>6.2f} "
+              f"{result.trace.num_steps():>8} "
               f"{s.get('request_throughput', 0):>7.0f} {s.get('mean_tpot_ms', 0):>7.1f} "
               f"{s.get('mean_ttft_ms', 0):>8.0f} {rss:>7.0f}", flush=True)
 
