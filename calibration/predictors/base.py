@@ -28,13 +28,14 @@ Contract (every family):
     CPU for a 32-tree GEMM forest), exact at every count (no grid); later queries of the
     block are a list lookup (~5 us with the op's canonical row). The cost is bounded by the
     blocks the simulation's token counts touch, so it falls per query as a run gets longer.
-  * attention (SCALAR_QUERIES: one new op per step) computes each op's features in plain
-    Python (``attention_query``; checked against ``features`` on the first row) and caches
-    per (sub-model, cell) of its QUERY_GRID (1/16 in log2, chosen by measured hit rate vs
-    added error: see that module).
-  * other families (MoE: its routed load comes from the engine's router, so an op is not
-    a function of the token count alone) go through ``predict_canon``, with ops also cached
-    by value (frozen dataclasses).
+  * attention and MoE (SCALAR_QUERIES: one new op per step or token count) compute each
+    op's features in plain Python (``attention_query``, ``moe_query``; checked against
+    ``features`` on the first row) and cache per (sub-model, cell) of that module's
+    QUERY_GRID (attention 1/16 in log2, chosen by measured hit rate vs added error: see that
+    module; MoE 1/64, the ``predict_canon`` grid). MoE gets no token table: its routed load
+    comes from the engine's router, so an op is not a function of the token count alone.
+  * other families (comm) go through ``predict_canon``, with ops also cached by value
+    (frozen dataclasses).
   The out-of-range flag is always computed on the unquantized features; the reference time
   of the "ratio" target is exact. ``memo_lookups`` / ``memo_misses`` count rows (token
   tables: a miss is a query that built its block; ``table_rows`` counts tabulated rows).
@@ -57,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import features as F
-from calibration.predictors import attention_query
+from calibration.predictors import attention_query, moe_query
 from calibration.predictors.tree_eval import CompiledForest, compile_forest
 
 DEFAULT_LAUNCH_OVERHEAD_S = 5e-6   # per kernel launch from Python (assumption, not measured here)
@@ -66,7 +67,7 @@ ROW_WALK_MAX_ROWS = 12              # misses up to this many rows: per-row walk 
 MAX_OP_CACHE = 20_000               # op memo entries; cleared when full (attention ops rarely repeat)
 _RANGE_TOL = 1e-6
 # Families the simulator asks for op by op, with a scalar (plain Python) query path.
-SCALAR_QUERIES = {"attention": attention_query}
+SCALAR_QUERIES = {"attention": attention_query, "moe": moe_query}
 # Families whose op is a fixed shape times a token count (this canonical column): ``predict_s``
 # reads exact per-token-count tables, built TABLE_BLOCK consecutive counts at a time.
 TOKEN_TABLES = {"linear": "m", "elementwise": "num_tokens"}
