@@ -499,9 +499,9 @@ def _print_errors(manifest: dict) -> None:
     typer.echo(f"{manifest['gpu']} {manifest.get('framework')} {manifest.get('framework_version')}: "
                f"held-out APE % (split {manifest['split']['holdout_fraction']} by "
                f"{manifest['split'].get('holdout_by', 'token-points')}, seed {manifest['split']['split_seed']})")
-    typer.echo(f"  {'family':<10} {'rows':>8} {'p50':>7} {'p95':>7} {'MAPE':>7} {'base p50':>9} {'base p95':>9} {'base MAPE':>10} {'OOR':>6}")
+    typer.echo(f"  {'family':<11} {'rows':>8} {'p50':>7} {'p95':>7} {'MAPE':>7} {'base p50':>9} {'base p95':>9} {'base MAPE':>10} {'OOR':>6}")
     for fam, e in manifest["heldout_error"].items():
-        typer.echo(f"  {fam:<10} {e['rows']:>8} {e['p50']:>7.2f} {e['p95']:>7.2f} {e['mape']:>7.2f} "
+        typer.echo(f"  {fam:<11} {e['rows']:>8} {e['p50']:>7.2f} {e['p95']:>7.2f} {e['mape']:>7.2f} "
                    f"{e['baseline_p50']:>9.2f} {e['baseline_p95']:>9.2f} {e['baseline_mape']:>10.2f} {e['out_of_range']:>6}")
 
 
