@@ -85,7 +85,8 @@ class AfdTimeline:
 
 
 def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]],
-                 r: list[list[float]], head_s: float = 0.0, tail_s: float = 0.0) -> AfdTimeline:
+                 r: list[list[float]], head_s: float = 0.0, tail_s: float = 0.0, *,
+                 per_item: bool = True) -> AfdTimeline:
     """Exact list schedule of one AFD decode step over ``L`` layers x ``N`` lanes.
 
     Inputs are ``[layer][lane]`` durations: ``a`` A compute, ``s`` A→F transfer, ``f`` F
@@ -106,31 +107,44 @@ def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]
         R_start[l][j] = max(R_end[prev], F_end[l][j])
         end           = max(A_end[last], max_j R_end[L-1][j]) + tail_s
 
-    Every X_end = X_start + duration. Pure: no state, no events.
+    Every X_end = X_start + duration. Pure: no state, no events. ``per_item=False`` leaves
+    a_end/f_end/r_end empty (step pricing needs only the totals; it runs once per step).
     """
     n_layers = len(a)
     if not n_layers or not (len(s) == len(f) == len(r) == n_layers):
         raise ValueError("afd_timeline needs a, s, f, r with the same (non-zero) number of layers")
     lanes = len(a[0])
-    if not lanes or any(len(x[l]) != lanes for x in (a, s, f, r) for l in range(n_layers)):
+    if not lanes or {*map(len, a), *map(len, s), *map(len, f), *map(len, r)} != {lanes}:
         raise ValueError("afd_timeline needs the same (non-zero) number of lanes on every layer")
     a_free = head_s
     s_free = f_free = r_free = 0.0
     back = [head_s] * lanes                # lane j's activations are on A
     a_end, f_end, r_end = [], [], []
     for l in range(n_layers):
-        al, sl, fl, rl = a[l], s[l], f[l], r[l]
-        ae, fe, re_ = [0.0] * lanes, [0.0] * lanes, [0.0] * lanes
-        for j in range(lanes):
-            a_free = max(a_free, back[j]) + al[j]
-            s_free = max(s_free, a_free) + sl[j]
-            f_free = max(f_free, s_free) + fl[j]
-            r_free = max(r_free, f_free) + rl[j]
-            ae[j], fe[j], re_[j] = a_free, f_free, r_free
+        ae, fe, re_ = [], [], []
+        # x = max(x, y) + d written as "if y > x: x = y; x += d" (max keeps x on ties): same floats
+        for j, (aj, sj, fj, rj) in enumerate(zip(a[l], s[l], f[l], r[l])):
+            if back[j] > a_free:
+                a_free = back[j]
+            a_free += aj
+            if a_free > s_free:
+                s_free = a_free
+            s_free += sj
+            if s_free > f_free:
+                f_free = s_free
+            f_free += fj
+            if f_free > r_free:
+                r_free = f_free
+            r_free += rj
             back[j] = r_free
-        a_end.append(tuple(ae))
-        f_end.append(tuple(fe))
-        r_end.append(tuple(re_))
+            if per_item:
+                ae.append(a_free)
+                fe.append(f_free)
+                re_.append(r_free)
+        if per_item:
+            a_end.append(tuple(ae))
+            f_end.append(tuple(fe))
+            r_end.append(tuple(re_))
     end = max(a_free, max(back)) + tail_s
     a_busy = head_s + tail_s + sum(map(sum, a))
     return AfdTimeline(end, a_busy, sum(map(sum, f)), sum(map(sum, s)) + sum(map(sum, r)),
@@ -277,7 +291,7 @@ class AfdEngine:
         tail = (self.attn._times([(ElementwiseOp("final_norm", batch.num_tokens, h, 2 * h * ab), 1)],
                                  "launch" if modes[0] == "NONE" else "kernel")
                 + self.attn._head_time_s(batch.num_reqs))
-        tl = afd_timeline(a, s, f, s, head, tail)       # the combine moves the same bytes back
+        tl = afd_timeline(a, s, f, s, head, tail, per_item=False)   # the combine moves the same bytes back
         mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
         stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s,
                              sum(ep_wait) * mdl.num_moe_layers, len(lanes))
