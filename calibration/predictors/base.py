@@ -6,9 +6,11 @@ Contract (every family):
   attention KV dtype and module scope, collective kind). Target ("target" attribute):
   "log" = log(latency_s), or "ratio" = log(latency_s / features.reference_s), a smooth
   roofline-style reference, so the forest learns only the efficiency surface. Chosen per
-  family by held-out error on H100/H200 AIC tables (token-point split, p95 APE):
-  GEMM log 16.1 % vs ratio 21.6 %; attention ratio 15.2 % vs log 18.5 %; MoE ratio 20.2 %
-  vs log 26.3 %; comm ratio 22.5 % vs log 24.1 % (RandomForest, same seeds).
+  family by held-out error on the H100 AIC tables (features v2, 20 % held out, seed 0, p95 APE):
+  GEMM log 13.9 % vs ratio 13.6 % by token points (12.3 vs 11.9 % by rows); attention ratio
+  13.6 % by token points, 8.5 % by rows; MoE ratio 14.7 % / 12.9 %. (Features v1, RandomForest:
+  attention ratio 15.2 % vs log 18.5 %; MoE ratio 20.2 % vs log 26.3 %; comm ratio 22.5 % vs
+  log 24.1 %.)
 - ``predict_s(ops, timing_mode)`` prices simulator op specs, ``predict_canon`` canonical
   tables (profile rows): seconds, batched, plus a boolean mask of queries outside the
   training range (any feature outside the sub-model's [min, max], or an unknown key).
