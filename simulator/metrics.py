@@ -101,6 +101,9 @@ def _p_word(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
+_PEAKS_CHUNK = 4096     # requests per padded block in _peaks (4096 x ~400 chunks x 8 B = 13 MB)
+
+
 def _peaks(records: Sequence[RequestRecord], gaps: Sequence[np.ndarray]) -> tuple[float, int]:
     """vLLM's peak output chunks per 1-second bucket and peak concurrent requests.
 
@@ -113,13 +116,20 @@ def _peaks(records: Sequence[RequestRecord], gaps: Sequence[np.ndarray]) -> tupl
     buckets = int(np.ceil(max(r.send_s + (r.finish_s - r.send_s) for r in records) - min_start)) + 1
     tokens = np.zeros(buckets)
     active = np.zeros(buckets + 1)  # difference array of requests active per second
-    for r, g in zip(records, gaps):
-        first = r.send_s + (r.first_token_s - r.send_s)
-        times = np.cumsum(np.concatenate(([first], g)))
-        idx = (times - min_start).astype(np.int64)
-        np.add.at(tokens, idx[(idx >= 0) & (idx < buckets)], 1)
-        active[int(r.send_s - min_start)] += 1
-        active[int(r.send_s + (r.finish_s - r.send_s) - min_start) + 1] -= 1
+    for lo in range(0, len(records), _PEAKS_CHUNK):
+        # A chunk of requests at once: row i = [first, gap_0, gap_1, ...] zero-padded; cumsum
+        # along a row adds sequentially, as the per-request cumsum does (same floats).
+        chunk, chunk_gaps = records[lo:lo + _PEAKS_CHUNK], gaps[lo:lo + _PEAKS_CHUNK]
+        lens = np.fromiter((len(g) + 1 for g in chunk_gaps), np.int64, len(chunk_gaps))
+        rows = np.zeros((len(chunk), int(lens.max())))
+        for i, (r, g) in enumerate(zip(chunk, chunk_gaps)):
+            rows[i, 0] = r.send_s + (r.first_token_s - r.send_s)
+            rows[i, 1:len(g) + 1] = g
+            active[int(r.send_s - min_start)] += 1
+            active[int(r.send_s + (r.finish_s - r.send_s) - min_start) + 1] -= 1
+        idx = (np.cumsum(rows, axis=1) - min_start).astype(np.int64)
+        keep = (np.arange(rows.shape[1]) < lens[:, None]) & (idx >= 0) & (idx < buckets)
+        tokens += np.bincount(idx[keep], minlength=buckets)
     return float(np.max(tokens)), int(np.max(np.cumsum(active)[:buckets]))
 
 
