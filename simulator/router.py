@@ -35,13 +35,11 @@ class LeastLoadedRouter:
         self._start = 0
 
     def pick(self, replicas: Sequence[Loaded]) -> int:
-        best, best_load = -1, -1
-        for offset in range(self._n):
-            index = (self._start + offset) % self._n
-            load = replicas[index].num_unfinished()
-            if best < 0 or load < best_load:
-                best, best_load = index, load
-        self._start = (best + 1) % self._n
+        """The least loaded replica, the first in rotation order from the last pick's successor."""
+        n = self._n
+        loads = [r.num_unfinished() for r in replicas[:n]]
+        best = min(range(self._start, self._start + n), key=lambda k: loads[k % n]) % n  # first minimum
+        self._start = (best + 1) % n
         return best
 
 
@@ -51,13 +49,11 @@ class KvAwareRouter:
         self._start = 0
 
     def pick(self, replicas: Sequence) -> int:
-        best, best_free = -1, -1
-        for offset in range(self._n):
-            index = (self._start + offset) % self._n
-            free = replicas[index].num_free_kv_blocks()
-            if free > best_free:
-                best, best_free = index, free
-        self._start = (best + 1) % self._n
+        """The replica with the most free KV blocks, the first in rotation order on ties."""
+        n = self._n
+        free = [r.num_free_kv_blocks() for r in replicas[:n]]
+        best = max(range(self._start, self._start + n), key=lambda k: free[k % n]) % n  # first maximum
+        self._start = (best + 1) % n
         return best
 
 
