@@ -19,9 +19,15 @@ Mapping of op specs onto the schema (the rules the simulator relies on):
   compute "bf16" with sub-byte weights -> "int4_wo"; else "bf16".
 - AttentionOp: decode_ctx in the schema counts the KV tokens incl. the new one, the op
   counts the context before it, so schema decode_ctx = op decode_ctx + 1.
-- MoeOp: the op is already a rank's shard, so it maps to moe_tp_size = moe_ep_size = 1 with
-  num_experts = num_local_experts and inter_size = the op's (sharded) inter; routed pairs
-  and the load statistics come from the op (tokens_per_expert when given).
+- MoeOp: the row of the kernel AIC profiled for the whole layer's sharding, as its moe_perf
+  rows are written: num_experts = the global count, moe_tp_size = op.moe_tp, moe_ep_size =
+  op.moe_ep (None: num_experts / num_local_experts), inter_size = the unsharded width
+  (op.inter x moe_tp; features divide by moe_tp again). moe_dtype from op.quant_method
+  (MOE_DTYPES: mxfp4 -> w4a16_mxfp4, the weight-only kernel gpt-oss runs); without one, from
+  the compute dtype as for GEMMs (fp8 -> fp8_block with block scales, fp4 -> nvfp4, else
+  bf16). Routed pairs and the load statistics come from the op (tokens_per_expert when
+  given). An op the batch engine builds for a profiled balanced shape therefore features
+  exactly as that AIC row (tested).
 - CommOp: kind -> op_name, bytes -> message_bytes, group_size -> num_gpus.
 - ElementwiseOp: the name picks the profiled kernel (ELEMENTWISE_KINDS: input/post norm ->
   fused_add_rms_norm, final/MLA norms -> rms_norm, rotary -> rotary_embedding, *_act ->
@@ -49,6 +55,9 @@ SMS = 132.0                 # streaming multiprocessors of an H100/H200 SXM (sha
 RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
 _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,
                 "int4_wo": 0.5, "nvfp4": 0.5, "mxfp4": 0.5, "w4a16_mxfp4": 0.5, "w4a8_mxfp4_mxfp8": 0.5}
+# MoeOp.quant_method (frontier.quant.METHODS) -> the moe_dtype of AIC's vLLM moe_perf rows
+MOE_DTYPES = {"none": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "mxfp4": "w4a16_mxfp4",
+              "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
 COMM_OP_CODES = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3, "p2p": 4}
 LINK_CODES = {"nvlink": 0, "pcie": 1, "network": 2}
 
@@ -202,11 +211,15 @@ def canon_row_from_op(op) -> tuple[str, dict[str, object]]:
             mx, var = float(np.ceil(op.routed_pairs / op.num_local_experts)), 0.0
         else:
             mx, var = float(max(loads)), float(np.var(loads))
-        dtype = {"bf16": "bf16", "fp8": "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8",
-                 "fp4": "nvfp4"}[op.compute_dtype]
-        return "moe", {"num_tokens": op.tokens, "hidden_size": op.hidden, "inter_size": op.inter,
-                       "topk": op.topk, "num_experts": op.num_local_experts, "moe_tp_size": 1,
-                       "moe_ep_size": 1, "moe_dtype": dtype, "routed_pairs": op.routed_pairs,
+        if op.quant_method is not None:
+            dtype = MOE_DTYPES[op.quant_method]
+        else:
+            dtype = {"bf16": "bf16", "fp8": "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8",
+                     "fp4": "nvfp4"}[op.compute_dtype]
+        ep = op.moe_ep if op.moe_ep is not None else max(1, round(op.num_experts / op.num_local_experts))
+        return "moe", {"num_tokens": op.tokens, "hidden_size": op.hidden, "inter_size": op.inter * op.moe_tp,
+                       "topk": op.topk, "num_experts": op.num_experts, "moe_tp_size": op.moe_tp,
+                       "moe_ep_size": ep, "moe_dtype": dtype, "routed_pairs": op.routed_pairs,
                        "max_tokens_per_expert": mx, "var_tokens_per_expert": var}
     if isinstance(op, CommOp):
         return "comm", {"op_name": op.kind, "message_bytes": op.bytes, "num_gpus": op.group_size,

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
+from frontier.quant import METHODS as QUANT_METHODS
+
 COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 COMM_LINKS = ("nvlink", "pcie", "network")
@@ -138,6 +140,12 @@ class MoeOp:
     `tokens` is what enters the layer on this rank; `routed_pairs` the (token, expert)
     assignments this rank computes. `tokens_per_expert` (length `num_local_experts`)
     gives the routed load per local expert; None means balanced routing.
+
+    The layer's sharding, which picks the profiled kernel row a calibrated bundle prices the
+    op from (calibration.features): `moe_tp` the tensor-parallel size of the experts
+    (`inter` is already divided by it), `moe_ep` the expert-parallel size (None: inferred
+    as num_experts / num_local_experts), `quant_method` the experts' weight format
+    (frontier.quant.METHODS; None: inferred from compute_dtype and weight bytes).
     """
 
     family: ClassVar[str] = "moe"
@@ -152,11 +160,20 @@ class MoeOp:
     act_bytes: float = 2.0
     compute_dtype: str = "bf16"
     tokens_per_expert: tuple[int, ...] | None = None
+    moe_tp: int = 1
+    moe_ep: int | None = None
+    quant_method: str | None = None
 
     def __post_init__(self) -> None:
         _check_positive("MoeOp", tokens=self.tokens, num_experts=self.num_experts,
                         num_local_experts=self.num_local_experts, topk=self.topk,
-                        hidden=self.hidden, inter=self.inter)
+                        hidden=self.hidden, inter=self.inter, moe_tp=self.moe_tp)
+        if self.moe_ep is not None and (self.moe_ep < 1 or -(-self.num_experts // self.moe_ep)
+                                        != self.num_local_experts):
+            raise ValueError(f"MoeOp.moe_ep={self.moe_ep} does not give num_local_experts="
+                             f"{self.num_local_experts} of num_experts={self.num_experts} (need ceil(E / ep))")
+        if self.quant_method is not None and self.quant_method not in QUANT_METHODS:
+            raise ValueError(f"MoeOp.quant_method={self.quant_method!r}; valid: {QUANT_METHODS} or None")
         if self.tokens_per_expert is not None and len(self.tokens_per_expert) != self.num_local_experts:
             raise ValueError(f"MoeOp.tokens_per_expert has {len(self.tokens_per_expert)} entries; "
                              f"need num_local_experts={self.num_local_experts}")

@@ -269,13 +269,16 @@ class BatchEngine:
         wb = mdl.quant.bytes_per_param("routed_experts")
         dtype = _QUANT_COMPUTE.get(mdl.quant.method, "bf16") if wb < BF16 else "bf16"
         inter = _cdiv(mdl.moe_intermediate_size, par.moe_tp)
+        # the layer's sharding and weight format: which profiled kernel row prices the op
+        shard = {"moe_tp": par.moe_tp, "moe_ep": par.ep, "quant_method": mdl.quant.method if wb < BF16 else "none"}
         router = self.moe_router
         if router is None or router.balanced:   # every rank holds ceil(pairs / ep) pairs
             pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
-            experts = MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(pairs, 1), wb, ab, dtype)
+            experts = MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(pairs, 1), wb, ab, dtype,
+                            **shard)
         else:                                    # price every distinct rank load, keep the slowest
-            ranks = [MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(sum(r), 1), wb, ab, dtype, r)
-                     for r in dict.fromkeys(router.rank_loads(tokens))]
+            ranks = [MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(sum(r), 1), wb, ab, dtype, r,
+                           **shard) for r in dict.fromkeys(router.rank_loads(tokens))]
             times = self.cost_model.op_times_s(ranks, "kernel")
             experts = ranks[max(range(len(ranks)), key=times.__getitem__)]
             pairs = max(op.routed_pairs for op in ranks)   # the busiest receiver of the all_to_all

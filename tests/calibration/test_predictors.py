@@ -141,8 +141,8 @@ def test_launch_mode_adds_overhead_when_only_kernel_rows(gemm_bf16):
 def test_moe_and_comm_ops_map_to_schema_rows():
     fam, row = F.canon_row_from_op(MoeOp(tokens=64, num_experts=128, num_local_experts=16, topk=8, hidden=4096,
                                          inter=768, routed_pairs=64, tokens_per_expert=(10,) + (6,) * 9 + (0,) * 6))
-    assert fam == "moe" and row["max_tokens_per_expert"] == 10.0 and row["num_experts"] == 16
-    assert row["moe_ep_size"] == 1 and row["moe_dtype"] == "bf16"
+    assert fam == "moe" and row["max_tokens_per_expert"] == 10.0 and row["num_experts"] == 128
+    assert row["moe_ep_size"] == 8 and row["moe_tp_size"] == 1 and row["moe_dtype"] == "bf16"  # ep = 128 / 16
     fam, row = F.canon_row_from_op(CommOp("all_reduce", 1 << 20, 8))
     assert fam == "comm" and row == {"op_name": "all_reduce", "message_bytes": 1 << 20, "num_gpus": 8, "link": "nvlink"}
 
@@ -162,4 +162,4 @@ def test_tiling_and_block_features_are_exact():
     m = dict(zip(F.FEATURE_NAMES["moe"], Xm.tolist()))
     # 200 pairs over 16 active experts: 12.5 each -> 1 block of 16 / 64 / 128 rows per expert
     assert m["lg_blocks16"] == m["lg_blocks64"] == m["lg_blocks128"] == np.log2(17)
-    assert m["lg_max_blocks64"] == 1.0 and m["lg_ep"] == 1.0 and m["lg_mean_load"] == np.log2(13.5)
+    assert m["lg_max_blocks64"] == 1.0 and m["lg_ep"] == np.log2(9) and m["lg_mean_load"] == np.log2(13.5)
