@@ -39,6 +39,8 @@ class PredictorCostModel:
         self.name = f"calibrated ({bundle.manifest.get('gpu')}, {bundle.manifest.get('framework', 'vllm')} " \
                     f"{bundle.manifest.get('framework_version', '')})".replace(" )", ")")
         self._predictors = {f: bundle.predictors[f] for f in PREDICTED_FAMILIES if f in bundle.predictors}
+        for predictor in bundle.predictors.values():   # a shared bundle: memos of one simulation at a time
+            predictor.reset_cache()
         self.num_predicted = 0
         self.num_out_of_range = 0
         self.num_fallback = 0
@@ -82,8 +84,8 @@ def make_cost_model(gpu: GpuSpec, comm_model: str, predictor_bundle: str | None)
     roofline = RooflineCostModel(gpu, make_comm_backend(comm_model, gpu))
     if predictor_bundle is None:
         return roofline
-    from calibration.bundle import load_bundle
-    bundle = load_bundle(predictor_bundle)
+    from calibration.bundle import shared_bundle
+    bundle = shared_bundle(predictor_bundle)   # loaded once per process; memos start empty per model
     bundle_gpu = str(bundle.manifest.get("gpu", ""))
     if bundle_gpu and bundle_gpu.lower() != gpu.name.lower():
         raise ValueError(f"--predictor-bundle {predictor_bundle} was fitted on {bundle_gpu}, "
