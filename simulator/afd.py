@@ -430,11 +430,8 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
         memory = attention_memory(resolved)
     except ValueError as exc:
         raise ValueError(f"attention role: {exc}") from None
-    usable_tokens = (memory.num_gpu_blocks - 1) * resolved.block_size
-    if usable_tokens < resolved.max_model_len and args.num_gpu_blocks_override is None:
-        raise ValueError(
-            f"attention role: the KV cache holds {usable_tokens} tokens, fewer than one prompt of "
-            f"--max-model-len {resolved.max_model_len}: lower --max-model-len or raise --attention-tp")
+    if args.num_gpu_blocks_override is None:
+        memory.check_starts(resolved.max_model_len, "attention", "--attention-tp, --attention-gpu")
     sched_config = resolved.scheduler_config(debug=spec.debug)   # pp is 1: AFD refuses PP
     a_dp = role.dp or 1
     lockstep = resolved.model.is_moe and a_dp > 1   # MoE: an A replica's DP ranks step together

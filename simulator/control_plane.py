@@ -154,12 +154,9 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     except ValueError as exc:
         raise ValueError(f"{layout.name} role: {exc}") from None
     memory = build_memory(resolved)
-    usable_tokens = (memory.num_gpu_blocks - 1) * resolved.block_size
-    if usable_tokens < resolved.max_model_len and args.num_gpu_blocks_override is None:
-        raise ValueError(
-            f"{layout.name} role: the KV cache holds {usable_tokens} tokens, fewer than one prompt of "
-            f"--max-model-len {resolved.max_model_len}: lower --max-model-len or give the role more "
-            f"memory ({role_flag}-tp, {role_flag}-gpu, --gpu-memory-utilization)")
+    if args.num_gpu_blocks_override is None:
+        memory.check_starts(resolved.max_model_len, layout.name,
+                            f"{role_flag}-tp, {role_flag}-gpu, --gpu-memory-utilization")
     engine = make_engine(resolved)
     sched_config = resolved.scheduler_config(debug=debug)
     kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)

@@ -236,6 +236,14 @@ class MemoryBudget:
                 f"({need * self.bytes_per_block / GIB:.2f} GiB) but {self.num_gpu_blocks - 1} are usable "
                 f"besides the null block; lower --max-model-len or give the KV cache more memory")
 
+    def check_starts(self, max_model_len: int, role: str = "", more_memory: str = "") -> None:
+        """Raise `start_error` as a one-line ValueError ("<role> role: ..." when `role` is given;
+        `more_memory` names the flags that give the KV cache more memory)."""
+        err = self.start_error(max_model_len)
+        if err:
+            where = f"{role} role: " if role else ""
+            raise ValueError(f"{where}{err}" + (f" ({more_memory})" if more_memory else ""))
+
     def logged_kv_cache_tokens(self, max_model_len: int) -> int:
         """The N of vLLM's "GPU KV cache size: N tokens" (depends on max_model_len)."""
         return int(self.max_concurrency(max_model_len) * max_model_len)

@@ -269,12 +269,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     resolved = resolve_engine(spec.engine)
     args = resolved.args
     memory = build_memory(resolved)
-    usable_tokens = (memory.num_gpu_blocks - 1) * resolved.block_size
-    if usable_tokens < resolved.max_model_len and args.num_gpu_blocks_override is None:
-        raise ValueError(
-            f"the KV cache holds {usable_tokens} tokens, fewer than --max-model-len "
-            f"{resolved.max_model_len}: lower --max-model-len or raise --gpu-memory-utilization "
-            f"or the parallel size")
+    if args.num_gpu_blocks_override is None:
+        memory.check_starts(resolved.max_model_len,
+                            more_memory="--gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")
     cudagraph = resolved.cudagraph_config()
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,

@@ -79,9 +79,11 @@ def test_issue_misconfigurations_get_one_line_errors():
         (moe + ["--architecture", "afd", "--attention-replicas", "0"], "--attention-replicas must be a positive integer, got 0"),
         (moe + ["--architecture", "afd", "--ffn-replicas", "0"], "--ffn-replicas must be a positive integer, got 0"),
         (dense + ["--architecture", "pdd", "--prefill-gpu", "L4", "--max-model-len", "131072"],
-         "prefill role: the KV cache holds 40336 tokens, fewer than one prompt of --max-model-len 131072"),
+         "prefill role: vLLM would not start: one request of max_model_len 131072 needs 8192 KV blocks (16.00 GiB) "
+         "but 2521 are usable besides the null block; lower --max-model-len or give the KV cache more memory "
+         "(--prefill-tp, --prefill-gpu, --gpu-memory-utilization)"),
         (dense + ["--architecture", "afd", "--prefill-gpu", "L4", "--max-model-len", "131072"],
-         "prefill role: the KV cache holds 40336 tokens"),
+         "prefill role: vLLM would not start: one request of max_model_len 131072 needs 8192 KV blocks"),
         (moe + ["--architecture", "pdd", "--prefill-gpu", "X100"], "prefill role: unknown GPU 'X100'; valid: "),
         (moe + ["--architecture", "pdd", "--decode-gpu", "X100", "--decode-dp", "2"], "decode role: unknown GPU 'X100'"),
         (moe + ["--architecture", "afd", "--attention-gpu", "X100"], "attention role: unknown GPU 'X100'"),

@@ -263,7 +263,7 @@ def test_pdd_end_to_end_with_heterogeneous_roles():
 @pytest.mark.parametrize("pdd, engine, message", [
     (PddSpec(RoleLayout("prefill", gpu="X100")), {}, "prefill role: unknown GPU 'X100'"),
     (PddSpec(RoleLayout("prefill", gpu="L4")), {"max_model_len": 131072},
-     "prefill role: the KV cache holds"),
+     "prefill role: vLLM would not start: one request of max_model_len 131072 needs 8192 KV blocks"),
     (PddSpec(decode=RoleLayout("decode", tp=3)), {}, "decode role"),
 ])
 def test_role_errors_name_the_role(pdd, engine, message):
