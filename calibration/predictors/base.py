@@ -44,7 +44,10 @@ Contract (every family):
   * other families (comm) go through ``predict_canon``, with ops also cached by value
     (frozen dataclasses).
   The out-of-range flag is always computed on the unquantized features; the reference time
-  of the "ratio" target is exact. ``memo_lookups`` / ``memo_misses`` count rows (token
+  of the "ratio" target is exact. Lifetime: compiled forests live as long as the predictor
+  (one per bundle file and process: ``calibration.bundle.shared_bundle``); the memos for one
+  simulation, since each ``simulator.predictor_cost.PredictorCostModel`` calls
+  ``reset_cache`` on the bundle it is given (a sweep's memory does not grow with its rows). ``memo_lookups`` / ``memo_misses`` count rows (token
   tables: a miss is a query that built its block; ``table_rows`` counts tabulated rows).
 
 Timing modes: a sub-model is fitted per (mode, key) that the rows hold. A mode without rows
