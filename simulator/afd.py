@@ -116,6 +116,8 @@ def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]
     lanes = len(a[0])
     if not lanes or {*map(len, a), *map(len, s), *map(len, f), *map(len, r)} != {lanes}:
         raise ValueError("afd_timeline needs the same (non-zero) number of lanes on every layer")
+    if not per_item:
+        return _timeline_totals(a, s, f, r, lanes, head_s, tail_s)
     a_free = head_s
     s_free = f_free = r_free = 0.0
     back = [head_s] * lanes                # lane j's activations are on A
@@ -149,6 +151,47 @@ def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]
     a_busy = head_s + tail_s + sum(map(sum, a))
     return AfdTimeline(end, a_busy, sum(map(sum, f)), sum(map(sum, s)) + sum(map(sum, r)),
                        tuple(a_end), tuple(f_end), tuple(r_end))
+
+
+def _timeline_totals(a: list[list[float]], s: list[list[float]], f: list[list[float]],
+                     r: list[list[float]], lanes: int, head_s: float, tail_s: float) -> AfdTimeline:
+    """``afd_timeline(..., per_item=False)``: the same recurrence, the same float operations in
+    the same order, over runs of consecutive layers whose four rows are the same list objects
+    (the step pricer passes ``[row] * n_layers``): each run's lanes are zipped once instead of
+    once per layer, and no per-item ends are kept. Totals sum the same row sums in layer order."""
+    runs: list[list] = []                  # [layers, lane items, a/f/x row sums]
+    for l in range(len(a)):
+        rows = (a[l], s[l], f[l], r[l])
+        if runs and all(x is y for x, y in zip(rows, runs[-1][3])):
+            runs[-1][0] += 1
+        else:
+            runs.append([1, tuple(zip(*rows)), (sum(rows[0]), sum(rows[2]), sum(rows[1]), sum(rows[3])), rows])
+    a_free = head_s
+    s_free = f_free = r_free = 0.0
+    back = [head_s] * lanes                # lane j's activations are on A
+    for count, items, _, _ in runs:
+        for _ in range(count):
+            j = 0
+            for aj, sj, fj, rj in items:
+                if back[j] > a_free:
+                    a_free = back[j]
+                a_free += aj
+                if a_free > s_free:
+                    s_free = a_free
+                s_free += sj
+                if s_free > f_free:
+                    f_free = s_free
+                f_free += fj
+                if f_free > r_free:
+                    r_free = f_free
+                r_free += rj
+                back[j] = r_free
+                j += 1
+    end = max(a_free, max(back)) + tail_s
+    sums = [run[2] for run in runs for _ in range(run[0])]    # per layer: (a, f, s, r) row sums
+    a_busy = head_s + tail_s + sum(x[0] for x in sums)
+    return AfdTimeline(end, a_busy, sum(x[1] for x in sums), sum(x[2] for x in sums) + sum(x[3] for x in sums),
+                       (), (), ())
 
 
 def split_lanes(new_tokens: tuple[int, ...], lanes: int) -> list[tuple[int, int]]:
