@@ -68,6 +68,7 @@ from simulator.dp_group import LockstepRanks
 DEFAULT_AFD_LANES = 2
 DEFAULT_AFD_LINK_LATENCY_S = 1e-5     # placeholder per activation transfer (launch + NIC/NVLink setup)
 MAX_CACHE_ENTRIES = 100_000
+LANES_ERROR = "afd_timeline needs the same (non-zero) number of lanes on every layer"
 
 
 # ---------------------------------------------------------------------------------- the schedule
@@ -114,10 +115,10 @@ def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]
     if not n_layers or not (len(s) == len(f) == len(r) == n_layers):
         raise ValueError("afd_timeline needs a, s, f, r with the same (non-zero) number of layers")
     lanes = len(a[0])
-    if not lanes or {*map(len, a), *map(len, s), *map(len, f), *map(len, r)} != {lanes}:
-        raise ValueError("afd_timeline needs the same (non-zero) number of lanes on every layer")
     if not per_item:
         return _timeline_totals(a, s, f, r, lanes, head_s, tail_s)
+    if not lanes or {*map(len, a), *map(len, s), *map(len, f), *map(len, r)} != {lanes}:
+        raise ValueError(LANES_ERROR)
     a_free = head_s
     s_free = f_free = r_free = 0.0
     back = [head_s] * lanes                # lane j's activations are on A
@@ -159,17 +160,21 @@ def _timeline_totals(a: list[list[float]], s: list[list[float]], f: list[list[fl
     the same order, over runs of consecutive layers whose four rows are the same list objects
     (the step pricer passes ``[row] * n_layers``): each run's lanes are zipped once instead of
     once per layer, and no per-item ends are kept. Totals sum the same row sums in layer order."""
-    runs: list[list] = []                  # [layers, lane items, a/f/x row sums]
-    for l in range(len(a)):
-        rows = (a[l], s[l], f[l], r[l])
-        if runs and all(x is y for x, y in zip(rows, runs[-1][3])):
+    runs: list[list] = []                  # [layers, lane items, (a, s, f, r) row sums]
+    prev = None
+    for rows in zip(a, s, f, r):
+        if prev is not None and rows[0] is prev[0] and rows[1] is prev[1] and rows[2] is prev[2] \
+                and rows[3] is prev[3]:
             runs[-1][0] += 1
         else:
-            runs.append([1, tuple(zip(*rows)), (sum(rows[0]), sum(rows[2]), sum(rows[1]), sum(rows[3])), rows])
+            if not lanes or {*map(len, rows)} != {lanes}:
+                raise ValueError(LANES_ERROR)
+            runs.append([1, tuple(zip(*rows)), tuple(map(sum, rows))])
+            prev = rows
     a_free = head_s
     s_free = f_free = r_free = 0.0
     back = [head_s] * lanes                # lane j's activations are on A
-    for count, items, _, _ in runs:
+    for count, items, _ in runs:
         for _ in range(count):
             j = 0
             for aj, sj, fj, rj in items:
@@ -188,10 +193,13 @@ def _timeline_totals(a: list[list[float]], s: list[list[float]], f: list[list[fl
                 back[j] = r_free
                 j += 1
     end = max(a_free, max(back)) + tail_s
-    sums = [run[2] for run in runs for _ in range(run[0])]    # per layer: (a, f, s, r) row sums
-    a_busy = head_s + tail_s + sum(x[0] for x in sums)
-    return AfdTimeline(end, a_busy, sum(x[1] for x in sums), sum(x[2] for x in sums) + sum(x[3] for x in sums),
-                       (), (), ())
+    a_sums, s_sums, f_sums, r_sums = [], [], [], []       # per layer, in layer order
+    for count, _, (sa, ss, sf, sr) in runs:
+        a_sums += [sa] * count
+        s_sums += [ss] * count
+        f_sums += [sf] * count
+        r_sums += [sr] * count
+    return AfdTimeline(end, head_s + tail_s + sum(a_sums), sum(f_sums), sum(s_sums) + sum(r_sums), (), (), ())
 
 
 def split_lanes(new_tokens: tuple[int, ...], lanes: int) -> list[tuple[int, int]]:

@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from simulator.afd import afd_timeline
 
 
@@ -40,3 +42,11 @@ def test_totals_path_equal_but_distinct_rows():
     fast = afd_timeline(a, s, f, s, 1e-5, 2e-5, per_item=False)
     assert fast.end_s == full.end_s
     assert (fast.a_busy_s, fast.f_busy_s, fast.xfer_s) == (full.a_busy_s, full.f_busy_s, full.xfer_s)
+
+
+def test_totals_path_rejects_ragged_lanes():
+    row, short = [1.0, 1.0], [1.0]
+    with pytest.raises(ValueError, match="same \\(non-zero\\) number of lanes"):
+        afd_timeline([row, row], [row, short], [row, row], [row, row], per_item=False)
+    with pytest.raises(ValueError, match="same \\(non-zero\\) number of lanes"):
+        afd_timeline([[]], [[]], [[]], [[]], per_item=False)
