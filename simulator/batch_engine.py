@@ -137,6 +137,7 @@ class BatchEngine:
         self._ab = model.quant.activation_bytes
         self._step_cache: dict[BatchShape, StepCost] = {}
         self._cache_reqs = 0          # requests in the step memo's keys (MAX_CACHE_REQS)
+        self._last_uniform: tuple[BatchShape, StepCost] | None = None   # the latest uniform decode step
         self._stage_cache: dict[BatchShape, tuple[float, ...]] = {}
         self._dense_cache: dict[tuple[int, str], float] = {}
         self._head_cache: dict[int, float] = {}
@@ -148,12 +149,21 @@ class BatchEngine:
         return self.parallel.pp
 
     def step_cost(self, batch: BatchShape) -> StepCost:
-        cached = self._step_cache.get(batch)
-        if cached is not None:
-            return cached
+        """The step's cost, memoized. A uniform decode step (every request
+        ``uniform_decode_query_len`` new tokens) is memoized for the latest such shape only:
+        context lengths grow every step, so these shapes almost never repeat and hashing
+        them into the memo costs more than it saves."""
         new = batch.new_tokens
         num_tokens, num_reqs = sum(new), len(new)
         uniform = new.count(self._q) == num_reqs
+        if uniform:
+            last = self._last_uniform
+            if last is not None and (last[0] is batch or last[0] == batch):
+                return last[1]
+        else:
+            cached = self._step_cache.get(batch)
+            if cached is not None:
+                return cached
         mode, padded = self.cudagraph.dispatch(num_tokens, num_reqs, uniform)
         dense_timing = "launch" if mode == "NONE" else "kernel"
         attn_timing = "kernel" if mode == "FULL" else "launch"
@@ -161,6 +171,9 @@ class BatchEngine:
                     + self._attention_time_s(batch, attn_timing)
                     + self._head_time_s(num_reqs))
         cost = StepCost(duration, num_tokens, padded, mode)
+        if uniform:
+            self._last_uniform = (batch, cost)
+            return cost
         if len(self._step_cache) >= MAX_CACHE_ENTRIES or self._cache_reqs >= MAX_CACHE_REQS:
             self._step_cache.clear()
             self._stage_cache.clear()
@@ -181,7 +194,8 @@ class BatchEngine:
         pp = self.parallel.pp
         if pp == 1:
             return (cost.duration_s,)
-        cached = self._stage_cache.get(batch)
+        memo = batch.new_tokens.count(self._q) != len(batch.new_tokens)   # as step_cost's memo
+        cached = self._stage_cache.get(batch) if memo else None
         if cached is not None:
             return cached
         mode, m = cost.cudagraph_mode, cost.padded_tokens
@@ -197,6 +211,8 @@ class BatchEngine:
         stages[0] += embed
         stages[-1] += final_norm + head - p2p
         out = tuple(stages)
+        if not memo:
+            return out
         if len(self._stage_cache) >= MAX_CACHE_ENTRIES:
             self._stage_cache.clear()
         self._stage_cache[batch] = out
@@ -361,4 +377,8 @@ class BatchEngine:
         return ops
 
     def _attention_time_s(self, batch: BatchShape, timing: str) -> float:
-        return self._times(self.attention_ops(batch), timing)
+        ops = self.attention_ops(batch)
+        if len(ops) == 1:     # the common case: _times' sum over one op, 0 + t * n, is t * n
+            op, n_layers = ops[0]
+            return self.cost_model.op_times_s([op], timing)[0] * n_layers
+        return self._times(ops, timing)
