@@ -160,7 +160,7 @@ def _timeline_totals(a: list[list[float]], s: list[list[float]], f: list[list[fl
     the same order, over runs of consecutive layers whose four rows are the same list objects
     (the step pricer passes ``[row] * n_layers``): each run's lanes are zipped once instead of
     once per layer, and no per-item ends are kept. Totals sum the same row sums in layer order."""
-    runs: list[list] = []                  # [layers, lane items, (a, s, f, r) row sums]
+    runs: list[list] = []                  # [layers, lane items (a, s, f, r, lane), row sums]
     prev = None
     for rows in zip(a, s, f, r):
         if prev is not None and rows[0] is prev[0] and rows[1] is prev[1] and rows[2] is prev[2] \
@@ -169,29 +169,27 @@ def _timeline_totals(a: list[list[float]], s: list[list[float]], f: list[list[fl
         else:
             if not lanes or {*map(len, rows)} != {lanes}:
                 raise ValueError(LANES_ERROR)
-            runs.append([1, tuple(zip(*rows)), tuple(map(sum, rows))])
+            runs.append([1, [(*x, j) for j, x in enumerate(zip(*rows))], tuple(map(sum, rows))])
             prev = rows
     a_free = head_s
     s_free = f_free = r_free = 0.0
     back = [head_s] * lanes                # lane j's activations are on A
     for count, items, _ in runs:
-        for _ in range(count):
-            j = 0
-            for aj, sj, fj, rj in items:
-                if back[j] > a_free:
-                    a_free = back[j]
-                a_free += aj
-                if a_free > s_free:
-                    s_free = a_free
-                s_free += sj
-                if s_free > f_free:
-                    f_free = s_free
-                f_free += fj
-                if f_free > r_free:
-                    r_free = f_free
-                r_free += rj
-                back[j] = r_free
-                j += 1
+        for aj, sj, fj, rj, j in items * count:         # the run's layers, lane by lane
+            b = back[j]
+            if b > a_free:
+                a_free = b
+            a_free += aj
+            if a_free > s_free:
+                s_free = a_free
+            s_free += sj
+            if s_free > f_free:
+                f_free = s_free
+            f_free += fj
+            if f_free > r_free:
+                r_free = f_free
+            r_free += rj
+            back[j] = r_free
     end = max(a_free, max(back)) + tail_s
     a_sums, s_sums, f_sums, r_sums = [], [], [], []       # per layer, in layer order
     for count, _, (sa, ss, sf, sr) in runs:
