@@ -116,7 +116,7 @@ def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]
         raise ValueError("afd_timeline needs a, s, f, r with the same (non-zero) number of layers")
     lanes = len(a[0])
     if not per_item:
-        return _timeline_totals(a, s, f, r, lanes, head_s, tail_s)
+        return timeline_totals(_layer_runs(a, s, f, r), head_s, tail_s)
     if not lanes or {*map(len, a), *map(len, s), *map(len, f), *map(len, r)} != {lanes}:
         raise ValueError(LANES_ERROR)
     a_free = head_s
@@ -154,23 +154,36 @@ def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]
                        tuple(a_end), tuple(f_end), tuple(r_end))
 
 
-def _timeline_totals(a: list[list[float]], s: list[list[float]], f: list[list[float]],
-                     r: list[list[float]], lanes: int, head_s: float, tail_s: float) -> AfdTimeline:
-    """``afd_timeline(..., per_item=False)``: the same recurrence, the same float operations in
-    the same order, over runs of consecutive layers whose four rows are the same list objects
-    (the step pricer passes ``[row] * n_layers``): each run's lanes are zipped once instead of
-    once per layer, and no per-item ends are kept. Totals sum the same row sums in layer order."""
-    runs: list[list] = []                  # [layers, lane items (a, s, f, r, lane), row sums]
+Run = tuple[int, list[float], list[float], list[float], list[float]]   # (layers, a, s, f, r rows)
+
+
+def _layer_runs(a: list[list[float]], s: list[list[float]], f: list[list[float]],
+                r: list[list[float]]) -> list[Run]:
+    """Consecutive layers whose four rows are the same list objects, as runs."""
+    runs: list[list] = []
     prev = None
     for rows in zip(a, s, f, r):
         if prev is not None and rows[0] is prev[0] and rows[1] is prev[1] and rows[2] is prev[2] \
                 and rows[3] is prev[3]:
             runs[-1][0] += 1
         else:
-            if not lanes or {*map(len, rows)} != {lanes}:
-                raise ValueError(LANES_ERROR)
-            runs.append([1, [(*x, j) for j, x in enumerate(zip(*rows))], tuple(map(sum, rows))])
+            runs.append([1, *rows])
             prev = rows
+    return [tuple(run) for run in runs]
+
+
+def timeline_totals(layer_runs: list[Run], head_s: float, tail_s: float) -> AfdTimeline:
+    """``afd_timeline(..., per_item=False)`` over layers given as runs of identical rows
+    ``(layers, a_row, s_row, f_row, r_row)``: the same recurrence, the same float operations in
+    the same order, each run's lanes zipped once instead of once per layer, no per-item ends.
+    Totals sum the same row sums in layer order. The step pricer passes its two runs (dense
+    layers, MoE layers) directly."""
+    lanes = len(layer_runs[0][1])
+    runs: list[tuple] = []                 # (layers, lane items (a, s, f, r, lane), row sums)
+    for count, *rows in layer_runs:
+        if not lanes or {*map(len, rows)} != {lanes}:
+            raise ValueError(LANES_ERROR)
+        runs.append((count, [(*x, j) for j, x in enumerate(zip(*rows))], tuple(map(sum, rows))))
     a_free = head_s
     s_free = f_free = r_free = 0.0
     back = [head_s] * lanes                # lane j's activations are on A
@@ -332,15 +345,14 @@ class AfdEngine:
             s_dense.append(self._xfer_s(padded, 1))
             s_moe.append(self._xfer_s(padded, self._copies()))
         n_dense = n_layers - mdl.num_moe_layers
-        a = [a_lane] * n_layers
-        f = [f_dense] * n_dense + [f_moe] * (n_layers - n_dense)
-        s = [s_dense] * n_dense + [s_moe] * (n_layers - n_dense)
+        runs = [run for run in ((n_dense, a_lane, s_dense, f_dense, s_dense),
+                                (n_layers - n_dense, a_lane, s_moe, f_moe, s_moe)) if run[0]]
         head = self.attn._times([(ElementwiseOp("embedding", batch.num_tokens, h, 2 * h * ab), 1)],
                                 "launch" if modes[0] == "NONE" else "kernel")
         tail = (self.attn._times([(ElementwiseOp("final_norm", batch.num_tokens, h, 2 * h * ab), 1)],
                                  "launch" if modes[0] == "NONE" else "kernel")
                 + self.attn._head_time_s(batch.num_reqs))
-        tl = afd_timeline(a, s, f, s, head, tail, per_item=False)   # the combine moves the same bytes back
+        tl = timeline_totals(runs, head, tail)   # the combine (r) moves the same bytes back as the dispatch (s)
         mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
         stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s,
                              sum(ep_wait) * mdl.num_moe_layers, len(lanes))

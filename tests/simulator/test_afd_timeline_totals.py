@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from simulator.afd import afd_timeline
+from simulator.afd import afd_timeline, timeline_totals
 
 
 def _rows(rng: random.Random, lanes: int) -> list[float]:
@@ -50,3 +50,15 @@ def test_totals_path_rejects_ragged_lanes():
         afd_timeline([row, row], [row, short], [row, row], [row, row], per_item=False)
     with pytest.raises(ValueError, match="same \\(non-zero\\) number of lanes"):
         afd_timeline([[]], [[]], [[]], [[]], per_item=False)
+
+
+def test_timeline_totals_from_runs_equals_the_expanded_layers():
+    rng = random.Random(11)
+    for _ in range(100):
+        lanes = rng.randint(1, 3)
+        runs = [(rng.randint(1, 60), *(_rows(rng, lanes) for _ in range(4))) for _ in range(rng.randint(1, 3))]
+        a, s, f, r = ([row for run in runs for row in [run[i]] * run[0]] for i in range(1, 5))
+        full = afd_timeline(a, s, f, r, 1e-5, 3e-6)
+        fast = timeline_totals(runs, 1e-5, 3e-6)
+        assert (fast.end_s, fast.a_busy_s, fast.f_busy_s, fast.xfer_s) == \
+            (full.end_s, full.a_busy_s, full.f_busy_s, full.xfer_s)
