@@ -122,24 +122,34 @@ class SharedLinkTransfers:
         self._reschedule()
 
     def _set_rates(self) -> None:
-        """Max-min fair rates by water-filling over the ports (deterministic: ties by port name)."""
-        unfixed = sorted(self._flows.values(), key=lambda f: f.key)
+        """Max-min fair rates by water-filling over the ports (deterministic: ties by port name).
+
+        Each round fixes every unfixed flow through the port with the smallest fair share
+        (capacity left / unfixed users), in key order, and takes that share off both its ports.
+        Flows are indexed by port, so a round visits only the chosen port's flows."""
         capacity: dict[str, float] = {}
         users: dict[str, int] = {}
-        for f in unfixed:
+        by_port: dict[str, list[_Flow]] = {}
+        for f in sorted(self._flows.values(), key=_flow_key):
             for port in (f.link.src_port, f.link.dst_port):
                 capacity[port] = f.link.bandwidth_bytes_per_s
                 users[port] = users.get(port, 0) + 1
-        while unfixed:
-            port = min((p for p in users if users[p] > 0), key=lambda p: (capacity[p] / users[p], p))
+                by_port.setdefault(port, []).append(f)
+        fixed: set[str] = set()
+        while users:
+            port = min(users, key=lambda p: (capacity[p] / users[p], p))
             share = capacity[port] / users[port]
-            keep = []
-            for f in unfixed:
-                if port in (f.link.src_port, f.link.dst_port):
-                    f.rate = share
-                    for q in (f.link.src_port, f.link.dst_port):
-                        capacity[q] -= share
-                        users[q] -= 1
-                else:
-                    keep.append(f)
-            unfixed = keep
+            for f in by_port[port]:
+                if f.key in fixed:
+                    continue
+                fixed.add(f.key)
+                f.rate = share
+                for q in (f.link.src_port, f.link.dst_port):
+                    capacity[q] -= share
+                    users[q] -= 1
+            for q in [q for q, n in users.items() if n == 0]:
+                del users[q]
+
+
+def _flow_key(f: _Flow) -> str:
+    return f.key
