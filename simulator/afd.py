@@ -55,7 +55,9 @@ Approximations (stated):
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
 import numpy as np
 
@@ -215,17 +217,23 @@ def timeline_totals(layer_runs: list[Run], head_s: float, tail_s: float) -> AfdT
 
 def split_lanes(new_tokens: tuple[int, ...], lanes: int) -> list[tuple[int, int]]:
     """Split the step's requests (in order, kept whole) into at most ``lanes`` contiguous
-    ``[start, stop)`` groups of about equal tokens; fewer requests than lanes -> one per lane."""
+    ``[start, stop)`` groups of about equal tokens; fewer requests than lanes -> one per lane.
+
+    Lane b (of k) ends after the first request i (past lane b-1's end) whose running token
+    sum ``acc`` reaches ``acc * k >= total * b``, provided the ``k - b`` lanes after it still
+    get a request each; else no further lane is cut (found by bisection on the running sums).
+    """
     n = len(new_tokens)
     k = max(1, min(lanes, n))
     total = sum(new_tokens)
-    bounds, start, acc = [], 0, 0
-    for i, t in enumerate(new_tokens):
-        acc += t
-        left_lanes = k - len(bounds) - 1
-        if left_lanes and acc * k >= total * (len(bounds) + 1) and n - (i + 1) >= left_lanes:
-            bounds.append((start, i + 1))
-            start = i + 1
+    running = list(accumulate(new_tokens))
+    bounds, start = [], 0
+    for b in range(1, k):
+        i = bisect_left(running, total * b, start, key=lambda acc: acc * k)
+        if i > n - 1 - (k - b):            # not reached, or too few requests left for the other lanes
+            break
+        bounds.append((start, i + 1))
+        start = i + 1
     bounds.append((start, n))
     return bounds
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from simulator.afd import afd_timeline, timeline_totals
+from simulator.afd import afd_timeline, split_lanes, timeline_totals
 
 
 def _rows(rng: random.Random, lanes: int) -> list[float]:
@@ -62,3 +62,29 @@ def test_timeline_totals_from_runs_equals_the_expanded_layers():
         fast = timeline_totals(runs, 1e-5, 3e-6)
         assert (fast.end_s, fast.a_busy_s, fast.f_busy_s, fast.xfer_s) == \
             (full.end_s, full.a_busy_s, full.f_busy_s, full.xfer_s)
+
+
+def _split_lanes_loop(new_tokens, lanes):
+    """split_lanes written as the plain scan over the requests."""
+    n = len(new_tokens)
+    k = max(1, min(lanes, n))
+    total = sum(new_tokens)
+    bounds, start, acc = [], 0, 0
+    for i, t in enumerate(new_tokens):
+        acc += t
+        left_lanes = k - len(bounds) - 1
+        if left_lanes and acc * k >= total * (len(bounds) + 1) and n - (i + 1) >= left_lanes:
+            bounds.append((start, i + 1))
+            start = i + 1
+    bounds.append((start, n))
+    return bounds
+
+
+def test_split_lanes_equals_the_plain_scan():
+    rng = random.Random(5)
+    for _ in range(3000):
+        n = rng.randint(1, 40)
+        big = rng.random() < 0.3
+        tokens = tuple(rng.choice([1, 1, 1, rng.randint(1, 2000)]) if big else 1 for _ in range(n))
+        lanes = rng.randint(1, 6)
+        assert split_lanes(tokens, lanes) == _split_lanes_loop(tokens, lanes), (tokens, lanes)
