@@ -316,6 +316,7 @@ class AfdEngine:
         self._a_dense: dict[tuple[int, str], float] = {}
         self._f_layer: dict[tuple[int, str], tuple[float, float, float]] = {}
         self._q = attn.cudagraph.uniform_decode_query_len
+        self._moe_copies = self._copies()
 
     # -- public
     def step_cost(self, batch: BatchShape) -> StepCost:
@@ -343,7 +344,7 @@ class AfdEngine:
             padded_total += padded
             dense_timing = "launch" if mode == "NONE" else "kernel"
             attn_timing = "kernel" if mode == "FULL" else "launch"
-            attn = self.attn._times(self.attn.attention_ops(BatchShape(new, ctx)), attn_timing)
+            attn = self.attn._attention_time_s(BatchShape(new, ctx), attn_timing)
             a_lane.append(self._a_dense_per_layer(padded, dense_timing) + attn / n_layers)
             f_tokens = padded * self.attention_dp
             fd, fm, wait = self._f_per_layer(f_tokens, dense_timing)
@@ -351,7 +352,7 @@ class AfdEngine:
             f_moe.append(fm)
             ep_wait.append(wait)
             s_dense.append(self._xfer_s(padded, 1))
-            s_moe.append(self._xfer_s(padded, self._copies()))
+            s_moe.append(self._xfer_s(padded, self._moe_copies))
         n_dense = n_layers - mdl.num_moe_layers
         runs = [run for run in ((n_dense, a_lane, s_dense, f_dense, s_dense),
                                 (n_layers - n_dense, a_lane, s_moe, f_moe, s_moe)) if run[0]]
