@@ -422,14 +422,18 @@ class AfdEngine:
             wb = mdl.quant.bytes_per_param("routed_experts")
             dtype = _QUANT_COMPUTE.get(mdl.quant.method, "bf16") if wb < BF16 else "bf16"
             inter = _cdiv(mdl.moe_intermediate_size, tp)
+            # the F replica's sharding and weight format: which profiled kernel row prices the op
+            shard = {"moe_tp": tp, "moe_ep": ep, "quant_method": mdl.quant.method if wb < BF16 else "none"}
             router = e.moe_router
             if router is None or router.balanced:
                 pairs = max(_cdiv(m * topk * local, n_e), 1)
-                expert_t = e._times([(MoeOp(m, n_e, local, topk, h, inter, pairs, wb, ab, dtype), 1)], timing)
+                expert_t = e._times([(MoeOp(m, n_e, local, topk, h, inter, pairs, wb, ab, dtype, **shard), 1)],
+                                    timing)
             else:
                 loads = router.rank_loads(m)
                 distinct = list(dict.fromkeys(loads))
-                ops = [MoeOp(m, n_e, local, topk, h, inter, max(sum(r), 1), wb, ab, dtype, r) for r in distinct]
+                ops = [MoeOp(m, n_e, local, topk, h, inter, max(sum(r), 1), wb, ab, dtype, r, **shard)
+                       for r in distinct]
                 times = dict(zip(distinct, e.cost_model.op_times_s(ops, timing)))
                 per_rank = [times[r] for r in loads]
                 expert_t = max(per_rank)

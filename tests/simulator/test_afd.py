@@ -4,6 +4,7 @@ import pytest
 
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
+from frontier.ops import MoeOp
 from frontier.parallel import ParallelSpec
 from simulator.afd import AfdEngine, AfdRole, AfdSpec, afd_timeline, split_lanes
 from simulator.batch_engine import BatchEngine, BatchShape
@@ -198,3 +199,25 @@ def test_transfer_matches_link_pool_sharing_of_the_ffn_port():
     assert pool.num_active == 8
     assert eng._xfer_s(lane_tokens, eng._copies()) == pytest.approx(landed)
     assert 5.3 < eng._copies() < 5.4          # 8 distinct experts of 128 over 8 ranks: ~5.34 ranks
+
+
+class _RecordingCost(RooflineCostModel):
+    """Roofline that keeps the MoE ops it prices."""
+
+    def __init__(self, gpu):
+        super().__init__(gpu, make_comm_backend("analytical", gpu))
+        self.moe_ops = []
+
+    def op_times_s(self, ops, timing_mode):
+        self.moe_ops += [op for op in ops if isinstance(op, MoeOp)]
+        return super().op_times_s(ops, timing_mode)
+
+
+def test_ffn_moe_ops_carry_the_f_replicas_sharding():
+    """F's expert ops name moe_tp / moe_ep / weight format, so a bundle prices them from the matching row."""
+    eng = _engine("H100", ep=4)
+    eng.ffn.cost_model = recording = _RecordingCost(get_gpu("H100"))
+    eng.step_cost(BatchShape((1,) * 16, (500,) * 16))
+    assert recording.moe_ops
+    assert {(op.moe_tp, op.moe_ep, op.quant_method, op.num_local_experts) for op in recording.moe_ops} == {
+        (1, 4, "none", 32)}
