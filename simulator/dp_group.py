@@ -51,8 +51,7 @@ class _Rank:
         self.scheduler = scheduler
 
     def num_unfinished(self) -> int:
-        running, waiting = self.scheduler.get_request_counts()
-        return running + waiting
+        return self.scheduler.num_unfinished()
 
 
 class LockstepRanks:
@@ -85,6 +84,9 @@ class LockstepRanks:
 
     def has_unfinished_requests(self) -> bool:
         return any(s.has_unfinished_requests() for s in self.ranks)
+
+    def num_unfinished(self) -> int:
+        return sum(s.num_unfinished() for s in self.ranks)
 
     def get_request_counts(self) -> tuple[int, int]:
         running = waiting = 0

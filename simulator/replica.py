@@ -107,8 +107,7 @@ class Replica:
         return self.scheduler.kv.num_free_blocks
 
     def num_unfinished(self) -> int:
-        running, waiting = self.scheduler.get_request_counts()
-        return running + waiting
+        return self.scheduler.num_unfinished()
 
     # ------------------------------------------------------------------ engine loop
     def _launch(self, out: SchedulerOutput | LockstepOutput) -> float:

@@ -36,10 +36,9 @@ class LeastLoadedRouter:
 
     def pick(self, replicas: Sequence[Loaded]) -> int:
         """The least loaded replica, the first in rotation order from the last pick's successor."""
-        n = self._n
-        loads = [r.num_unfinished() for r in replicas[:n]]
-        best = min(range(self._start, self._start + n), key=lambda k: loads[k % n]) % n  # first minimum
-        self._start = (best + 1) % n
+        loads = [r.num_unfinished() for r in replicas[:self._n]]
+        best = _first_from(loads, min(loads), self._start)
+        self._start = (best + 1) % self._n
         return best
 
 
@@ -50,11 +49,18 @@ class KvAwareRouter:
 
     def pick(self, replicas: Sequence) -> int:
         """The replica with the most free KV blocks, the first in rotation order on ties."""
-        n = self._n
-        free = [r.num_free_kv_blocks() for r in replicas[:n]]
-        best = max(range(self._start, self._start + n), key=lambda k: free[k % n]) % n  # first maximum
-        self._start = (best + 1) % n
+        free = [r.num_free_kv_blocks() for r in replicas[:self._n]]
+        best = _first_from(free, max(free), self._start)
+        self._start = (best + 1) % self._n
         return best
+
+
+def _first_from(values: list[int], value: int, start: int) -> int:
+    """Index of the first ``value`` in rotation order from ``start`` (``value`` is in ``values``)."""
+    try:
+        return values.index(value, start)
+    except ValueError:
+        return values.index(value)
 
 
 def make_router(name: str, num_replicas: int) -> RoundRobinRouter | LeastLoadedRouter | KvAwareRouter:

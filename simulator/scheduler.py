@@ -162,6 +162,10 @@ class Scheduler:
         return (bool(self.running) or bool(self.waiting) or bool(self.kv_holding_waiting)
                 or bool(self._finished_req_ids))
 
+    def num_unfinished(self) -> int:
+        """Running + waiting (kv_holding_waiting included): the ``least_loaded`` router's load."""
+        return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
+
     def get_request_counts(self) -> tuple[int, int]:
         """(running, waiting); waiting includes kv_holding_waiting, as vLLM counts it."""
         return len(self.running), len(self.waiting) + len(self.kv_holding_waiting)
@@ -223,9 +227,7 @@ class Scheduler:
             else:
                 self._schedule_waiting(st, thr)
         if self._defer_block_free and st.reqs:
-            self._sched_step_seq += 1
-            for r in st.reqs:
-                r.last_sched_seq = self._sched_step_seq
+            self._sched_step_seq += 1       # _update_after_schedule stamps r.last_sched_seq
         out = self._update_after_schedule(st)
         if self._debug:
             self.check_invariants(out)
@@ -241,9 +243,10 @@ class Scheduler:
         stagger, step_id = self._decode_stagger, self._step_id
         bs, held_map, pool = kv.block_size, kv.req_to_blocks, kv.pool
         free_queue, caching = pool.free_queue, kv.enable_caching
-        reqs, ids, nums, ctxs = st.reqs, st.ids, st.num_sched, st.ctx
+        add_req, add_id, add_num, add_ctx = st.reqs.append, st.ids.append, st.num_sched.append, st.ctx.append
+        budget = st.token_budget                    # kept local; st.token_budget synced around st.add
         i = 0
-        while i < len(running) and st.token_budget > 0:
+        while i < len(running) and budget > 0:
             r = running[i]
             c = r.num_computed_tokens
             ph = r.num_output_placeholders
@@ -257,7 +260,6 @@ class Scheduler:
             n = known + ph - c
             if 0 < thr < n:
                 n = thr
-            budget = st.token_budget
             if n > budget:
                 n = budget
             if n > max_len - c - 1:
@@ -280,13 +282,15 @@ class Scheduler:
                 # full blocks to cache: min(need, known) // bs (the Request hashes every full block)
                 if caching and (num_full := (need if need < known else known) // bs) > r.kv_num_cached_blocks:
                     kv.cache_blocks(r, num_full * bs)
-                reqs.append(r)
-                ids.append(r.request_id)
-                nums.append(n)
-                ctxs.append(c)
-                st.token_budget = budget - n
+                add_req(r)
+                add_id(r.request_id)
+                add_num(n)
+                add_ctx(c)
+                budget -= n
                 i += 1
                 continue
+            st.token_budget = budget
+            reqs = st.reqs
             while True:
                 blocks = kv.allocate_slots(r, n)
                 if blocks is not None:
@@ -307,12 +311,15 @@ class Scheduler:
                 st.preempted.append(victim)
                 if victim is r:
                     break
+            budget = st.token_budget                # st.undo may have given tokens back
             if blocks is None:
                 if self._priority and r.status == RequestStatus.PREEMPTED:
                     continue  # r preempted itself; later (higher-priority) requests may still fit
                 break
             st.add(r, n, r.num_computed_tokens)
+            budget -= n
             i += 1
+        st.token_budget = budget
 
     def _admission_tokens(self, r: Request, computed: int, thr: int, budget: int) -> int | None:
         """Tokens a waiting request gets at admission; None when it must wait (no chunking)."""
@@ -451,14 +458,18 @@ class Scheduler:
         stagger = self._decode_stagger
         next_eligible = self._step_id + stagger
         inflight = self._inflight_prefills
-        samples = []
+        defer, seq = self._defer_block_free, self._sched_step_seq
+        samples: list[bool] = []
+        add_sample = samples.append
         for r, n in zip(st.reqs, st.num_sched):
+            if defer:
+                r.last_sched_seq = seq          # P/D async: the step that last scheduled r
             c = r.num_computed_tokens + n
             r.num_computed_tokens = c
             r.num_in_flight_tokens += n
             chunk = c < r.prompt_len + r.num_output_tokens + r.num_output_placeholders
             r.is_prefill_chunk = chunk
-            samples.append(not chunk)
+            add_sample(not chunk)
             if not chunk:
                 if is_async:
                     r.num_output_placeholders += 1
@@ -498,6 +509,7 @@ class Scheduler:
         stopped_waiting: set[Request] = set()
         kv, max_len, requests = self.kv, self.config.max_model_len, self.requests
         caching, bs = kv.enable_caching, kv.block_size
+        add_token, add_token_req = tokens.append, token_reqs.append
         if self._defer_block_free and output.total_num_scheduled_tokens > 0:
             self._processed_step_seq += 1       # every write of this and earlier steps is done
             kv.drain_deferred_frees(self._processed_step_seq)
@@ -532,8 +544,8 @@ class Scheduler:
                     done = r.num_computed_tokens - r.num_in_flight_tokens
                     if (num_full := (done if done < known else known) // bs) > r.kv_num_cached_blocks:
                         kv.cache_blocks(r, num_full * bs)
-            tokens.append(rid)
-            token_reqs.append(r)
+            add_token(rid)
+            add_token_req(r)
             if k == 1:
                 firsts.append(rid)
             if stopped:
