@@ -60,7 +60,7 @@ class _StepState:
     """Scratch state of one schedule() call: the scheduled requests as aligned lists, in order."""
 
     __slots__ = ("token_budget", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
-                 "remote_ids")
+                 "remote_ids", "samples", "prefills_done")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -72,6 +72,10 @@ class _StepState:
         self.resumed_ids: list[str] = []
         self.preempted: list[Request] = []
         self.remote_ids: list[str] = []  # P/D consumer: admitted for an async KV pull this step
+        # The leading len(samples) requests were already advanced by _schedule_running (its fast
+        # path); prefills_done: those of them that end an in-flight prefill (left to discard).
+        self.samples: list[bool] = []
+        self.prefills_done: list[Request] = []
 
     def add(self, r: Request, n: int, context_len: int) -> None:
         self.reqs.append(r)
@@ -245,6 +249,13 @@ class Scheduler:
         free_queue, caching = pool.free_queue, kv.enable_caching
         add_req, add_id, add_num, add_ctx = st.reqs.append, st.ids.append, st.num_sched.append, st.ctx.append
         budget = st.token_budget                    # kept local; st.token_budget synced around st.add
+        # Fused _update_after_schedule: while every request scheduled so far took the fast path
+        # (and without priority preemption, which may undo a scheduled request), advance each
+        # one here. Nothing later in schedule() reads what this writes; the in-flight prefill
+        # set is only read, so its discards wait for _update_after_schedule.
+        fuse = not self._priority
+        add_sample, is_async, inflight = st.samples.append, self.config.async_scheduling, self._inflight_prefills
+        defer, seq = self._defer_block_free, self._sched_step_seq + 1    # schedule() bumps the seq
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
@@ -288,7 +299,23 @@ class Scheduler:
                 add_ctx(c)
                 budget -= n
                 i += 1
+                if fuse:
+                    if defer:
+                        r.last_sched_seq = seq
+                    r.num_computed_tokens = need
+                    r.num_in_flight_tokens += n
+                    chunk = need < known + ph
+                    r.is_prefill_chunk = chunk
+                    add_sample(not chunk)
+                    if not chunk:
+                        if is_async:
+                            r.num_output_placeholders = ph + 1
+                            if stagger:
+                                r.next_decode_eligible_step = step_id + stagger
+                        if inflight and r in inflight:
+                            st.prefills_done.append(r)
                 continue
+            fuse = False
             st.token_budget = budget
             reqs = st.reqs
             while True:
@@ -332,6 +359,8 @@ class Scheduler:
 
     def _schedule_waiting(self, st: _StepState, thr: int) -> None:
         cfg, kv, running, waiting = self.config, self.kv, self.running, self.waiting
+        if not waiting:
+            return                          # most steps: nothing to admit
         skipped: deque[Request] = deque()
         while st.token_budget > 0 and waiting:
             if len(running) >= cfg.max_num_seqs:
@@ -372,6 +401,8 @@ class Scheduler:
         """
         cfg, kv, running = self.config, self.kv, self.running
         holding, waiting = self.kv_holding_waiting, self.waiting
+        if not holding and not waiting:
+            return                          # most steps: nothing to admit
         skipped_holding: deque[Request] = deque()
         skipped_waiting: deque[Request] = deque()
 
@@ -459,9 +490,12 @@ class Scheduler:
         next_eligible = self._step_id + stagger
         inflight = self._inflight_prefills
         defer, seq = self._defer_block_free, self._sched_step_seq
-        samples: list[bool] = []
+        samples = st.samples
         add_sample = samples.append
-        for r, n in zip(st.reqs, st.num_sched):
+        for r in st.prefills_done:
+            inflight.discard(r)
+        k = len(samples)                        # already advanced by _schedule_running
+        for r, n in zip(st.reqs[k:], st.num_sched[k:]) if k else zip(st.reqs, st.num_sched):
             if defer:
                 r.last_sched_seq = seq          # P/D async: the step that last scheduled r
             c = r.num_computed_tokens + n
