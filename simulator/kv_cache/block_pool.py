@@ -52,12 +52,13 @@ class FreeBlockQueue:
         if n > self.num_free_blocks:
             raise ValueError(f"cannot take {n} blocks, {self.num_free_blocks} free")
         nxt, prev = self._next, self._prev
-        out = []
+        out = [0] * n
         cur = nxt[self._head]
-        for _ in range(n):
-            out.append(cur)
+        for k in range(n):
+            out[k] = cur
             following = nxt[cur]
-            prev[cur] = nxt[cur] = -1
+            prev[cur] = -1
+            nxt[cur] = -1
             cur = following
         nxt[self._head] = cur
         prev[cur] = self._head
@@ -173,8 +174,9 @@ class BlockPool:
         for b in ordered_blocks:
             if b == null:
                 continue
-            ref[b] -= 1
-            if ref[b] == 0:
+            c = ref[b] - 1
+            ref[b] = c
+            if c == 0:
                 if block_hash[b] is None or not caching:
                     first.append(b)
                 else:
