@@ -549,7 +549,8 @@ class Scheduler:
             kv.drain_deferred_frees(self._processed_step_seq)
         for r, n, samples in zip(output.requests, output.num_scheduled_tokens, output.samples):
             # A request leaves self.requests exactly when it finishes: skip it then.
-            if r.status > _PREEMPTED:
+            status_before = r.status
+            if status_before > _PREEMPTED:
                 continue
             rid = r.request_id
             r.num_in_flight_tokens -= n
@@ -561,8 +562,7 @@ class Scheduler:
                     continue
             if not samples:
                 continue
-            status_before = r.status
-            had_placeholders = r.num_output_placeholders > 0
+            ph = r.num_output_placeholders
             k = r.num_output_tokens + 1                 # r.append_output_token(), written out:
             r.num_output_tokens = k
             known = r.prompt_len + k
@@ -571,8 +571,8 @@ class Scheduler:
             stopped = known >= max_len or k >= r.max_tokens
             if stopped:
                 r.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            if not stale and had_placeholders:
-                r.num_output_placeholders -= 1
+            if not stale and ph > 0:
+                r.num_output_placeholders = ph - 1
                 if status_before == _RUNNING and caching:
                     # kv.cache_blocks(r, processed tokens): full blocks min(done, known) // bs
                     done = r.num_computed_tokens - r.num_in_flight_tokens
