@@ -181,11 +181,12 @@ def _kv_dtype(kv_bytes: float) -> str:
     return "fp8" if kv_bytes <= 1.0 else "bf16"
 
 
-def attention_canon_row(op: AttentionOp) -> dict[str, object]:
-    """One canonical attention row of an op: the batch's length distribution + head shape."""
-    pmin, pmax, pmean, p50, p90 = _stats(op.prefill_new)
+def attention_canon_row(op: AttentionOp, stats=_stats) -> dict[str, object]:
+    """One canonical attention row of an op: the batch's length distribution + head shape.
+    `stats`: (min, max, mean, p50, p90) of a length list (the query path passes a pure-Python twin)."""
+    pmin, pmax, pmean, p50, p90 = stats(op.prefill_new)
     dec = [c + 1 for c in op.decode_ctx]             # schema counts the new token's KV too
-    dmin, dmax, dmean, d50, d90 = _stats(dec)
+    dmin, dmax, dmean, d50, d90 = stats(dec)
     pairs = float(sum(n * c + n * (n + 1) / 2 for n, c in zip(op.prefill_new, op.prefill_ctx)))
     kind = "mixed" if op.prefill_new and op.decode_ctx else ("context" if op.prefill_new else "generation")
     return {"op_name": kind, "batch_size": op.num_reqs, "num_prefill": len(op.prefill_new),

@@ -75,19 +75,7 @@ def _stats(xs: Sequence[int]) -> tuple[float, float, float, float, float]:
 
 
 def canon_row(op: AttentionOp) -> dict[str, object]:
-    pmin, pmax, pmean, p50, p90 = _stats(op.prefill_new)
-    dmin, dmax, dmean, d50, d90 = _stats([c + 1 for c in op.decode_ctx])   # schema counts the new KV
-    pairs = float(sum(n * c + n * (n + 1) / 2 for n, c in zip(op.prefill_new, op.prefill_ctx)))
-    kind = "mixed" if op.prefill_new and op.decode_ctx else ("context" if op.prefill_new else "generation")
-    return {"op_name": kind, "batch_size": op.num_reqs, "num_prefill": len(op.prefill_new),
-            "num_decode": len(op.decode_ctx), "prefill_tokens": sum(op.prefill_new),
-            "prefill_len_min": pmin, "prefill_len_max": pmax, "prefill_len_mean": pmean,
-            "prefill_len_p50": p50, "prefill_len_p90": p90,
-            "prefill_ctx_max": float(max(op.prefill_ctx, default=0)), "prefill_pairs": pairs,
-            "decode_ctx_min": dmin, "decode_ctx_max": dmax, "decode_ctx_mean": dmean,
-            "decode_ctx_p50": d50, "decode_ctx_p90": d90, "num_heads": op.num_heads,
-            "num_kv_heads": op.num_kv_heads, "head_dim": op.head_dim, "window_size": 0.0,
-            "kv_dtype": "fp8" if op.kv_bytes_per_elem <= 1.0 else "bf16", "is_mla": op.is_mla}
+    return F.attention_canon_row(op, _stats)
 
 
 def query_rows(op: AttentionOp, has_mixed: bool) -> tuple[dict, ...]:
