@@ -31,11 +31,16 @@ from simulator.simulation import SimulationSpec, run_simulation
 from simulator.workload import WorkloadSpec
 
 
+def _workload(num_prompts: int, rate: float) -> WorkloadSpec:
+    """Both cases: random 1024 in / 256 out, range ratio 0.5, Poisson arrivals at `rate` req/s."""
+    return WorkloadSpec(num_prompts=num_prompts, request_rate=rate, dataset_name="random",
+                        random_input_len=1024, random_output_len=256, random_range_ratio=0.5)
+
+
 def pdd_llama70b(num_prompts: int, rate: float) -> SimulationSpec:
     return SimulationSpec(
         engine=EngineArgs(model="meta-llama/Llama-3.1-70B", gpu="H100", max_model_len=4096),
-        workload=WorkloadSpec(num_prompts=num_prompts, request_rate=rate, dataset_name="random",
-                              random_input_len=1024, random_output_len=256, random_range_ratio=0.5),
+        workload=_workload(num_prompts, rate),
         architecture="pdd",
         pdd=PddSpec(prefill=RoleLayout("prefill", tp=4, replicas=128, router="least_loaded"),
                     decode=RoleLayout("decode", tp=8, replicas=64, router="kv_aware")))
@@ -45,8 +50,7 @@ def afd_qwen3_235b(num_prompts: int, rate: float) -> SimulationSpec:
     from simulator.afd import AfdRole, AfdSpec
     return SimulationSpec(
         engine=EngineArgs(model="Qwen/Qwen3-235B-A22B", gpu="H100", max_model_len=4096),
-        workload=WorkloadSpec(num_prompts=num_prompts, request_rate=rate, dataset_name="random",
-                              random_input_len=1024, random_output_len=256, random_range_ratio=0.5),
+        workload=_workload(num_prompts, rate),
         architecture="afd",
         pdd=PddSpec(prefill=RoleLayout("prefill", tp=8, replicas=32, router="least_loaded")),
         afd=AfdSpec(attention=AfdRole("attention", tp=4, replicas=64), ffn=AfdRole("ffn", ep=8, replicas=64)))
