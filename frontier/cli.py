@@ -61,6 +61,8 @@ CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or
 CC_HELP = ("vLLM --compilation-config JSON; only the CUDA-graph keys are simulated: cudagraph_mode "
            "(NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE = default), cudagraph_capture_sizes, "
            "max_cudagraph_capture_size.")
+O_HELP = ("vLLM -O0..-O3 (default 2); only the cudagraph_mode it sets is simulated: 0 = NONE (eager), "
+          "1 = PIECEWISE, 2 and 3 = FULL_AND_PIECEWISE. A --compilation-config cudagraph_mode wins.")
 COMPILATION_KEYS = ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size")
 
 
@@ -187,6 +189,7 @@ def simulate(
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's, 512 or 1024 on B200/B300).", rich_help_panel=ENGINE_HELP),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP, rich_help_panel=ENGINE_HELP),
+    optimization_level: Optional[int] = typer.Option(None, "--optimization-level", "-O", help=O_HELP, rich_help_panel=ENGINE_HELP),
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
     dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt or trace.", rich_help_panel=BENCH_HELP),
@@ -318,6 +321,7 @@ def memory(
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's)."),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP),
+    optimization_level: int = typer.Option(2, "--optimization-level", "-O", help=O_HELP),
     async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="Sets the tokens in flight a sliding-window group reserves."),
     predictor_bundle: Optional[Path] = typer.Option(None, help="Bundle whose profiled memory rows replace the estimated activation / non-torch / CUDA-graph terms."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
@@ -339,7 +343,7 @@ def memory(
             max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
-            async_scheduling=async_scheduling, **cg,
+            optimization_level=optimization_level, async_scheduling=async_scheduling, **cg,
             kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
         profiled = None if predictor_bundle is None else bundle_overheads(predictor_bundle, resolved.model.name, resolved.parallel)

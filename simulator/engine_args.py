@@ -29,6 +29,9 @@ GiB = 1 << 30
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
 ROUTERS = ("round_robin", "least_loaded")
+# vllm/config/vllm.py OPTIMIZATION_LEVEL_TO_CONFIG: the cudagraph_mode each -O level sets when the user
+# gave none (O0: no compilation, no graphs; O1: piecewise; O2 = default and O3: full and piecewise).
+OPTIMIZATION_LEVEL_CUDAGRAPH_MODE = {0: "NONE", 1: "PIECEWISE", 2: "FULL_AND_PIECEWISE", 3: "FULL_AND_PIECEWISE"}
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -59,7 +62,8 @@ class EngineArgs:
     enforce_eager: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
     max_cudagraph_capture_size: int | None = None           # tokens; None = vLLM's default
-    cudagraph_mode: str | None = None   # --compilation-config cudagraph_mode; None = FULL_AND_PIECEWISE
+    cudagraph_mode: str | None = None   # --compilation-config cudagraph_mode; None = the -O level's mode
+    optimization_level: int = 2          # -O0..-O3; only its default cudagraph_mode is simulated
     async_scheduling: bool = True
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
@@ -86,6 +90,9 @@ class EngineArgs:
             if not isinstance(self.cudagraph_mode, str) or self.cudagraph_mode.upper() not in CUDAGRAPH_MODES:
                 raise ValueError(f"cudagraph_mode {self.cudagraph_mode!r} is not one of {', '.join(CUDAGRAPH_MODES)}")
             object.__setattr__(self, "cudagraph_mode", self.cudagraph_mode.upper())
+        if (isinstance(self.optimization_level, bool) or
+                self.optimization_level not in OPTIMIZATION_LEVEL_CUDAGRAPH_MODE):
+            raise ValueError(f"--optimization-level (-O) {self.optimization_level!r} is not one of 0, 1, 2, 3")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(
                 f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
@@ -99,6 +106,12 @@ class EngineArgs:
             raise ValueError(f"--router {self.router!r} is not one of {', '.join(ROUTERS)}")
         if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
             raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
+
+    @property
+    def effective_cudagraph_mode(self) -> str:
+        """The cudagraph_mode vLLM runs: the user's, else the one the -O level sets (vLLM never
+        overrides a user-set field with a level default)."""
+        return self.cudagraph_mode or OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[self.optimization_level]
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -169,7 +182,8 @@ class ResolvedEngine:
             self.max_num_seqs, self.max_num_batched_tokens, enforce_eager=a.enforce_eager,
             sm_version=self.gpu.sm_version, num_spec_tokens=num_spec_tokens,
             cudagraph_capture_sizes=a.cudagraph_capture_sizes,
-            max_cudagraph_capture_size=a.max_cudagraph_capture_size, cudagraph_mode=a.cudagraph_mode)
+            max_cudagraph_capture_size=a.max_cudagraph_capture_size,
+            cudagraph_mode=a.effective_cudagraph_mode)
 
     @property
     def gpus_per_engine(self) -> int:

@@ -86,3 +86,21 @@ def test_bad_values_get_one_line_errors(command, flags, needle):
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.output
+
+
+def test_optimization_level_sets_the_default_mode(tmp_path):
+    eager = _steps(tmp_path / "o0", "-O0")
+    assert {m for *_, m in eager} == {"NONE"} and all(p == n for r, n, p, m in eager)
+    piecewise = _steps(tmp_path / "o1", "-O", "1")
+    assert (40, 40, 40, "PIECEWISE") in piecewise and {m for *_, m in piecewise} <= {"PIECEWISE", "NONE"}
+    assert _steps(tmp_path / "o3", "--optimization-level", "3") == _steps(tmp_path / "o2")
+    user_mode = _steps(tmp_path / "cc", "-O0", "-cc", '{"cudagraph_mode": "FULL_DECODE_ONLY"}')
+    assert (40, 40, 40, "FULL") in user_mode                 # a user-set mode wins over the level's
+
+
+def test_optimization_level_out_of_range_is_one_line():
+    res = runner.invoke(app, SIM + ["-O5"])
+    assert res.exit_code != 0
+    assert res.output.strip().splitlines()[-1] == "error: --optimization-level (-O) 5 is not one of 0, 1, 2, 3"
+    res = runner.invoke(app, MEM + ["-O0"])
+    assert res.exit_code == 0 and json.loads(res.output)["cuda_graph_gib"] == 0

@@ -79,3 +79,13 @@ def test_zero_max_refused_by_vllm_and_by_us():
         _vllm(256, 8192, None, 0, 0)
     with pytest.raises(ValueError, match="--max-cudagraph-capture-size must be a positive integer, got 0"):
         CudaGraphConfig.from_vllm(256, 8192, max_cudagraph_capture_size=0)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_optimization_level_mode_equals_vllm(level):
+    from vllm.config.vllm import OPTIMIZATION_LEVEL_TO_CONFIG, OptimizationLevel
+
+    from simulator.engine_args import EngineArgs
+
+    want = OPTIMIZATION_LEVEL_TO_CONFIG[OptimizationLevel(level)]["compilation_config"]["cudagraph_mode"]
+    assert EngineArgs(optimization_level=level).effective_cudagraph_mode == want.name
