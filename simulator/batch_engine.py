@@ -263,12 +263,12 @@ class BatchEngine:
             ops += [self._gemm("q_a_proj", m, mdl.q_lora_rank, h, "attention"),
                     self._gemm("q_b_proj", m, heads * qk, mdl.q_lora_rank, "attention")]
         else:
-            ops.append(self._gemm("q_proj", m, heads * qk, h, "attention"))
+            ops.append(self._gemm("mla_q_proj", m, heads * qk, h, "attention"))
         ops += [self._gemm("kv_a_proj", m, mdl.kv_lora_rank + mdl.qk_rope_head_dim, h, "attention"),
                 ElementwiseOp("mla_norms", m, h, 2 * (mdl.q_lora_rank + mdl.kv_lora_rank) * ab),
                 self._gemm("kv_b_proj", m, heads * (mdl.qk_nope_head_dim + mdl.v_head_dim),
                            mdl.kv_lora_rank, "attention"),
-                self._gemm("o_proj", m, h, heads * mdl.v_head_dim, "attention")]
+                self._gemm("mla_o_proj", m, h, heads * mdl.v_head_dim, "attention")]
         return ops
 
     def _mlp_ops(self, part: str, prefix: str, m: int, inter: int) -> list[object]:

@@ -10,6 +10,10 @@ RandomForest's mid-points: p95 15.9 % vs 16.9 % on H100) per (MHA | MLA module) 
 dtype, on the "ratio" target: 8 unbagged trees with leaves of 2 (H100 rows split p95
 8.3 % vs 10.5 % for 16 bagged trees with leaves of 3; 16 MB vs 8.5 MB pickled).
 
+Scope: ``module_keys`` names the sub-models fitted on "module" rows (AIC's MLA tables time the
+whole attention layer, its projections included); ``simulator.predictor_cost`` then prices the
+MLA projection ops of the layer at zero, so they are not counted twice.
+
 Mixed batches: measured tables (AIC) hold only uniform batches (all prefill of one length,
 or all decode of one context). When the training rows hold no "mixed" rows, a mixed batch
 is priced as the sum of its prefill part and its decode part, each from its own length
@@ -39,7 +43,14 @@ class AttentionPredictor(FamilyPredictor):
 
     def fit(self, df: pd.DataFrame) -> "AttentionPredictor":
         self.has_mixed = bool((df["op_name"] == "mixed").any())
-        return super().fit(df)
+        super().fit(df)
+        keys = self.submodel_keys(F.canon_from_rows(df, self.family))
+        module = (df["scope"] == "module").to_numpy(bool) if "scope" in df.columns else np.zeros(len(df), bool)
+        self.module_keys = tuple(sorted(set(keys[module])))
+        return self
+
+    def describe(self) -> dict:
+        return {**super().describe(), "module_keys": list(getattr(self, "module_keys", ()))}
 
     def predict_canon(self, canon: F.Canon, timing_mode: str = "kernel"):
         names = np.asarray(canon["op_name"]).astype(str)

@@ -1,0 +1,123 @@
+"""Engine-built decode ops are priced from the AIC rows that time the same work.
+
+* Block-scaled fp8 GEMMs (MiniMax-M2.5's attention projections) are priced from the per-tensor
+  fp8 sub-model of the same shape: AIC's vLLM 0.24 fp8_block table carries a ~57-90 us floor
+  that the deployments do not pay (simulator.predictor_cost).
+* An MLA layer priced from AIC's MLA *module* rows (the whole attention layer) does not price
+  its projections a second time: they cost 0 s, the attention op equals the module row.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration import features as F
+from calibration.bundle import Bundle
+from calibration.importers.aiconfigurator import import_aiconfigurator
+from calibration.predictors import AttentionPredictor, LinearPredictor
+from frontier.gpu import get_gpu
+from frontier.model_spec import load_model_spec
+from frontier.ops import AttentionOp, GemmOp
+from frontier.parallel import ParallelSpec
+from frontier.profile_schema import read_profiles
+from simulator.batch_engine import BatchEngine, BatchShape
+from simulator.cost_model import RooflineCostModel
+from simulator.cuda_graph import CudaGraphConfig
+from simulator.predictor_cost import MLA_MODULE_OPS, PredictorCostModel, as_per_tensor_fp8
+
+AIC = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "aiconfigurator"
+pytestmark = pytest.mark.skipif(not (AIC / "systems" / "data").is_dir(), reason=f"AIC data absent at {AIC}")
+H200 = get_gpu("H200")
+MINIMAX_SHAPES = ((1024, 3072), (3072, 768))     # qkv_proj, o_proj at tp8: (n, k)
+
+
+@pytest.fixture(scope="module")
+def h200(tmp_path_factory):
+    out = tmp_path_factory.mktemp("aic_h200")
+    import_aiconfigurator(AIC, out, gpus=["h200_sxm"], families=["linear", "attention"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def gemm_rows(h200):
+    df = read_profiles(h200, "linear", "H200")
+    shape = np.zeros(len(df), dtype=bool)
+    for n, k in MINIMAX_SHAPES:
+        shape |= (df.n == n).to_numpy() & (df.k == k).to_numpy()
+    return df[shape & df.dtype.isin(["fp8", "fp8_block"]).to_numpy() & (df.m <= 256).to_numpy()].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def mla_rows(h200):
+    df = read_profiles(h200, "attention", "H200")
+    sel = df.is_mla & (df.num_heads == 8) & (df.kv_dtype == "bf16") & (df.op_name == "generation")
+    return df[sel].reset_index(drop=True)
+
+
+def _engine(model: str, cost_model) -> BatchEngine:
+    return BatchEngine(load_model_spec(model), ParallelSpec(tp=8), H200, cost_model, CudaGraphConfig(True, (), 256))
+
+
+def test_as_per_tensor_fp8():
+    block = GemmOp("qkv_proj", 16, 1024, 3072, 1.0078125, 1.0, "fp8")
+    assert as_per_tensor_fp8(block) == GemmOp("qkv_proj", 16, 1024, 3072, 1.0, 1.0, "fp8")
+    assert F.gemm_dtype(block) == "fp8_block" and F.gemm_dtype(as_per_tensor_fp8(block)) == "fp8"
+    for other in (GemmOp("a", 16, 64, 64, 1.0, 1.0, "fp8"), GemmOp("b", 16, 64, 64), GemmOp("c", 16, 64, 64, 0.53)):
+        assert as_per_tensor_fp8(other) is other
+
+
+def test_fp8_block_gemm_priced_from_the_fp8_row(gemm_rows):
+    measured = gemm_rows.set_index(["dtype", "n", "k", "m"]).latency_s_median
+    # the table's floor: the same GEMM at m = 16 is ~10x slower in the fp8_block rows
+    assert measured[("fp8_block", 1024, 3072, 16)] > 7 * measured[("fp8", 1024, 3072, 16)]
+    linear = LinearPredictor(n_estimators=4).fit(gemm_rows)
+    cost = PredictorCostModel(Bundle({"linear": linear}, {"gpu": "H200"}), RooflineCostModel(H200))
+    assert cost.fp8_block_as_fp8
+    ops = {op.name: op for op, _ in _engine("MiniMaxAI/MiniMax-M2.5", cost).layer_ops(16) if isinstance(op, GemmOp)}
+    for name, (n, k) in zip(("qkv_proj", "o_proj"), MINIMAX_SHAPES):
+        op = ops[name]
+        assert F.canon_row_from_op(op)[1] == {"m": 16, "n": n, "k": k, "dtype": "fp8_block"}
+        fp8_row = F.canon_from_records([{"m": 16, "n": n, "k": k, "dtype": "fp8"}], "linear")
+        expected = float(linear.predict_canon(fp8_row)[0][0])
+        assert cost.op_times_s([op], "kernel")[0] == pytest.approx(expected, rel=1e-12)
+        assert expected == pytest.approx(float(measured[("fp8", n, k, 16)]), rel=0.15)
+    # a bundle without per-tensor fp8 rows keeps the fp8_block sub-model
+    block_only = LinearPredictor(n_estimators=4).fit(gemm_rows[gemm_rows.dtype == "fp8_block"])
+    cost_b = PredictorCostModel(Bundle({"linear": block_only}, {"gpu": "H200"}), RooflineCostModel(H200))
+    assert not cost_b.fp8_block_as_fp8
+    block_row = F.canon_from_records([{"m": 16, "n": 1024, "k": 3072, "dtype": "fp8_block"}], "linear")
+    assert cost_b.op_times_s([ops["qkv_proj"]], "kernel")[0] == \
+        pytest.approx(float(block_only.predict_canon(block_row)[0][0]), rel=1e-12)
+
+
+def test_mla_module_rows_hold_the_projections(mla_rows):
+    attn = AttentionPredictor(n_estimators=4).fit(mla_rows)
+    assert attn.module_keys == ("mla:bf16",)
+    cost = PredictorCostModel(Bundle({"attention": attn}, {"gpu": "H200"}), RooflineCostModel(H200))
+    assert cost.mla_module
+    engine = _engine("moonshotai/Kimi-K2.5", cost)
+    ops = [op for op, _ in engine.layer_ops(16)]
+    times = dict(zip([getattr(op, "name", "") for op in ops], cost.op_times_s(ops, "kernel")))
+    assert sorted(n for n in times if n in MLA_MODULE_OPS) == \
+        ["kv_a_proj", "kv_b_proj", "mla_norms", "mla_o_proj", "q_a_proj", "q_b_proj"]
+    assert all(times[n] == 0.0 for n in MLA_MODULE_OPS if n in times)
+    assert times["router"] > 0.0 and times["shared_gate_up_proj"] > 0.0    # not part of the module
+    # 16 decodes over 2047 + 1 KV tokens: the AIC generation module row (batch 16, step 2048)
+    ((op, n_layers),) = engine.attention_ops(BatchShape((1,) * 16, (2047,) * 16))
+    assert isinstance(op, AttentionOp) and n_layers == 61
+    row = mla_rows[(mla_rows.batch_size == 16) & (mla_rows.decode_ctx_max == 2048)]
+    assert len(row) >= 1
+    row_canon = F.canon_from_rows(row.iloc[[0]], "attention")
+    assert np.array_equal(F.featurize(row_canon, "attention"), F.featurize(F.canon_from_ops([op], "attention"), "attention"))
+    assert cost.op_times_s([op], "kernel")[0] == pytest.approx(float(attn.predict_canon(row_canon)[0][0]), rel=1e-12)
+
+
+def test_mla_kernel_rows_keep_the_projections(mla_rows):
+    attn = AttentionPredictor(n_estimators=4).fit(mla_rows.assign(scope="kernel"))
+    assert attn.module_keys == ()
+    cost = PredictorCostModel(Bundle({"attention": attn}, {"gpu": "H200"}), RooflineCostModel(H200))
+    ops = [op for op, _ in _engine("moonshotai/Kimi-K2.5", cost).layer_ops(16)]
+    times = cost.op_times_s(ops, "kernel")
+    assert not cost.mla_module
+    assert all(t > 0.0 for op, t in zip(ops, times) if getattr(op, "name", "") in MLA_MODULE_OPS)
