@@ -126,11 +126,21 @@ class AttentionOp:
     @property
     def bytes_moved(self) -> float:
         """KV read (context + new), KV write (new), Q in and O out."""
-        new = self.num_tokens
         kv_tokens = sum(self.prefill_ctx) + sum(self.prefill_new) + sum(self.decode_ctx) + len(self.decode_ctx)
+        return self._bytes_of(self.num_tokens, kv_tokens)
+
+    def _bytes_of(self, new: int, kv_tokens: int) -> float:
         v_dim = self.v_head_dim if self.v_head_dim else self.head_dim
         qo = new * self.num_heads * (self.head_dim + v_dim) * self.act_bytes
         return (kv_tokens + new) * self._kv_bytes_per_token + qo
+
+    def decode_work(self, num_reqs: int, ctx_sum: int) -> tuple[float, float]:
+        """(flops, bytes_moved) of an op with this op's heads, dims and bytes over decode
+        requests only: ``num_reqs`` of them, contexts summing to ``ctx_sum`` tokens. The same
+        floats as that op's ``flops`` and ``bytes_moved`` (both depend on the contexts only
+        through their count and sum), without building it; this op's own requests are ignored."""
+        pairs = ctx_sum + num_reqs
+        return self._flops_per_pair * pairs, self._bytes_of(num_reqs, pairs)
 
 
 @dataclass(frozen=True)

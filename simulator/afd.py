@@ -70,6 +70,7 @@ from simulator.dp_group import LockstepRanks
 DEFAULT_AFD_LANES = 2
 DEFAULT_AFD_LINK_LATENCY_S = 1e-5     # placeholder per activation transfer (launch + NIC/NVLink setup)
 MAX_CACHE_ENTRIES = 100_000
+FAST_WARM_LAYERS = 3                  # exact layers of a run before its F-bound fast path may take over
 LANES_ERROR = "afd_timeline needs the same (non-zero) number of lanes on every layer"
 
 
@@ -176,43 +177,129 @@ def _layer_runs(a: list[list[float]], s: list[list[float]], f: list[list[float]]
 
 def timeline_totals(layer_runs: list[Run], head_s: float, tail_s: float) -> AfdTimeline:
     """``afd_timeline(..., per_item=False)`` over layers given as runs of identical rows
-    ``(layers, a_row, s_row, f_row, r_row)``: the same recurrence, the same float operations in
-    the same order, each run's lanes zipped once instead of once per layer, no per-item ends.
-    Totals sum the same row sums in layer order. The step pricer passes its two runs (dense
-    layers, MoE layers) directly."""
+    ``(layers, a_row, s_row, f_row, r_row)``: the same recurrence and the same floats, no
+    per-item ends. Each run goes through :func:`_run_layers` (the loop, or its F-bound fast
+    path where that is proven to give the same floats). Totals sum the same row sums in layer
+    order. The step pricer passes its two runs (dense layers, MoE layers) directly."""
     lanes = len(layer_runs[0][1])
-    runs: list[tuple] = []                 # (layers, lane items (a, s, f, r, lane), row sums)
+    runs: list[tuple] = []                 # (layers, lane items (a, s, f, r, lane), rows, row sums)
     for count, *rows in layer_runs:
         if not lanes or {*map(len, rows)} != {lanes}:
             raise ValueError(LANES_ERROR)
-        runs.append((count, [(*x, j) for j, x in enumerate(zip(*rows))], tuple(map(sum, rows))))
-    a_free = head_s
-    s_free = f_free = r_free = 0.0
-    back = [head_s] * lanes                # lane j's activations are on A
-    for count, items, _ in runs:
-        for aj, sj, fj, rj, j in items * count:         # the run's layers, lane by lane
-            b = back[j]
-            if b > a_free:
-                a_free = b
-            a_free += aj
-            if a_free > s_free:
-                s_free = a_free
-            s_free += sj
-            if s_free > f_free:
-                f_free = s_free
-            f_free += fj
-            if f_free > r_free:
-                r_free = f_free
-            r_free += rj
-            back[j] = r_free
+        runs.append((count, [(*x, j) for j, x in enumerate(zip(*rows))], rows, tuple(map(sum, rows))))
+    state = (head_s, 0.0, 0.0, 0.0, [head_s] * lanes)    # A, A→F, F, F→A free; lane j's activations back on A
+    for count, items, rows, _ in runs:
+        state = _run_layers(state, count, items, rows)
+    a_free, _, _, _, back = state
     end = max(a_free, max(back)) + tail_s
     a_sums, s_sums, f_sums, r_sums = [], [], [], []       # per layer, in layer order
-    for count, _, (sa, ss, sf, sr) in runs:
+    for count, _, _, (sa, ss, sf, sr) in runs:
         a_sums += [sa] * count
         s_sums += [ss] * count
         f_sums += [sf] * count
         r_sums += [sr] * count
     return AfdTimeline(end, head_s + tail_s + sum(a_sums), sum(f_sums), sum(s_sums) + sum(r_sums), (), (), ())
+
+
+def _loop(state: tuple, items: list[tuple], layers: int) -> tuple:
+    """The recurrence of :func:`afd_timeline` over ``layers`` identical layers (``items``:
+    one ``(a, s, f, r, lane)`` per lane); ``state`` = (A, A→F, F, F→A free, lanes' return times)."""
+    a_free, s_free, f_free, r_free, back = state
+    back = back[:]
+    for aj, sj, fj, rj, j in items * layers:
+        b = back[j]
+        if b > a_free:
+            a_free = b
+        a_free += aj
+        if a_free > s_free:
+            s_free = a_free
+        s_free += sj
+        if s_free > f_free:
+            f_free = s_free
+        f_free += fj
+        if f_free > r_free:
+            r_free = f_free
+        r_free += rj
+        back[j] = r_free
+    return a_free, s_free, f_free, r_free, back
+
+
+def _run_layers(state: tuple, count: int, items: list[tuple], rows: list[list[float]]) -> tuple:
+    """:func:`_loop` over a run of ``count`` identical layers, with an exact fast path when F
+    is the bottleneck.
+
+    F-bound pattern (item i = lane j of a layer, N lanes, ``x_i`` = the item's durations):
+    every max of the recurrence picks the same side, so ``F_i = F_{i-1} + f_i``,
+    ``R_i = F_i + r_i``, ``A_i = R_{i-N} + a_i``, ``S_i = A_i + s_i`` (each ``+`` one float
+    addition, as the loop does). Once the last N+1 items of the loop followed the pattern, the
+    pattern holds for every later item of the run if, for every lane j (j-1 cyclic):
+
+        r[j-1] <= f[j]                                   (R waits on F: both add to F_{i-1};
+                                                          rounding is monotone, so exact)
+        r[j-1] + a[j-1]        <= f[j] + r[j]           - tol   (A waits on lane j's return)
+        r[j-1] + a[j-1] + s[j-1] <= f[j] + r[j] + a[j]  - tol   (A→F waits on A)
+        r[j] + a[j] + s[j]     <= f[j+1] + ... + f[j+N-1] - tol (F waits on its previous item)
+
+    Each side of the last three is one F value (F_{i-1-N} or F_{i-N}) plus at most N + 3 float
+    additions, each off the real sum by at most 2^-53 x the largest value ``vmax`` (a bound on
+    every value of the run), so ``tol`` = (N + 8) x 2^-48 x vmax covers them with room to
+    spare. Under the pattern only the F chain is a sequence of additions; it is accumulated
+    in order and the run's final A, A→F, F→A and return times are the pattern's last items.
+    """
+    lanes = len(items)
+    warm = FAST_WARM_LAYERS
+    if lanes < 2 or count < warm + 2:
+        return _loop(state, items, count)
+    state = _loop(state, items, 1)
+    state, ok = _traced_loop(state, items, warm - 1)
+    if not ok or not _f_bound(state, count - warm, rows):
+        return _loop(state, items, count - warm)
+    a, s, f, r = rows
+    chain = list(accumulate(f * (count - warm), initial=state[2]))     # F after every item
+    last = chain[-2 * lanes:]                                            # the last two layers' F
+    prev = [x + rj for x, rj in zip(last[:lanes], r)]                   # their R (layer before last)
+    back = [x + rj for x, rj in zip(last[lanes:], r)]                   # the last layer's R
+    a_free = prev[-1] + a[-1]
+    return a_free, a_free + s[-1], chain[-1], back[-1], back
+
+
+def _traced_loop(state: tuple, items: list[tuple], layers: int) -> tuple[tuple, bool]:
+    """:func:`_loop`, and whether every item followed the F-bound pattern (A took the lane's
+    return, A→F took A's end, F its own previous end, F→A F's end; ties count as either)."""
+    a_free, s_free, f_free, r_free, back = state
+    back = back[:]
+    ok = True
+    for aj, sj, fj, rj, j in items * layers:
+        b = back[j]
+        ok = ok and b >= a_free
+        a_free = (b if b > a_free else a_free) + aj
+        ok = ok and a_free >= s_free
+        s_free = (a_free if a_free > s_free else s_free) + sj
+        ok = ok and s_free <= f_free
+        f_free = (s_free if s_free > f_free else f_free) + fj
+        ok = ok and f_free >= r_free
+        r_free = (f_free if f_free > r_free else r_free) + rj
+        back[j] = r_free
+    return (a_free, s_free, f_free, r_free, back), ok
+
+
+def _f_bound(state: tuple, layers: int, rows: list[list[float]]) -> bool:
+    """The per-lane conditions of :func:`_run_layers` for ``layers`` more layers from ``state``."""
+    a, s, f, r = rows
+    n = len(a)
+    vmax = 2.0 * (max(*state[:4], *state[4]) + layers * (sum(a) + sum(s) + sum(f) + sum(r)))
+    if not (vmax < math.inf and min(*a, *s, *f, *r) >= 0.0):
+        return False
+    tol = (n + 8) * 2.0 ** -48 * vmax + 2.0 ** -1000
+    f_all = sum(f)
+    for j in range(n):
+        i = j - 1                              # the previous lane (cyclic)
+        if not (r[i] <= f[j]
+                and r[i] + a[i] + tol <= f[j] + r[j]
+                and r[i] + a[i] + s[i] + tol <= f[j] + r[j] + a[j]
+                and r[j] + a[j] + s[j] + tol <= f_all - f[j]):
+            return False
+    return True
 
 
 def split_lanes(new_tokens: tuple[int, ...], lanes: int) -> list[tuple[int, int]]:
@@ -315,6 +402,8 @@ class AfdEngine:
         self._cache: dict[BatchShape, tuple[StepCost, AfdStepStats]] = {}
         self._a_dense: dict[tuple[int, str], float] = {}
         self._f_layer: dict[tuple[int, str], tuple[float, float, float]] = {}
+        self._ends_memo: dict[tuple[int, str], tuple[float, float]] = {}
+        self._lanes: dict[tuple[int, int, bool], tuple] = {}
         self._q = attn.cudagraph.uniform_decode_query_len
         self._moe_copies = self._copies()
 
@@ -332,40 +421,61 @@ class AfdEngine:
     # -- pieces
     def _price(self, batch: BatchShape) -> tuple[StepCost, AfdStepStats]:
         mdl = self.model
-        n_layers, ab, h = mdl.num_layers, mdl.quant.activation_bytes, mdl.hidden_size
+        n_layers = mdl.num_layers
         lanes = split_lanes(batch.new_tokens, self.lanes)
         a_lane, f_dense, f_moe, ep_wait, s_dense, s_moe = [], [], [], [], [], []
         modes, padded_total = [], 0
         for lo, hi in lanes:
             new, ctx = batch.new_tokens[lo:hi], batch.context_lens[lo:hi]
-            tokens, reqs = sum(new), hi - lo
-            mode, padded = self.cudagraph.dispatch(tokens, reqs, new.count(self._q) == reqs)
+            reqs = hi - lo
+            mode, padded, attn_timing, a_dense, fd, fm, wait, sd, sm = self._lane(sum(new), reqs,
+                                                                                 new.count(self._q) == reqs)
             modes.append(mode)
             padded_total += padded
-            dense_timing = "launch" if mode == "NONE" else "kernel"
-            attn_timing = "kernel" if mode == "FULL" else "launch"
-            attn = self.attn._attention_time_s(BatchShape(new, ctx), attn_timing)
-            a_lane.append(self._a_dense_per_layer(padded, dense_timing) + attn / n_layers)
-            f_tokens = padded * self.attention_dp
-            fd, fm, wait = self._f_per_layer(f_tokens, dense_timing)
+            a_lane.append(a_dense + self.attn.attention_time_s(new, ctx, attn_timing) / n_layers)
             f_dense.append(fd)
             f_moe.append(fm)
             ep_wait.append(wait)
-            s_dense.append(self._xfer_s(padded, 1))
-            s_moe.append(self._xfer_s(padded, self._moe_copies))
+            s_dense.append(sd)
+            s_moe.append(sm)
         n_dense = n_layers - mdl.num_moe_layers
         runs = [run for run in ((n_dense, a_lane, s_dense, f_dense, s_dense),
                                 (n_layers - n_dense, a_lane, s_moe, f_moe, s_moe)) if run[0]]
-        head = self.attn._times([(ElementwiseOp("embedding", batch.num_tokens, h, 2 * h * ab), 1)],
-                                "launch" if modes[0] == "NONE" else "kernel")
-        tail = (self.attn._times([(ElementwiseOp("final_norm", batch.num_tokens, h, 2 * h * ab), 1)],
-                                 "launch" if modes[0] == "NONE" else "kernel")
-                + self.attn._head_time_s(batch.num_reqs))
+        head, final_norm = self._ends(batch.num_tokens, "launch" if modes[0] == "NONE" else "kernel")
+        tail = final_norm + self.attn._head_time_s(batch.num_reqs)
         tl = timeline_totals(runs, head, tail)   # the combine (r) moves the same bytes back as the dispatch (s)
         mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
         stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s,
                              sum(ep_wait) * mdl.num_moe_layers, len(lanes))
         return StepCost(tl.end_s, batch.num_tokens, padded_total, mode), stats
+
+    def _lane(self, tokens: int, reqs: int, uniform: bool) -> tuple:
+        """Everything of a lane but its attention, from its tokens, requests and whether it is a
+        uniform decode, memoized: (graph mode, padded tokens, attention timing, A's dense time
+        per layer, F's dense / MoE time and EP wait per layer, A→F time of a dense / MoE layer)."""
+        key = (tokens, reqs, uniform)
+        got = self._lanes.get(key)
+        if got is None:
+            if len(self._lanes) >= MAX_CACHE_ENTRIES:
+                self._lanes.clear()
+            mode, padded = self.cudagraph.dispatch(tokens, reqs, uniform)
+            dense_timing = "launch" if mode == "NONE" else "kernel"
+            attn_timing = "kernel" if mode == "FULL" else "launch"
+            got = self._lanes[key] = (mode, padded, attn_timing, self._a_dense_per_layer(padded, dense_timing),
+                                      *self._f_per_layer(padded * self.attention_dp, dense_timing),
+                                      self._xfer_s(padded, 1), self._xfer_s(padded, self._moe_copies))
+        return got
+
+    def _ends(self, m: int, timing: str) -> tuple[float, float]:
+        """(embedding, final norm) times of A over the step's m tokens, memoized."""
+        key = (m, timing)
+        got = self._ends_memo.get(key)
+        if got is None:
+            h, ab = self.model.hidden_size, self.model.quant.activation_bytes
+            got = self._ends_memo[key] = (
+                self.attn._times([(ElementwiseOp("embedding", m, h, 2 * h * ab), 1)], timing),
+                self.attn._times([(ElementwiseOp("final_norm", m, h, 2 * h * ab), 1)], timing))
+        return got
 
     def _copies(self) -> float:
         """EP ranks one token's activations go to: the expected number of ranks its top-k

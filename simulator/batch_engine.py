@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
 from simulator.comm.group import intra_node_link
+from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 
 if TYPE_CHECKING:
@@ -141,6 +142,13 @@ class BatchEngine:
         self._stage_cache: dict[BatchShape, tuple[float, ...]] = {}
         self._dense_cache: dict[tuple[int, str], float] = {}
         self._head_cache: dict[int, float] = {}
+        # decode-only attention priced from the contexts' count and sum (attention_time_s): the
+        # roofline's attention time depends on nothing else; a calibrated model may (it sees
+        # the context distribution), and sliding-window layers see clipped contexts
+        self._attn_layers = model.num_layers - model.num_sliding_layers
+        one_group = self._attn_layers > 0 and not (model.sliding_window and model.num_sliding_layers)
+        self._decode_attn = (self._attention_for((1,), (0,))[0]
+                             if type(cost_model) is RooflineCostModel and one_group else None)
 
     # ---- public ---------------------------------------------------------------------------
     @property
@@ -377,7 +385,19 @@ class BatchEngine:
         return ops
 
     def _attention_time_s(self, batch: BatchShape, timing: str) -> float:
-        ops = self.attention_ops(batch)
+        return self.attention_time_s(batch.new_tokens, batch.context_lens, timing, batch)
+
+    def attention_time_s(self, new: tuple[int, ...], ctx: tuple[int, ...], timing: str,
+                         batch: BatchShape | None = None) -> float:
+        """Attention time (seconds, all layers) of requests with ``new`` tokens each on ``ctx``
+        context tokens (``batch``: the same as a BatchShape, when the caller has one). Decode
+        only under the roofline: the op's work from the contexts' count and sum
+        (``AttentionOp.decode_work``), the same floats as pricing the op built for them."""
+        decode = self._decode_attn
+        if decode is not None and new.count(1) == len(new):
+            flops, nbytes = decode.decode_work(len(ctx), sum(ctx))
+            return self.cost_model.attention_time_s(flops, nbytes, timing) * self._attn_layers
+        ops = self.attention_ops(batch if batch is not None else BatchShape(new, ctx))
         if len(ops) == 1:     # the common case: _times' sum over one op, 0 + t * n, is t * n
             op, n_layers = ops[0]
             return self.cost_model.op_times_s([op], timing)[0] * n_layers

@@ -131,9 +131,7 @@ class RooflineCostModel:
                 op.flops / (self._flops_rate[op.compute_dtype] * GEMM_COMPUTE_EFF),
                 op.bytes_moved / (bw * GEMM_MEMORY_EFF))
         if isinstance(op, AttentionOp):
-            return LATENCY_KERNELS["attention"] * KERNEL_LATENCY_S + max(
-                op.flops / (self.gpu.bf16_flops * ATTN_COMPUTE_EFF),
-                op.bytes_moved / (bw * ATTN_MEMORY_EFF))
+            return self._attention_kernel_s(op.flops, op.bytes_moved)
         if isinstance(op, MoeOp):
             kind = moe_kernel_class(op)
             return MOE_FIXED_S[kind] + max(
@@ -144,6 +142,22 @@ class RooflineCostModel:
         if isinstance(op, CommOp):
             return self.comm_time_s(op)
         raise ValueError(f"RooflineCostModel: unknown op type {type(op).__name__}")
+
+    def attention_time_s(self, flops: float, bytes_moved: float, timing_mode: str) -> float:
+        """``op_times_s([op], timing_mode)[0]`` of an AttentionOp with these ``flops`` and
+        ``bytes_moved`` (the same floats; step pricing of decode-only attention, which gets
+        both from ``AttentionOp.decode_work`` without building the op)."""
+        if timing_mode not in TIMING_MODES:
+            raise ValueError(f"timing_mode={timing_mode!r}; valid: {TIMING_MODES}")
+        t = self._attention_kernel_s(flops, bytes_moved)
+        if timing_mode == "launch":
+            t += LAUNCH_OVERHEAD_S * KERNELS_PER_OP["attention"]
+        return t
+
+    def _attention_kernel_s(self, flops: float, bytes_moved: float) -> float:
+        return LATENCY_KERNELS["attention"] * KERNEL_LATENCY_S + max(
+            flops / (self.gpu.bf16_flops * ATTN_COMPUTE_EFF),
+            bytes_moved / (self.gpu.hbm_bw_bytes_per_s * ATTN_MEMORY_EFF))
 
     def comm_time_s(self, op: CommOp) -> float:
         """Delegated to the comm backend (default analytical: ring/tree, hierarchical across
