@@ -204,6 +204,6 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
                 "split": {"holdout_fraction": holdout_fraction, "split_seed": split_seed,
                           "holdout_by": holdout_by,
                           "scheme": f"{holdout_by} (see calibration.evaluate)"},
-                "target": {f: ("log(latency_s)" if p.target == "log" else "log(latency_s / features.reference_s)")
+                "target": {f: ("log(latency_s)" if p.target == "log" else f"log(latency_s / {p.ratio_reference})")
                            for f, p in predictors.items()}}
     return save_bundle(out, predictors, manifest, memory=memory_entry(profiles_root, gpu))

@@ -50,7 +50,8 @@ Canon = dict[str, np.ndarray]
 
 # Bump when any canonical column, feature or reference formula changes: bundles record it,
 # cached auto bundles of another version are refitted and load_bundle refuses them.
-FEATURES_VERSION = 3       # 3: attention predictors record their module-scope (MLA) sub-models
+FEATURES_VERSION = 4       # 3: attention predictors record their module-scope (MLA) sub-models
+                           # 4: GEMM 16/32-row tile features, GEMM roofline fitted per dtype
 SMS = 132.0                 # streaming multiprocessors of an H100/H200 SXM (shapes the wave features)
 RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
 _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,
@@ -252,6 +253,7 @@ def canon_from_ops(ops: Sequence, family: str) -> Canon:
 
 FEATURE_NAMES: dict[str, tuple[str, ...]] = {
     "linear": ("lg_m", "lg_n", "lg_k", "lg_flops", "lg_bytes", "lg_roof",
+               "lg_mt16", "lg_tiles16", "lg_padflops16", "lg_mt32", "lg_tiles32", "lg_padflops32",
                "lg_mt64", "lg_tiles64", "lg_padflops64", "lg_mt128", "lg_tiles128", "lg_padflops128",
                "lg_mt256", "lg_tiles256", "lg_padflops256", "lg_waves128", "lg_waves256",
                "k_div128", "n_div128", "m_frac128"),
@@ -286,7 +288,7 @@ def _linear(c: Canon) -> np.ndarray:
     flops = 2 * m * n * k
     nbytes = n * k * wbytes + 2 * (m * k + m * n)
     cols = [_lg(m), _lg(n), _lg(k), _lg(flops), _lg(nbytes), _lg(np.maximum(flops / RIDGE_FLOP_PER_BYTE, nbytes))]
-    for tile in (64, 128, 256):
+    for tile in (16, 32, 64, 128, 256):   # each column grows with m (token tables walk monotone)
         mt = np.ceil(m / tile)
         cols += [_lg(mt), _lg(mt * np.ceil(n / 128)), _lg(2 * mt * tile * n * k)]
     for tile in (128, 256):   # output tiles per wave of the 132 SMs (H100/H200)

@@ -94,6 +94,7 @@ class FamilyPredictor:
     family: str = ""
     kernels_per_op: int = 1
     target: str = "log"   # "log": log(latency_s); "ratio": log(latency_s / features.reference_s)
+    ratio_reference: str = "features.reference_s"   # what "ratio" divides by (a family may fit its own)
     defaults: dict = {}   # a family's own forest parameters and target (overrides FOREST_DEFAULTS)
 
     def __init__(self, **overrides) -> None:

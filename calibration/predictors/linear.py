@@ -1,20 +1,63 @@
 """Linear (token-count) family: GEMMs, one extra-trees forest (32 bagged trees) per dtype
-over log m, n, k, FLOPs, bytes, tile counts, SM waves, the fill of the last 128-row tile and
-the k / n divisibility that picks vLLM's fp8 block-scaled kernel (the dtype picks the kernel
-family: bf16 cuBLAS, fp8 Cutlass, fp8_block DeepGEMM (k % 128 == 0, m >= 32) / FlashInfer
-(k % 128 == 0, m < 32) / Cutlass (otherwise)), on the "log" target. Bagging (half the rows
-per tree, leaves of 3) beats unbagged trees on these noisy tables (H100 rows split p95 12.3 %
-vs 13.1 %). The "ratio" target measured 0.3-0.4 points better (H100 p95 rows 11.9 %,
-token points 13.6 %); not switched yet (it needs a refit of every cached bundle for a
-gain below the 5 % target's gap)."""
+over log m, n, k, FLOPs, bytes, tile counts (16- to 256-row tiles), SM waves, the fill of
+the last 128-row tile and the k / n divisibility that picks vLLM's fp8 block-scaled kernel
+(the dtype picks the kernel family: bf16 cuBLAS, fp8 Cutlass, fp8_block DeepGEMM
+(k % 128 == 0, m >= 32) / FlashInfer (k % 128 == 0, m < 32) / Cutlass (otherwise)).
+
+Target "ratio" (default): log(latency / a roofline fitted per dtype,
+``calibration.predictors.gemm_roofline``), so the forest learns the efficiency left after the
+kernel's fixed latency and fitted compute / memory rates; "log": log(latency).
+
+Measured (AIC vLLM 0.24.0 GEMM tables, 20 % held out, seed 0, p95 APE, forest fitted on the
+training split): log target, features v2 (before): H100 rows 12.3 %, H200 rows 11.5 %, token
+points 13.9 % / 13.6 %; see README for the figures of this version. Tried and dropped:
+- per-shape interpolation (same dtype, n, k; latency interpolated in log m between the
+  neighbouring training rows, the forest outside): p95 26-30 %, worse everywhere but one
+  token-count band; the forest's residual interpolated the same way: 14-17 %. The tables are
+  not smooth along m (AIC times m and m + 1 at each tile edge, and rows jump by 10-60 % from
+  both m-neighbours: 12 % of rows by > 10 %, 2.7 % by > 20 %), so pooling across shapes beats
+  a shape's own neighbours.
+- features with a period under 128 rows (m odd, fill of the last 16/32/64-row tile): 0.3-0.9
+  points better by token points, but not monotone in m, which the token tables'
+  ``predict_monotone`` walk needs (base.py); 64 trees, leaves of 2 or 5, 70 % bags: within
+  the seed noise (~0.2 points).
+"""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
+from calibration import features as F
 from calibration.predictors.base import FamilyPredictor
+from calibration.predictors.gemm_roofline import TERMS, fit_roofline, roofline_s, roofline_terms
 
 
 class LinearPredictor(FamilyPredictor):
     family = "linear"
     kernels_per_op = 1
+    ratio_reference = "calibration.predictors.gemm_roofline (fitted per dtype)"
 
-    defaults = {"target": "log", "n_estimators": 32}
+    defaults = {"target": "ratio", "n_estimators": 32}
+
+    def fit(self, df: pd.DataFrame) -> "LinearPredictor":
+        """Fit the per-dtype roofline (ratio target) on all rows of a key, then the forests."""
+        df = self.select_rows(df).reset_index(drop=True)
+        self.roofline: dict[str, np.ndarray] = {}
+        if self.target == "ratio" and len(df):
+            canon = F.canon_from_rows(df, self.family)
+            keys, terms = self.submodel_keys(canon), roofline_terms(canon)
+            latency = df["latency_s_median"].to_numpy(float)
+            self.roofline = {str(key): fit_roofline(terms[keys == key], latency[keys == key])
+                             for key in sorted(set(keys))}
+        return super().fit(df)
+
+    def _offset(self, canon: F.Canon) -> np.ndarray:
+        if self.target != "ratio":
+            return super()._offset(canon)
+        return np.log(roofline_s(canon, self.submodel_keys(canon), self.roofline))
+
+    def describe(self) -> dict:
+        out = super().describe()
+        out["roofline"] = {key: dict(zip(TERMS, map(float, coef))) for key, coef in self.roofline.items()}
+        return out
