@@ -1,6 +1,6 @@
 """Reproduce the paper's three qualitative findings on small deployments (roofline costs).
 
-    .venv/bin/python bench/findings.py [--case a|b|c|all] [--json]
+    .venv/bin/python bench/findings.py [--case a|b|c|all] [--total-gpus N] [--c-models 30b,235b] [--json]
 
 Each case prints a table and a one-line verdict computed from the table's numbers.
 
@@ -26,15 +26,26 @@ Each case prints a table and a one-line verdict computed from the table's number
     inflation on every workload (``sim`` column; the ``pow2`` count is reported too).
 (c) ``afd-h20`` (paper §6.2, Figure 14): with H20s on the FFN side of an AFD deployment
     the FFN side is compute-bound and loses throughput; on the attention side throughput
-    is kept. Qwen3-30B-A3B, P:A:F = 4:4:4 GPUs (prefill TP2 x 2 on H800, attention TP1 x
-    DP4, FFN EP4), 2048 requests sent at once, random 256 in / 1024 out (range ratio 0.5);
-    all-H800 vs H20 on F vs H20 on A. Per role: busy fraction (summary), busy seconds per
-    decoded token (steps table, A rows), output throughput, and cost efficiency
-    CE = (throughput / price) / (all-H800 throughput / price) with the catalogue's hourly
-    prices. A role is compute-bound on H20 when its seconds per token are higher there than
-    on H800 although the H20 has more HBM bandwidth (4.0 vs 3.35 TB/s) and 1/6.7 the BF16
-    FLOP/s. Verdict: H20-on-F has F busy >= ``C_BUSY_BOUND``, F compute-bound, and throughput
-    more than ``C_KEPT`` below all-H800; H20-on-A keeps throughput within ``C_KEPT``.
+    is kept. Two models (``--c-models``, ``C_LAYOUTS``): Qwen3-30B-A3B at P:A:F = 4:4:4 GPUs
+    (prefill TP2 x 2, attention TP1 x DP4, FFN EP4) and the paper's Qwen3-235B-A22B at 8:8:8
+    (prefill TP8, attention TP4 x DP2, FFN EP8; bf16 weights need TP8 / EP8 on 80 GB). Prefill
+    runs on H800. Per model, ``C_NUM_PROMPTS`` requests sent at once of each workload in
+    ``C_WORKLOADS``: the paper's four (random 2048/256, 256/2048, 1024/1024 with range ratio
+    0.5; ShareGPT) and 256/1024; placements all-H800, H20 on F, H20 on A. The A-F link is the
+    NIC in every placement (A and F pools on separate nodes, as at the paper's 1,024-GPU
+    scale; mixing GPU types forces it); where A + F fit one node the all-H800 layout also runs
+    on NVLink (simulator.afd's default), reported but not the reference. Per row: busy
+    fraction (summary), busy us per decoded token (steps table, A rows), output throughput,
+    vs base = throughput / all-H800's (NIC), CE = that per dollar at the paper's prices
+    (H800 $3.49, H20 $1.59 per hour), gate = CE > ``C_GATE_CE`` (the paper's), and the mean
+    decode context (tokens in KV per decode step). Per workload also A's time per layer for
+    one lane on each GPU (projections, attention, the rest). A role is compute-bound on H20
+    when its seconds per token are higher there than on H800 although the H20 has more HBM
+    bandwidth (4.0 vs 3.35 TB/s) and 1/6.7 the BF16 FLOP/s. Verdict per workload: reproduced
+    when H20-on-F has F busy >= ``C_BUSY_BOUND``, F compute-bound and throughput more than
+    ``C_KEPT`` below all-H800, and H20-on-A keeps throughput within ``C_KEPT``; the paper's
+    gate (A passes, F fails) is reported beside it. Overall: per model, on how many
+    workloads, and where by mean decode context the attention side keeps its throughput.
 """
 
 from __future__ import annotations
@@ -42,11 +53,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from frontier.gpu import get_gpu
+from simulator.afd import DEFAULT_AFD_LANES
 from simulator.control_plane import PddSpec, RoleLayout
 from simulator.engine_args import EngineArgs
 from simulator.simulation import SimulationResult, SimulationSpec, run_simulation
@@ -66,8 +78,11 @@ B_WORKLOADS = ((2048, 256), (256, 2048), (512, 512), (1024, 1024))
 PAPER_CAPTURE_BINS = (1, 2, 4, 8, 16, 32, 64)
 
 # ------------------------------------------------------------------------------ (c) settings
-C_MODEL, C_BASE_GPU, C_CHEAP_GPU = "Qwen/Qwen3-30B-A3B", "H800", "H20"
-C_ISL, C_OSL, C_NUM_PROMPTS = 256, 1024, 2048
+C_BASE_GPU, C_CHEAP_GPU, C_NUM_PROMPTS = "H800", "H20", 2048
+C_WORKLOADS = (("2048/256", 2048, 256), ("256/2048", 256, 2048), ("1024/1024", 1024, 1024),
+               ("sharegpt", 0, 0), ("256/1024", 256, 1024))    # (name, ISL, OSL): the paper's four + ours
+C_PAPER_PRICES = {"H800": 3.49, "H20": 1.59}    # USD per GPU-hour, paper §6.2
+C_GATE_CE = 1.08            # the paper's gate: a placement needs CE > 1.08
 C_BUSY_BOUND = 0.9          # a role busy this much of the run is the bottleneck
 C_KEPT = 0.10               # throughput within 10 % of all-H800 counts as kept
 
@@ -251,84 +266,252 @@ def print_case_b(out: dict) -> None:
 # ================================================================================ (c)
 @dataclass(frozen=True)
 class AfdLayout:
-    """GPUs of an AFD case: prefill TP x replicas, attention DP (TP1), FFN EP, and the GPU types."""
+    """An AFD case: the model, prefill TP x replicas (on ``C_BASE_GPU``), attention TP x DP,
+    FFN EP, and the GPU types of A and F."""
 
+    model: str = "Qwen/Qwen3-30B-A3B"
     prefill_tp: int = 2
     prefill_replicas: int = 2
+    attention_tp: int = 1
     attention_dp: int = 4
     ffn_ep: int = 4
     attention_gpu: str = C_BASE_GPU
     ffn_gpu: str = C_BASE_GPU
 
+    @property
+    def gpus(self) -> tuple[int, int, int]:
+        """(P, A, F) GPU counts."""
+        return (self.prefill_tp * self.prefill_replicas, self.attention_tp * self.attention_dp, self.ffn_ep)
 
-def afd_spec(layout: AfdLayout, *, num_prompts: int = C_NUM_PROMPTS, isl: int = C_ISL, osl: int = C_OSL,
-             model: str = C_MODEL, prefill_gpu: str = C_BASE_GPU) -> SimulationSpec:
+    def a_f_fit_one_node(self) -> bool:
+        """simulator.afd's rule for the default A-F link: NVLink when A and F have one GPU type and
+        one A engine's TP plus the F replica's EP GPUs fit a node, else the NIC."""
+        gpu = get_gpu(self.attention_gpu)
+        return self.attention_gpu == self.ffn_gpu and self.attention_tp + self.ffn_ep <= gpu.gpus_per_node
+
+
+C_LAYOUTS = {
+    "30b": AfdLayout(),
+    # 470 GB of bf16 weights: prefill needs TP8 on 80 GB; the experts need EP8 (57 GB per H800)
+    "235b": AfdLayout("Qwen/Qwen3-235B-A22B", prefill_tp=8, prefill_replicas=1, attention_tp=4, attention_dp=2,
+                      ffn_ep=8),
+}
+
+
+def nic_bw(layout: AfdLayout) -> float:
+    """The A-F link when A and F sit on different nodes: the slower of the two GPUs' NICs (bytes/s)."""
+    return min(get_gpu(layout.attention_gpu).network_bw_bytes_per_s, get_gpu(layout.ffn_gpu).network_bw_bytes_per_s)
+
+
+def afd_spec(layout: AfdLayout, workload: tuple[str, int, int] = C_WORKLOADS[0], *,
+             num_prompts: int = C_NUM_PROMPTS, link_bw: float | None = None) -> SimulationSpec:
+    """``num_prompts`` requests sent at once; ``workload`` = (name, ISL, OSL) of a random dataset
+    (range ratio 0.5) or ("sharegpt", 0, 0); ``link_bw`` = A-F link bytes/s (None: simulator.afd's rule)."""
     from simulator.afd import AfdRole, AfdSpec
+    name, isl, osl = workload
+    if name == "sharegpt":
+        wl = WorkloadSpec(dataset_name="sharegpt", num_prompts=num_prompts, request_rate=float("inf"))
+    else:
+        wl = WorkloadSpec(num_prompts=num_prompts, request_rate=float("inf"), random_input_len=isl,
+                          random_output_len=osl, random_range_ratio=0.5)
     return SimulationSpec(
-        engine=EngineArgs(model=model, gpu=prefill_gpu, max_model_len=4096),
-        workload=WorkloadSpec(num_prompts=num_prompts, request_rate=float("inf"), random_input_len=isl,
-                              random_output_len=osl, random_range_ratio=0.5),
+        engine=EngineArgs(model=layout.model, gpu=C_BASE_GPU, max_model_len=4096),
+        workload=wl,
         architecture="afd",
         pdd=PddSpec(prefill=RoleLayout("prefill", tp=layout.prefill_tp, replicas=layout.prefill_replicas)),
-        afd=AfdSpec(attention=AfdRole("attention", dp=layout.attention_dp, gpu=layout.attention_gpu),
-                    ffn=AfdRole("ffn", ep=layout.ffn_ep, gpu=layout.ffn_gpu)))
+        afd=AfdSpec(attention=AfdRole("attention", tp=layout.attention_tp, dp=layout.attention_dp,
+                                      gpu=layout.attention_gpu),
+                    ffn=AfdRole("ffn", ep=layout.ffn_ep, gpu=layout.ffn_gpu),
+                    link_bandwidth_bytes_per_s=link_bw))
 
 
-def afd_row(name: str, layout: AfdLayout, result: SimulationResult, prefill_gpu: str) -> dict:
+def paper_price_per_h(layout: AfdLayout) -> float:
+    """Hourly price of the layout's GPUs at the paper's prices (prefill on ``C_BASE_GPU``)."""
+    p, a, f = layout.gpus
+    return (p * C_PAPER_PRICES[C_BASE_GPU] + a * C_PAPER_PRICES[layout.attention_gpu]
+            + f * C_PAPER_PRICES[layout.ffn_gpu])
+
+
+def mean_decode_context(result: SimulationResult) -> float:
+    """Tokens in KV per decode step of a request, averaged over all decode steps: request r's
+    ``out - 1`` steps see ``prompt + 1 .. prompt + out - 1`` tokens (the first token comes from P)."""
+    num = den = 0
+    for r in result.records:
+        steps = r.output_len - 1
+        num += steps * r.prompt_len + steps * (steps + 1) // 2
+        den += steps
+    return num / den if den else 0.0
+
+
+def afd_row(name: str, layout: AfdLayout, result: SimulationResult, link: str) -> dict:
     """Per-role figures of one AFD run; busy seconds per token from the A rows of the step table."""
     s, st = result.summary, result.trace.step_cols
     rows = [i for i, r in enumerate(st["role"]) if r == "A"]
     tokens = sum(st["num_tokens"][i] for i in rows)
-    price = (layout.prefill_tp * layout.prefill_replicas * get_gpu(prefill_gpu).price_per_hour_usd
-             + layout.attention_dp * get_gpu(layout.attention_gpu).price_per_hour_usd
-             + layout.ffn_ep * get_gpu(layout.ffn_gpu).price_per_hour_usd)
-    return {"name": name, "attention_gpu": layout.attention_gpu, "ffn_gpu": layout.ffn_gpu,
+    step_tokens = [st["num_tokens"][i] for i in rows if st["num_tokens"][i]]
+    return {"name": name, "attention_gpu": layout.attention_gpu, "ffn_gpu": layout.ffn_gpu, "link": link,
             "output_tok_s": s["output_throughput"], "mean_tpot_ms": s["mean_tpot_ms"],
             "a_busy": s["attention_busy_fraction"], "f_busy": s["ffn_busy_fraction"],
             "a_us_per_tok": sum(st["afd_a_busy_s"][i] for i in rows) / tokens * 1e6,
             "f_us_per_tok": sum(st["afd_f_busy_s"][i] for i in rows) / tokens * 1e6,
-            "price_per_h": price}
+            "mean_step_tokens": float(np.mean(step_tokens)) if step_tokens else 0.0,
+            "mean_decode_context": mean_decode_context(result),
+            "price_per_h": paper_price_per_h(layout)}
 
 
-def run_case_c(layout: AfdLayout = AfdLayout(), **spec_kw) -> dict:
-    base, cheap = layout.attention_gpu, C_CHEAP_GPU
-    cases = (("all-" + base, layout),
-             (f"{cheap}-FFN", AfdLayout(layout.prefill_tp, layout.prefill_replicas, layout.attention_dp,
-                                        layout.ffn_ep, base, cheap)),
-             (f"{cheap}-ATTN", AfdLayout(layout.prefill_tp, layout.prefill_replicas, layout.attention_dp,
-                                         layout.ffn_ep, cheap, base)))
-    prefill_gpu = spec_kw.get("prefill_gpu", C_BASE_GPU)
-    rows = [afd_row(name, lay, run_simulation(afd_spec(lay, **spec_kw)), prefill_gpu) for name, lay in cases]
+def a_side_breakdown(layout: AfdLayout, gpu: str, step_tokens: int, context: int,
+                     lanes: int = DEFAULT_AFD_LANES) -> dict[str, float]:
+    """One A rank's busy time per decoded token (us) in a step of ``step_tokens`` decode requests
+    with ``context`` tokens each, split into ``lanes`` equal lanes, priced as simulator.afd does
+    (layer ops under a CUDA graph, "kernel"; lm_head and sampler eager, "launch"): ``proj`` =
+    QKV + o_proj GEMMs, ``attention`` = paged decode attention, ``other`` = norms, rotary and the
+    TP all-reduce, ``head`` = embedding, final norm, lm_head and sampler (once per step)."""
+    from frontier.ops import ElementwiseOp
+    from simulator.batch_engine import BatchEngine, BatchShape
+    from simulator.predictor_cost import make_cost_model
+    from simulator.simulation import resolve_engine
+    r = resolve_engine(EngineArgs(model=layout.model, gpu=gpu, tensor_parallel_size=layout.attention_tp,
+                                  max_model_len=4096))
+    e = BatchEngine(r.model, r.parallel, r.gpu, make_cost_model(r.gpu, "analytical", None), r.cudagraph_config())
+    mdl, tp, n = r.model, layout.attention_tp, step_tokens
+    m, h, ab, layers = max(1, n // lanes), mdl.hidden_size, mdl.quant.activation_bytes, mdl.num_layers
+    ops = e._attn_gemms(m, mdl.num_attention_heads // tp)
+    gemms = [op for op in ops if not isinstance(op, ElementwiseOp)]
+    other = [op for op in ops if isinstance(op, ElementwiseOp)]
+    other += [ElementwiseOp("input_norm", m, h, 4 * h * ab), ElementwiseOp("post_norm", m, h, 4 * h * ab)]
+    if tp > 1:
+        other.append(e._comm("all_reduce", m * h * ab, tp))
+    per_tok = layers / m * 1e6                 # one lane's op per layer, seconds -> us per decoded token
+    us = lambda ops: sum(e.cost_model.op_times_s(ops, "kernel")) * per_tok          # noqa: E731
+    attn = e._attention_time_s(BatchShape((1,) * m, (context,) * m), "kernel") / layers * per_tok
+    head = (sum(e.cost_model.op_times_s([ElementwiseOp("embedding", n, h, 2 * h * ab),
+                                         ElementwiseOp("final_norm", n, h, 2 * h * ab)], "kernel"))
+            + e._head_time_s(n)) / n * 1e6
+    return {"proj": us(gemms), "attention": attn, "other": us(other), "head": head}
+
+
+def placements(layout: AfdLayout) -> list[tuple[str, AfdLayout, str]]:
+    """(name, layout, link) per run. Every placement's A-F link is the NIC (A and F pools on
+    separate nodes, as at the paper's 1,024-GPU scale: mixing GPU types forces it); the all-H800
+    layout also runs on simulator.afd's default link when that is NVLink (A + F fit one node)."""
+    base, cheap = C_BASE_GPU, C_CHEAP_GPU
+    out = [(f"all-{base}", replace(layout, attention_gpu=base, ffn_gpu=base), "nic"),
+           (f"{cheap}-FFN", replace(layout, attention_gpu=base, ffn_gpu=cheap), "nic"),
+           (f"{cheap}-ATTN", replace(layout, attention_gpu=cheap, ffn_gpu=base), "nic")]
+    if out[0][1].a_f_fit_one_node():
+        out.insert(1, (f"all-{base}", out[0][1], "nvlink"))
+    return out
+
+
+def workload_verdict(rows: list[dict]) -> dict:
+    """The finding on one workload from its rows (``rows[0]`` = all-H800 on the NIC link; the
+    H20 rows are found by name). Adds ``throughput_vs_base`` and ``cost_efficiency`` (paper prices)
+    to every row and ``gate`` (CE > ``C_GATE_CE``) to the H20 rows."""
     ref = rows[0]
     for r in rows:
         r["throughput_vs_base"] = r["output_tok_s"] / ref["output_tok_s"]
         r["cost_efficiency"] = (r["output_tok_s"] / r["price_per_h"]) / (ref["output_tok_s"] / ref["price_per_h"])
-    f_row, a_row = rows[1], rows[2]
+        r["gate"] = r["cost_efficiency"] > C_GATE_CE
+    f_row = next(r for r in rows if r["name"] == f"{C_CHEAP_GPU}-FFN")
+    a_row = next(r for r in rows if r["name"] == f"{C_CHEAP_GPU}-ATTN")
     f_compute_bound = f_row["f_us_per_tok"] > ref["f_us_per_tok"]
-    f_holds = f_row["f_busy"] >= C_BUSY_BOUND and f_compute_bound and f_row["throughput_vs_base"] < 1 - C_KEPT
+    f_regresses = f_compute_bound and f_row["throughput_vs_base"] < 1 - C_KEPT
+    f_holds = f_regresses and f_row["f_busy"] >= C_BUSY_BOUND
     a_holds = a_row["throughput_vs_base"] >= 1 - C_KEPT
-    holds = f_holds and a_holds
-    word = {(True, True): "REPRODUCED", (True, False): "FFN SIDE REPRODUCED, ATTENTION SIDE NOT",
-            (False, True): "ATTENTION SIDE REPRODUCED, FFN SIDE NOT", (False, False): "NOT REPRODUCED"}
-    verdict = (f"{word[f_holds, a_holds]}: {cheap} on FFN: F busy {f_row['f_busy']:.2f}, "
-               f"F {f_row['f_us_per_tok'] / ref['f_us_per_tok']:.2f}x the {base} seconds per token "
-               f"({'compute-bound' if f_compute_bound else 'not compute-bound'}), throughput "
-               f"{f_row['throughput_vs_base']:.2f}x; {cheap} on attention: throughput {a_row['throughput_vs_base']:.2f}x "
-               f"(kept = within {C_KEPT:.0%})")
-    return {"case": "c", "rows": rows, "ffn_side_holds": f_holds, "attention_side_holds": a_holds,
-            "holds": holds, "verdict": verdict}
+    word = {(True, True): "REPRODUCED", (True, False): "FFN SIDE ONLY", (False, True): "ATTENTION SIDE ONLY",
+            (False, False): "NOT REPRODUCED"}[f_holds, a_holds]
+    gate = a_row["gate"] and not f_row["gate"]
+    text = (f"{word}: {C_CHEAP_GPU}-FFN F busy {f_row['f_busy']:.2f}, F {f_row['f_us_per_tok'] / ref['f_us_per_tok']:.2f}x "
+            f"the {C_BASE_GPU} s/token, throughput {f_row['throughput_vs_base']:.2f}x, CE {f_row['cost_efficiency']:.2f}; "
+            f"{C_CHEAP_GPU}-ATTN throughput {a_row['throughput_vs_base']:.2f}x, CE {a_row['cost_efficiency']:.2f}; "
+            f"paper's gate (CE > {C_GATE_CE}: ATTN passes, FFN fails) {'matched' if gate else 'not matched'}")
+    return {"ffn_side_holds": f_holds, "ffn_regresses": f_regresses, "attention_side_holds": a_holds,
+            "holds": f_holds and a_holds,
+            "gate_matches_paper": gate, "verdict": text}
+
+
+def threshold_rule(entries: list[dict], key: str, flag: str, what: str, unit: str) -> str:
+    """Where ``flag`` holds among one model's entries, as a threshold on ``entries[i][key]``."""
+    yes = sorted(e[key] for e in entries if e[flag])
+    no = sorted(e[key] for e in entries if not e[flag])
+    if not no:
+        return f"{what} on every workload"
+    if not yes:
+        return f"{what} on no workload ({unit} " + ", ".join(f"{c:.0f}" for c in no) + ")"
+    if yes[0] > no[-1]:
+        return f"{what} where the {unit} >= {yes[0]:.0f}, not at <= {no[-1]:.0f}"
+    if yes[-1] < no[0]:
+        return f"{what} where the {unit} <= {yes[-1]:.0f}, not at >= {no[0]:.0f}"
+    return (f"{what}: no {unit} threshold separates the workloads (yes at " + ", ".join(f"{c:.0f}" for c in yes)
+            + "; no at " + ", ".join(f"{c:.0f}" for c in no) + ")")
+
+
+def overall_verdict_c(entries: list[dict]) -> str:
+    """One line per model over its workloads, prefixed by REPRODUCED (every workload of every model),
+    PARTLY REPRODUCED (some) or NOT REPRODUCED (none); with where, by mean decode context, the
+    attention side keeps its throughput and where, by decode requests per A step, the FFN side
+    regresses (compute-bound and > ``C_KEPT`` throughput lost, F busy not required)."""
+    n_ok = sum(e["holds"] for e in entries)
+    word = "REPRODUCED" if n_ok == len(entries) else ("PARTLY REPRODUCED" if n_ok else "NOT REPRODUCED")
+    parts = []
+    for model in dict.fromkeys(e["model"] for e in entries):
+        mine = [e for e in entries if e["model"] == model]
+        ok = [e["workload"] for e in mine if e["holds"]]
+        parts.append(f"{model}: both sides on {len(ok)} of {len(mine)} workloads ({', '.join(ok) or 'none'}), "
+                     f"paper's CE gate matched on {sum(e['gate_matches_paper'] for e in mine)}; "
+                     + threshold_rule(mine, "mean_decode_context", "attention_side_holds", "attention side kept",
+                                      "mean decode context")
+                     + "; " + threshold_rule(mine, "mean_step_tokens", "ffn_regresses", "FFN side regresses",
+                                             "requests per A step"))
+    return f"{word}: " + " | ".join(parts)
+
+
+def run_case_c(models: tuple[str, ...] = tuple(C_LAYOUTS), workloads: tuple[tuple[str, int, int], ...] = C_WORKLOADS,
+               *, num_prompts: int = C_NUM_PROMPTS, layouts: dict[str, AfdLayout] | None = None) -> dict:
+    """Every model x workload x placement; per workload a verdict, then the overall one."""
+    layouts = layouts or C_LAYOUTS
+    entries = []
+    for key in models:
+        layout = layouts[key]
+        for wl in workloads:
+            rows = []
+            for name, lay, link in placements(layout):
+                bw = nic_bw(lay) if link == "nic" else None
+                rows.append(afd_row(name, lay, run_simulation(afd_spec(lay, wl, num_prompts=num_prompts,
+                                                                       link_bw=bw)), link))
+            ctx, step = rows[0]["mean_decode_context"], max(1, round(rows[0]["mean_step_tokens"]))
+            entry = {"model": layout.model, "layout": key, "gpus": layout.gpus, "workload": wl[0],
+                     "mean_decode_context": ctx, "rows": rows, **workload_verdict(rows),
+                     "mean_step_tokens": rows[0]["mean_step_tokens"],
+                     "a_breakdown_us": {g: a_side_breakdown(layout, g, step, round(ctx))
+                                        for g in (C_BASE_GPU, C_CHEAP_GPU)}, "breakdown_step_tokens": step}
+            entries.append(entry)
+    return {"case": "c", "entries": entries, "holds": all(e["holds"] for e in entries),
+            "verdict": overall_verdict_c(entries)}
 
 
 def print_case_c(out: dict) -> None:
-    print("(c) AFD with H20 on one side: busy fraction of the run, busy us per decoded token, output "
-          "throughput, cost efficiency vs the first row")
-    print(f"{'placement':<10} {'A gpu':<6} {'F gpu':<6} {'A busy':>6} {'F busy':>6} {'A us/tok':>8} "
-          f"{'F us/tok':>8} {'tok/s':>8} {'vs base':>7} {'TPOT ms':>7} {'$/h':>6} {'CE':>5}")
-    for r in out["rows"]:
-        print(f"{r['name']:<10} {r['attention_gpu']:<6} {r['ffn_gpu']:<6} {r['a_busy']:>6.2f} {r['f_busy']:>6.2f} "
-              f"{r['a_us_per_tok']:>8.2f} {r['f_us_per_tok']:>8.2f} {r['output_tok_s']:>8.0f} "
-              f"{r['throughput_vs_base']:>7.2f} {r['mean_tpot_ms']:>7.1f} {r['price_per_h']:>6.2f} "
-              f"{r['cost_efficiency']:>5.2f}")
+    print("(c) AFD with H20 on one side; A-F link 'nic' = network (every placement), 'nvlink' = all-H800 in one node. "
+          f"vs base and CE against all-H800 on the NIC; CE at the paper's prices; gate = CE > {C_GATE_CE}")
+    head = (f"{'workload':<10} {'ctx':>5} {'placement':<10} {'link':<6} {'A busy':>6} {'F busy':>6} {'A us/tok':>8} "
+            f"{'F us/tok':>8} {'tok/s':>8} {'vs base':>7} {'CE':>5} {'gate':>5} {'TPOT ms':>7}")
+    model = None
+    for e in out["entries"]:
+        if e["model"] != model:
+            model = e["model"]
+            p, a, f = e["gpus"]
+            print(f"\n{model}, P:A:F = {p}:{a}:{f} GPUs")
+            print(head)
+        for r in e["rows"]:
+            print(f"{e['workload']:<10} {e['mean_decode_context']:>5.0f} {r['name']:<10} {r['link']:<6} "
+                  f"{r['a_busy']:>6.2f} {r['f_busy']:>6.2f} {r['a_us_per_tok']:>8.2f} {r['f_us_per_tok']:>8.2f} "
+                  f"{r['output_tok_s']:>8.0f} {r['throughput_vs_base']:>7.2f} {r['cost_efficiency']:>5.2f} "
+                  f"{('pass' if r['gate'] else 'fail') if C_CHEAP_GPU in r['name'] else '':>5} {r['mean_tpot_ms']:>7.1f}")
+        bd = e["a_breakdown_us"]
+        print(f"  A us per token, a step of {e['breakdown_step_tokens']} requests at context {e['mean_decode_context']:.0f}: "
+              + "; ".join(f"{g} proj {b['proj']:.1f} + attention {b['attention']:.1f} + other {b['other']:.1f} + "
+                          f"head {b['head']:.1f} = {sum(b.values()):.1f}" for g, b in bd.items()))
+        print(f"  {e['verdict']}")
     print(out["verdict"])
 
 
@@ -341,14 +524,19 @@ def main() -> None:
     parser.add_argument("--case", choices=("a", "b", "c", "all"), default="all")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     parser.add_argument("--total-gpus", type=int, default=A_TOTAL_GPUS, help="case a: GPUs split between P and D")
+    parser.add_argument("--c-models", default=",".join(C_LAYOUTS), help="case c: comma-separated keys of C_LAYOUTS")
     args = parser.parse_args()
     if args.total_gpus < 2:
         parser.error(f"--total-gpus {args.total_gpus} must be >= 2 (one prefill and one decode GPU)")
+    c_models = tuple(args.c_models.split(","))
+    bad = [m for m in c_models if m not in C_LAYOUTS]
+    if bad:
+        parser.error(f"--c-models {args.c_models!r}: {', '.join(bad)} unknown; valid: {', '.join(C_LAYOUTS)}")
     results = {}
     for key in ("a", "b", "c") if args.case == "all" else (args.case,):
         run, show = CASES[key]
         cpu0 = time.process_time()
-        out = run(total=args.total_gpus) if key == "a" else run()
+        out = run(total=args.total_gpus) if key == "a" else (run(c_models) if key == "c" else run())
         out["cpu_s"] = time.process_time() - cpu0
         results[key] = out
         if not args.json:

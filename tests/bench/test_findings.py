@@ -77,15 +77,102 @@ def test_case_b_tiny_pdd_pads_decode_more_than_colocated():
         (r["useful"], r["padding"]) for r in out["rows"]]
 
 
-def test_case_c_tiny_h20_ffn_is_compute_bound_and_loses_throughput():
-    out = findings.run_case_c(num_prompts=2048, isl=32, osl=32)    # up to 512 running per A engine
-    base, h20_ffn, h20_attn = out["rows"]
-    assert (h20_ffn["ffn_gpu"], h20_attn["attention_gpu"]) == ("H20", "H20")
-    assert h20_ffn["f_us_per_tok"] > base["f_us_per_tok"]          # more HBM bandwidth, yet slower
+def _c_row(name: str, tok_s: float, price: float, f_busy: float = 0.5, f_us: float = 10.0) -> dict:
+    return {"name": name, "output_tok_s": tok_s, "price_per_h": price, "f_busy": f_busy, "f_us_per_tok": f_us}
+
+
+ALL_H800, MIXED = 12 * 3.49, 8 * 3.49 + 4 * 1.59          # $/h of 4:4:4 GPUs at the paper's prices
+
+
+def test_paper_prices_and_placements():
+    small, big = findings.C_LAYOUTS["30b"], findings.C_LAYOUTS["235b"]
+    assert findings.paper_price_per_h(small) == pytest.approx(ALL_H800)
+    assert findings.paper_price_per_h(findings.replace(small, attention_gpu="H20")) == pytest.approx(MIXED)
+    assert big.gpus == (8, 8, 8)
+    # 30B: A TP1 + F EP4 fit one 8-GPU node, so all-H800 also runs on NVLink; 235B: TP4 + EP8 do not
+    assert [(n, lay.attention_gpu, lay.ffn_gpu, link) for n, lay, link in findings.placements(small)] == [
+        ("all-H800", "H800", "H800", "nic"), ("all-H800", "H800", "H800", "nvlink"),
+        ("H20-FFN", "H800", "H20", "nic"), ("H20-ATTN", "H20", "H800", "nic")]
+    assert [link for _, _, link in findings.placements(big)] == ["nic"] * 3
+    assert findings.nic_bw(findings.replace(small, ffn_gpu="H20")) == 50e9
+
+
+def test_workload_verdict_ratios_gate_and_sides():
+    rows = [_c_row("all-H800", 1000.0, ALL_H800, f_busy=0.8, f_us=10.0),
+            _c_row("H20-FFN", 850.0, MIXED, f_busy=0.95, f_us=15.0),     # compute-bound, loses 15 %
+            _c_row("H20-ATTN", 920.0, MIXED)]                              # keeps 92 %
+    out = findings.workload_verdict(rows)
+    assert [r["throughput_vs_base"] for r in rows] == pytest.approx([1.0, 0.85, 0.92])
+    assert rows[2]["cost_efficiency"] == pytest.approx(0.92 * ALL_H800 / MIXED)      # 1.124
+    assert [r["gate"] for r in rows] == [False, False, True]                          # CE 1.0, 1.038, 1.124
+    assert out["holds"] and out["ffn_side_holds"] and out["attention_side_holds"] and out["gate_matches_paper"]
+    assert out["verdict"].startswith("REPRODUCED")
+    rows[2]["output_tok_s"] = 890.0                                                   # 0.89x: not kept
+    out = findings.workload_verdict(rows)
+    assert (out["holds"], out["ffn_side_holds"], out["attention_side_holds"]) == (False, True, False)
+    assert out["verdict"].startswith("FFN SIDE ONLY")
+    rows[1]["f_us_per_tok"] = 9.0                                                     # F faster on H20
+    assert findings.workload_verdict(rows)["verdict"].startswith("NOT REPRODUCED")
+
+
+def test_threshold_rule_and_overall_verdict():
+    def entry(wl, ctx, a, f=True, model="m", step=100.0):
+        return {"model": model, "workload": wl, "mean_decode_context": ctx, "attention_side_holds": a,
+                "ffn_side_holds": f, "ffn_regresses": f, "holds": a and f, "gate_matches_paper": a,
+                "mean_step_tokens": step}
+    rule = lambda es: findings.threshold_rule(es, "mean_decode_context", "attention_side_holds", "kept", "ctx")  # noqa
+    split = [entry("x", 400.0, False), entry("y", 1500.0, True), entry("z", 900.0, False)]
+    assert rule(split) == "kept where the ctx >= 1500, not at <= 900"
+    assert rule([entry("x", 400.0, True), entry("y", 900.0, False)]) == "kept where the ctx <= 400, not at >= 900"
+    assert rule([entry("x", 400.0, True), entry("y", 900.0, False), entry("z", 1000.0, True)]) == (
+        "kept: no ctx threshold separates the workloads (yes at 400, 1000; no at 900)")
+    assert rule([entry("x", 1.0, True)]) == "kept on every workload"
+    assert rule([entry("x", 7.0, False)]) == "kept on no workload (ctx 7)"
+    assert findings.overall_verdict_c(split).startswith(
+        "PARTLY REPRODUCED: m: both sides on 1 of 3 workloads (y), paper's CE gate matched on 1; attention side kept "
+        "where the mean decode context >= 1500, not at <= 900; FFN side regresses on every workload")
+    assert findings.overall_verdict_c([entry("y", 1.0, True)]).startswith("REPRODUCED")
+    assert findings.overall_verdict_c([entry("y", 1.0, False)]).startswith("NOT REPRODUCED")
+
+
+def test_mean_decode_context_counts_decode_steps():
+    class Rec:
+        def __init__(self, prompt_len, output_len):
+            self.prompt_len, self.output_len = prompt_len, output_len
+
+    class Res:
+        records = [Rec(10, 3), Rec(5, 1), Rec(20, 2)]          # steps see 11, 12 | none | 21
+    assert findings.mean_decode_context(Res()) == pytest.approx((11 + 12 + 21) / 3)
+
+
+def test_a_side_breakdown_projections_are_compute_bound_on_h20():
+    layout = findings.C_LAYOUTS["30b"]                  # Qwen3-30B-A3B: 48 layers, hidden 2048, 32 q / 4 kv heads of 128
+    h800 = findings.a_side_breakdown(layout, "H800", 512, 813)        # two lanes of 256
+    h20 = findings.a_side_breakdown(layout, "H20", 512, 813)
+    flops = 2 * 256 * (5120 * 2048 + 2048 * 4096)      # QKV + o_proj over a lane's 256 tokens
+    lane_s = 2 * 2.5e-6 + flops / (148e12 * 0.75)        # two GEMMs at 75 % of peak, 2.5 us fixed each
+    assert h20["proj"] == pytest.approx(lane_s * 48 / 256 * 1e6)        # us per decoded token
+    assert h20["proj"] > 4 * h800["proj"]
+    assert h20["attention"] < h800["attention"]         # KV reads: 4.0 vs 3.35 TB/s
+
+
+def test_case_c_tiny_table_and_h20_ffn_direction():
+    out = findings.run_case_c(("30b",), (("32/32", 32, 32),), num_prompts=2048)    # up to 512 running per A rank
+    (e,) = out["entries"]
+    assert (e["workload"], e["gpus"], set(e["a_breakdown_us"])) == ("32/32", (4, 4, 4), {"H800", "H20"})
+    assert set(e["a_breakdown_us"]["H20"]) == {"proj", "attention", "other", "head"}
+    assert [(r["name"], r["link"]) for r in e["rows"]] == [
+        ("all-H800", "nic"), ("all-H800", "nvlink"), ("H20-FFN", "nic"), ("H20-ATTN", "nic")]
+    base, nvlink, h20_ffn, h20_attn = e["rows"]
+    assert base["throughput_vs_base"] == 1.0 and base["cost_efficiency"] == 1.0
+    assert nvlink["output_tok_s"] > base["output_tok_s"]          # the faster A-F link
+    assert h20_ffn["f_us_per_tok"] > base["f_us_per_tok"]         # more HBM bandwidth, yet slower
     assert h20_ffn["f_busy"] > findings.C_BUSY_BOUND and h20_ffn["f_busy"] > h20_ffn["a_busy"]
     assert h20_ffn["throughput_vs_base"] < 1.0 - findings.C_KEPT
     assert h20_attn["throughput_vs_base"] > h20_ffn["throughput_vs_base"]     # A is the better side to downgrade
-    assert out["ffn_side_holds"]
+    assert e["ffn_side_holds"] and e["ffn_regresses"]
+    assert 32 < e["mean_decode_context"] < 32 + 48          # prompts 16..48, 15..47 decode steps
+    assert out["verdict"].split(":")[0] in ("REPRODUCED", "NOT REPRODUCED")   # one workload: all or none
 
 
 @pytest.mark.parametrize("bad", [0, 8])
