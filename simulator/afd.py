@@ -248,6 +248,8 @@ def _run_layers(state: tuple, count: int, items: list[tuple], rows: list[list[fl
     """
     lanes = len(items)
     warm = FAST_WARM_LAYERS
+    if lanes == 1 and count > 1:
+        return _one_lane(state, items, count, rows)
     if lanes < 2 or count < warm + 2:
         return _loop(state, items, count)
     state = _loop(state, items, 1)
@@ -257,10 +259,24 @@ def _run_layers(state: tuple, count: int, items: list[tuple], rows: list[list[fl
     a, s, f, r = rows
     chain = list(accumulate(f * (count - warm), initial=state[2]))     # F after every item
     last = chain[-2 * lanes:]                                            # the last two layers' F
-    prev = [x + rj for x, rj in zip(last[:lanes], r)]                   # their R (layer before last)
     back = [x + rj for x, rj in zip(last[lanes:], r)]                   # the last layer's R
-    a_free = prev[-1] + a[-1]
+    a_free = (last[lanes - 1] + r[-1]) + a[-1]                           # on the last lane's previous R
     return a_free, a_free + s[-1], chain[-1], back[-1], back
+
+
+def _one_lane(state: tuple, items: list[tuple], count: int, rows: list[list[float]]) -> tuple:
+    """:func:`_loop` with one lane: one chain. With durations >= 0 and a state where A, A→F
+    and F are free no later than F→A, which is the lane's return (true after any layer), every
+    max of the recurrence takes the lane's own previous stage (rounding is monotone: x + d >= x
+    for d >= 0), so the run is the additions a, s, f, r, a, s, ... in order from the return."""
+    state = _loop(state, items, 1)
+    a_free, s_free, f_free, r_free, back = state
+    if not (r_free == back[0] and a_free <= r_free and s_free <= r_free and f_free <= r_free
+            and r_free > 0.0 and all(x[0] >= 0.0 for x in rows)):     # (> 0: no signed zeros to tell apart)
+        return _loop(state, items, count - 1)
+    a, s, f, r = (x[0] for x in rows)
+    *_, a_free, s_free, f_free, r_free = accumulate([a, s, f, r] * (count - 1), initial=r_free)
+    return a_free, s_free, f_free, r_free, [r_free]
 
 
 def _traced_loop(state: tuple, items: list[tuple], layers: int) -> tuple[tuple, bool]:

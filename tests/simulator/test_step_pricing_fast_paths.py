@@ -85,12 +85,27 @@ def test_timeline_fast_path_equals_the_loop_on_captured_like_steps(monkeypatch):
     assert count.layers < 300 * 94 // 2
 
 
+def test_one_lane_chain_equals_the_loop(monkeypatch):
+    count = _LoopCount(monkeypatch)
+    rng = random.Random(4)
+    for _ in range(400):
+        grid = rng.choice([None, 2.0 ** -22, 1e-6])
+        runs = [(rng.randint(1, 100), *([rng.choice([0.0, rng.uniform(1e-6, 3e-4)])] for _ in range(4)))
+                for _ in range(rng.randint(1, 2))]
+        if grid:
+            runs = [(n, *([round(x[0] / grid) * grid] for x in rows)) for n, *rows in runs]
+        _same(runs, rng.choice([0.0, rng.uniform(0, 1e-4), 7.0]), rng.uniform(0, 1e-4))
+    assert count.layers < 400 * 50 // 3       # mostly the chain, not the loop
+
+
 def test_timeline_fast_path_on_degenerate_inputs():
     zero, one = [0.0, 0.0], [1.0, 1.0]
     for runs in ([(50, zero, zero, zero, zero)], [(50, one, one, one, one)], [(50, zero, zero, one, zero)],
                  [(50, [1.0, 2.0], zero, [3.0, 3.0], zero)], [(7, one, zero, [5.0, 5.0], one)] * 3,
                  [(50, [1e-300, 1e-300], [5e-324, 0.0], [1e-299, 1e-299], [0.0, 5e-324])],
-                 [(50, one, one, [float("inf")] * 2, one)], [(50, one, one, [float("nan"), 9.0], one)]):
+                 [(50, one, one, [float("inf")] * 2, one)], [(50, one, one, [float("nan"), 9.0], one)],
+                 [(50, [0.0], [0.0], [0.0], [0.0])], [(50, [-0.0], [0.0], [-0.0], [0.0])], [(9, [1.0], [0.0], [2.0], [-0.0])],
+                 [(50, [1.0], [1.0], [float("nan")], [1.0])], [(50, [1.0], [1.0], [float("inf")], [1.0])]):
         for head in (0.0, 1.0, 2.0 ** 52):
             full, fast = _plain(runs, head, 0.5), timeline_totals(runs, head, 0.5)
             assert repr((fast.end_s, fast.a_busy_s, fast.f_busy_s, fast.xfer_s)) == \
