@@ -146,7 +146,7 @@ def test_mean_decode_context_counts_decode_steps():
 
 
 def test_a_side_breakdown_projections_are_compute_bound_on_h20():
-    layout = findings.C_LAYOUTS["30b"]                  # Qwen3-30B-A3B: 48 layers, hidden 2048, 32 q / 4 kv heads of 128
+    layout = findings.C_LAYOUTS["30b"]          # Qwen3-30B-A3B: 48 layers, hidden 2048, 32 q / 4 kv heads of 128
     h800 = findings.a_side_breakdown(layout, "H800", 512, 813)        # two lanes of 256
     h20 = findings.a_side_breakdown(layout, "H20", 512, 813)
     flops = 2 * 256 * (5120 * 2048 + 2048 * 4096)      # QKV + o_proj over a lane's 256 tokens
@@ -156,8 +156,11 @@ def test_a_side_breakdown_projections_are_compute_bound_on_h20():
     assert h20["attention"] < h800["attention"]         # KV reads: 4.0 vs 3.35 TB/s
 
 
-def test_case_c_tiny_table_and_h20_ffn_direction():
+def test_case_c_tiny_table_and_h20_ffn_direction(capsys):
     out = findings.run_case_c(("30b",), (("32/32", 32, 32),), num_prompts=2048)    # up to 512 running per A rank
+    findings.print_case_c(out)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == out["verdict"] and sum(line.startswith("32/32 ") for line in printed) == 4
     (e,) = out["entries"]
     assert (e["workload"], e["gpus"], set(e["a_breakdown_us"])) == ("32/32", (4, 4, 4), {"H800", "H20"})
     assert set(e["a_breakdown_us"]["H20"]) == {"proj", "attention", "other", "head"}
