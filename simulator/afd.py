@@ -182,22 +182,19 @@ def timeline_totals(layer_runs: list[Run], head_s: float, tail_s: float) -> AfdT
     path where that is proven to give the same floats). Totals sum the same row sums in layer
     order. The step pricer passes its two runs (dense layers, MoE layers) directly."""
     lanes = len(layer_runs[0][1])
-    runs: list[tuple] = []                 # (layers, lane items (a, s, f, r, lane), rows, row sums)
+    state = (head_s, 0.0, 0.0, 0.0, [head_s] * lanes)    # A, A→F, F, F→A free; lane j's activations back on A
+    a_sums, s_sums, f_sums, r_sums = [], [], [], []       # per layer, in layer order
     for count, *rows in layer_runs:
         if not lanes or {*map(len, rows)} != {lanes}:
             raise ValueError(LANES_ERROR)
-        runs.append((count, [(*x, j) for j, x in enumerate(zip(*rows))], rows, tuple(map(sum, rows))))
-    state = (head_s, 0.0, 0.0, 0.0, [head_s] * lanes)    # A, A→F, F, F→A free; lane j's activations back on A
-    for count, items, rows, _ in runs:
-        state = _run_layers(state, count, items, rows)
+        sums = [sum(x) for x in rows]
+        state = _run_layers(state, count, list(zip(*rows, range(lanes))), rows, sums)
+        a_sums += [sums[0]] * count
+        s_sums += [sums[1]] * count
+        f_sums += [sums[2]] * count
+        r_sums += [sums[3]] * count
     a_free, _, _, _, back = state
     end = max(a_free, max(back)) + tail_s
-    a_sums, s_sums, f_sums, r_sums = [], [], [], []       # per layer, in layer order
-    for count, _, _, (sa, ss, sf, sr) in runs:
-        a_sums += [sa] * count
-        s_sums += [ss] * count
-        f_sums += [sf] * count
-        r_sums += [sr] * count
     return AfdTimeline(end, head_s + tail_s + sum(a_sums), sum(f_sums), sum(s_sums) + sum(r_sums), (), (), ())
 
 
@@ -224,7 +221,8 @@ def _loop(state: tuple, items: list[tuple], layers: int) -> tuple:
     return a_free, s_free, f_free, r_free, back
 
 
-def _run_layers(state: tuple, count: int, items: list[tuple], rows: list[list[float]]) -> tuple:
+def _run_layers(state: tuple, count: int, items: list[tuple], rows: list[list[float]],
+                sums: list[float]) -> tuple:
     """:func:`_loop` over a run of ``count`` identical layers, with an exact fast path when F
     is the bottleneck.
 
@@ -254,7 +252,7 @@ def _run_layers(state: tuple, count: int, items: list[tuple], rows: list[list[fl
         return _loop(state, items, count)
     state = _loop(state, items, 1)
     state, ok = _traced_loop(state, items, warm - 1)
-    if not ok or not _f_bound(state, count - warm, rows):
+    if not ok or not _f_bound(state, count - warm, rows, sums):
         return _loop(state, items, count - warm)
     a, s, f, r = rows
     chain = list(accumulate(f * (count - warm), initial=state[2]))     # F after every item
@@ -299,15 +297,16 @@ def _traced_loop(state: tuple, items: list[tuple], layers: int) -> tuple[tuple, 
     return (a_free, s_free, f_free, r_free, back), ok
 
 
-def _f_bound(state: tuple, layers: int, rows: list[list[float]]) -> bool:
-    """The per-lane conditions of :func:`_run_layers` for ``layers`` more layers from ``state``."""
+def _f_bound(state: tuple, layers: int, rows: list[list[float]], sums: list[float]) -> bool:
+    """The per-lane conditions of :func:`_run_layers` for ``layers`` more layers from ``state``
+    (``sums``: the four rows' sums)."""
     a, s, f, r = rows
     n = len(a)
-    vmax = 2.0 * (max(*state[:4], *state[4]) + layers * (sum(a) + sum(s) + sum(f) + sum(r)))
+    vmax = 2.0 * (max(*state[:4], *state[4]) + layers * (sums[0] + sums[1] + sums[2] + sums[3]))
     if not (vmax < math.inf and min(*a, *s, *f, *r) >= 0.0):
         return False
     tol = (n + 8) * 2.0 ** -48 * vmax + 2.0 ** -1000
-    f_all = sum(f)
+    f_all = sums[2]
     for j in range(n):
         i = j - 1                              # the previous lane (cyclic)
         if not (r[i] <= f[j]
@@ -457,13 +456,14 @@ class AfdEngine:
         n_dense = n_layers - mdl.num_moe_layers
         runs = [run for run in ((n_dense, a_lane, s_dense, f_dense, s_dense),
                                 (n_layers - n_dense, a_lane, s_moe, f_moe, s_moe)) if run[0]]
-        head, final_norm = self._ends(batch.num_tokens, "launch" if modes[0] == "NONE" else "kernel")
+        num_tokens = batch.num_tokens
+        head, final_norm = self._ends(num_tokens, "launch" if modes[0] == "NONE" else "kernel")
         tail = final_norm + self.attn._head_time_s(batch.num_reqs)
         tl = timeline_totals(runs, head, tail)   # the combine (r) moves the same bytes back as the dispatch (s)
         mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
         stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s,
                              sum(ep_wait) * mdl.num_moe_layers, len(lanes))
-        return StepCost(tl.end_s, batch.num_tokens, padded_total, mode), stats
+        return StepCost(tl.end_s, num_tokens, padded_total, mode), stats
 
     def _lane(self, tokens: int, reqs: int, uniform: bool) -> tuple:
         """Everything of a lane but its attention, from its tokens, requests and whether it is a
