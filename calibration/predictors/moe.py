@@ -3,7 +3,15 @@ bootstrap: p95 15.1 % vs 17.8 % with it, token-point split) per MoE dtype, on th
 target, over tokens, experts (global and local), top-k, per-rank shapes, TP and EP sizes
 (EP > 1 switches vLLM's fp8 MoE from Triton to FlashInfer-Cutlass), routed pairs, the
 routed load statistics (max and std of tokens per local expert, skew = max / mean) and
-the grouped-GEMM row blocks (each active expert's tokens padded to 16 / 64 / 128 rows)."""
+the grouped-GEMM row blocks (each active expert's tokens padded to 16 / 64 / 128 rows).
+AIC's rows name their routing only (balanced, power_law_1.01, power_law_1.2): their load
+statistics come from ``features.power_law_rank_stats`` (a reconstruction of AIC's sampler);
+the simulator's ops carry their router's actual loads.
+
+Held-out p95 (features v5, 20 %, seed 0): rows 12.5 % (H200) / 12.3 % (H100), token points
+14.7 % / 14.7 %. Measured but not adopted (H200 rows): leaves of 1 sample 12.3 % at 2.3x the
+pickled size, 32 trees with leaves of 1 11.9 % at 4.7x (features v4). The tables repeat
+identical work to p95 ~7 % (README, calibration), below which no predictor can go."""
 
 from __future__ import annotations
 
