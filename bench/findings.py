@@ -32,8 +32,8 @@ Each case prints a table and a one-line verdict computed from the table's number
     runs on H800. Per model, ``C_NUM_PROMPTS`` requests sent at once of each workload in
     ``C_WORKLOADS``: the paper's four (random 2048/256, 256/2048, 1024/1024 with range ratio
     0.5; ShareGPT) and 256/1024; placements all-H800, H20 on F, H20 on A. The A-F link is the
-    NIC in every placement (A and F pools on separate nodes, as at the paper's 1,024-GPU
-    scale; mixing GPU types forces it); where A + F fit one node the all-H800 layout also runs
+    NIC in every placement (A and F pools on separate nodes: mixing GPU types forces it, and
+    we assume it at the paper's 1,024-GPU scale); where A + F fit one node the all-H800 layout also runs
     on NVLink (simulator.afd's default), reported but not the reference. Per row: busy
     fraction (summary), busy us per decoded token (steps table, A rows), output throughput,
     vs base = throughput / all-H800's (NIC), CE = that per dollar at the paper's prices
@@ -45,7 +45,9 @@ Each case prints a table and a one-line verdict computed from the table's number
     when H20-on-F has F busy >= ``C_BUSY_BOUND``, F compute-bound and throughput more than
     ``C_KEPT`` below all-H800, and H20-on-A keeps throughput within ``C_KEPT``; the paper's
     gate (A passes, F fails) is reported beside it. Overall: per model, on how many
-    workloads, and where by mean decode context the attention side keeps its throughput.
+    workloads; where, by mean decode context, the attention side keeps its throughput; and
+    where, by requests per A step, the FFN side regresses (compute-bound and more than
+    ``C_KEPT`` throughput lost, F busy not required).
 """
 
 from __future__ import annotations
@@ -392,8 +394,8 @@ def a_side_breakdown(layout: AfdLayout, gpu: str, step_tokens: int, context: int
 
 def placements(layout: AfdLayout) -> list[tuple[str, AfdLayout, str]]:
     """(name, layout, link) per run. Every placement's A-F link is the NIC (A and F pools on
-    separate nodes, as at the paper's 1,024-GPU scale: mixing GPU types forces it); the all-H800
-    layout also runs on simulator.afd's default link when that is NVLink (A + F fit one node)."""
+    separate nodes: mixing GPU types forces it, and we assume it at the paper's scale); the
+    all-H800 layout also runs on simulator.afd's default link when that is NVLink (A + F fit one node)."""
     base, cheap = C_BASE_GPU, C_CHEAP_GPU
     out = [(f"all-{base}", replace(layout, attention_gpu=base, ffn_gpu=base), "nic"),
            (f"{cheap}-FFN", replace(layout, attention_gpu=base, ffn_gpu=cheap), "nic"),
