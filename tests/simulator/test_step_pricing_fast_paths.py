@@ -159,3 +159,17 @@ def test_decode_attention_fast_path_only_where_it_is_exact():
     mixed = BatchShape((1, 7, 1), (5, 500, 5000))          # prefill rows: the op path
     assert engine().attention_time_s(mixed.new_tokens, mixed.context_lens, "launch") == \
         _plain_attention(engine(), mixed, "launch")
+
+
+# ------------------------------------------------------------------ the AFD step memo
+def test_afd_uniform_decode_steps_keep_only_the_latest_shape():
+    from test_afd import _engine
+    e, fresh = _engine("H100"), _engine("H100")
+    steps = [BatchShape((1,) * 5, (10, 20, 30, 40, 50)), BatchShape((1,) * 5, (10, 20, 30, 40, 50)),
+             BatchShape((1,) * 5, (11, 21, 31, 41, 51)), BatchShape((1, 9, 1), (3, 0, 7)),
+             BatchShape((1, 9, 1), (3, 0, 7)), BatchShape((1,) * 5, (10, 20, 30, 40, 50))]
+    for b in steps:
+        assert e.step_cost(b) == fresh._price(b)[0]
+    assert [s.a_busy_s for s in e.stats] == [fresh._price(b)[1].a_busy_s for b in steps]
+    assert list(e._cache) == [steps[3]]          # only the non-uniform shape is memoized
+    assert e._last_uniform[0] is steps[-1]
