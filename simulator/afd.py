@@ -58,6 +58,7 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
+from typing import NamedTuple
 
 import numpy as np
 
@@ -397,6 +398,21 @@ class AfdStepStats:
     lanes: int
 
 
+class _StepPlan(NamedTuple):
+    """An A step's pricing but its attention (``AfdEngine._plan``)."""
+
+    lanes: list[tuple[int, int]]             # [start, stop) of each lane's requests
+    attn_timings: list[str]                  # per lane
+    a_dense: list[float]                     # per lane: A's time per layer without attention
+    runs: list[tuple[int, list[float], list[float]]]   # (layers, A→F row, F row): dense, MoE
+    head_s: float                            # embedding
+    tail_s: float                            # final norm + lm_head + sampler
+    ep_wait_s: float                         # EP wait of the step, all MoE layers
+    num_tokens: int
+    padded_tokens: int
+    mode: str                                # the step's graph mode
+
+
 class AfdEngine:
     """Prices one A engine's step as the AFD ping-pong schedule; duck-types ``BatchEngine``.
 
@@ -420,6 +436,7 @@ class AfdEngine:
         self._f_layer: dict[tuple[int, str], tuple[float, float, float]] = {}
         self._ends_memo: dict[tuple[int, str], tuple[float, float]] = {}
         self._lanes: dict[tuple[int, int, bool], tuple] = {}
+        self._decode_plans: dict[int, _StepPlan] = {}         # decode steps by request count
         self._q = attn.cudagraph.uniform_decode_query_len
         self._moe_copies = self._copies()
 
@@ -449,35 +466,53 @@ class AfdEngine:
 
     # -- pieces
     def _price(self, batch: BatchShape) -> tuple[StepCost, AfdStepStats]:
+        new, ctx = batch.new_tokens, batch.context_lens
+        n = len(new)
+        decode = new.count(1) == n
+        plan = self._decode_plans.get(n) if decode else None
+        if plan is None:
+            plan = self._plan(new)
+            if decode:      # a decode step's plan depends on its request count only
+                self._decode_plans[n] = plan
+        n_layers = self.model.num_layers
+        a_lane = []
+        if decode and self.attn._decode_attn is not None:
+            for (lo, hi), timing, a_dense in zip(plan.lanes, plan.attn_timings, plan.a_dense):
+                a_lane.append(a_dense + self.attn.decode_attention_time_s(hi - lo, sum(ctx[lo:hi]), timing) / n_layers)
+        else:
+            for (lo, hi), timing, a_dense in zip(plan.lanes, plan.attn_timings, plan.a_dense):
+                a_lane.append(a_dense + self.attn.attention_time_s(new[lo:hi], ctx[lo:hi], timing) / n_layers)
+        # the combine (r) moves the same bytes back as the dispatch (s)
+        tl = timeline_totals([(count, a_lane, s, f, s) for count, s, f in plan.runs], plan.head_s, plan.tail_s)
+        stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s, plan.ep_wait_s, len(plan.lanes))
+        return StepCost(tl.end_s, plan.num_tokens, plan.padded_tokens, plan.mode), stats
+
+    def _plan(self, new: tuple[int, ...]) -> _StepPlan:
+        """Everything of a step but its attention, from its requests' new tokens."""
         mdl = self.model
-        n_layers = mdl.num_layers
-        lanes = split_lanes(batch.new_tokens, self.lanes)
-        a_lane, f_dense, f_moe, ep_wait, s_dense, s_moe = [], [], [], [], [], []
+        lanes = split_lanes(new, self.lanes)
+        timings, a_dense, f_dense, f_moe, ep_wait, s_dense, s_moe = [], [], [], [], [], [], []
         modes, padded_total = [], 0
         for lo, hi in lanes:
-            new, ctx = batch.new_tokens[lo:hi], batch.context_lens[lo:hi]
-            reqs = hi - lo
-            mode, padded, attn_timing, a_dense, fd, fm, wait, sd, sm = self._lane(sum(new), reqs,
-                                                                                 new.count(self._q) == reqs)
+            lane, reqs = new[lo:hi], hi - lo
+            mode, padded, attn_timing, ad, fd, fm, wait, sd, sm = self._lane(sum(lane), reqs,
+                                                                           lane.count(self._q) == reqs)
             modes.append(mode)
             padded_total += padded
-            a_lane.append(a_dense + self.attn.attention_time_s(new, ctx, attn_timing) / n_layers)
+            timings.append(attn_timing)
+            a_dense.append(ad)
             f_dense.append(fd)
             f_moe.append(fm)
             ep_wait.append(wait)
             s_dense.append(sd)
             s_moe.append(sm)
-        n_dense = n_layers - mdl.num_moe_layers
-        runs = [run for run in ((n_dense, a_lane, s_dense, f_dense, s_dense),
-                                (n_layers - n_dense, a_lane, s_moe, f_moe, s_moe)) if run[0]]
-        num_tokens = batch.num_tokens
+        n_dense = mdl.num_layers - mdl.num_moe_layers
+        runs = [run for run in ((n_dense, s_dense, f_dense), (mdl.num_moe_layers, s_moe, f_moe)) if run[0]]
+        num_tokens = sum(new)
         head, final_norm = self._ends(num_tokens, "launch" if modes[0] == "NONE" else "kernel")
-        tail = final_norm + self.attn._head_time_s(batch.num_reqs)
-        tl = timeline_totals(runs, head, tail)   # the combine (r) moves the same bytes back as the dispatch (s)
         mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
-        stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s,
-                             sum(ep_wait) * mdl.num_moe_layers, len(lanes))
-        return StepCost(tl.end_s, num_tokens, padded_total, mode), stats
+        return _StepPlan(lanes, timings, a_dense, runs, head, final_norm + self.attn._head_time_s(len(new)),
+                         sum(ep_wait) * mdl.num_moe_layers, num_tokens, padded_total, mode)
 
     def _lane(self, tokens: int, reqs: int, uniform: bool) -> tuple:
         """Everything of a lane but its attention, from its tokens, requests and whether it is a

@@ -384,6 +384,12 @@ class BatchEngine:
             ops.append(AttentionOp((), (), dec, heads, 1, latent + rope, kvb, ab, True, latent, rope, latent))
         return ops
 
+    def decode_attention_time_s(self, num_reqs: int, ctx_sum: int, timing: str) -> float:
+        """``attention_time_s`` of ``num_reqs`` decode requests whose contexts sum to ``ctx_sum``
+        tokens; only where ``_decode_attn`` is set (the roofline, no sliding-window layers)."""
+        flops, nbytes = self._decode_attn.decode_work(num_reqs, ctx_sum)
+        return self.cost_model.attention_time_s(flops, nbytes, timing) * self._attn_layers
+
     def _attention_time_s(self, batch: BatchShape, timing: str) -> float:
         return self.attention_time_s(batch.new_tokens, batch.context_lens, timing, batch)
 
@@ -393,10 +399,8 @@ class BatchEngine:
         context tokens (``batch``: the same as a BatchShape, when the caller has one). Decode
         only under the roofline: the op's work from the contexts' count and sum
         (``AttentionOp.decode_work``), the same floats as pricing the op built for them."""
-        decode = self._decode_attn
-        if decode is not None and new.count(1) == len(new):
-            flops, nbytes = decode.decode_work(len(ctx), sum(ctx))
-            return self.cost_model.attention_time_s(flops, nbytes, timing) * self._attn_layers
+        if self._decode_attn is not None and new.count(1) == len(new):
+            return self.decode_attention_time_s(len(ctx), sum(ctx), timing)
         ops = self.attention_ops(batch if batch is not None else BatchShape(new, ctx))
         if len(ops) == 1:     # the common case: _times' sum over one op, 0 + t * n, is t * n
             op, n_layers = ops[0]

@@ -173,3 +173,20 @@ def test_afd_uniform_decode_steps_keep_only_the_latest_shape():
     assert [s.a_busy_s for s in e.stats] == [fresh._price(b)[1].a_busy_s for b in steps]
     assert list(e._cache) == [steps[3]]          # only the non-uniform shape is memoized
     assert e._last_uniform[0] is steps[-1]
+
+
+def test_afd_decode_plans_and_decode_attention_equal_the_general_path():
+    """Decode steps priced from the plan memo (by request count) and the decode attention equal
+    the general path (plan built per step, attention from the built op)."""
+    from test_afd import _engine
+    rng = random.Random(6)
+    for lanes in (1, 2, 3):
+        fast, plain = _engine("H100", lanes=lanes), _engine("H100", lanes=lanes)
+        plain.attn._decode_attn = None
+        for _ in range(300):
+            n = rng.randint(1, 40)
+            new = (1,) * n if rng.random() < 0.8 else tuple(rng.choice([1, 1, 5, 300]) for _ in range(n))
+            batch = BatchShape(new, tuple(rng.randint(0, 20_000) for _ in range(n)))
+            plain._decode_plans.clear()
+            got, want = fast._price(batch), plain._price(batch)
+            assert got == want, batch
