@@ -101,7 +101,7 @@ class LockstepRanks:
         remote = tuple(rid for o in outs if o is not None for rid in o.remote_kv_request_ids)
         return LockstepOutput(outs, sum(o.total_num_scheduled_tokens for o in outs if o is not None), remote)
 
-    def update_from_output(self, out: LockstepOutput) -> UpdateResult:
+    def update_from_output(self, out: LockstepOutput, now_s: float | None = None) -> UpdateResult:
         tokens: list[str] = []
         token_reqs: list[Request] = []
         first: list[str] = []
@@ -109,7 +109,7 @@ class LockstepRanks:
         for sched, o in zip(self.ranks, out.outputs):
             if o is None:
                 continue
-            r = sched.update_from_output(o)
+            r = sched.update_from_output(o, now_s)
             tokens += r.token_request_ids
             token_reqs += r.token_requests
             first += r.first_token_request_ids

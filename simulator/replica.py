@@ -82,6 +82,10 @@ class Replica:
         # drawn from a generator seeded per replica, so runs stay reproducible.
         self._jitter = step_jitter
         self._rng = np.random.default_rng([jitter_seed, replica_id]) if step_jitter > 0 else None
+        # The loop processes every step's output in order with its time, so the scheduler may
+        # keep plain decodes lazy (Scheduler.enable_lazy_decode): same steps, same token times.
+        for s in scheduler.ranks if isinstance(scheduler, LockstepRanks) else (scheduler,):
+            s.enable_lazy_decode()
 
     # ------------------------------------------------------------------ client side
     def add_request(self, spec: RequestSpec, **kv_params: bool) -> Request:
@@ -185,7 +189,7 @@ class Replica:
             out = sched.schedule()
             end = self._launch(out)
             if out.total_num_scheduled_tokens == 0:
-                sched.update_from_output(out)
+                sched.update_from_output(out, self.loop.now_s)
                 if not sched.has_unfinished_requests() and sched.has_requests():
                     continue        # only finishes left to report: one more (empty) schedule
                 break               # nothing can run until a request arrives
@@ -236,6 +240,6 @@ class Replica:
         self.loop.at(end_s, resume, PRIO_STEP_DONE)
 
     def _process(self, out: SchedulerOutput) -> None:
-        result = self.scheduler.update_from_output(out)
+        result = self.scheduler.update_from_output(out, self.loop.now_s)
         if result.token_request_ids or result.finished_request_ids:
             self.on_update(self, result, self.loop.now_s)

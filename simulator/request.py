@@ -96,7 +96,13 @@ class Request:
         ``len(block_hashes) == num_tokens // block_size`` (hashed as soon as a block fills).
     token_times_s: where the caller records the times of its output tokens (the benchmark client
         attaches an array and writes token k's time at [k - 1] from `UpdateResult.token_requests`);
-        the scheduler never reads it. Timing is the caller's: the scheduler does not know the time.
+        the scheduler never reads it. Timing is the caller's: the scheduler does not know the time,
+        except in lazy decode mode, where it writes the times of lazily processed tokens.
+    lazy_start / lazy_end / lazy_ctx: lazy decode (`Scheduler.enable_lazy_decode`): while
+        ``lazy_start <= step < lazy_end`` the request is a plain decode whose per-step progress
+        the scheduler does not write; num_computed_tokens, num_output_tokens,
+        num_output_placeholders, num_in_flight_tokens, last_sched_seq and token_times_s lag
+        until the scheduler materialises it (`Scheduler.sync_lazy` for all).
     """
 
     request_id: str
@@ -115,6 +121,9 @@ class Request:
     kv_num_blocks: int = 0
     kv_num_cached_blocks: int = 0
     token_times_s: array | None = None
+    lazy_end: int = 0                       # lazy decode (Scheduler): 0, or the first step not lazy
+    lazy_start: int = 0                     # first lazy step (0: not lazy)
+    lazy_ctx: int = 0                       # num_computed_tokens before lazy step s is lazy_ctx + s
     # Rarely touched.
     priority: int = 0
     prompt_token_ids: tuple[int, ...] | None = None

@@ -46,7 +46,9 @@ Driving protocol (the caller owns time):
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
+from itertools import chain, compress
 
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.request import Request, RequestSpec, RequestStatus
@@ -60,7 +62,7 @@ class _StepState:
     """Scratch state of one schedule() call: the scheduled requests as aligned lists, in order."""
 
     __slots__ = ("token_budget", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
-                 "remote_ids", "samples", "prefills_done")
+                 "remote_ids", "samples", "prefills_done", "lazy_out")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -76,6 +78,7 @@ class _StepState:
         # path); prefills_done: those of them that end an in-flight prefill (left to discard).
         self.samples: list[bool] = []
         self.prefills_done: list[Request] = []
+        self.lazy_out: list[tuple[int, int]] = []   # lazy decode: [a, b) ranges of reqs listed lazily
 
     def add(self, r: Request, n: int, context_len: int) -> None:
         self.reqs.append(r)
@@ -127,6 +130,78 @@ class Scheduler:
         self._drop_stale_on_preempt = kv_role is not None
         self._sched_step_seq = 0
         self._processed_step_seq = 0
+        # Lazy decode (enable_lazy_decode): off by default.
+        self._lazy = False
+        self._end_s = array("d")        # [s - 1]: time step s's output was processed
+        self._processed_step = 0        # step id of the last processed output
+        # Aligned with self.running (lazy decode only): request ids, lazy_end and lazy_ctx, so a
+        # step lists its lazy requests without touching them.
+        self._run_ids: list[str] = []
+        self._run_end = array("q")
+        self._run_ctx = array("q")
+        self._masks: dict[int, list[bool]] = {}         # step -> which of its requests are not lazy
+        self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
+
+    # ------------------------------------------------------------------ lazy decode
+    def enable_lazy_decode(self) -> bool:
+        """Stop writing the per-step progress of plain decode requests (same plans and results).
+
+        A running request whose next steps are plain decodes (1 token, no new block, no block
+        filled or hashed, no finish, nothing stale) becomes *lazy* for that window of steps
+        (`Request.lazy_start`..`lazy_end`): schedule() lists it (1 token, context
+        ``lazy_ctx + step``) without touching its fields, update_from_output() skips its token,
+        and its counters and token times are written once, when it leaves the window or anything
+        else needs them (`_materialize`). The caller must then give update_from_output() the
+        time (``now_s``): the skipped tokens' times are written into ``Request.token_times_s``
+        from those, and UpdateResult does not list them. Off under priority policy, PP decode
+        stagger and debug checks. Returns whether it is on.
+        """
+        self._lazy = not (self._priority or self._decode_stagger or self._debug)
+        self._run_ids = [r.request_id for r in self.running]
+        self._run_end = array("q", bytes(8 * len(self.running)))
+        self._run_ctx = array("q", bytes(8 * len(self.running)))
+        return self._lazy
+
+    def _materialize(self, r: Request, last: int) -> None:
+        """Write r's lazy steps lazy_start..last (scheduled; those processed so far also
+        sampled a token each); r is no longer lazy.
+
+            step:        lazy_start ........ processed ........ last
+            scheduled:   c += 1 each ----------------------------->
+            processed:   one token each -------->  (times: self._end_s)
+        """
+        j = r.lazy_start
+        ns = last - j + 1
+        p = self._processed_step
+        if last > p:                # its lazy steps p+1..last are in flight: processed in full
+            late = self._late
+            for s in range(max(j, p + 1), last + 1):
+                late.setdefault(s, []).append(r)
+        np_ = (p if p < last else last) - j + 1
+        if np_ > 0:
+            k = r.num_output_tokens
+            r.num_output_tokens = k + np_
+            tt = r.token_times_s
+            if tt is not None:
+                tt[k:k + np_] = self._end_s[j - 1:j - 1 + np_]
+        else:
+            np_ = 0
+        r.num_computed_tokens += ns
+        r.num_in_flight_tokens += ns - np_
+        if self.config.async_scheduling:
+            r.num_output_placeholders += ns - np_
+        if self._defer_block_free:
+            r.last_sched_seq = self._sched_step_seq     # the last step that scheduled r: `last`
+        r.is_prefill_chunk = False
+        r.lazy_start = r.lazy_end = 0
+
+    def sync_lazy(self) -> None:
+        """Materialise every lazy request (its fields as without lazy decode); between steps."""
+        run_end = self._run_end
+        for k, r in enumerate(self.running):
+            if r.lazy_end:
+                self._materialize(r, self._step_id)
+                run_end[k] = 0
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request: RequestSpec | Request, *, remote_prefill: bool = False,
@@ -256,9 +331,43 @@ class Scheduler:
         fuse = not self._priority
         add_sample, is_async, inflight = st.samples.append, self.config.async_scheduling, self._inflight_prefills
         defer, seq = self._defer_block_free, self._sched_step_seq + 1    # schedule() bumps the seq
+        lazy = self._lazy
+        if lazy:
+            # Positions of the requests that are not lazy this step; the runs between them are
+            # listed in bulk (1 token each, context lazy_ctx + step) from the arrays aligned with
+            # running. Only the tail of running is removed during the loop (preemption), so the
+            # positions stay valid.
+            run_ids, run_end, run_ctx, lazy_out = self._run_ids, self._run_end, self._run_ctx, st.lazy_out
+            eager_at = [k for k, e in enumerate(run_end) if e <= step_id]
+            eager_at.append(len(running))
+            p = 0
         i = 0
         while i < len(running) and budget > 0:
+            if lazy:
+                while eager_at[p] < i:
+                    p += 1
+                b = eager_at[p]
+                if b > len(running):                # the tail was preempted
+                    b = len(running)
+                if b > i:                           # running[i:b] are lazy decodes
+                    if b - i > budget:
+                        b = i + budget
+                    o = len(st.reqs)
+                    st.reqs += running[i:b]
+                    st.ids += run_ids[i:b]
+                    st.ctx += [x + step_id for x in run_ctx[i:b]]
+                    ones = b - i
+                    lazy_out.append((o, o + ones))
+                    st.num_sched += [1] * ones
+                    if fuse:
+                        st.samples += [True] * ones
+                    budget -= ones
+                    i = b
+                    continue
             r = running[i]
+            if r.lazy_end:                          # its lazy window ended before this step
+                self._materialize(r, step_id - 1)
+                run_end[i] = 0
             c = r.num_computed_tokens
             ph = r.num_output_placeholders
             if ph > 0 and c + 2 - ph >= r.prompt_len + r.max_tokens:
@@ -300,6 +409,27 @@ class Scheduler:
                 budget -= n
                 i += 1
                 if fuse:
+                    if lazy and n == 1 and need == known + ph and (known > r.prompt_len or ph) \
+                            and not r.num_stale_output_tokens and not (inflight and r in inflight) \
+                            and (not caching or r.kv_num_cached_blocks >= need // bs):
+                        # Lazy from this step for L steps (module docstring of enable_lazy_decode):
+                        # lazy step m (m < L) computes token c+m and samples token c+m+1-prompt+1;
+                        # none may need a block, fill a block (hash), reach max_len or max_tokens.
+                        last = r.kv_num_blocks * bs - c
+                        if (m := max_len - c - 2) < last:
+                            last = m
+                        if (m := r.max_tokens + r.prompt_len - c - 2) < last:
+                            last = m
+                        if (m := -(c + 2) % bs) < last:
+                            last = m
+                        if last >= 2:
+                            r.lazy_start = step_id
+                            r.lazy_end = run_end[i - 1] = step_id + last
+                            r.lazy_ctx = run_ctx[i - 1] = c - step_id
+                            o = len(st.reqs)
+                            lazy_out.append((o - 1, o))
+                            add_sample(True)
+                            continue
                     if defer:
                         r.last_sched_seq = seq
                     r.num_computed_tokens = need
@@ -323,6 +453,9 @@ class Scheduler:
                 if blocks is not None:
                     break
                 victim = max(running, key=lambda q: (q.priority, q.arrival_s)) if self._priority else running[-1]
+                if victim.lazy_end:                 # not scheduled this step yet (the tail)
+                    self._materialize(victim, step_id - 1)
+                    run_end[-1] = 0
                 if self._defer_block_free and victim.last_sched_seq > self._processed_step_seq:
                     break  # P/D async: a deferred free would not help this allocation
                 if self._priority:
@@ -334,6 +467,10 @@ class Scheduler:
                         st.undo(victim)
                 else:
                     running.pop()
+                    if lazy:
+                        run_ids.pop()
+                        run_end.pop()
+                        run_ctx.pop()
                 self._preempt(victim)
                 st.preempted.append(victim)
                 if victim is r:
@@ -347,6 +484,11 @@ class Scheduler:
             budget -= n
             i += 1
         st.token_budget = budget
+        if lazy:
+            for k in range(i, len(running)):        # not scheduled this step: no longer lazy
+                if run_end[k]:
+                    self._materialize(running[k], step_id - 1)
+                    run_end[k] = 0
 
     def _admission_tokens(self, r: Request, computed: int, thr: int, budget: int) -> int | None:
         """Tokens a waiting request gets at admission; None when it must wait (no chunking)."""
@@ -381,6 +523,10 @@ class Scheduler:
             kv.record_prefix_cache_stats(r, hit)
             waiting.pop_request()
             running.append(r)
+            if self._lazy:
+                self._run_ids.append(r.request_id)
+                self._run_end.append(0)
+                self._run_ctx.append(0)
             (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
             if r.num_preemptions == 0:
                 r.num_cached_tokens = hit
@@ -461,6 +607,10 @@ class Scheduler:
                 continue
             queue.pop_request()
             running.append(r)
+            if self._lazy:
+                self._run_ids.append(r.request_id)
+                self._run_end.append(0)
+                self._run_ctx.append(0)
             (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
             st.add(r, n, computed)
             r.status = RequestStatus.RUNNING
@@ -496,6 +646,9 @@ class Scheduler:
             inflight.discard(r)
         k = len(samples)                        # already advanced by _schedule_running
         for r, n in zip(st.reqs[k:], st.num_sched[k:]) if k else zip(st.reqs, st.num_sched):
+            if r.lazy_end:                      # scheduled lazily (after a general-path request)
+                add_sample(True)
+                continue
             if defer:
                 r.last_sched_seq = seq          # P/D async: the step that last scheduled r
             c = r.num_computed_tokens + n
@@ -511,6 +664,11 @@ class Scheduler:
                         r.next_decode_eligible_step = next_eligible
                 if inflight:
                     inflight.discard(r)
+        if st.lazy_out:                         # for update_from_output: skip the lazy ones
+            mask = [True] * len(st.reqs)
+            for a, b in st.lazy_out:
+                mask[a:b] = [False] * (b - a)
+            self._masks[self._step_id] = mask
         self._finished_req_ids = set()
         nums = st.num_sched
         return SchedulerOutput(
@@ -528,8 +686,12 @@ class Scheduler:
         )
 
     # ------------------------------------------------------------------ update
-    def update_from_output(self, output: SchedulerOutput) -> UpdateResult:
+    def update_from_output(self, output: SchedulerOutput, now_s: float | None = None) -> UpdateResult:
         """Process a finished step: one sampled token per request whose step sampled.
+
+        now_s: the time the step's output is processed; required in lazy decode mode, where the
+        tokens of lazy requests are skipped here (not in the result; their times are written
+        from these when they are materialised).
 
         Stops on max_tokens or max_model_len (FINISHED_LENGTH_CAPPED); finished requests are freed.
         Runs per scheduled request per step, so `Request.append_output_token` and the
@@ -547,7 +709,25 @@ class Scheduler:
         if self._defer_block_free and output.total_num_scheduled_tokens > 0:
             self._processed_step_seq += 1       # every write of this and earlier steps is done
             kv.drain_deferred_frees(self._processed_step_seq)
-        for r, n, samples in zip(output.requests, output.num_scheduled_tokens, output.samples):
+        step = output.step_id
+        entries = zip(output.requests, output.num_scheduled_tokens, output.samples)
+        if self._lazy:
+            if now_s is None or step != len(self._end_s) + 1:
+                raise ValueError(f"lazy decode: update_from_output(step {step}, now_s={now_s!r}) needs the time "
+                                 f"and the outputs in order (next: step {len(self._end_s) + 1})")
+            self._end_s.append(now_s)
+            self._processed_step = step
+            # A lazy step of a request is not processed here (materialised later), unless the
+            # request was materialised since this step was scheduled (self._late): then last,
+            # as its token neither finishes it nor fills a block (its lazy window), so its
+            # processing touches nothing shared and the order does not matter.
+            mask = self._masks.pop(step, None)
+            if mask is not None:
+                entries = compress(entries, mask)
+                late = self._late.pop(step, None)
+                if late:
+                    entries = chain(entries, [(r, 1, True) for r in late])
+        for r, n, samples in entries:
             # A request leaves self.requests exactly when it finishes: skip it then.
             status_before = r.status
             if status_before > _PREEMPTED:
@@ -593,7 +773,12 @@ class Scheduler:
                 finished.append(rid)
                 (stopped_running if status_before == _RUNNING else stopped_waiting).add(r)
         if stopped_running:
-            self.running = [r for r in self.running if r not in stopped_running]
+            keep = [r not in stopped_running for r in self.running]
+            self.running = list(compress(self.running, keep))
+            if self._lazy:
+                self._run_ids = list(compress(self._run_ids, keep))
+                self._run_end = array("q", compress(self._run_end, keep))
+                self._run_ctx = array("q", compress(self._run_ctx, keep))
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
             if self.kv_holding_waiting:

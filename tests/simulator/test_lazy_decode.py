@@ -1,0 +1,204 @@
+"""Lazy decode (`Scheduler.enable_lazy_decode`) gives exactly what the per-request path gives.
+
+Two schedulers fed the same requests, one lazy, one not, must plan the same steps (every
+`SchedulerOutput` field), finish the same requests in the same order, keep the same KV state
+(block tables, free-queue order, prefix-cache map) and, once materialised (`sync_lazy`), hold
+the same request fields and token times. Whole simulations (co-located with preemption and
+prefix sharing, P/D, lockstep DP, AFD) give identical records, summaries and batch traces.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from collections import deque
+
+import pytest
+
+from simulator.control_plane import PddSpec, RoleLayout
+from simulator.engine_args import EngineArgs
+from simulator.kv_cache.manager import KVCacheManager
+from simulator.request import RequestSpec
+from simulator.scheduler import Scheduler
+from simulator.scheduler_config import SchedulerConfig
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.workload import WorkloadSpec
+
+FIELDS = ("status", "num_computed_tokens", "num_output_tokens", "num_output_placeholders",
+          "num_in_flight_tokens", "num_stale_output_tokens", "is_prefill_chunk", "kv_num_blocks",
+          "kv_num_cached_blocks", "num_preemptions", "num_cached_tokens", "last_sched_seq",
+          "drop_stale_output", "block_hashes")
+
+
+def _kv_state(s: Scheduler) -> tuple:
+    pool = s.kv.pool
+    return (dict(s.kv.req_to_blocks), pool.free_queue.order(), list(pool.ref_cnt), dict(pool.cached),
+            list(pool.block_hash))
+
+
+def _drive(seed: int, lazy: bool, *, async_scheduling: bool, caching: bool, chunked: bool,
+           num_blocks: int, steps: int, kv_role: str | None = None):
+    """Run one scheduler on a random workload (shared prefixes, arrivals over time); return what
+    must match: per-step outputs and finishes, KV states, final request fields and token times."""
+    rng = random.Random(seed)
+    max_len = 512
+    budget = rng.choice([64, 256, 2048]) if chunked else max_len
+    cfg = SchedulerConfig(max_num_seqs=rng.choice([4, 8, 64]), max_num_batched_tokens=budget,
+                          max_model_len=max_len, long_prefill_token_threshold=rng.choice([0, 0, 48]),
+                          async_scheduling=async_scheduling, enable_chunked_prefill=chunked)
+    s = Scheduler(cfg, KVCacheManager(num_blocks, 16, max_len, enable_prefix_caching=caching), kv_role=kv_role)
+    assert s.enable_lazy_decode() if lazy else True
+    prefixes = [tuple(rng.randrange(50) for _ in range(rng.choice([16, 40, 64]))) for _ in range(3)]
+    reqs, log, now = {}, [], 0.0
+    times: dict[str, array] = {}
+    n = 0
+
+    def add() -> None:
+        nonlocal n
+        p = rng.choice(prefixes) if rng.random() < 0.6 else ()
+        tail = tuple(rng.randrange(50) for _ in range(rng.randint(1, 120)))
+        ids = (p + tail)[:max_len - 1]
+        spec = RequestSpec(f"r{n}", now, len(ids), rng.choice([1, 2, 5, 17, 40, 90, 300]),
+                           prompt_token_ids=ids if rng.random() < 0.8 else None)
+        n += 1
+        r = s.add_request(spec, remote_decode=kv_role == "producer")
+        r.token_times_s = times[spec.request_id] = array("d", bytes(8 * spec.output_len))
+        reqs[spec.request_id] = r
+
+    for _ in range(rng.randint(1, 6)):
+        add()
+    queue: deque = deque()
+    depth = 2 if async_scheduling else 1
+    for step in range(steps):
+        if rng.random() < 0.15:
+            add()
+        if not s.has_requests() and not queue:
+            add()
+        out = s.schedule()
+        log.append(("out", out, [r.request_id for r in out.requests]))
+        queue.appendleft(out)
+        if len(queue) < depth:
+            continue
+        now += 0.01 * rng.randint(1, 3)
+        res = s.update_from_output(queue.pop(), now)
+        for r in res.token_requests:               # the client: time of each eager token
+            r.token_times_s[r.num_output_tokens - 1] = now
+        log.append(("upd", res.first_token_request_ids, res.finished_request_ids))
+        if kv_role == "producer":
+            for rid in res.finished_request_ids:
+                s.finish_sending_kv(rid)
+        log.append(("kv", _kv_state(s)))
+        if step % 97 == 50:                        # materialising mid-run changes nothing
+            s.sync_lazy()
+    s.sync_lazy()
+    fields = {rid: tuple(getattr(r, f) for f in FIELDS) for rid, r in reqs.items()}
+    return log, fields, {rid: list(t) for rid, t in times.items()}
+
+
+CASES = [
+    dict(async_scheduling=True, caching=True, chunked=True),
+    dict(async_scheduling=False, caching=True, chunked=True),
+    dict(async_scheduling=True, caching=False, chunked=True),
+    dict(async_scheduling=True, caching=True, chunked=False),
+    dict(async_scheduling=False, caching=False, chunked=False),
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("case", CASES)
+def test_lazy_scheduler_equals_exact_step_for_step(case, seed):
+    num_blocks = random.Random(seed).choice([48, 80, 400])      # small pools preempt
+    exact = _drive(seed, False, num_blocks=num_blocks, steps=700, **case)
+    lazy = _drive(seed, True, num_blocks=num_blocks, steps=700, **case)
+    for a, b in zip(exact[0], lazy[0]):
+        assert a == b
+    assert len(exact[0]) == len(lazy[0])
+    assert lazy[1] == exact[1]
+    assert lazy[2] == exact[2]
+
+
+def test_lazy_producer_and_workloads_that_never_go_lazy_are_unchanged():
+    exact = _drive(3, False, num_blocks=120, steps=300, kv_role="producer", **CASES[0])
+    lazy = _drive(3, True, num_blocks=120, steps=300, kv_role="producer", **CASES[0])
+    assert lazy == exact
+
+
+def test_lazy_decode_actually_skips_requests_and_preempts():
+    """The random workloads above exercise the lazy path and preemption (else they prove little)."""
+    log, fields, _ = _drive(1, True, num_blocks=48, steps=700, **CASES[0])
+    assert any(f[FIELDS.index("num_preemptions")] > 0 for f in fields.values())
+    s = Scheduler(SchedulerConfig(max_model_len=512), KVCacheManager(400, 16, 512))
+    s.enable_lazy_decode()
+    r = s.add_request(RequestSpec("a", 0.0, 20, 100))
+    s.update_from_output(s.schedule(), 1.0)         # step 1: the prompt, first token
+    out2 = s.schedule()                             # step 2: c0 = 20, joins for 10 steps: token
+    assert (r.lazy_start, r.lazy_end) == (2, 12)    # 32 (step 12's, 20 + 12) fills a block
+    out3 = s.schedule()
+    assert out3.context_lens == (21,) and r.num_computed_tokens == 20   # listed, not advanced
+    assert s.update_from_output(out2, 2.0).token_request_ids == ()      # lazy: skipped
+    s.sync_lazy()
+    assert (r.num_computed_tokens, r.num_output_tokens, r.num_output_placeholders) == (22, 2, 1)
+    assert r.lazy_end == 0
+    assert s.update_from_output(out3, 3.0).token_request_ids == ("a",)  # materialised: processed
+    assert r.num_output_tokens == 3
+
+
+def test_lazy_needs_the_time_and_is_off_where_it_cannot_be_exact():
+    s = Scheduler(SchedulerConfig(max_model_len=512), KVCacheManager(400, 16, 512))
+    s.enable_lazy_decode()
+    s.add_request(RequestSpec("a", 0.0, 20, 5))
+    with pytest.raises(ValueError, match="needs the time"):
+        s.update_from_output(s.schedule())
+    prio = Scheduler(SchedulerConfig(max_model_len=512, policy="priority"), KVCacheManager(400, 16, 512))
+    assert prio.enable_lazy_decode() is False
+    pp = Scheduler(SchedulerConfig(max_model_len=512, pipeline_parallel_size=2), KVCacheManager(400, 16, 512))
+    assert pp.enable_lazy_decode() is False
+
+
+# ---------------------------------------------------------------------------- whole simulations
+def _run(spec: SimulationSpec, monkeypatch, lazy: bool):
+    if not lazy:
+        monkeypatch.setattr(Scheduler, "enable_lazy_decode", lambda self: False)
+    res = run_simulation(spec)
+    monkeypatch.undo()
+    recs = [(r.request_id, r.send_s, r.first_token_s, r.finish_s, r.output_len, r.num_preemptions,
+             r.num_prefix_hit_tokens, r.prefill_replica, r.decode_replica, r.kv_transfer_s,
+             list(r.token_times_s)) for r in res.records]
+    summary = {k: v for k, v in res.summary.items() if k != "sim_wall_s"}
+    return recs, summary, res.trace.step_cols, res.trace.req_cols
+
+
+SMALL = dict(model="meta-llama/Llama-3.1-8B", gpu="H100", max_model_len=2048)
+MOE = dict(model="Qwen/Qwen3-30B-A3B", gpu="H200", max_model_len=4096, enable_expert_parallel=True)
+SPECS = {
+    "colocated-preempt-prefix": SimulationSpec(
+        engine=EngineArgs(**SMALL, num_gpu_blocks_override=300, num_replicas=2),
+        workload=WorkloadSpec(num_prompts=60, request_rate=30.0, random_input_len=300, random_output_len=120,
+                              random_range_ratio=0.5, random_prefix_len=64), keep_batch_trace=True),
+    "colocated-sync-chunked": SimulationSpec(
+        engine=EngineArgs(**SMALL, async_scheduling=False, max_num_batched_tokens=256, max_num_seqs=64,
+                          long_prefill_token_threshold=64, num_gpu_blocks_override=400),
+        workload=WorkloadSpec(num_prompts=40, request_rate=20.0, random_input_len=400, random_output_len=80,
+                              random_range_ratio=0.5), keep_batch_trace=True, max_concurrency=12),
+    "pdd": SimulationSpec(
+        engine=EngineArgs(**SMALL), architecture="pdd", keep_batch_trace=True,
+        pdd=PddSpec(RoleLayout("prefill", replicas=2), RoleLayout("decode", replicas=2, router="kv_aware")),
+        workload=WorkloadSpec(num_prompts=50, request_rate=40.0, random_input_len=300, random_output_len=100,
+                              random_range_ratio=0.5)),
+    "pdd-lockstep-moe": SimulationSpec(
+        engine=EngineArgs(**MOE), architecture="pdd", keep_batch_trace=True,
+        pdd=PddSpec(RoleLayout("prefill", dp=2), RoleLayout("decode", dp=2, replicas=2, router="kv_aware")),
+        workload=WorkloadSpec(num_prompts=30, request_rate=30.0, random_input_len=300, random_output_len=60,
+                              random_range_ratio=0.5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_simulation_lazy_equals_exact(name, monkeypatch):
+    exact = _run(SPECS[name], monkeypatch, lazy=False)
+    lazy = _run(SPECS[name], monkeypatch, lazy=True)
+    assert lazy[0] == exact[0]
+    assert lazy[1] == exact[1]
+    assert lazy[2] == exact[2]
+    assert lazy[3] == exact[3]
+    assert len(exact[0]) > 0 and sum(r[4] for r in exact[0]) > 1000
