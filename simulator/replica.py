@@ -86,6 +86,13 @@ class Replica:
         # keep plain decodes lazy (Scheduler.enable_lazy_decode): same steps, same token times.
         for s in scheduler.ranks if isinstance(scheduler, LockstepRanks) else (scheduler,):
             s.enable_lazy_decode()
+        # The routers poll every replica per routed request: no forwarding call in between.
+        self.num_unfinished = scheduler.num_unfinished
+        if isinstance(scheduler, LockstepRanks):
+            self.num_free_kv_blocks = scheduler.num_free_kv_blocks
+        else:
+            free_queue = scheduler.kv.pool.free_queue
+            self.num_free_kv_blocks = lambda: free_queue.num_free_blocks
 
     # ------------------------------------------------------------------ client side
     def add_request(self, spec: RequestSpec, **kv_params: bool) -> Request:
@@ -106,11 +113,13 @@ class Replica:
             self.loop.at(self.loop.now_s, self._run, PRIO_KICK)
 
     def num_free_kv_blocks(self) -> int:
+        """Free KV blocks (summed over lockstep DP ranks); the instance binds a direct reader."""
         if isinstance(self.scheduler, LockstepRanks):
             return self.scheduler.num_free_kv_blocks()
         return self.scheduler.kv.num_free_blocks
 
     def num_unfinished(self) -> int:
+        """Unfinished requests of the scheduler; the instance binds the scheduler's method."""
         return self.scheduler.num_unfinished()
 
     # ------------------------------------------------------------------ engine loop

@@ -16,7 +16,10 @@ time an appended output token completes a block. Hash chain (block i covers toke
 [i*bs, (i+1)*bs)):
 
     h_0 = hash((None,    key_0))      key_i = tuple(block tokens)          if prompt_token_ids given
-    h_i = hash((h_{i-1}, key_i))      key_i = ("u", request_id, i)         if prompt is unique
+    h_i = hash((h_{i-1}, key_i))
+    h_i = hash((("u", request_id), i))                                     if prompt is unique
+                                      (unique already: no chain; hashed in bulk, 2 x 64 blocks a
+                                      1k prompt per P/D request)
 
 Python's `hash` of an int tuple is deterministic; with a string inside it is stable within one
 process, which is all the cache needs (only equality of hashes is used, never their order).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import enum
 from array import array
+from itertools import repeat
 from dataclasses import dataclass, field
 
 OUTPUT_TOKEN_ID = 0
@@ -170,17 +174,17 @@ class Request:
         bs, hashes = self.block_size, self.block_hashes
         n = len(hashes)
         num_tokens = self.prompt_len + self.num_output_tokens
+        if self.prompt_token_ids is None:
+            hashes += map(hash, zip(repeat(("u", self.request_id)), range(n, num_tokens // bs)))
+            return
         parent = hashes[-1] if n else None
-        unique = self.prompt_token_ids is None
         while (n + 1) * bs <= num_tokens:
-            # _block_key(n), written out for unique prompts (64 blocks a 1k prompt, per engine)
-            parent = hash((parent, ("u", self.request_id, n) if unique else self._block_key(n)))
+            parent = hash((parent, self._block_key(n)))
             hashes.append(parent)
             n += 1
 
     def _block_key(self, i: int) -> tuple:
-        if self.prompt_token_ids is None:
-            return ("u", self.request_id, i)
+        """Tokens of block i (explicit prompts; outputs are OUTPUT_TOKEN_ID)."""
         bs, p = self.block_size, self.prompt_len
         start, end = i * bs, (i + 1) * bs
         if end <= p:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 
 import numpy as np
 
@@ -188,6 +189,16 @@ class BlockPool:
         """Register newly full blocks[start:stop] under hashes[start:stop] (vLLM `_insert_block_hash`
         per block)."""
         block_hash, cached = self.block_hash, self.cached
+        if stop - start > 1:
+            # Bulk (a prompt's blocks): none registered yet and no hash held elsewhere, the
+            # usual case, is the loop below with every holder lookup missing.
+            new_blocks, new_hashes = blocks[start:stop], hashes[start:stop]
+            if cached.keys().isdisjoint(new_hashes) and len(set(new_hashes)) == stop - start \
+                    and itemgetter(*new_blocks)(block_hash).count(None) == stop - start:
+                for b, h in zip(new_blocks, new_hashes):
+                    block_hash[b] = h
+                cached.update(zip(new_hashes, new_blocks))
+                return
         for i in range(start, stop):
             block, h = blocks[i], hashes[i]
             current = block_hash[block]
