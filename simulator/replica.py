@@ -144,7 +144,7 @@ class Replica:
         if self._pp > 1:
             start, end = self._launch_stages(shapes)
         else:
-            duration = max(c.duration_s for c in costs)
+            duration = costs[0].duration_s if len(costs) == 1 else max(c.duration_s for c in costs)
             if self._rng is not None:
                 duration *= max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
             start = max(now, self.gpu_free_s)
@@ -152,12 +152,13 @@ class Replica:
             self.gpu_free_s = end
             self.busy_s += duration
         for (rank, o, sched), cost in zip(ranks, costs):
-            kv = sched.kv
-            _, waiting = sched.get_request_counts()
+            pool = sched.kv.pool
+            usable = pool.num_gpu_blocks - 1
             self.trace.add_step(
                 self.replica_id, rank, self._num_steps, start, end, o.request_ids,
                 o.num_scheduled_tokens, o.context_lens, cost.padded_tokens, cost.cudagraph_mode,
-                kv.num_gpu_blocks - 1 - kv.num_free_blocks, kv.num_gpu_blocks - 1, waiting,
+                usable - pool.free_queue.num_free_blocks, usable,
+                len(sched.waiting) + len(sched.kv_holding_waiting),    # get_request_counts()[1]
                 len(o.preempted_request_ids), self.role)
         self._num_steps += 1
         return end
