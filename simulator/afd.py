@@ -431,7 +431,6 @@ class AfdEngine:
         self.link_bw, self.link_latency = link_bw_bytes_per_s, link_latency_s
         self.stats: list[AfdStepStats] = []
         self._cache: dict[BatchShape, tuple[StepCost, AfdStepStats]] = {}
-        self._last_uniform: tuple[BatchShape, tuple[StepCost, AfdStepStats]] | None = None
         self._a_dense: dict[tuple[int, str], float] = {}
         self._f_layer: dict[tuple[int, str], tuple[float, float, float]] = {}
         self._ends_memo: dict[tuple[int, str], tuple[float, float]] = {}
@@ -442,18 +441,13 @@ class AfdEngine:
 
     # -- public
     def step_cost(self, batch: BatchShape) -> StepCost:
-        """The step's cost, memoized; a uniform decode step (every request
-        ``uniform_decode_query_len`` new tokens) for the latest such shape only, as
-        ``BatchEngine.step_cost``: its context lengths grow every step, so the shape almost
-        never repeats and hashing it (and holding its tuples) costs more than it saves."""
+        """The step's cost; memoized except for uniform decode steps (every request
+        ``uniform_decode_query_len`` new tokens): their context lengths grow every step, so the
+        shape almost never repeats and hashing or comparing it (and holding its tuples) costs
+        more than pricing it again."""
         new = batch.new_tokens
         if new.count(self._q) == len(new):
-            last = self._last_uniform
-            if last is not None and (last[0] is batch or last[0] == batch):
-                got = last[1]
-            else:
-                got = self._price(batch)
-                self._last_uniform = (batch, got)
+            got = self._price(batch)
         else:
             got = self._cache.get(batch)
             if got is None:
