@@ -42,6 +42,14 @@ Driving protocol (the caller owns time):
   N+1 with one token without waiting; its finish is seen one step late, but a request sure to
   reach max_tokens is not given the extra step. First tokens still come from the step that
   completes the prompt. `scheduler_trace.run_scheduler_only` implements both loops.
+
+Lazy decode (`enable_lazy_decode`, turned on by `simulator.replica.Replica`): a plain decode
+(1 token a step, no block to allocate, fill or cache, no finish) is listed in each step's output
+from arrays aligned with ``running`` and skipped by update_from_output; its counters and token
+times are written once when its window of such steps ends or anything else needs it. Plans,
+finishes, KV state and token times are those of the per-request path (tests/simulator/
+test_lazy_decode.py runs both side by side); what a caller sees differently: the fields of a lazy
+request lag until `sync_lazy()`, and UpdateResult lists only the tokens it processed itself.
 """
 
 from __future__ import annotations
@@ -409,18 +417,24 @@ class Scheduler:
                 budget -= n
                 i += 1
                 if fuse:
-                    if lazy and n == 1 and need == known + ph and (known > r.prompt_len or ph) \
-                            and not r.num_stale_output_tokens and not (inflight and r in inflight) \
+                    if lazy and n == 1 and (last := -(c + 2) % bs) >= 2 \
+                            and (m := r.kv_num_blocks * bs - c) >= 2 and need == known + ph \
+                            and (known > r.prompt_len or ph) and not r.num_stale_output_tokens \
+                            and not (inflight and r in inflight) \
                             and (not caching or r.kv_num_cached_blocks >= need // bs):
-                        # Lazy from this step for L steps (module docstring of enable_lazy_decode):
-                        # lazy step m (m < L) computes token c+m and samples token c+m+1-prompt+1;
-                        # none may need a block, fill a block (hash), reach max_len or max_tokens.
-                        last = r.kv_num_blocks * bs - c
+                        # Lazy from this step for `last` steps (enable_lazy_decode). Here
+                        # known + ph - c = 1, so lazy step k (0 <= k < last) has context c+k and
+                        # its token makes known = c+k+2; each must be a plain decode:
+                        #   (c+k+2) % bs != 0           no block filled (hashing, caching)
+                        #   c+k+1 <= kv_num_blocks*bs   no new block
+                        #   c+k+2 < max_len             no max_len stop or cap
+                        #   c+k+2 - prompt < max_tokens no finish, no async skip
+                        # and no caching due: cached >= (c+1)//bs (known + in-flight tokens' blocks).
+                        if m < last:
+                            last = m
                         if (m := max_len - c - 2) < last:
                             last = m
                         if (m := r.max_tokens + r.prompt_len - c - 2) < last:
-                            last = m
-                        if (m := -(c + 2) % bs) < last:
                             last = m
                         if last >= 2:
                             r.lazy_start = step_id
