@@ -323,21 +323,31 @@ def _f(canon: Canon, name: str) -> np.ndarray:
     return np.asarray(canon[name], dtype=float)
 
 
+def dtype_bytes(dtypes) -> np.ndarray:
+    """Bytes per element of each row's dtype name (2.0 for an unknown name); one lookup when
+    every row has the same dtype (a GEMM token table: 128 rows of one shape)."""
+    names = np.asarray(dtypes).astype(str)
+    if len(names) and (names == names[0]).all():
+        return np.full(len(names), _DTYPE_BYTES.get(str(names[0]), 2.0))
+    return np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in names])
+
+
 def _linear(c: Canon) -> np.ndarray:
     m, n, k = _f(c, "m"), _f(c, "n"), _f(c, "k")
-    wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["dtype"]])
+    wbytes = dtype_bytes(c["dtype"])
     flops = 2 * m * n * k
     nbytes = n * k * wbytes + 2 * (m * k + m * n)
-    cols = [_lg(m), _lg(n), _lg(k), _lg(flops), _lg(nbytes), _lg(np.maximum(flops / RIDGE_FLOP_PER_BYTE, nbytes))]
+    n_tiles = np.ceil(n / 128)
+    raw = [m, n, k, flops, nbytes, np.maximum(flops / RIDGE_FLOP_PER_BYTE, nbytes)]   # -> log2(1 + x), one call
     for tile in (16, 32, 64, 128, 256):   # each column grows with m (token tables walk monotone)
         mt = np.ceil(m / tile)
-        cols += [_lg(mt), _lg(mt * np.ceil(n / 128)), _lg(2 * mt * tile * n * k)]
+        raw += [mt, mt * n_tiles, 2 * mt * tile * n * k]
     for tile in (128, 256):   # output tiles per wave of the 132 SMs (H100/H200)
-        cols.append(_lg(np.ceil(np.ceil(m / tile) * np.ceil(n / 128) / SMS)))
+        raw.append(np.ceil(np.ceil(m / tile) * n_tiles / SMS))
     # kernel selection (vLLM fp8 block-scaled: DeepGEMM/FlashInfer need k % 128 == 0) and
     # the fill of the last 128-row tile
-    cols += [(k % 128 == 0).astype(float), (n % 128 == 0).astype(float), (m - 128 * np.floor((m - 1) / 128)) / 128]
-    return np.column_stack(cols)
+    plain = [(k % 128 == 0).astype(float), (n % 128 == 0).astype(float), (m - 128 * np.floor((m - 1) / 128)) / 128]
+    return np.column_stack([_lg(np.column_stack(raw)), *plain])
 
 
 def _attention(c: Canon) -> np.ndarray:

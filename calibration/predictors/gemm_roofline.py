@@ -32,8 +32,8 @@ MIN_FIXED_S = 1e-9   # floor of the fixed term: the reference stays > 0 whatever
 def roofline_terms(canon: F.Canon) -> np.ndarray:
     """Rows x TERMS design matrix of a linear canonical table: 1, FLOPs, weight bytes, activation bytes."""
     m, n, k = (np.asarray(canon[c], dtype=float) for c in ("m", "n", "k"))
-    wbytes = np.array([F._DTYPE_BYTES.get(str(d), 2.0) for d in canon["dtype"]])
-    return np.column_stack([np.ones_like(m), 2 * m * n * k, n * k * wbytes, 2 * (m * k + m * n)])
+    return np.column_stack([np.ones_like(m), 2 * m * n * k, n * k * F.dtype_bytes(canon["dtype"]),
+                            2 * (m * k + m * n)])
 
 
 def fit_roofline(terms: np.ndarray, latency_s: np.ndarray) -> np.ndarray:
@@ -45,12 +45,17 @@ def fit_roofline(terms: np.ndarray, latency_s: np.ndarray) -> np.ndarray:
     return coef
 
 
-def roofline_s(canon: F.Canon, keys: np.ndarray, coefs: dict[str, np.ndarray]) -> np.ndarray:
-    """Reference seconds per row from the coefficients of its key (NaN for a key without a fit)."""
+def roofline_s(canon: F.Canon, coefs: dict[str, np.ndarray]) -> np.ndarray:
+    """Reference seconds per row from the coefficients of its dtype (the linear family's
+    sub-model key); NaN for a dtype without a fit."""
+    dtypes = np.asarray(canon["dtype"]).astype(str)
     terms = roofline_terms(canon)
+    if len(dtypes) and (dtypes == dtypes[0]).all():       # one dtype (a token table): no masks
+        coef = coefs.get(str(dtypes[0]))
+        return terms @ coef if coef is not None else np.full(len(terms), np.nan)
     out = np.full(len(terms), np.nan)
-    for key in set(keys):
-        if key in coefs:
-            rows = keys == key
-            out[rows] = terms[rows] @ coefs[key]
+    for dtype in set(dtypes.tolist()):
+        if dtype in coefs:
+            rows = dtypes == dtype
+            out[rows] = terms[rows] @ coefs[dtype]
     return out

@@ -1,4 +1,4 @@
-"""Linear (token-count) family: GEMMs, one extra-trees forest (32 bagged trees) per dtype
+"""Linear (token-count) family: GEMMs, one extra-trees forest (20 bagged trees) per dtype
 over log m, n, k, FLOPs, bytes, tile counts (16- to 256-row tiles), SM waves, the fill of
 the last 128-row tile and the k / n divisibility that picks vLLM's fp8 block-scaled kernel
 (the dtype picks the kernel family: bf16 cuBLAS, fp8 Cutlass, fp8_block DeepGEMM
@@ -17,6 +17,10 @@ points 13.9 % / 13.6 %; see README for the figures of this version. Tried and dr
   not smooth along m (AIC times m and m + 1 at each tile edge, and rows jump by 10-60 % from
   both m-neighbours: 12 % of rows by > 10 %, 2.7 % by > 20 %), so pooling across shapes beats
   a shape's own neighbours.
+- 32 trees (the former default): p95 0.1-0.25 points lower, but the ratio target's forest
+  changes leaf more often along m, so a token table's monotone walk visited 30-60 % more nodes
+  than the former log-target forest; 20 trees visit fewer (bf16 ~600, fp8 ~710 per 128-count
+  block, against 760 / 736 before).
 - features with a period under 128 rows (m odd, fill of the last 16/32/64-row tile): 0.3-0.9
   points better by token points, but not monotone in m, which the token tables'
   ``predict_monotone`` walk needs (base.py); 64 trees, leaves of 2 or 5, 70 % bags: within
@@ -38,7 +42,7 @@ class LinearPredictor(FamilyPredictor):
     kernels_per_op = 1
     ratio_reference = "calibration.predictors.gemm_roofline (fitted per dtype)"
 
-    defaults = {"target": "ratio", "n_estimators": 32}
+    defaults = {"target": "ratio", "n_estimators": 20}
 
     def fit(self, df: pd.DataFrame) -> "LinearPredictor":
         """Fit the per-dtype roofline (ratio target) on all rows of a key, then the forests."""
@@ -55,7 +59,7 @@ class LinearPredictor(FamilyPredictor):
     def _offset(self, canon: F.Canon) -> np.ndarray:
         if self.target != "ratio":
             return super()._offset(canon)
-        return np.log(roofline_s(canon, self.submodel_keys(canon), self.roofline))
+        return np.log(roofline_s(canon, self.roofline))
 
     def describe(self) -> dict:
         out = super().describe()

@@ -48,7 +48,7 @@ def test_fixed_term_is_floored_and_unknown_dtype_is_nan():
     assert coef[0] == MIN_FIXED_S and coef[1] == pytest.approx(1 / 8e14, rel=1e-9)
     canon = {"m": np.array([64, 64]), "n": np.array([4096, 4096]), "k": np.array([4096, 4096]),
              "dtype": np.array(["bf16", "nvfp4"])}
-    got = roofline_s(canon, np.array(["bf16", "nvfp4"]), {"bf16": coef})
+    got = roofline_s(canon, {"bf16": coef})
     assert got[0] == pytest.approx(MIN_FIXED_S + 2 * 64 * 4096 * 4096 / 8e14, rel=1e-12) and math.isnan(got[1])
 
 

@@ -38,7 +38,7 @@ def test_gemm_tables_equal_the_compiled_forest_at_every_m(target):
     canon = F.canon_from_ops(ops, "linear")
     X = F.featurize(canon, "linear")                          # unquantized features
     # ratio: the roofline fitted per dtype (gemm_roofline), exact at each m
-    offset = np.log(roofline_s(canon, np.array(["bf16"] * len(ops)), pred.roofline)) if target == "ratio" else 0.0
+    offset = np.log(roofline_s(canon, pred.roofline)) if target == "ratio" else 0.0
     compiled = pred._compiled_for(("kernel", "bf16"))[0]
     assert np.array_equal(got, np.exp(compiled.predict(X) + offset))
     assert np.abs(got / np.exp(pred.models[("kernel", "bf16")].predict(X) + offset) - 1).max() <= 1e-12
