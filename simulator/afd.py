@@ -179,24 +179,40 @@ def _layer_runs(a: list[list[float]], s: list[list[float]], f: list[list[float]]
 def timeline_totals(layer_runs: list[Run], head_s: float, tail_s: float) -> AfdTimeline:
     """``afd_timeline(..., per_item=False)`` over layers given as runs of identical rows
     ``(layers, a_row, s_row, f_row, r_row)``: the same recurrence and the same floats, no
-    per-item ends. Each run goes through :func:`_run_layers` (the loop, or its F-bound fast
-    path where that is proven to give the same floats). Totals sum the same row sums in layer
-    order. The step pricer passes its two runs (dense layers, MoE layers) directly."""
+    per-item ends (:func:`end_and_a_busy`, :func:`f_busy_and_xfer`)."""
     lanes = len(layer_runs[0][1])
-    state = (head_s, 0.0, 0.0, 0.0, [head_s] * lanes)    # A, A→F, F, F→A free; lane j's activations back on A
-    a_sums, s_sums, f_sums, r_sums = [], [], [], []       # per layer, in layer order
-    for count, *rows in layer_runs:
+    for _, *rows in layer_runs:
         if not lanes or {*map(len, rows)} != {lanes}:
             raise ValueError(LANES_ERROR)
+    end, a_busy = end_and_a_busy(layer_runs, head_s, tail_s)
+    return AfdTimeline(end, a_busy, *f_busy_and_xfer(layer_runs), (), (), ())
+
+
+def end_and_a_busy(layer_runs: list[Run], head_s: float, tail_s: float) -> tuple[float, float]:
+    """(end, A busy) of :func:`timeline_totals` (rows not checked). Each run goes through
+    :func:`_run_layers` (the loop, or its fast paths where they are proven to give the same
+    floats); A busy sums each layer's A row sum in layer order. The step pricer passes its
+    two runs (dense layers, MoE layers) directly."""
+    lanes = len(layer_runs[0][1])
+    state = (head_s, 0.0, 0.0, 0.0, [head_s] * lanes)    # A, A→F, F, F→A free; lane j's activations back on A
+    a_sums = []                                            # per layer, in layer order
+    for count, *rows in layer_runs:
         sums = [sum(x) for x in rows]
         state = _run_layers(state, count, list(zip(*rows, range(lanes))), rows, sums)
         a_sums += [sums[0]] * count
-        s_sums += [sums[1]] * count
-        f_sums += [sums[2]] * count
-        r_sums += [sums[3]] * count
     a_free, _, _, _, back = state
-    end = max(a_free, max(back)) + tail_s
-    return AfdTimeline(end, head_s + tail_s + sum(a_sums), sum(f_sums), sum(s_sums) + sum(r_sums), (), (), ())
+    return max(a_free, max(back)) + tail_s, head_s + tail_s + sum(a_sums)
+
+
+def f_busy_and_xfer(layer_runs: list[Run]) -> tuple[float, float]:
+    """(F busy, both links' busy time) of :func:`timeline_totals`: each layer's row sums, in
+    layer order (no A row needed: the step pricer computes them once per step plan)."""
+    s_sums, f_sums, r_sums = [], [], []
+    for count, _, s, f, r in layer_runs:
+        s_sums += [sum(s)] * count
+        f_sums += [sum(f)] * count
+        r_sums += [sum(r)] * count
+    return sum(f_sums), sum(s_sums) + sum(r_sums)
 
 
 def _loop(state: tuple, items: list[tuple], layers: int) -> tuple:
@@ -405,6 +421,8 @@ class _StepPlan(NamedTuple):
     attn_timings: list[str]                  # per lane
     a_dense: list[float]                     # per lane: A's time per layer without attention
     runs: list[tuple[int, list[float], list[float]]]   # (layers, A→F row, F row): dense, MoE
+    f_busy_s: float                          # F's work of the step
+    xfer_s: float                            # A→F and F→A transfers of the step
     head_s: float                            # embedding
     tail_s: float                            # final norm + lm_head + sampler
     ep_wait_s: float                         # EP wait of the step, all MoE layers
@@ -477,9 +495,10 @@ class AfdEngine:
             for (lo, hi), timing, a_dense in zip(plan.lanes, plan.attn_timings, plan.a_dense):
                 a_lane.append(a_dense + self.attn.attention_time_s(new[lo:hi], ctx[lo:hi], timing) / n_layers)
         # the combine (r) moves the same bytes back as the dispatch (s)
-        tl = timeline_totals([(count, a_lane, s, f, s) for count, s, f in plan.runs], plan.head_s, plan.tail_s)
-        stats = AfdStepStats(tl.a_busy_s, tl.f_busy_s, tl.xfer_s, plan.ep_wait_s, len(plan.lanes))
-        return StepCost(tl.end_s, plan.num_tokens, plan.padded_tokens, plan.mode), stats
+        end_s, a_busy_s = end_and_a_busy([(count, a_lane, s, f, s) for count, s, f in plan.runs],
+                                         plan.head_s, plan.tail_s)
+        stats = AfdStepStats(a_busy_s, plan.f_busy_s, plan.xfer_s, plan.ep_wait_s, len(plan.lanes))
+        return StepCost(end_s, plan.num_tokens, plan.padded_tokens, plan.mode), stats
 
     def _plan(self, new: tuple[int, ...]) -> _StepPlan:
         """Everything of a step but its attention, from its requests' new tokens."""
@@ -505,8 +524,10 @@ class AfdEngine:
         num_tokens = sum(new)
         head, final_norm = self._ends(num_tokens, "launch" if modes[0] == "NONE" else "kernel")
         mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
-        return _StepPlan(lanes, timings, a_dense, runs, head, final_norm + self.attn._head_time_s(len(new)),
-                         sum(ep_wait) * mdl.num_moe_layers, num_tokens, padded_total, mode)
+        f_busy, xfer = f_busy_and_xfer([(count, None, s, f, s) for count, s, f in runs])   # r moves s's bytes back
+        return _StepPlan(lanes, timings, a_dense, runs, f_busy, xfer, head,
+                         final_norm + self.attn._head_time_s(len(new)), sum(ep_wait) * mdl.num_moe_layers,
+                         num_tokens, padded_total, mode)
 
     def _lane(self, tokens: int, reqs: int, uniform: bool) -> tuple:
         """Everything of a lane but its attention, from its tokens, requests and whether it is a
