@@ -128,6 +128,7 @@ class Request:
     lazy_end: int = 0                       # lazy decode (Scheduler): 0, or the first step not lazy
     lazy_start: int = 0                     # first lazy step (0: not lazy)
     lazy_ctx: int = 0                       # num_computed_tokens before lazy step s is lazy_ctx + s
+    lazy_fill: int = 0                      # last lazy step registered to hash the block it fills
     # Rarely touched.
     priority: int = 0
     prompt_token_ids: tuple[int, ...] | None = None
@@ -170,10 +171,11 @@ class Request:
         if (len(self.block_hashes) + 1) * self.block_size <= self.prompt_len + self.num_output_tokens:
             self._update_block_hashes()     # a block just became full (cheap test first: per token)
 
-    def _update_block_hashes(self) -> None:
+    def _update_block_hashes(self, num_tokens: int = 0) -> None:
+        """Hash every full block of the first num_tokens tokens (default: num_tokens) not hashed yet."""
         bs, hashes = self.block_size, self.block_hashes
         n = len(hashes)
-        num_tokens = self.prompt_len + self.num_output_tokens
+        num_tokens = num_tokens or self.prompt_len + self.num_output_tokens
         if self.prompt_token_ids is None:
             hashes += map(hash, zip(repeat(("u", self.request_id)), range(n, num_tokens // bs)))
             return

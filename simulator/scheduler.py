@@ -149,6 +149,7 @@ class Scheduler:
         self._run_ctx = array("q")
         self._masks: dict[int, list[bool]] = {}         # step -> which of its requests are not lazy
         self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
+        self._fills: dict[int, list[Request]] = {}      # step -> lazy requests whose token fills a block
 
     # ------------------------------------------------------------------ lazy decode
     def enable_lazy_decode(self) -> bool:
@@ -201,7 +202,48 @@ class Scheduler:
         if self._defer_block_free:
             r.last_sched_seq = self._sched_step_seq     # the last step that scheduled r: `last`
         r.is_prefill_chunk = False
-        r.lazy_start = r.lazy_end = 0
+        r.lazy_start = r.lazy_end = r.lazy_fill = 0
+
+    def _visit(self, r: Request, step: int) -> bool:
+        """Lazy step `step` of r, when it needs more than listing: the fast path's block
+        allocation and caching, with r's token count derived. False if the block does not fit
+        (r must take the general path)."""
+        kv = self.kv
+        bs = kv.block_size
+        need = r.lazy_ctx + step + 1
+        if need > r.kv_num_blocks * bs:
+            blocks = kv.req_to_blocks[r.request_id]
+            num_new = -(-need // bs) - len(blocks)
+            if num_new > kv.pool.free_queue.num_free_blocks:
+                return False
+            blocks.extend(kv.pool.get_new_blocks(num_new))
+            r.kv_num_blocks = len(blocks)
+        if kv.enable_caching:
+            j, p = r.lazy_start, self._processed_step
+            known = r.prompt_len + r.num_output_tokens + (p - j + 1 if p >= j else 0)
+            if (num_full := (need if need < known else known) // bs) > r.kv_num_cached_blocks:
+                kv.cache_blocks(r, num_full * bs)
+        return True
+
+    def _plan(self, r: Request, step: int) -> int:
+        """After lazy step `step` of r: register the next step whose token fills a block (hashed
+        when that step is processed) and return the next step that must visit r: a block to
+        cache (each step until its token is processed), a block to allocate, or the window end.
+
+            lazy step t: context x = lazy_ctx + t; needs a block when x + 1 > kv_num_blocks * bs;
+                         its token fills a block when (x + 2) % bs == 0
+        """
+        bs, ctx0, end = self.kv.block_size, r.lazy_ctx, r.lazy_end
+        fill = step + -(ctx0 + step + 2) % bs
+        if r.lazy_fill < fill < end:
+            self._fills.setdefault(fill, []).append(r)
+            r.lazy_fill = fill
+        if self.kv.enable_caching and r.kv_num_cached_blocks < (ctx0 + step + 2) // bs:
+            return step + 1
+        nxt = r.kv_num_blocks * bs - ctx0
+        if fill + 1 < nxt:
+            nxt = fill + 1
+        return nxt if nxt < end else end
 
     def sync_lazy(self) -> None:
         """Materialise every lazy request (its fields as without lazy decode); between steps."""
@@ -373,8 +415,21 @@ class Scheduler:
                     i = b
                     continue
             r = running[i]
-            if r.lazy_end:                          # its lazy window ended before this step
-                self._materialize(r, step_id - 1)
+            if r.lazy_end:
+                if step_id < r.lazy_end and self._visit(r, step_id):     # still lazy
+                    run_end[i] = self._plan(r, step_id)
+                    o = len(st.reqs)
+                    add_req(r)
+                    add_id(r.request_id)
+                    add_num(1)
+                    add_ctx(r.lazy_ctx + step_id)
+                    if fuse:
+                        add_sample(True)
+                    lazy_out.append((o, o + 1))
+                    budget -= 1
+                    i += 1
+                    continue
+                self._materialize(r, step_id - 1)   # its window ended, or its block does not fit
                 run_end[i] = 0
             c = r.num_computed_tokens
             ph = r.num_output_placeholders
@@ -417,29 +472,22 @@ class Scheduler:
                 budget -= n
                 i += 1
                 if fuse:
-                    if lazy and n == 1 and (last := -(c + 2) % bs) >= 2 \
-                            and (m := r.kv_num_blocks * bs - c) >= 2 and need == known + ph \
-                            and (known > r.prompt_len or ph) and not r.num_stale_output_tokens \
-                            and not (inflight and r in inflight) \
-                            and (not caching or r.kv_num_cached_blocks >= need // bs):
+                    if lazy and n == 1 and need == known + ph and (known > r.prompt_len or ph) \
+                            and not r.num_stale_output_tokens and not (inflight and r in inflight):
                         # Lazy from this step for `last` steps (enable_lazy_decode). Here
                         # known + ph - c = 1, so lazy step k (0 <= k < last) has context c+k and
-                        # its token makes known = c+k+2; each must be a plain decode:
-                        #   (c+k+2) % bs != 0           no block filled (hashing, caching)
-                        #   c+k+1 <= kv_num_blocks*bs   no new block
-                        #   c+k+2 < max_len             no max_len stop or cap
-                        #   c+k+2 - prompt < max_tokens no finish, no async skip
-                        # and no caching due: cached >= (c+1)//bs (known + in-flight tokens' blocks).
-                        if m < last:
-                            last = m
-                        if (m := max_len - c - 2) < last:
-                            last = m
+                        # its token makes known = c+k+2, which must not stop it or reach
+                        # max_len (nor, async, be skipped as the last): c+k+2 < max_len and
+                        # c+k+2 - prompt < max_tokens. Blocks to allocate, hash and cache on the
+                        # way are events (_visit, _plan, update_from_output).
+                        last = max_len - c - 2
                         if (m := r.max_tokens + r.prompt_len - c - 2) < last:
                             last = m
                         if last >= 2:
                             r.lazy_start = step_id
-                            r.lazy_end = run_end[i - 1] = step_id + last
+                            r.lazy_end = step_id + last
                             r.lazy_ctx = run_ctx[i - 1] = c - step_id
+                            run_end[i - 1] = self._plan(r, step_id)
                             o = len(st.reqs)
                             lazy_out.append((o - 1, o))
                             add_sample(True)
@@ -741,6 +789,12 @@ class Scheduler:
                 late = self._late.pop(step, None)
                 if late:
                     entries = chain(entries, [(r, 1, True) for r in late])
+            fills = self._fills.pop(step, None)
+            if fills:                               # lazy tokens that fill a block: hash it
+                for r in fills:
+                    j = r.lazy_start
+                    if 0 < j <= step:
+                        r._update_block_hashes(r.prompt_len + r.num_output_tokens + step - j + 1)
         for r, n, samples in entries:
             # A request leaves self.requests exactly when it finishes: skip it then.
             status_before = r.status

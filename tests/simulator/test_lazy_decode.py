@@ -131,8 +131,8 @@ def test_lazy_decode_actually_skips_requests_and_preempts():
     s.enable_lazy_decode()
     r = s.add_request(RequestSpec("a", 0.0, 20, 100))
     s.update_from_output(s.schedule(), 1.0)         # step 1: the prompt, first token
-    out2 = s.schedule()                             # step 2: c0 = 20, joins for 10 steps: token
-    assert (r.lazy_start, r.lazy_end) == (2, 12)    # 32 (step 12's, 20 + 12) fills a block
+    out2 = s.schedule()                             # step 2: c0 = 20, joins until its last token:
+    assert (r.lazy_start, r.lazy_end) == (2, 100)   # 98 steps (token 100 would be step 100's)
     out3 = s.schedule()
     assert out3.context_lens == (21,) and r.num_computed_tokens == 20   # listed, not advanced
     assert s.update_from_output(out2, 2.0).token_request_ids == ()      # lazy: skipped
