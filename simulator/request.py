@@ -102,8 +102,8 @@ class Request:
         attaches an array and writes token k's time at [k - 1] from `UpdateResult.token_requests`);
         the scheduler never reads it. Timing is the caller's: the scheduler does not know the time,
         except in lazy decode mode, where it writes the times of lazily processed tokens.
-    lazy_start / lazy_end / lazy_ctx: lazy decode (`Scheduler.enable_lazy_decode`): while
-        ``lazy_start <= step < lazy_end`` the request is a plain decode whose per-step progress
+    lazy_start / lazy_end / lazy_ctx / lazy_fill: lazy decode (`Scheduler.enable_lazy_decode`):
+        while ``lazy_start <= step < lazy_end`` the request is a decode whose per-step progress
         the scheduler does not write; num_computed_tokens, num_output_tokens,
         num_output_placeholders, num_in_flight_tokens, last_sched_seq and token_times_s lag
         until the scheduler materialises it (`Scheduler.sync_lazy` for all).

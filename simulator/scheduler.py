@@ -43,10 +43,10 @@ Driving protocol (the caller owns time):
   reach max_tokens is not given the extra step. First tokens still come from the step that
   completes the prompt. `scheduler_trace.run_scheduler_only` implements both loops.
 
-Lazy decode (`enable_lazy_decode`, turned on by `simulator.replica.Replica`): a plain decode
-(1 token a step, no block to allocate, fill or cache, no finish) is listed in each step's output
-from arrays aligned with ``running`` and skipped by update_from_output; its counters and token
-times are written once when its window of such steps ends or anything else needs it. Plans,
+Lazy decode (`enable_lazy_decode`, turned on by `simulator.replica.Replica`): a decode is
+listed in each step's output from arrays aligned with ``running`` and skipped by
+update_from_output; only its block events (allocate, hash, cache) touch it, and its counters and
+token times are written once, before its last token or when anything else needs them. Plans,
 finishes, KV state and token times are those of the per-request path (tests/simulator/
 test_lazy_decode.py runs both side by side); what a caller sees differently: the fields of a lazy
 request lag until `sync_lazy()`, and UpdateResult lists only the tokens it processed itself.
@@ -155,15 +155,19 @@ class Scheduler:
     def enable_lazy_decode(self) -> bool:
         """Stop writing the per-step progress of plain decode requests (same plans and results).
 
-        A running request whose next steps are plain decodes (1 token, no new block, no block
-        filled or hashed, no finish, nothing stale) becomes *lazy* for that window of steps
-        (`Request.lazy_start`..`lazy_end`): schedule() lists it (1 token, context
-        ``lazy_ctx + step``) without touching its fields, update_from_output() skips its token,
-        and its counters and token times are written once, when it leaves the window or anything
-        else needs them (`_materialize`). The caller must then give update_from_output() the
-        time (``now_s``): the skipped tokens' times are written into ``Request.token_times_s``
-        from those, and UpdateResult does not list them. Off under priority policy, PP decode
-        stagger and debug checks. Returns whether it is on.
+        A running decode (1 token a step, nothing stale, not a prefill in flight) becomes *lazy*
+        until the step before its last token (`Request.lazy_start`..`lazy_end`): schedule()
+        lists it (1 token, context ``lazy_ctx + step``) from arrays aligned with ``running``
+        without touching it, and update_from_output() skips its token. Only block events visit
+        it: the step that needs a new block and the steps until a filled block is cached
+        (`_visit`, `_plan`: the fast path's allocation and caching, in running order), and the
+        processing of a token that fills a block (hashed). Its counters and token times are
+        written once (`_materialize`): when the window ends, its block does not fit (the general
+        path, preemption), a step's budget does not reach it, it is a preemption victim, or
+        `sync_lazy()`. The caller must give update_from_output() the time (``now_s``): the
+        skipped tokens' times are written into ``Request.token_times_s`` from those, and
+        UpdateResult does not list them. Off under priority policy, PP decode stagger and debug
+        checks. Returns whether it is on.
         """
         self._lazy = not (self._priority or self._decode_stagger or self._debug)
         self._run_ids = [r.request_id for r in self.running]
