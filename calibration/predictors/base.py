@@ -27,7 +27,8 @@ Contract (every family):
     the batch engine asks for each new count once, so ops rarely repeat. The first query of
     a block of TABLE_BLOCK consecutive counts tabulates the whole block for that (sub-model,
     shape): ``calibration.features`` on the 128 rows and one ``predict_monotone`` (~0.3-0.6 ms
-    CPU for a 32-tree GEMM forest), exact at every count (no grid); later queries of the
+    CPU for a 32-tree GEMM forest; the 20-tree ratio-target one, features and the fitted
+    roofline included: ~0.33 ms), exact at every count (no grid); later queries of the
     block are a list lookup (~5 us with the op's canonical row). The cost is bounded by the
     blocks the simulation's token counts touch, so it falls per query as a run gets longer
     (GEMM queries replayed from Llama-3.1-8B runs of 300 / 2000 requests: blocks of 32, 64,
