@@ -86,7 +86,7 @@ class _StepState:
         # path); prefills_done: those of them that end an in-flight prefill (left to discard).
         self.samples: list[bool] = []
         self.prefills_done: list[Request] = []
-        self.lazy_out: list[tuple[int, int]] = []   # lazy decode: [a, b) ranges of reqs listed lazily
+        self.lazy_out: list[int] = []   # lazy decode: a0, b0, a1, b1...: ranges [a, b) of reqs listed lazily
 
     def add(self, r: Request, n: int, context_len: int) -> None:
         self.reqs.append(r)
@@ -411,7 +411,10 @@ class Scheduler:
                     st.ids += run_ids[i:b]
                     st.ctx += [x + step_id for x in run_ctx[i:b]]
                     ones = b - i
-                    lazy_out.append((o, o + ones))
+                    if lazy_out and lazy_out[-1] == o:
+                        lazy_out[-1] = o + ones     # continues the previous range
+                    else:
+                        lazy_out += (o, o + ones)
                     st.num_sched += [1] * ones
                     if fuse:
                         st.samples += [True] * ones
@@ -429,7 +432,10 @@ class Scheduler:
                     add_ctx(r.lazy_ctx + step_id)
                     if fuse:
                         add_sample(True)
-                    lazy_out.append((o, o + 1))
+                    if lazy_out and lazy_out[-1] == o:
+                        lazy_out[-1] = o + 1
+                    else:
+                        lazy_out += (o, o + 1)
                     budget -= 1
                     i += 1
                     continue
@@ -493,7 +499,10 @@ class Scheduler:
                             r.lazy_ctx = run_ctx[i - 1] = c - step_id
                             run_end[i - 1] = self._plan(r, step_id)
                             o = len(st.reqs)
-                            lazy_out.append((o - 1, o))
+                            if lazy_out and lazy_out[-1] == o - 1:
+                                lazy_out[-1] = o
+                            else:
+                                lazy_out += (o - 1, o)
                             add_sample(True)
                             continue
                     if defer:
@@ -613,8 +622,9 @@ class Scheduler:
         """
         cfg, kv, running = self.config, self.kv, self.running
         holding, waiting = self.kv_holding_waiting, self.waiting
-        if not holding and not waiting:
-            return                          # most steps: nothing to admit
+        if not waiting and not self._finished_recving and all(
+                r.status == RequestStatus.WAITING_FOR_REMOTE_KVS for r in holding):
+            return      # most steps: nothing to admit (every holding request is skipped, in order)
         skipped_holding: deque[Request] = deque()
         skipped_waiting: deque[Request] = deque()
 
@@ -732,7 +742,8 @@ class Scheduler:
                     inflight.discard(r)
         if st.lazy_out:                         # for update_from_output: skip the lazy ones
             mask = [True] * len(st.reqs)
-            for a, b in st.lazy_out:
+            lo = st.lazy_out
+            for a, b in zip(lo[::2], lo[1::2]):
                 mask[a:b] = [False] * (b - a)
             self._masks[self._step_id] = mask
         self._finished_req_ids = set()
