@@ -122,6 +122,18 @@ class SharedLinkTransfers:
         self._reschedule()
 
     def _set_rates(self) -> None:
+        """Max-min fair rates; when no two flows share a port (the usual case at scale), every
+        flow's ports are its own and the water-filling gives each its link's bandwidth (its
+        first round at either port: share = bandwidth / 1), so that is set directly."""
+        flows = self._flows.values()
+        ports = {p for f in flows for p in (f.link.src_port, f.link.dst_port)}
+        if len(ports) == 2 * len(flows):
+            for f in flows:
+                f.rate = f.link.bandwidth_bytes_per_s
+            return
+        self._water_fill()
+
+    def _water_fill(self) -> None:
         """Max-min fair rates by water-filling over the ports (deterministic: ties by port name).
 
         Each round fixes every unfixed flow through the port with the smallest fair share

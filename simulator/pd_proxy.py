@@ -129,15 +129,15 @@ class PDProxy(BenchmarkClient):
         _rank_scheduler(p, p_rank).finish_sending_kv(rid)
         p.wake()
 
-    def _make_record(self, rid: str, state: _InFlight) -> RequestRecord:
-        record = super()._make_record(rid, state)
+    def _make_record(self, rid: str, state: _InFlight, **fields) -> RequestRecord:
         route = self.routes.pop(rid)
         p_req = route.prefill_request
-        return replace(record, prefill_replica=route.prefill, decode_replica=route.decode,
-                       kv_transfer_s=route.transfer_end_s - route.transfer_start_s,
-                       kv_transfer_start_s=route.transfer_start_s,
-                       num_preemptions=record.num_preemptions + p_req.num_preemptions,
-                       num_prefix_hit_tokens=max(p_req.num_cached_tokens, 0))
+        return super()._make_record(
+            rid, state, prefill_replica=route.prefill, decode_replica=route.decode,
+            kv_transfer_s=route.transfer_end_s - route.transfer_start_s,
+            kv_transfer_start_s=route.transfer_start_s,
+            num_preemptions=state.request.num_preemptions + p_req.num_preemptions,
+            num_prefix_hit_tokens=max(p_req.num_cached_tokens, 0), **fields)
 
 
 def _engine_factory(spec: SimulationSpec):

@@ -179,15 +179,16 @@ class BenchmarkClient:
             self.records.append(self._make_record(rid, state))
             self._release_slot()
 
-    def _make_record(self, rid: str, state: _InFlight) -> RequestRecord:
+    def _make_record(self, rid: str, state: _InFlight, **fields: Any) -> RequestRecord:
+        """The record of a finished request; ``fields`` set or override RequestRecord fields."""
         req = state.request
         times = state.token_times_s
-        return RequestRecord(
-            request_id=rid, arrival_s=state.spec.arrival_s, send_s=state.send_s,
-            first_token_s=times[0], finish_s=times[-1], prompt_len=state.spec.prompt_len,
-            output_len=req.num_output_tokens, token_times_s=times,
-            num_preemptions=req.num_preemptions,
-            num_prefix_hit_tokens=max(req.num_cached_tokens, 0))
+        return RequestRecord(**{
+            "request_id": rid, "arrival_s": state.spec.arrival_s, "send_s": state.send_s,
+            "first_token_s": times[0], "finish_s": times[-1], "prompt_len": state.spec.prompt_len,
+            "output_len": req.num_output_tokens, "token_times_s": times,
+            "num_preemptions": req.num_preemptions,
+            "num_prefix_hit_tokens": max(req.num_cached_tokens, 0), **fields})
 
 
 @contextmanager

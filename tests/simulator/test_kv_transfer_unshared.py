@@ -1,0 +1,41 @@
+"""SharedLinkTransfers._set_rates without shared ports (each flow its link's bandwidth) equals
+the water-filling exactly; with shared ports it is the water-filling."""
+
+import random
+
+from simulator.events import EventLoop
+from simulator.kv_transfer import Link, SharedLinkTransfers, _Flow
+
+
+def _flows(rng: random.Random, shared: bool) -> list[_Flow]:
+    n = rng.randint(1, 8)
+    ports = [f"p{i}" for i in range(2 * n)]
+    if shared:
+        ports[rng.randrange(2 * n)] = ports[rng.randrange(2 * n)]
+    rng.shuffle(ports)
+    return [_Flow(f"r{i}", Link(ports[2 * i], ports[2 * i + 1], rng.choice([25e9, 50e9, 400e9 / 3, 1e9 / 7])),
+                  1e6, lambda: None) for i in range(n)]
+
+
+def _rates(flows: list[_Flow], general: bool) -> dict[str, float]:
+    t = SharedLinkTransfers(EventLoop())
+    for f in flows:
+        f.rate = -1.0
+        t._flows[f.key] = f
+    t._water_fill() if general else t._set_rates()
+    return {f.key: f.rate for f in flows}
+
+
+def test_unshared_ports_get_exactly_the_water_filling_rates():
+    rng = random.Random(5)
+    for _ in range(300):
+        flows = _flows(rng, shared=rng.random() < 0.5)
+        assert _rates(flows, general=False) == _rates(flows, general=True)
+
+
+def test_unshared_flows_run_at_their_link_bandwidth_and_shared_ones_split():
+    a = _Flow("a", Link("p0", "d0", 50e9), 1e6, lambda: None)
+    b = _Flow("b", Link("p1", "d1", 25e9), 1e6, lambda: None)
+    assert _rates([a, b], general=False) == {"a": 50e9, "b": 25e9}
+    c = _Flow("c", Link("p2", "d0", 50e9), 1e6, lambda: None)
+    assert _rates([a, c], general=False) == {"a": 25e9, "c": 25e9}
