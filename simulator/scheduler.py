@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from itertools import chain, compress
+from itertools import compress
 
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.request import Request, RequestSpec, RequestStatus
@@ -64,6 +64,7 @@ from simulator.request_queue import make_request_queue
 from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateResult
 
 _RUNNING, _PREEMPTED = RequestStatus.RUNNING, RequestStatus.PREEMPTED
+_NOTHING = UpdateResult((), (), (), ())         # a processed step that produced nothing to report
 
 
 class _StepState:
@@ -795,21 +796,24 @@ class Scheduler:
             self._end_s.append(now_s)
             self._processed_step = step
             # A lazy step of a request is not processed here (materialised later), unless the
-            # request was materialised since this step was scheduled (self._late): then last,
-            # as its token neither finishes it nor fills a block (its lazy window), so its
-            # processing touches nothing shared and the order does not matter.
+            # request was materialised since this step was scheduled (self._late; rare: a window
+            # ends before the last token): then in its place.
             mask = self._masks.pop(step, None)
             if mask is not None:
-                entries = compress(entries, mask)
                 late = self._late.pop(step, None)
                 if late:
-                    entries = chain(entries, [(r, 1, True) for r in late])
+                    index = output.requests.index
+                    for r in late:
+                        mask[index(r)] = True
+                entries = compress(entries, mask)
             fills = self._fills.pop(step, None)
             if fills:                               # lazy tokens that fill a block: hash it
                 for r in fills:
                     j = r.lazy_start
                     if 0 < j <= step:
                         r._update_block_hashes(r.prompt_len + r.num_output_tokens + step - j + 1)
+            if mask is not None and True not in mask:
+                return _NOTHING                     # every request of the step was lazy
         for r, n, samples in entries:
             # A request leaves self.requests exactly when it finishes: skip it then.
             status_before = r.status
