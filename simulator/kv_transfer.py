@@ -122,19 +122,29 @@ class SharedLinkTransfers:
         self._reschedule()
 
     def _set_rates(self) -> None:
-        """Max-min fair rates; when no two flows share a port (the usual case at scale), every
-        flow's ports are its own and the water-filling gives each its link's bandwidth (its
-        first round at either port: share = bandwidth / 1), so that is set directly."""
+        """Max-min fair rates. A flow whose two ports carry no other flow is a component of its
+        own: the water-filling gives it its link's bandwidth (share = bandwidth / 1), set
+        directly; the others are water-filled among themselves, which is exact because
+        components never exchange capacity (each keeps its rounds, in the same order)."""
         flows = self._flows.values()
-        ports = {p for f in flows for p in (f.link.src_port, f.link.dst_port)}
-        if len(ports) == 2 * len(flows):
-            for f in flows:
-                f.rate = f.link.bandwidth_bytes_per_s
-            return
-        self._water_fill()
+        users: dict[str, int] = {}
+        for f in flows:
+            link = f.link
+            users[link.src_port] = users.get(link.src_port, 0) + 1
+            users[link.dst_port] = users.get(link.dst_port, 0) + 1
+        shared = []
+        for f in flows:
+            link = f.link
+            if users[link.src_port] == 1 and users[link.dst_port] == 1:
+                f.rate = link.bandwidth_bytes_per_s
+            else:
+                shared.append(f)
+        if shared:
+            self._water_fill(shared)
 
-    def _water_fill(self) -> None:
-        """Max-min fair rates by water-filling over the ports (deterministic: ties by port name).
+    def _water_fill(self, flows: list[_Flow] | None = None) -> None:
+        """Max-min fair rates of ``flows`` (default: all) by water-filling over their ports
+        (deterministic: ties by port name).
 
         Each round fixes every unfixed flow through the port with the smallest fair share
         (capacity left / unfixed users), in key order, and takes that share off both its ports.
@@ -142,7 +152,7 @@ class SharedLinkTransfers:
         capacity: dict[str, float] = {}
         users: dict[str, int] = {}
         by_port: dict[str, list[_Flow]] = {}
-        for f in sorted(self._flows.values(), key=_flow_key):
+        for f in sorted(self._flows.values() if flows is None else flows, key=_flow_key):
             for port in (f.link.src_port, f.link.dst_port):
                 capacity[port] = f.link.bandwidth_bytes_per_s
                 users[port] = users.get(port, 0) + 1

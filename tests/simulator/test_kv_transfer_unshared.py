@@ -1,5 +1,5 @@
-"""SharedLinkTransfers._set_rates without shared ports (each flow its link's bandwidth) equals
-the water-filling exactly; with shared ports it is the water-filling."""
+"""SharedLinkTransfers._set_rates: flows with ports of their own get their link's bandwidth and
+the rest are water-filled among themselves; exactly the water-filling of all flows."""
 
 import random
 
@@ -8,12 +8,13 @@ from simulator.kv_transfer import Link, SharedLinkTransfers, _Flow
 
 
 def _flows(rng: random.Random, shared: bool) -> list[_Flow]:
-    n = rng.randint(1, 8)
-    ports = [f"p{i}" for i in range(2 * n)]
-    if shared:
-        ports[rng.randrange(2 * n)] = ports[rng.randrange(2 * n)]
-    rng.shuffle(ports)
-    return [_Flow(f"r{i}", Link(ports[2 * i], ports[2 * i + 1], rng.choice([25e9, 50e9, 400e9 / 3, 1e9 / 7])),
+    """n flows over P and D ports; shared: drawn from few ports (some shared, some not)."""
+    n = rng.randint(1, 10)
+    k = rng.randint(1, 2 * n) if shared else 2 * n
+    src = rng.sample(range(2 * n), n) if not shared else [rng.randrange(k) for _ in range(n)]
+    dst = rng.sample(range(2 * n), n) if not shared else [rng.randrange(k) for _ in range(n)]
+    return [_Flow(f"r{rng.randrange(1000)}-{i}", Link(f"P{src[i]}", f"D{dst[i]}",
+                                                     rng.choice([25e9, 50e9, 400e9 / 3, 1e9 / 7])),
                   1e6, lambda: None) for i in range(n)]
 
 
