@@ -168,12 +168,12 @@ class Scheduler:
         `sync_lazy()`. The caller must give update_from_output() the time (``now_s``): the
         skipped tokens' times are written into ``Request.token_times_s`` from those, and
         UpdateResult does not list them. Off under priority policy, PP decode stagger and debug
-        checks. Returns whether it is on.
+        checks. Call it before the first schedule(). Returns whether it is on.
         """
+        if self._step_id:
+            raise ValueError(f"enable_lazy_decode() after {self._step_id} schedule() calls; "
+                             "call it before the first")
         self._lazy = not (self._priority or self._decode_stagger or self._debug)
-        self._run_ids = [r.request_id for r in self.running]
-        self._run_end = array("q", bytes(8 * len(self.running)))
-        self._run_ctx = array("q", bytes(8 * len(self.running)))
         return self._lazy
 
     def _materialize(self, r: Request, last: int) -> None:

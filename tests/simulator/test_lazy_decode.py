@@ -153,6 +153,11 @@ def test_lazy_needs_the_time_and_is_off_where_it_cannot_be_exact():
     assert prio.enable_lazy_decode() is False
     pp = Scheduler(SchedulerConfig(max_model_len=512, pipeline_parallel_size=2), KVCacheManager(400, 16, 512))
     assert pp.enable_lazy_decode() is False
+    late = Scheduler(SchedulerConfig(max_model_len=512), KVCacheManager(400, 16, 512))
+    late.add_request(RequestSpec("a", 0.0, 20, 5))
+    late.schedule()
+    with pytest.raises(ValueError, match=r"enable_lazy_decode\(\) after 1 schedule\(\) calls"):
+        late.enable_lazy_decode()
 
 
 # ---------------------------------------------------------------------------- whole simulations
