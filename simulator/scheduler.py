@@ -351,6 +351,15 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         """Plan one step: running requests first (list order), then admissions if nobody was preempted."""
         self._step_id += 1
+        if not self.running and not self.waiting and not self.kv_holding_waiting:
+            # Only finishes to report (vLLM's has_requests): what the passes below give, at once.
+            self._finished_req_ids = set()
+            out = SchedulerOutput(step_id=self._step_id, request_ids=(), num_scheduled_tokens=(),
+                                  context_lens=(), samples=(), new_request_ids=(), resumed_request_ids=(),
+                                  preempted_request_ids=(), total_num_scheduled_tokens=0)
+            if self._debug:
+                self.check_invariants(out)
+            return out
         st = _StepState(self.config.max_num_batched_tokens)
         n_eligible = len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
         thr = self.config.long_prefill_token_threshold if n_eligible > 1 else 0
