@@ -143,8 +143,9 @@ class Scheduler:
         self._lazy = False
         self._end_s = array("d")        # [s - 1]: time step s's output was processed
         self._processed_step = 0        # step id of the last processed output
-        # Aligned with self.running (lazy decode only): request ids, lazy_end and lazy_ctx, so a
-        # step lists its lazy requests without touching them.
+        # Aligned with self.running (lazy decode only): request ids, the next step that must visit
+        # each request (0: not lazy; see _plan) and lazy_ctx, so a step lists its lazy requests
+        # without touching them.
         self._run_ids: list[str] = []
         self._run_end = array("q")
         self._run_ctx = array("q")
