@@ -147,8 +147,8 @@ class Scheduler:
         # each request (0: not lazy; see _plan) and lazy_ctx, so a step lists its lazy requests
         # without touching them.
         self._run_ids: list[str] = []
-        self._run_end = array("q")
-        self._run_ctx = array("q")
+        self._run_end: list[int] = []
+        self._run_ctx: list[int] = []
         self._masks: dict[int, list[bool]] = {}         # step -> which of its requests are not lazy
         self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
         self._fills: dict[int, list[Request]] = {}      # step -> lazy requests whose token fills a block
@@ -403,7 +403,7 @@ class Scheduler:
             # running. Only the tail of running is removed during the loop (preemption), so the
             # positions stay valid.
             run_ids, run_end, run_ctx, lazy_out = self._run_ids, self._run_end, self._run_ctx, st.lazy_out
-            eager_at = [k for k, e in enumerate(run_end) if e <= step_id]
+            eager_at = list(compress(range(len(run_end)), map(step_id.__ge__, run_end)))
             eager_at.append(len(running))
             p = 0
         i = 0
@@ -420,7 +420,7 @@ class Scheduler:
                     o = len(st.reqs)
                     st.reqs += running[i:b]
                     st.ids += run_ids[i:b]
-                    st.ctx += [x + step_id for x in run_ctx[i:b]]
+                    st.ctx += map(step_id.__add__, run_ctx[i:b])
                     ones = b - i
                     if lazy_out and lazy_out[-1] == o:
                         lazy_out[-1] = o + ones     # continues the previous range
@@ -874,8 +874,8 @@ class Scheduler:
             self.running = list(compress(self.running, keep))
             if self._lazy:
                 self._run_ids = list(compress(self._run_ids, keep))
-                self._run_end = array("q", compress(self._run_end, keep))
-                self._run_ctx = array("q", compress(self._run_ctx, keep))
+                self._run_end = list(compress(self._run_end, keep))
+                self._run_ctx = list(compress(self._run_ctx, keep))
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
             if self.kv_holding_waiting:
