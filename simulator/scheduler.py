@@ -147,8 +147,8 @@ class Scheduler:
         # each request (0: not lazy; see _plan) and lazy_ctx, so a step lists its lazy requests
         # without touching them.
         self._run_ids: list[str] = []
-        self._run_end: list[int] = []
-        self._run_ctx: list[int] = []
+        self._run_end = array("q")
+        self._run_ctx = array("q")
         self._masks: dict[int, list[bool]] = {}         # step -> which of its requests are not lazy
         self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
         self._fills: dict[int, list[Request]] = {}      # step -> lazy requests whose token fills a block
@@ -874,8 +874,8 @@ class Scheduler:
             self.running = list(compress(self.running, keep))
             if self._lazy:
                 self._run_ids = list(compress(self._run_ids, keep))
-                self._run_end = list(compress(self._run_end, keep))
-                self._run_ctx = list(compress(self._run_ctx, keep))
+                self._run_end = array("q", compress(self._run_end, keep))
+                self._run_ctx = array("q", compress(self._run_ctx, keep))
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
             if self.kv_holding_waiting:
