@@ -134,6 +134,8 @@ class Replica:
             self.on_remote_kv(self, out.remote_kv_request_ids)
         if out.total_num_scheduled_tokens == 0:
             return now
+        if not isinstance(out, LockstepOutput) and self._pp == 1 and self._rng is None:
+            return self._launch_one(out, now)
         if isinstance(out, LockstepOutput):
             ranks = [(i, o, s) for i, (o, s) in enumerate(zip(out.outputs, self.scheduler.ranks))
                      if o is not None and o.total_num_scheduled_tokens > 0]
@@ -160,6 +162,25 @@ class Replica:
                 usable - pool.free_queue.num_free_blocks, usable,
                 len(sched.waiting) + len(sched.kv_holding_waiting),    # get_request_counts()[1]
                 len(o.preempted_request_ids), self.role)
+        self._num_steps += 1
+        return end
+
+    def _launch_one(self, out: SchedulerOutput, now: float) -> float:
+        """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
+        cost = self.engine.step_cost(BatchShape(out.num_scheduled_tokens, out.context_lens))
+        duration = cost.duration_s
+        start = now if now > self.gpu_free_s else self.gpu_free_s
+        end = start + duration
+        self.gpu_free_s = end
+        self.busy_s += duration
+        sched = self.scheduler
+        pool = sched.kv.pool
+        usable = pool.num_gpu_blocks - 1
+        self.trace.add_step(
+            self.replica_id, 0, self._num_steps, start, end, out.request_ids,
+            out.num_scheduled_tokens, out.context_lens, cost.padded_tokens, cost.cudagraph_mode,
+            usable - pool.free_queue.num_free_blocks, usable,
+            len(sched.waiting) + len(sched.kv_holding_waiting), len(out.preempted_request_ids), self.role)
         self._num_steps += 1
         return end
 
