@@ -33,7 +33,7 @@ FIELDS = ("status", "num_computed_tokens", "num_output_tokens", "num_output_plac
 def _kv_state(s: Scheduler) -> tuple:
     pool = s.kv.pool
     return (dict(s.kv.req_to_blocks), pool.free_queue.order(), list(pool.ref_cnt), dict(pool.cached),
-            list(pool.block_hash))
+            list(pool.block_hash), list(s.kv.deferred_frees))
 
 
 def _drive(seed: int, lazy: bool, *, async_scheduling: bool, caching: bool, chunked: bool,
@@ -61,7 +61,8 @@ def _drive(seed: int, lazy: bool, *, async_scheduling: bool, caching: bool, chun
         spec = RequestSpec(f"r{n}", now, len(ids), rng.choice([1, 2, 5, 17, 40, 90, 300]),
                            prompt_token_ids=ids if rng.random() < 0.8 else None)
         n += 1
-        r = s.add_request(spec, remote_decode=kv_role == "producer")
+        r = s.add_request(spec, remote_decode=kv_role == "producer",
+                          remote_prefill=kv_role == "consumer" and rng.random() < 0.8)
         r.token_times_s = times[spec.request_id] = array("d", bytes(8 * spec.output_len))
         reqs[spec.request_id] = r
 
@@ -69,12 +70,17 @@ def _drive(seed: int, lazy: bool, *, async_scheduling: bool, caching: bool, chun
         add()
     queue: deque = deque()
     depth = 2 if async_scheduling else 1
+    pulls: list[str] = []                           # consumer: KV pulls in flight
     for step in range(steps):
         if rng.random() < 0.15:
             add()
         if not s.has_requests() and not queue:
             add()
+        for rid in [q for q in pulls if rng.random() < 0.5]:    # pulls land after a while
+            pulls.remove(rid)
+            s.finish_remote_kv(rid)
         out = s.schedule()
+        pulls += out.remote_kv_request_ids
         log.append(("out", out, [r.request_id for r in out.requests]))
         queue.appendleft(out)
         if len(queue) < depth:
@@ -121,6 +127,21 @@ def test_lazy_producer_and_workloads_that_never_go_lazy_are_unchanged():
     exact = _drive(3, False, num_blocks=120, steps=300, kv_role="producer", **CASES[0])
     lazy = _drive(3, True, num_blocks=120, steps=300, kv_role="producer", **CASES[0])
     assert lazy == exact
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_lazy_consumer_equals_exact(seed, async_scheduling):
+    """P/D decode side: remote-prefill admissions, KV pulls landing at random, deferred frees
+    (async) and preemption of lazy requests in small pools."""
+    case = dict(async_scheduling=async_scheduling, caching=seed % 2 == 0, chunked=True)
+    num_blocks = random.Random(seed).choice([48, 80, 400])
+    exact = _drive(seed, False, num_blocks=num_blocks, steps=600, kv_role="consumer", **case)
+    lazy = _drive(seed, True, num_blocks=num_blocks, steps=600, kv_role="consumer", **case)
+    for a, b in zip(exact[0], lazy[0]):
+        assert a == b
+    assert lazy == exact
+    assert any(f[FIELDS.index("num_preemptions")] > 0 for f in exact[1].values()) or num_blocks == 400
 
 
 def test_lazy_decode_actually_skips_requests_and_preempts():
