@@ -14,16 +14,18 @@ Each case prints a table and a one-line verdict computed from the table's number
     it (the first crossing, linearly interpolated between the two rates around it). Verdict:
     the best split at the tightest TTFT limit has more prefill GPUs than at the loosest.
 (b) ``cuda-graph-padding`` (paper §2.2, Table 2): decode-side CUDA-graph padding inflates
-    decode work more under PDD than co-located. Llama-3.1-8B on H100, 64 requests sent at
-    once per workload (ISL/OSL means 2048/256, 256/2048, 512/512, 1024/1024, range ratio 0.5):
-    one TP1 engine co-located vs one prefill + one decode TP1 engine. Over the pure-decode
+    decode work more under PDD than co-located. Llama-3.1-8B on H100, 64 requests per workload
+    (ISL/OSL means 2048/256, 256/2048, 512/512, 1024/1024, range ratio 0.5), sent at each
+    rate of ``B_RATES`` (inf = all at once; the paper does not state its rate): one TP1
+    engine co-located vs one prefill + one decode TP1 engine. Over the pure-decode
     steps (every scheduled request has one new token) of role C resp. D:
     useful = real tokens, padding = padded - real tokens, inflation = padding / useful.
     Column ``sim``: the padded size each step ran at with vLLM 0.33's default capture
     sizes (1, 2, 4, 8, 16, 24, 32, ...); column ``pow2``: a second simulation of the same
     workload with the paper's capture bins, ``--cudagraph-capture-sizes 1,2,4,8,16,32,64``
-    (decode batches above 64 run eager, unpadded). Verdict: PDD inflation > co-located
-    inflation on every workload (``sim`` column; the ``pow2`` count is reported too).
+    (decode batches above 64 run eager, unpadded). Verdict per rate: PDD inflation >
+    co-located inflation on every workload in both columns; the finding is REPRODUCED at a
+    rate where that holds, and the overall verdict names the rates where it does.
 (c) ``afd-h20`` (paper §6.2, Figure 14): with H20s on the FFN side of an AFD deployment
     the FFN side is compute-bound and loses throughput; on the attention side throughput
     is kept. Two models (``--c-models``, ``C_LAYOUTS``): Qwen3-30B-A3B at P:A:F = 4:4:4 GPUs
@@ -77,6 +79,7 @@ A_TTFT_SLA_X = (2.0, 4.0, 8.0, 16.0)   # P90 TTFT limits in unloaded P90 TTFTs; 
 # ------------------------------------------------------------------------------ (b) settings
 B_MODEL, B_GPU, B_NUM_PROMPTS = "meta-llama/Llama-3.1-8B", "H100", 64
 B_WORKLOADS = ((2048, 256), (256, 2048), (512, 512), (1024, 1024))
+B_RATES = (float("inf"), 32.0, 16.0, 8.0, 4.0, 1.0)   # req/s
 PAPER_CAPTURE_BINS = (1, 2, 4, 8, 16, 32, 64)
 
 # ------------------------------------------------------------------------------ (c) settings
@@ -221,47 +224,63 @@ def print_case_a(out: dict) -> None:
 # ================================================================================ (b)
 def padding_spec(architecture: str, isl: int, osl: int, *, num_prompts: int = B_NUM_PROMPTS,
                  model: str = B_MODEL, gpu: str = B_GPU,
-                 capture_sizes: tuple[int, ...] | None = None) -> SimulationSpec:
+                 capture_sizes: tuple[int, ...] | None = None, rate: float = float("inf")) -> SimulationSpec:
     """One TP1 engine (co-located) or one TP1 prefill + one TP1 decode engine (PDD);
-    ``capture_sizes`` = ``--cudagraph-capture-sizes`` (None: vLLM's default list)."""
+    ``capture_sizes`` = ``--cudagraph-capture-sizes`` (None: vLLM's default list); ``rate``
+    in req/s (Poisson; inf = all at t = 0)."""
     return SimulationSpec(
         engine=EngineArgs(model=model, gpu=gpu, max_model_len=4096, cudagraph_capture_sizes=capture_sizes),
-        workload=WorkloadSpec(num_prompts=num_prompts, request_rate=float("inf"), random_input_len=isl,
+        workload=WorkloadSpec(num_prompts=num_prompts, request_rate=rate, random_input_len=isl,
                               random_output_len=osl, random_range_ratio=0.5),
         architecture=architecture)
 
 
-def run_case_b(workloads: tuple[tuple[int, int], ...] = B_WORKLOADS, **spec_kw) -> dict:
-    rows = []
-    for isl, osl in workloads:
-        for arch, role in (("colocated", "C"), ("pdd", "D")):
-            steps = run_simulation(padding_spec(arch, isl, osl, **spec_kw)).trace.step_cols
-            useful, pad = decode_padding(steps, role)
-            steps2 = run_simulation(padding_spec(arch, isl, osl, capture_sizes=PAPER_CAPTURE_BINS,
-                                                 **spec_kw)).trace.step_cols
-            useful2, pad2 = decode_padding(steps2, role)
-            rows.append({"isl": isl, "osl": osl, "architecture": arch, "useful": useful,
-                         "padding": pad, "inflation": pad / useful, "useful_pow2": useful2,
-                         "padding_pow2": pad2, "inflation_pow2": pad2 / useful2})
-    pairs = [(c, d) for c, d in zip(rows[::2], rows[1::2])]
-    holds = all(d["inflation"] > c["inflation"] for c, d in pairs)
-    holds_pow2 = all(d["inflation_pow2"] > c["inflation_pow2"] for c, d in pairs)
-    n_more = sum(d["inflation"] > c["inflation"] for c, d in pairs)
-    n_more2 = sum(d["inflation_pow2"] > c["inflation_pow2"] for c, d in pairs)
-    verdict = (f"{'REPRODUCED' if holds else 'NOT REPRODUCED'}: PDD decode inflation exceeds co-located on "
-               f"{n_more} of {len(pairs)} workloads (vLLM 0.33 capture sizes), on {n_more2} of {len(pairs)} "
-               f"with the paper's bins")
-    return {"case": "b", "rows": rows, "holds": holds, "holds_pow2": holds_pow2, "verdict": verdict}
+def run_case_b(workloads: tuple[tuple[int, int], ...] = B_WORKLOADS, rates: tuple[float, ...] = B_RATES,
+               **spec_kw) -> dict:
+    """Every rate x workload x architecture, both capture lists; a verdict per rate, then overall."""
+    rows, per_rate = [], []
+    for rate in rates:
+        mine = []
+        for isl, osl in workloads:
+            for arch, role in (("colocated", "C"), ("pdd", "D")):
+                steps = run_simulation(padding_spec(arch, isl, osl, rate=rate, **spec_kw)).trace.step_cols
+                useful, pad = decode_padding(steps, role)
+                steps2 = run_simulation(padding_spec(arch, isl, osl, capture_sizes=PAPER_CAPTURE_BINS, rate=rate,
+                                                     **spec_kw)).trace.step_cols
+                useful2, pad2 = decode_padding(steps2, role)
+                mine.append({"rate": rate, "isl": isl, "osl": osl, "architecture": arch, "useful": useful,
+                             "padding": pad, "inflation": pad / useful, "useful_pow2": useful2,
+                             "padding_pow2": pad2, "inflation_pow2": pad2 / useful2})
+        pairs = list(zip(mine[::2], mine[1::2]))
+        n_more = sum(d["inflation"] > c["inflation"] for c, d in pairs)
+        n_more2 = sum(d["inflation_pow2"] > c["inflation_pow2"] for c, d in pairs)
+        holds = n_more == n_more2 == len(pairs)
+        per_rate.append({"rate": rate, "holds": holds, "verdict": (
+            f"{'REPRODUCED' if holds else 'NOT REPRODUCED'} at {rate:g} req/s: PDD decode inflation exceeds "
+            f"co-located on {n_more} of {len(pairs)} workloads (vLLM 0.33 capture sizes), on {n_more2} of "
+            f"{len(pairs)} with the paper's bins")})
+        rows += mine
+    yes = [r["rate"] for r in per_rate if r["holds"]]
+    no = [r["rate"] for r in per_rate if not r["holds"]]
+    word = "REPRODUCED" if not no else ("PARTLY REPRODUCED" if yes else "NOT REPRODUCED")
+    verdict = (f"{word}: PDD pads decode more than co-located on every workload at "
+               + (", ".join(f"{r:g}" for r in yes) or "no") + " req/s"
+               + (", not at " + ", ".join(f"{r:g}" for r in no) + " req/s" if no else ""))
+    return {"case": "b", "rows": rows, "per_rate": per_rate, "holds": bool(yes) and not no,
+            "holds_at": yes, "verdict": verdict}
 
 
 def print_case_b(out: dict) -> None:
     print("(b) CUDA-graph decode padding, 64 requests: useful decode tokens, padding (wasted slots), "
           "inflation = padding / useful")
-    print(f"{'ISL/OSL':<10} {'arch':<10} {'useful':>8} {'pad sim':>8} {'infl sim':>9} {'useful pow2':>11} "
-          f"{'pad pow2':>9} {'infl pow2':>9}")
+    print(f"{'req/s':>6} {'ISL/OSL':<10} {'arch':<10} {'useful':>8} {'pad sim':>8} {'infl sim':>9} "
+          f"{'useful pow2':>11} {'pad pow2':>9} {'infl pow2':>9}")
     for r in out["rows"]:
-        print(f"{str(r['isl']) + '/' + str(r['osl']):<10} {r['architecture']:<10} {r['useful']:>8} {r['padding']:>8} "
-              f"{r['inflation']:>9.1%} {r['useful_pow2']:>11} {r['padding_pow2']:>9} {r['inflation_pow2']:>9.1%}")
+        print(f"{r['rate']:>6g} {str(r['isl']) + '/' + str(r['osl']):<10} {r['architecture']:<10} {r['useful']:>8} "
+              f"{r['padding']:>8} {r['inflation']:>9.1%} {r['useful_pow2']:>11} {r['padding_pow2']:>9} "
+              f"{r['inflation_pow2']:>9.1%}")
+    for r in out["per_rate"]:
+        print(f"  {r['verdict']}")
     print(out["verdict"])
 
 

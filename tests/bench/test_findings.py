@@ -66,15 +66,25 @@ def test_case_a_tiny_tight_ttft_moves_gpus_to_prefill():
 
 
 def test_case_b_tiny_pdd_pads_decode_more_than_colocated():
-    out = findings.run_case_b(workloads=((2048, 64),), num_prompts=16)
+    out = findings.run_case_b(workloads=((2048, 64),), rates=(float("inf"),), num_prompts=16)
     colocated, pdd = out["rows"]
     assert (colocated["architecture"], pdd["architecture"]) == ("colocated", "pdd")
+    assert colocated["rate"] == pdd["rate"] == float("inf")
     assert colocated["useful"] > 0 and pdd["useful"] > 0
     assert pdd["inflation"] > colocated["inflation"]
-    assert out["holds"]
+    assert out["holds"] and out["holds_at"] == [float("inf")]
+    assert out["verdict"] == "REPRODUCED: PDD pads decode more than co-located on every workload at inf req/s"
     # 16 requests: every decode batch sits on a size both lists share (1, 2, 4, 8, 16)
     assert [(r["useful_pow2"], r["padding_pow2"]) for r in out["rows"]] == [
         (r["useful"], r["padding"]) for r in out["rows"]]
+
+
+def test_case_b_verdict_names_the_rates_where_it_holds():
+    out = findings.run_case_b(workloads=((2048, 64),), rates=(float("inf"), 0.5), num_prompts=16)
+    assert [r["rate"] for r in out["rows"]] == [float("inf")] * 2 + [0.5] * 2
+    assert [r["holds"] for r in out["per_rate"]] == [True, False]     # at 0.5 req/s both run 1-2 requests
+    assert out["verdict"] == ("PARTLY REPRODUCED: PDD pads decode more than co-located on every workload at "
+                              "inf req/s, not at 0.5 req/s")
 
 
 def _c_row(name: str, tok_s: float, price: float, f_busy: float = 0.5, f_us: float = 10.0) -> dict:
