@@ -123,35 +123,19 @@ def afd_timeline(a: list[list[float]], s: list[list[float]], f: list[list[float]
         return timeline_totals(_layer_runs(a, s, f, r), head_s, tail_s)
     if not lanes or {*map(len, a), *map(len, s), *map(len, f), *map(len, r)} != {lanes}:
         raise ValueError(LANES_ERROR)
-    a_free = head_s
-    s_free = f_free = r_free = 0.0
-    back = [head_s] * lanes                # lane j's activations are on A
+    state = (head_s, 0.0, 0.0, 0.0, [head_s] * lanes)   # A, A→F, F, F→A free; lane j's activations are on A
     a_end, f_end, r_end = [], [], []
     for l in range(n_layers):
         ae, fe, re_ = [], [], []
-        # x = max(x, y) + d written as "if y > x: x = y; x += d" (max keeps x on ties): same floats
-        for j, (aj, sj, fj, rj) in enumerate(zip(a[l], s[l], f[l], r[l])):
-            if back[j] > a_free:
-                a_free = back[j]
-            a_free += aj
-            if a_free > s_free:
-                s_free = a_free
-            s_free += sj
-            if s_free > f_free:
-                f_free = s_free
-            f_free += fj
-            if f_free > r_free:
-                r_free = f_free
-            r_free += rj
-            back[j] = r_free
-            if per_item:
-                ae.append(a_free)
-                fe.append(f_free)
-                re_.append(r_free)
-        if per_item:
-            a_end.append(tuple(ae))
-            f_end.append(tuple(fe))
-            r_end.append(tuple(re_))
+        for j, item in enumerate(zip(a[l], s[l], f[l], r[l])):
+            state = _loop(state, [(*item, j)], 1)          # one item of the recurrence
+            ae.append(state[0])
+            fe.append(state[2])
+            re_.append(state[3])
+        a_end.append(tuple(ae))
+        f_end.append(tuple(fe))
+        r_end.append(tuple(re_))
+    a_free, _, _, _, back = state
     end = max(a_free, max(back)) + tail_s
     a_busy = head_s + tail_s + sum(map(sum, a))
     return AfdTimeline(end, a_busy, sum(map(sum, f)), sum(map(sum, s)) + sum(map(sum, r)),
@@ -220,6 +204,7 @@ def _loop(state: tuple, items: list[tuple], layers: int) -> tuple:
     one ``(a, s, f, r, lane)`` per lane); ``state`` = (A, A→F, F, F→A free, lanes' return times)."""
     a_free, s_free, f_free, r_free, back = state
     back = back[:]
+    # x = max(x, y) + d written as "if y > x: x = y; x += d" (max keeps x on ties): same floats
     for aj, sj, fj, rj, j in items * layers:
         b = back[j]
         if b > a_free:
