@@ -201,7 +201,11 @@ def write_profile(table_or_df: pa.Table | pd.DataFrame, root: str | Path, family
     _check_root_version(root)
     folder = root / f"family={family}" / f"gpu={gpu}"
     folder.mkdir(parents=True, exist_ok=True)
-    (root / "_schema_version").write_text(f"{SCHEMA_VERSION}\n")
+    marker = root / "_schema_version"
+    if not marker.is_file() or marker.read_text().strip() != str(SCHEMA_VERSION):
+        tmp_marker = root / f".tmp-{uuid.uuid4().hex}"     # atomic, as the parts: a killed write
+        tmp_marker.write_text(f"{SCHEMA_VERSION}\n")       # never leaves an empty marker
+        os.replace(tmp_marker, marker)
     n = len(list(folder.glob("part-*.parquet")))
     while (folder / f"part-{n}.parquet").exists():
         n += 1
@@ -212,17 +216,25 @@ def write_profile(table_or_df: pa.Table | pd.DataFrame, root: str | Path, family
     return path
 
 
-def _check_root_version(root: Path) -> None:
+def root_schema_version(root: Path) -> str | None:
+    """The schema version a profile root holds: its ``_schema_version`` marker, else (roots
+    written before the marker, or an empty marker a killed writer left before it was written
+    atomically) the version in its first part file; None for a root without profiles."""
     marker = root / "_schema_version"
-    if marker.exists():
-        found = marker.read_text().strip()
-        if found != str(SCHEMA_VERSION):
-            raise ValueError(f"profile root {root} holds schema_version {found}; this code writes {SCHEMA_VERSION}")
-    for part in root.glob("family=*/gpu=*/part-*.parquet"):  # roots written before the marker
-        found = pq.read_table(part, columns=["schema_version"]).column(0).to_pylist()[:1]
-        if found and found[0] != SCHEMA_VERSION:
-            raise ValueError(f"profile root {root} holds schema_version {found[0]}; this code writes {SCHEMA_VERSION}")
-        break
+    found = marker.read_text().strip() if marker.is_file() else ""
+    if found:
+        return found
+    part = next(iter(root.glob("family=*/gpu=*/part-*.parquet")), None)
+    if part is None:
+        return None
+    versions = pq.read_table(part, columns=["schema_version"]).column(0).to_pylist()[:1]
+    return str(versions[0]) if versions else None
+
+
+def _check_root_version(root: Path) -> None:
+    found = root_schema_version(root)
+    if found is not None and found != str(SCHEMA_VERSION):
+        raise ValueError(f"profile root {root} holds schema_version {found}; this code writes {SCHEMA_VERSION}")
 
 
 def read_profiles(root: str | Path, family: str | None = None, gpu: str | None = None) -> pd.DataFrame:

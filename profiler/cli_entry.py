@@ -16,7 +16,7 @@ import torch
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from frontier.parallel import ParallelSpec
-from frontier.profile_schema import SCHEMA_VERSION
+from frontier.profile_schema import SCHEMA_VERSION, root_schema_version
 from profiler import sweep
 from profiler.backends import check_backend, runner_for
 from profiler.context import TORCH_DTYPES, RankContext
@@ -66,13 +66,7 @@ def check_device(device: str) -> None:
 
 def check_out_root(out: Path) -> None:
     """Refuse an output folder that holds profiles of another schema version."""
-    marker = out / "_schema_version"
-    found = marker.read_text().strip() if marker.is_file() else None
-    if found is None:
-        part = next(iter(out.glob("family=*/gpu=*/part-*.parquet")), None)
-        if part is not None:
-            versions = pq.read_table(part, columns=["schema_version"]).column(0).to_pylist()[:1]
-            found = str(versions[0]) if versions else None
+    found = root_schema_version(out)
     if found is not None and found != str(SCHEMA_VERSION):
         raise ValueError(f"--out {out} holds profile schema_version {found}; this profiler writes {SCHEMA_VERSION} "
                          "(use another folder)")

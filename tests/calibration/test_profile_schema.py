@@ -105,3 +105,16 @@ def test_elementwise_family_round_trip_and_enums(tmp_path):
     with pytest.raises(ValueError, match=r"column 'op_name' has values \['layer_norm'\]; valid: rms_norm, "
                                          r"fused_add_rms_norm, rotary_embedding, silu_and_mul, kv_cache_write"):
         ps.write_profile(pd.DataFrame([dict(row, op_name="layer_norm")]), tmp_path, "elementwise", "H200")
+
+
+def test_empty_marker_left_by_a_killed_writer_falls_back_to_the_parts(tmp_path):
+    """A sweep killed while the marker was rewritten in place left it empty (the CLI then refused
+    the folder: "holds profile schema_version ;"); the parts still say which version they are."""
+    ps.write_profile(pd.DataFrame([_row()]), tmp_path, "linear", "H200")
+    (tmp_path / "_schema_version").write_text("")
+    assert ps.root_schema_version(tmp_path) == "1"
+    assert len(ps.read_profiles(tmp_path, "linear")) == 1
+    ps.write_profile(pd.DataFrame([_row()]), tmp_path, "linear", "H200")     # and the marker is whole again
+    assert (tmp_path / "_schema_version").read_text() == "1\n"
+    assert not list(tmp_path.rglob(".tmp-*"))
+    assert ps.root_schema_version(tmp_path / "nothing-here") is None
