@@ -175,6 +175,7 @@ def simulate(
     data_parallel_size: Optional[int] = typer.Option(None, "--data-parallel-size", "-dp", help="DP ranks; each runs its own scheduler and KV cache.", rich_help_panel=ENGINE_HELP),
     enable_expert_parallel: Optional[bool] = typer.Option(None, "--enable-expert-parallel/--no-enable-expert-parallel", rich_help_panel=ENGINE_HELP),
     num_replicas: Optional[int] = typer.Option(None, help="Independent engine replicas behind the router.", rich_help_panel=ENGINE_HELP),
+    num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="Expected total GPUs of the deployment, all roles together; a layout that uses another number is refused before the run.", rich_help_panel=ENGINE_HELP),
     router: Optional[str] = typer.Option(None, help="round_robin (default) or least_loaded.", rich_help_panel=ENGINE_HELP),
     max_num_seqs: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     max_num_batched_tokens: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
@@ -251,7 +252,7 @@ def simulate(
     cli = dict(locals())
     cli.pop("config")
     out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
-                "max_concurrency", "step_jitter", "comm_model", "moe_routing", "architecture",
+                "max_concurrency", "num_gpus", "step_jitter", "comm_model", "moe_routing", "architecture",
                 "predictor_bundle", "compilation_config") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
@@ -266,6 +267,7 @@ def simulate(
         spec = SimulationSpec(
             engine=_pick(EngineArgs, values), workload=_pick(WorkloadSpec, values),
             max_concurrency=values.get("max_concurrency"),
+            num_gpus=values.get("num_gpus"),
             keep_batch_trace=values.get("batch_trace") is not None,
             debug=bool(values.get("debug", False)),
             step_jitter=float(values.get("step_jitter", 0.0)),

@@ -792,6 +792,8 @@ def run_afd(spec):
         return out
 
     attention = _compile_attention(spec, afd, loop, trace, make_engines)
+    spec.check_num_gpus([("prefill", prefill.num_gpus), ("attention", attention.num_gpus),
+                         ("ffn", ffn_side.num_gpus)])
     if prefill.resolved.max_model_len != attention.resolved.max_model_len:
         raise ValueError(f"prefill max_model_len {prefill.resolved.max_model_len} differs from attention's "
                          f"{attention.resolved.max_model_len}; give --max-model-len")

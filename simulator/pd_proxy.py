@@ -160,6 +160,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
                           step_jitter=spec.step_jitter, seed=spec.workload.seed)
              for layout in (pdd.prefill, pdd.decode)]
     prefill, decode = roles
+    spec.check_num_gpus([("prefill", prefill.num_gpus), ("decode", decode.num_gpus)])
     if prefill.resolved.max_model_len != decode.resolved.max_model_len:
         raise ValueError(f"prefill max_model_len {prefill.resolved.max_model_len} differs from decode's "
                          f"{decode.resolved.max_model_len}; give --max-model-len")

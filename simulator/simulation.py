@@ -65,6 +65,7 @@ class SimulationSpec:
     architecture: str = "colocated"     # "colocated" | "pdd" (prefill/decode) | "afd" (attention/FFN)
     pdd: PddSpec | None = None          # role layouts + KV transfer (pdd, afd's prefill; None = defaults)
     afd: AfdSpec | None = None          # attention/FFN layouts, lanes, A-F link (afd only)
+    num_gpus: int | None = None         # --num-gpus: the deployment must use exactly this many GPUs
 
     def __post_init__(self) -> None:
         if self.architecture not in ("colocated", "pdd", "afd"):
@@ -82,6 +83,17 @@ class SimulationSpec:
         RoutingSpec.parse(self.moe_routing)
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"--max-concurrency must be >= 1, got {self.max_concurrency!r}")
+        if self.num_gpus is not None and (isinstance(self.num_gpus, bool) or not isinstance(self.num_gpus, int)
+                                          or self.num_gpus < 1):
+            raise ValueError(f"--num-gpus must be a positive integer, got {self.num_gpus!r}")
+
+    def check_num_gpus(self, roles: list[tuple[str, int]]) -> None:
+        """Refuse a deployment whose GPUs per role, ``(role, count)``, do not add up to --num-gpus."""
+        total = sum(n for _, n in roles)
+        if self.num_gpus is None or total == self.num_gpus:
+            return
+        uses = f"{' + '.join(f'{name} {n}' for name, n in roles)} = {total}" if len(roles) > 1 else str(total)
+        raise ValueError(f"--num-gpus {self.num_gpus} does not match the deployment, which uses {uses} GPUs")
 
 
 @dataclass
@@ -273,6 +285,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if args.num_gpu_blocks_override is None:
         memory.check_starts(resolved.max_model_len,
                             more_memory="--gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")
+    spec.check_num_gpus([("colocated", resolved.num_gpus)])
     cudagraph = resolved.cudagraph_config()
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,

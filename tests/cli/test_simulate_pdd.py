@@ -103,3 +103,28 @@ def test_afd_moe_attention_dp_and_prefill_dp_run_in_lockstep():
     assert "attention 1 replica(s) of DP2 in lockstep x TP1 on 2 x H200" in res.output, res.output
     assert "attention/FFN disaggregated on 6 GPUs in total: prefill 2 x H200" in res.output
     assert "Successful requests:                     12" in res.output
+
+
+def test_num_gpus_is_checked_against_every_architecture():
+    """--num-gpus: the total over all roles must match, else a one-line error with the breakdown."""
+    afd = ["simulate", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H200", "--max-model-len", "4096",
+           "--num-prompts", "4", "--random-input-len", "300", "--random-output-len", "4",
+           "--architecture", "afd", "--ffn-ep", "4"]
+    cases = [
+        (BASE + ["-tp", "2", "--num-replicas", "2", "--num-gpus", "3"],
+         "error: --num-gpus 3 does not match the deployment, which uses 4 GPUs"),
+        (BASE + ["--architecture", "pdd", "--prefill-replicas", "2", "--decode-tp", "2", "--num-gpus", "8"],
+         "error: --num-gpus 8 does not match the deployment, which uses prefill 2 + decode 2 = 4 GPUs"),
+        (afd + ["--num-gpus", "5"],
+         "error: --num-gpus 5 does not match the deployment, which uses prefill 1 + attention 1 + ffn 4 = 6 GPUs"),
+        (BASE + ["--num-gpus", "0"], "error: --num-gpus must be a positive integer, got 0"),
+    ]
+    for args, line in cases:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and res.output.strip() == line, (args, res.output)
+    for args, total in ((BASE + ["-tp", "2", "--num-replicas", "2", "--num-gpus", "4"], "on 4 x H100"),
+                        (BASE + ["--architecture", "pdd", "--prefill-replicas", "2", "--decode-tp", "2",
+                                 "--num-gpus", "4"], "on 4 GPUs in total"),
+                        (afd + ["--num-gpus", "6"], "on 6 GPUs in total")):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0 and total in res.output, (args, res.output)
