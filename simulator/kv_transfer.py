@@ -68,6 +68,7 @@ class SharedLinkTransfers:
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
         self._flows: dict[str, _Flow] = {}
+        self._port_flows: dict[str, dict[str, _Flow]] = {}     # port -> its flows in the data phase, by key
         self._last_s = 0.0
         self._version = 0           # invalidates completion events scheduled before a change
         self.num_started = 0
@@ -97,19 +98,39 @@ class SharedLinkTransfers:
     def _begin_data(self, flow: _Flow) -> None:
         self._advance()
         self._flows[flow.key] = flow
-        self._reschedule()
+        port_flows = self._port_flows
+        for port in (flow.link.src_port, flow.link.dst_port):
+            if port in port_flows:
+                port_flows[port][flow.key] = flow
+            else:
+                port_flows[port] = {flow.key: flow}
+        self._reschedule(flow)
 
-    def _reschedule(self) -> None:
-        """Finish flows that are done, recompute fair rates, schedule the next completion."""
-        done = [f for f in self._flows.values() if f.remaining <= _EPS_BYTES]
+    def _reschedule(self, started: _Flow | None = None) -> None:
+        """Finish flows that are done, recompute the fair rates of the flows they shared ports
+        with (and of ``started``'s), schedule the next completion."""
+        flows = self._flows
+        done = [f for f in flows.values() if f.remaining <= _EPS_BYTES]
+        port_flows = self._port_flows
         for f in done:
-            del self._flows[f.key]
-        self._set_rates()
+            del flows[f.key]
+            for port in (f.link.src_port, f.link.dst_port):
+                on_port = port_flows[port]
+                if len(on_port) == 1:
+                    del port_flows[port]
+                else:
+                    del on_port[f.key]
+        if started is not None and not done and len(self._port_flows[started.link.src_port]) == 1 \
+                and len(self._port_flows[started.link.dst_port]) == 1:
+            started.rate = started.link.bandwidth_bytes_per_s      # a start on two ports of its own
+        else:
+            self._set_rates_around(done if started is None else [*done, started])
         self._version += 1
-        if self._flows:
+        if flows:
             version = self._version
-            t = min(self.loop.now_s + f.remaining / f.rate for f in self._flows.values())
-            self.loop.at(max(t, self.loop.now_s), lambda: self._on_tick(version), PRIO_TRANSFER)
+            now = self.loop.now_s
+            t = now + min([f.remaining / f.rate for f in flows.values()])    # = min(now + ...): rounding is monotone
+            self.loop.at(t if t > now else now, lambda: self._on_tick(version), PRIO_TRANSFER)
         for f in done:
             f.on_done()
 
@@ -117,7 +138,9 @@ class SharedLinkTransfers:
         if version != self._version:
             return                  # superseded by a later start/end
         self._advance()
-        nearest = min(self._flows.values(), key=lambda f: f.remaining / f.rate)
+        flows = list(self._flows.values())
+        left_s = [f.remaining / f.rate for f in flows]
+        nearest = flows[left_s.index(min(left_s))]          # the first of the nearest
         nearest.remaining = min(nearest.remaining, 0.0)     # the event was computed for it
         self._reschedule()
 
@@ -141,6 +164,31 @@ class SharedLinkTransfers:
                 shared.append(f)
         if shared:
             self._water_fill(shared)
+
+    def _set_rates_around(self, changed: list[_Flow]) -> None:
+        """``_set_rates`` for the flows that share a component (ports linked by flows) with a
+        ``changed`` flow, the only ones whose rates a start or end can change: the water-filling
+        of a union of components is exact (each keeps its rounds, in the same order), as is a
+        lone flow on ports of its own getting its link's bandwidth."""
+        port_flows = self._port_flows
+        ports = [q for f in changed for q in (f.link.src_port, f.link.dst_port) if q in port_flows]
+        if not ports:
+            return
+        seen = set(ports)
+        component: dict[str, _Flow] = {}
+        while ports:
+            for f in port_flows[ports.pop()].values():
+                if f.key not in component:
+                    component[f.key] = f
+                    for q in (f.link.src_port, f.link.dst_port):
+                        if q not in seen:
+                            seen.add(q)
+                            ports.append(q)
+        if len(component) == 1:
+            f, = component.values()
+            f.rate = f.link.bandwidth_bytes_per_s
+        else:
+            self._water_fill(list(component.values()))
 
     def _water_fill(self, flows: list[_Flow] | None = None) -> None:
         """Max-min fair rates of ``flows`` (default: all) by water-filling over their ports
