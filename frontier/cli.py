@@ -161,8 +161,11 @@ def _pdd_layout(result) -> str:
         parts.append(f"{role.layout.name} {layout}TP{r.parallel.tp} x PP{r.parallel.pp} "
                      f"on {r.num_gpus} x {r.gpu.name} (KV {role.memory.num_gpu_blocks} blocks x {r.block_size} tokens)")
     total = sum(role.num_gpus for role in result.roles)
+    s = result.summary
     return (f"Simulated {result.resolved.model.name} P/D disaggregated on {total} GPUs in total: "
-            + "; ".join(parts) + "; cost model: roofline")
+            + "; ".join(parts) + f"; busy P {s['prefill_busy_fraction']:.1%} D {s['decode_busy_fraction']:.1%}, "
+            f"mean batch P {s['prefill_mean_batch_size']:.1f} D {s['decode_mean_batch_size']:.1f} requests"
+            f"; cost model: {s.get('cost_model', 'roofline')}")
 
 
 @app.command()
@@ -291,6 +294,8 @@ def simulate(
         typer.echo(f"Simulated {r.model.name} on {r.num_gpus} x {r.gpu.name} "
                    f"({layout}TP{r.parallel.tp} x PP{r.parallel.pp}); "
                    f"KV cache {result.memory.num_gpu_blocks} blocks x {r.block_size} tokens per engine; "
+                   f"busy {result.summary['colocated_busy_fraction']:.1%}, mean batch "
+                   f"{result.summary['colocated_mean_batch_size']:.1f} requests; "
                    f"cost model: {result.summary.get('cost_model', 'roofline')}, comm {spec.comm_model}, "
                    f"MoE routing {spec.moe_routing}")
     if result.failed:

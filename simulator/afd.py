@@ -723,6 +723,7 @@ def run_afd(spec):
     from simulator.kv_transfer import SharedLinkTransfers
     from simulator.moe_routing import make_router as make_moe_router
     from simulator.pd_proxy import PDProxy, _engine_factory
+    from simulator.role_stats import role_summary
     from simulator.simulation import SimulationResult, run_client
     from simulator.trace import BatchTrace
     from simulator.workload import generate_requests
@@ -809,8 +810,11 @@ def run_afd(spec):
     _add_trace_columns(trace, engines_made)
     if engines_made:
         summary.update(cost_model_stats(engines_made[0].attn.cost_model))
+    engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.ATTENTION.value: attention.resolved.num_engines}
+    summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     result = SimulationResult(attention.resolved, attention.memory, records, client.failed, trace, summary,
-                              loop.now_s, sim_wall_s, loop.num_events, roles=[prefill, attention])
+                              loop.now_s, sim_wall_s, loop.num_events, roles=[prefill, attention],
+                              role_engines=engines)
     result.ffn = ffn_side       # type: ignore[attr-defined]
     return result
 

@@ -8,8 +8,9 @@
 * ``--perfetto PATH``: Chrome trace-event JSON of the steps (and P/D KV transfers), for
   ui.perfetto.dev (``simulator.perfetto``).
 * ``--output-dir DIR``: ``requests.parquet`` (one row per request),
-  ``steps.parquet`` (one row per step, with KV blocks in use over time) and
-  ``summary.json`` (the same dict as the result JSON).
+  ``steps.parquet`` (one row per step, with KV blocks in use over time),
+  ``roles.parquet`` (per role and time bin: busy fraction and mean batch size,
+  ``simulator.role_stats``) and ``summary.json`` (the same dict as the result JSON).
 
 Every file is written to a temporary name and renamed, so a crash never
 leaves half a file behind.
@@ -93,5 +94,9 @@ def write_outputs(result, values: dict[str, Any]) -> list[Path]:
         out = Path(values["output_dir"])
         written.append(write_parquet(requests_table(result), out / "requests.parquet"))
         written.append(write_parquet(result.trace.steps_table(), out / "steps.parquet"))
+        if result.role_engines:
+            from simulator.role_stats import role_timeline
+            timeline = role_timeline(result.trace.step_cols, result.role_engines, result.simulated_duration_s)
+            written.append(write_parquet(pa.table(timeline), out / "roles.parquet"))
         written.append(_write_json(summary, out / "summary.json"))
     return written

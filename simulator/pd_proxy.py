@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simulator.cluster import Cluster
+from simulator.cluster import Cluster, Role
 from simulator.control_plane import (CompiledRole, PddSpec, build_links, compile_role,
                                      kv_bytes_per_token)
-from simulator.predictor_cost import make_cost_model
+from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.batch_engine import BatchEngine
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import ResolvedEngine
@@ -40,6 +40,7 @@ from simulator.kv_transfer import Link, SharedLinkTransfers, TransferModel
 from simulator.metrics import RequestRecord
 from simulator.moe_routing import make_router as make_moe_router
 from simulator.replica import Replica
+from simulator.role_stats import role_summary
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
@@ -140,6 +141,18 @@ class PDProxy(BenchmarkClient):
             num_prefix_hit_tokens=max(p_req.num_cached_tokens, 0), **fields)
 
 
+def _roles_cost_model_stats(cost_models: list) -> dict[str, int | str]:
+    """The summary's cost-model keys over the roles' cost models (query counts added up)."""
+    out: dict[str, int | str] = {}
+    for cm in cost_models:
+        for key, value in cost_model_stats(cm).items():
+            if isinstance(value, str):
+                out[key] = value if out.get(key, value) == value else f"{out[key]}+{value}"
+            else:
+                out[key] = int(out.get(key, 0)) + value
+    return out
+
+
 def _engine_factory(spec: SimulationSpec):
     def make_engine(resolved: ResolvedEngine) -> BatchEngine:
         cudagraph = resolved.cudagraph_config()
@@ -171,8 +184,11 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
                      decode.resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(pdd_summary(roles, records))
+    summary.update(_roles_cost_model_stats([role.cluster.replicas[0].engine.cost_model for role in roles]))
+    engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.DECODE.value: decode.resolved.num_engines}
+    summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,
-                            loop.now_s, sim_wall_s, loop.num_events, roles=roles)
+                            loop.now_s, sim_wall_s, loop.num_events, roles=roles, role_engines=engines)
 
 
 def pdd_summary(roles: list[CompiledRole], records: list[RequestRecord]) -> dict[str, float | int | str]:

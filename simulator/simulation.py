@@ -41,6 +41,7 @@ from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
+from simulator.role_stats import role_summary
 from simulator.trace import BatchTrace
 from simulator.workload import WorkloadSpec, generate_requests
 
@@ -108,6 +109,7 @@ class SimulationResult:
     sim_wall_s: float
     num_events: int
     roles: list[CompiledRole] | None = None    # P/D: the compiled prefill and decode roles
+    role_engines: dict[str, int] = field(default_factory=dict)   # role letter -> engines (role_stats)
 
 
 @dataclass(slots=True)
@@ -317,5 +319,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))
+    engines = {Role.COLOCATED.value: resolved.num_engines}
+    summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,
-                            loop.now_s, sim_wall_s, loop.num_events)
+                            loop.now_s, sim_wall_s, loop.num_events, role_engines=engines)
