@@ -152,6 +152,7 @@ class Scheduler:
         self._masks: dict[int, list[bool]] = {}         # step -> which of its requests are not lazy
         self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
         self._fills: dict[int, list[Request]] = {}      # step -> lazy requests whose token fills a block
+        self._wake: list[Request] = []                  # lazy requests the next schedule() must visit
 
     # ------------------------------------------------------------------ lazy decode
     def enable_lazy_decode(self) -> bool:
@@ -233,23 +234,39 @@ class Scheduler:
 
     def _plan(self, r: Request, step: int) -> int:
         """After lazy step `step` of r: register the next step whose token fills a block (hashed
-        when that step is processed) and return the next step that must visit r: a block to
-        cache (each step until its token is processed), a block to allocate, or the window end.
+        when that step is processed) and return the next step that must visit r (also kept in
+        ``r.lazy_visit``): a block to allocate, the window end, or (prefix caching) a filled
+        block to cache, which is possible at the first schedule() after its token's step is
+        processed. That step is guessed as the fill step + the current lag between scheduled
+        and processed steps (async 2, sync 1); when the guess is late, update_from_output wakes
+        r (`_wake`) as it processes the fill step, so no visit is ever missed.
 
             lazy step t: context x = lazy_ctx + t; needs a block when x + 1 > kv_num_blocks * bs;
                          its token fills a block when (x + 2) % bs == 0
         """
         bs, ctx0, end = self.kv.block_size, r.lazy_ctx, r.lazy_end
         fill = step + -(ctx0 + step + 2) % bs
-        if r.lazy_fill < fill < end:
+        registered = r.lazy_fill
+        if registered < fill < end:
             self._fills.setdefault(fill, []).append(r)
             r.lazy_fill = fill
-        if self.kv.enable_caching and r.kv_num_cached_blocks < (ctx0 + step + 2) // bs:
-            return step + 1
         nxt = r.kv_num_blocks * bs - ctx0
-        if fill + 1 < nxt:
-            nxt = fill + 1
-        return nxt if nxt < end else end
+        if self.kv.enable_caching:
+            p = self._processed_step
+            full = (ctx0 + step + 2) // bs         # full blocks once this step's token is known
+            cached = r.kv_num_cached_blocks
+            if cached < full:                       # full block(s) not cached yet
+                f = full * bs - ctx0 - 2            # the step whose token fills the last one
+                if cached + 1 < full or f <= p or (f != registered and f != r.lazy_fill):
+                    r.lazy_visit = step + 1         # known already, or no wake-up: next step
+                    return step + 1
+                fill = f                            # in flight, registered: wakes r when processed
+            if fill + step - p < nxt:               # step - p >= 1; fill > p if pending
+                nxt = fill + step - p
+        if nxt > end:
+            nxt = end
+        r.lazy_visit = nxt
+        return nxt
 
     def sync_lazy(self) -> None:
         """Materialise every lazy request (its fields as without lazy decode); between steps."""
@@ -403,6 +420,11 @@ class Scheduler:
             # running. Only the tail of running is removed during the loop (preemption), so the
             # positions stay valid.
             run_ids, run_end, run_ctx, lazy_out = self._run_ids, self._run_end, self._run_ctx, st.lazy_out
+            if self._wake:                          # filled blocks now cacheable (_plan)
+                for r in self._wake:
+                    if r.lazy_end and r.lazy_visit > step_id:
+                        run_end[run_ids.index(r.request_id)] = r.lazy_visit = step_id
+                self._wake.clear()
             eager_at = list(compress(range(len(run_end)), map(step_id.__ge__, run_end)))
             eager_at.append(len(running))
             p = 0
@@ -818,10 +840,13 @@ class Scheduler:
                 entries = compress(entries, mask)
             fills = self._fills.pop(step, None)
             if fills:                               # lazy tokens that fill a block: hash it
+                nxt = self._step_id + 1             # the next schedule() may cache the block
                 for r in fills:
                     j = r.lazy_start
                     if 0 < j <= step:
                         r._update_block_hashes(r.prompt_len + r.num_output_tokens + step - j + 1)
+                        if caching and r.lazy_visit > nxt:
+                            self._wake.append(r)    # its planned visit is too late (_plan)
             if mask is not None and True not in mask:
                 return _NOTHING                     # every request of the step was lazy
         for r, n, samples in entries:
