@@ -7,6 +7,8 @@ Tracks::
             one complete ("X") slice per step: name "step N", args num_reqs, num_tokens,
             padded_tokens, cudagraph_mode, kv_blocks_used, kv_blocks_total, num_waiting,
             num_preempted
+        counter tracks "busy fraction" and "mean batch size" (``write_perfetto`` with the
+            run's engines per role): the role's ``simulator.role_stats.role_timeline`` bins
     process "KV transfers" (P/D only, pid TRANSFER_PID)
         one async slice ("b"/"e", id = request index) per request whose KV moved P -> D,
         named by the request id, args prefill_replica, decode_replica
@@ -78,11 +80,31 @@ def trace_events(step_cols: dict[str, list], records: list | None = None) -> lis
     return meta + slices + transfers
 
 
+def counter_events(timeline: dict[str, list]) -> list[dict[str, Any]]:
+    """Counter ("C") events per role and time bin of a ``role_timeline``: the busy fraction and
+    the mean batch size from each bin's start (the last bin's values end at its end)."""
+    events: list[dict[str, Any]] = []
+    rows = list(zip(timeline["role"], timeline["bin_start_s"], timeline["bin_end_s"], timeline["busy_fraction"],
+                    timeline["mean_batch_size"]))
+    for i, (role, start, end, busy, batch) in enumerate(rows):
+        pid = ROLE_PIDS.get(role, 99)
+        for name, value in (("busy fraction", busy), ("mean batch size", batch)):
+            events.append({"name": name, "ph": "C", "pid": pid, "ts": _us(start), "args": {name: value}})
+            if i + 1 == len(rows) or rows[i + 1][0] != role:
+                events.append({"name": name, "ph": "C", "pid": pid, "ts": _us(end), "args": {name: value}})
+    return events
+
+
 def write_perfetto(result, path: str | Path) -> Path:
     """Write ``result``'s trace (``SimulationResult``) atomically to ``path``; return the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"traceEvents": trace_events(result.trace.step_cols, result.records), "displayTimeUnit": "ms"}
+    events = trace_events(result.trace.step_cols, result.records)
+    if getattr(result, "role_engines", None):
+        from simulator.role_stats import role_timeline
+        events += counter_events(role_timeline(result.trace.step_cols, result.role_engines,
+                                               result.simulated_duration_s))
+    doc = {"traceEvents": events, "displayTimeUnit": "ms"}
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     os.replace(tmp, p)

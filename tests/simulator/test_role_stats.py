@@ -80,3 +80,13 @@ def test_pdd_run_reports_roles_and_writes_roles_parquet(tmp_path):
     busy = sum(b * (e - st) * n for r, st, e, n, b in zip(t["role"], t["bin_start_s"], t["bin_end_s"],
                                                          t["engines"], t["busy_fraction"]) if r == "P")
     assert busy == pytest.approx(p_busy, rel=1e-9)
+
+
+def test_perfetto_counter_tracks_per_role():
+    from simulator.perfetto import counter_events
+    t = {"role": ["P", "P", "D"], "bin_start_s": [0.0, 1.0, 0.0], "bin_end_s": [1.0, 2.0, 1.0],
+         "busy_fraction": [0.5, 0.25, 1.0], "mean_batch_size": [2.0, 1.0, 8.0]}
+    ev = counter_events(t)
+    busy = [(e["pid"], e["ts"], e["args"]["busy fraction"]) for e in ev if e["name"] == "busy fraction"]
+    assert busy == [(2, 0.0, 0.5), (2, 1e6, 0.25), (2, 2e6, 0.25), (3, 0.0, 1.0), (3, 1e6, 1.0)]
+    assert all(e["ph"] == "C" for e in ev) and len(ev) == 10
