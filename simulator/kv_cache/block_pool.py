@@ -48,6 +48,19 @@ class FreeBlockQueue:
     def __contains__(self, block_id: int) -> bool:
         return self._prev[block_id] != -1
 
+    def popleft(self) -> int:
+        """Take the first free block (the head)."""
+        if not self.num_free_blocks:
+            raise ValueError("cannot take 1 block, 0 free")
+        nxt, prev = self._next, self._prev
+        block = nxt[self._head]
+        following = nxt[block]
+        nxt[self._head] = following
+        prev[following] = self._head
+        prev[block] = nxt[block] = -1
+        self.num_free_blocks -= 1
+        return block
+
     def popleft_n(self, n: int) -> list[int]:
         """Take the first n free blocks (head first)."""
         if n > self.num_free_blocks:
@@ -147,13 +160,35 @@ class BlockPool:
         return next(iter(blocks)) if blocks else None
 
     def get_new_blocks(self, n: int) -> list[int]:
-        """Take n blocks from the head of the free queue, evicting their cached hashes."""
-        blocks = self.free_queue.popleft_n(n)
-        ref, block_hash, caching = self.ref_cnt, self.block_hash, self.enable_caching
-        for b in blocks:
-            if caching and block_hash[b] is not None:
+        """Take n blocks from the head of the free queue, evicting their cached hashes.
+
+        A free block holds no reference, so each new block's count becomes 1."""
+        ref, block_hash = self.ref_cnt, self.block_hash
+        if n == 1:                          # a decode's next block
+            b = self.free_queue.popleft()
+            if block_hash[b] is not None and self.enable_caching:
                 self._evict(b)
-            ref[b] += 1
+            ref[b] = 1
+            return [b]
+        blocks = self.free_queue.popleft_n(n)
+        if n and self.enable_caching:      # n > 1: itemgetter gives a tuple
+            hashes = itemgetter(*blocks)(block_hash)
+            num_unhashed = hashes.count(None)
+            if num_unhashed == 0 and list(map(self.cached.get, hashes)) == blocks:
+                # every block is its hash's only holder (the usual eviction): drop them all
+                cached = self.cached
+                for h in hashes:
+                    del cached[h]
+                for b in blocks:
+                    block_hash[b] = None
+                    ref[b] = 1
+                return blocks
+            if num_unhashed < n:
+                for b in blocks:
+                    if block_hash[b] is not None:
+                        self._evict(b)
+        for b in blocks:
+            ref[b] = 1
         return blocks
 
     def touch(self, blocks: Iterable[int]) -> None:
