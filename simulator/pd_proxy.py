@@ -40,6 +40,7 @@ from simulator.kv_transfer import Link, SharedLinkTransfers, TransferModel
 from simulator.metrics import RequestRecord
 from simulator.moe_routing import make_router as make_moe_router
 from simulator.replica import Replica
+from simulator.router import LeastLoadedRouter
 from simulator.role_stats import role_summary
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
@@ -81,7 +82,7 @@ class PDProxy(BenchmarkClient):
 
     def __init__(self, loop: EventLoop, specs: list[RequestSpec], prefill: Cluster, decode: Cluster,
                  transfers: TransferModel, links: list[list[Link]], bytes_per_token: int,
-                 max_model_len: int, max_concurrency: int | None) -> None:
+                 max_model_len: int, max_concurrency: int | None, debug: bool = False) -> None:
         super().__init__(loop, specs, decode, max_model_len, max_concurrency)
         self.prefill, self.decode = prefill, decode
         self.transfers, self.links, self.bytes_per_token = transfers, links, bytes_per_token
@@ -89,6 +90,12 @@ class PDProxy(BenchmarkClient):
         self._p_dp, self._d_dp = _num_ranks(prefill), _num_ranks(decode)
         for replica in prefill.replicas:
             replica.on_update = self._on_prefill_update
+        # Every P request goes through _submit and every P finish through _on_prefill_update:
+        # a least_loaded P router keeps the loads instead of polling each P replica per request.
+        self._p_index = {id(replica): i for i, replica in enumerate(prefill.replicas)}
+        self._p_follow = isinstance(prefill.router, LeastLoadedRouter)
+        if self._p_follow:
+            prefill.router.follow(prefill.replicas, verify=debug)
         for replica in decode.replicas:
             replica.on_remote_kv = self._on_remote_kv
 
@@ -99,6 +106,8 @@ class PDProxy(BenchmarkClient):
         self.routes[spec.request_id] = _Route(p * self._p_dp + _rank_of(replica, spec.request_id), req)
 
     def _on_prefill_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
+        if self._p_follow and result.finished_request_ids:
+            self.prefill.router.finished(self._p_index[id(replica)], len(result.finished_request_ids))
         for rid in result.finished_request_ids:      # P's token is discarded; send to D
             route = self.routes[rid]
             d = self.decode.router.pick(self.decode.replicas)
@@ -181,7 +190,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
     client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, decode, pdd), kv_bytes_per_token(model, prefill.resolved, decode.resolved),
-                     decode.resolved.max_model_len, spec.max_concurrency)
+                     decode.resolved.max_model_len, spec.max_concurrency, debug=spec.debug)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(pdd_summary(roles, records))
     summary.update(_roles_cost_model_stats([role.cluster.replicas[0].engine.cost_model for role in roles]))

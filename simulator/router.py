@@ -3,7 +3,9 @@
 * ``round_robin``: replica ``i mod N`` for the i-th routed request.
 * ``least_loaded``: the replica with the fewest unfinished requests (waiting +
   running, as vLLM's DP load balancer counts them); ties go to the lowest
-  index after the last pick, so equal replicas are used in rotation.
+  index after the last pick, so equal replicas are used in rotation. It polls
+  every replica per pick, unless its owner sees every finish and has it
+  ``follow`` the loads (one more per pick, fewer per ``finished``).
 * ``kv_aware`` (P/D decode cluster only): the replica with the most free KV
   blocks at routing time; ties rotate as for ``least_loaded``.
 """
@@ -33,12 +35,36 @@ class LeastLoadedRouter:
     def __init__(self, num_replicas: int) -> None:
         self._n = num_replicas
         self._start = 0
+        self._loads: list[int] | None = None    # followed loads (``follow``); None: poll
+        self._replicas: Sequence[Loaded] = ()   # followed replicas, polled to check (``verify``)
+        self._verify = False
+
+    def follow(self, replicas: Sequence[Loaded], verify: bool = False) -> None:
+        """Keep the loads instead of polling: from now on every pick hands the picked replica one
+        request and the owner reports every finish (``finished``). ``verify``: poll anyway and
+        raise if the kept loads differ (debug runs)."""
+        self._replicas = replicas[:self._n]
+        self._loads = [r.num_unfinished() for r in self._replicas]
+        self._verify = verify
+
+    def finished(self, index: int, count: int) -> None:
+        """``count`` requests of replica ``index`` finished (nothing to do when polling)."""
+        if self._loads is not None:
+            self._loads[index] -= count
 
     def pick(self, replicas: Sequence[Loaded]) -> int:
         """The least loaded replica, the first in rotation order from the last pick's successor."""
-        loads = [r.num_unfinished() for r in replicas[:self._n]]
+        loads = self._loads
+        if loads is None:
+            loads = [r.num_unfinished() for r in replicas[:self._n]]
+        elif self._verify:
+            polled = [r.num_unfinished() for r in self._replicas]
+            if polled != loads:
+                raise AssertionError(f"least_loaded router: kept loads {loads} != polled {polled}")
         best = _first_from(loads, min(loads), self._start)
         self._start = (best + 1) % self._n
+        if self._loads is not None:
+            loads[best] += 1
         return best
 
 
