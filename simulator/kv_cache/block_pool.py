@@ -224,15 +224,30 @@ class BlockPool:
         """Register newly full blocks[start:stop] under hashes[start:stop] (vLLM `_insert_block_hash`
         per block)."""
         block_hash, cached = self.block_hash, self.cached
-        if stop - start > 1:
-            # Bulk (a prompt's blocks): none registered yet and no hash held elsewhere, the
-            # usual case, is the loop below with every holder lookup missing.
+        n = stop - start
+        if n == 1:                          # a decode's filled block
+            block, h = blocks[start], hashes[start]
+            current = block_hash[block]
+            if current is None:
+                block_hash[block] = h
+                holders = cached.setdefault(h, block)
+                if holders is not block:    # the hash is held already: one more holder
+                    self._add_holder(h, block)
+                return
+        elif n > 1:
+            # Bulk (a prompt's blocks), none registered yet: each hash is inserted where it is
+            # new, in order (the loop below with its holder look-up missing); the blocks of the
+            # hashes held already (by other blocks, or earlier in this run) are added to their
+            # holders afterwards, in order: the same map, in the same order, as the loop.
             new_blocks, new_hashes = blocks[start:stop], hashes[start:stop]
-            if cached.keys().isdisjoint(new_hashes) and len(set(new_hashes)) == stop - start \
-                    and itemgetter(*new_blocks)(block_hash).count(None) == stop - start:
+            if itemgetter(*new_blocks)(block_hash).count(None) == n:
                 for b, h in zip(new_blocks, new_hashes):
                     block_hash[b] = h
-                cached.update(zip(new_hashes, new_blocks))
+                held = list(map(cached.setdefault, new_hashes, new_blocks))
+                if held != new_blocks:
+                    for h, b, holders in zip(new_hashes, new_blocks, held):
+                        if holders is not b:
+                            self._add_holder(h, b)
                 return
         for i in range(start, stop):
             block, h = blocks[i], hashes[i]
@@ -241,13 +256,16 @@ class BlockPool:
                 continue
             assert current is None, f"block {block} already has another hash"
             block_hash[block] = h
-            holders = cached.get(h)
-            if holders is None:
-                cached[h] = block
-            elif type(holders) is int:
-                cached[h] = {holders: holders, block: block}
-            else:
-                holders[block] = block
+            if cached.setdefault(h, block) is not block:
+                self._add_holder(h, block)
+
+    def _add_holder(self, h: int, block: int) -> None:
+        """``block`` holds hash ``h`` too (another block holds it): keep both, in insertion order."""
+        holders = self.cached[h]
+        if type(holders) is int:
+            self.cached[h] = {holders: holders, block: block}
+        else:
+            holders[block] = block
 
     def _evict(self, block: int) -> None:
         h = self.block_hash[block]

@@ -1,5 +1,6 @@
-"""`BlockPool.get_new_blocks`' one-block and bulk-eviction paths leave the pool exactly as the
-plain block-by-block loop does (random requests on small pools, so blocks are evicted and hit)."""
+"""`BlockPool.get_new_blocks`' one-block and bulk-eviction paths and `cache_blocks`' one-block and
+bulk paths leave the pool exactly as the plain block-by-block loops do (random requests on small
+pools, so blocks are evicted and hit, and hashes repeat within and across requests)."""
 
 import random
 
@@ -9,7 +10,8 @@ from simulator.kv_cache.block_pool import BlockPool
 
 
 class _PlainPool(BlockPool):
-    """Reference: take blocks one by one, evicting each block's hash on its own."""
+    """Reference: take blocks one by one, evicting each block's hash on its own; register them
+    one by one."""
 
     def get_new_blocks(self, n: int) -> list[int]:
         blocks = self.free_queue.popleft_n(n)
@@ -18,6 +20,21 @@ class _PlainPool(BlockPool):
                 self._evict(b)
             self.ref_cnt[b] += 1
         return blocks
+
+    def cache_blocks(self, blocks, hashes, start: int, stop: int) -> None:
+        for i in range(start, stop):
+            block, h = blocks[i], hashes[i]
+            if self.block_hash[block] == h:
+                continue
+            assert self.block_hash[block] is None
+            self.block_hash[block] = h
+            holders = self.cached.get(h)
+            if holders is None:
+                self.cached[h] = block
+            elif type(holders) is int:
+                self.cached[h] = {holders: holders, block: block}
+            else:
+                holders[block] = block
 
 
 def _state(pool: BlockPool) -> tuple:
