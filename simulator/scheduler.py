@@ -426,9 +426,32 @@ class Scheduler:
                         run_end[run_ids.index(r.request_id)] = r.lazy_visit = step_id
                 self._wake.clear()
             eager_at = list(compress(range(len(run_end)), map(step_id.__ge__, run_end)))
+            i = 0
+            if budget >= len(running):                # (always: budget >= max_num_seqs by config)
+                # Most steps: every request that needs a visit stays lazy (its block fits). Visit
+                # those in order; the lazy requests up to the first one that does not (i) are
+                # listed in one go, 1 token each, and the loop below takes over from there.
+                visit, plan = self._visit, self._plan
+                for k in eager_at:
+                    r = running[k]
+                    if not (step_id < r.lazy_end and visit(r, step_id)):
+                        i = k                           # (a failed visit changed nothing)
+                        break
+                    run_end[k] = plan(r, step_id)
+                else:
+                    i = len(running)
+                if i:
+                    st.reqs += running[:i]
+                    st.ids += run_ids[:i]
+                    st.ctx += map(step_id.__add__, run_ctx[:i])
+                    st.num_sched += [1] * i
+                    st.samples += [True] * i
+                    lazy_out += (0, i)
+                    budget -= i
             eager_at.append(len(running))
             p = 0
-        i = 0
+        else:
+            i = 0
         while i < len(running) and budget > 0:
             if lazy:
                 while eager_at[p] < i:

@@ -43,12 +43,13 @@ def _kv_state(s: Scheduler) -> tuple:
 
 
 def _drive(seed: int, lazy: bool, *, caching: bool, num_blocks: int, steps: int = 500,
-           kv_role: str | None = None):
+           kv_role: str | None = None, budget: int = 256, add_p: float = 0.1):
     """One async scheduler on a random workload with a random processing lag (1 or 2 steps);
     returns the per-step log (plans, finishes, KV state), final fields and token times."""
     rng = random.Random(seed)
     max_len = 512
-    cfg = SchedulerConfig(max_num_seqs=rng.choice([8, 64]), max_num_batched_tokens=256, max_model_len=max_len)
+    cfg = SchedulerConfig(max_num_seqs=rng.choice([8, 64]) if budget == 256 else budget,
+                          max_num_batched_tokens=budget, max_model_len=max_len)
     s = Scheduler(cfg, KVCacheManager(num_blocks, 16, max_len, enable_prefix_caching=caching), kv_role=kv_role)
     assert s.enable_lazy_decode() if lazy else True
     prefix = tuple(rng.randrange(50) for _ in range(40))
@@ -79,7 +80,7 @@ def _drive(seed: int, lazy: bool, *, caching: bool, num_blocks: int, steps: int 
     for _ in range(4):
         add()
     for _ in range(steps):
-        if rng.random() < 0.1 or not s.has_requests():
+        if rng.random() < add_p or not s.has_requests():
             add()
         for rid in [q for q in pulls if rng.random() < 0.5]:
             pulls.remove(rid)
@@ -109,6 +110,20 @@ def test_lazy_equals_exact_with_a_varying_processing_lag(seed, kv_role):
     assert len(exact[0]) == len(lazy[0])
     assert lazy[1] == exact[1]
     assert lazy[2] == exact[2]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("budget", [9, 20, 33])
+def test_lazy_equals_exact_when_the_token_budget_is_tight(seed, budget):
+    """Token budget = max_num_seqs (its floor): a full running list takes it all, and a prefill
+    chunk among the running requests leaves too little for the decodes after it (materialised,
+    not scheduled)."""
+    exact = _drive(seed, False, caching=True, num_blocks=400, budget=budget, add_p=0.3)
+    lazy = _drive(seed, True, caching=True, num_blocks=400, budget=budget, add_p=0.3)
+    assert exact == lazy
+    outs = [e[1] for e in exact[0] if e[0] == "out"]
+    assert any(o.total_num_scheduled_tokens == budget and o.num_scheduled_tokens[-1] == 1
+               and max(o.num_scheduled_tokens) > 1 for o in outs)     # a chunk, decodes, budget used up
 
 
 def test_a_varying_lag_needs_wake_ups(monkeypatch):
