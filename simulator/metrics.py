@@ -18,7 +18,6 @@ a successful request (failed = 0).  The output dict has the keys of the ``--save
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -77,11 +76,17 @@ class RequestRecord:
                 f"request {self.request_id!r}: {len(times)} token_times_s for output_len={self.output_len}; "
                 "need 1..output_len"
             )
-        if times[0] != self.first_token_s or times[-1] != self.finish_s or any(map(operator.gt, times, times[1:])):
+        if times[0] != self.first_token_s or times[-1] != self.finish_s or _falls(times):
             raise ValueError(
                 f"request {self.request_id!r}: token_times_s must rise from first_token_s={self.first_token_s} "
                 f"to finish_s={self.finish_s}"
             )
+
+
+def _falls(times: Sequence[float]) -> bool:
+    """Whether some time is greater than the next one (NumPy: ~256 times a record at scale)."""
+    t = np.asarray(times, dtype=np.float64)
+    return bool((t[:-1] > t[1:]).any())
 
 
 def _stats(

@@ -39,27 +39,29 @@ class BatchTrace:
         self.keep_requests = keep_requests
         self.req_cols: dict[str, list] = {c: [] for c in REQUEST_COLUMNS}
         self.step_cols: dict[str, list] = {c: [] for c in STEP_COLUMNS}
+        self._step_appends = tuple(self.step_cols[c].append for c in STEP_COLUMNS)   # once per step
 
     def add_step(self, replica_id: int, dp_rank: int, step: int, start_s: float, end_s: float,
                  request_ids: Sequence[str], num_tokens: Sequence[int], context_lens: Sequence[int],
                  padded_tokens: int, cudagraph_mode: str, kv_blocks_used: int,
                  kv_blocks_total: int, num_waiting: int, num_preempted: int, role: str = "C") -> None:
         """Record one step; ``request_ids``/``num_tokens``/``context_lens`` are per scheduled request."""
-        s = self.step_cols
-        s["role"].append(role)
-        s["replica_id"].append(replica_id)
-        s["dp_rank"].append(dp_rank)
-        s["step"].append(step)
-        s["start_s"].append(start_s)
-        s["end_s"].append(end_s)
-        s["num_reqs"].append(len(request_ids))
-        s["num_tokens"].append(sum(num_tokens))
-        s["padded_tokens"].append(padded_tokens)
-        s["cudagraph_mode"].append(cudagraph_mode)
-        s["kv_blocks_used"].append(kv_blocks_used)
-        s["kv_blocks_total"].append(kv_blocks_total)
-        s["num_waiting"].append(num_waiting)
-        s["num_preempted"].append(num_preempted)
+        (a_role, a_replica, a_rank, a_step, a_start, a_end, a_reqs, a_tokens, a_padded, a_mode,
+         a_used, a_total, a_waiting, a_preempted) = self._step_appends      # STEP_COLUMNS' order
+        a_role(role)
+        a_replica(replica_id)
+        a_rank(dp_rank)
+        a_step(step)
+        a_start(start_s)
+        a_end(end_s)
+        a_reqs(len(request_ids))
+        a_tokens(sum(num_tokens))
+        a_padded(padded_tokens)
+        a_mode(cudagraph_mode)
+        a_used(kv_blocks_used)
+        a_total(kv_blocks_total)
+        a_waiting(num_waiting)
+        a_preempted(num_preempted)
         if self.keep_requests:
             r = self.req_cols
             n = len(request_ids)
