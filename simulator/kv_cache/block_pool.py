@@ -19,34 +19,56 @@ from array import array
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 
-import numpy as np
-
-
-def _int_range(start: int, stop: int) -> array:
-    """array('q', range(start, stop)), built by NumPy (no int object per element)."""
-    return array("q", np.arange(start, stop, dtype=np.int64).tobytes())
 
 
 class FreeBlockQueue:
-    """O(1) doubly linked list of free block ids in exact vLLM order (initially 0, 1, ..., n-1)."""
+    """O(1) doubly linked list of free block ids in exact vLLM order (initially 0, 1, ..., n-1).
+
+    The blocks never taken yet, ``fresh``, ``fresh + 1``, ..., n-1 (the rest of the initial
+    order), are not linked one by one: one node, FRESH, stands for the whole run in the list, and
+    taking from it is a range. (A block is taken from the run's front only, or by ``remove``,
+    which links the run block by block first; freed blocks are linked as usual.)
+    """
 
     def __init__(self, num_blocks: int) -> None:
+        self._size = num_blocks
         self._head = num_blocks
         self._tail = num_blocks + 1
-        size = num_blocks + 2
-        # prev/next of a block not in the queue are -1.
+        self._fresh_node = num_blocks + 2
+        self._fresh = 0                     # first block of the fresh run (num_blocks: none left)
+        # prev/next of a linked block not in the queue, and of every fresh block, are -1.
         # array('q'): 8 bytes a link instead of a list slot + an int object (~10M blocks at 1k GPUs)
-        self._prev = _int_range(-1, size - 1)
-        self._next = _int_range(1, size + 1)
-        self._prev[0] = self._head
-        self._next[num_blocks - 1] = self._tail
-        self._prev[self._head] = self._next[self._tail] = -1
-        self._next[self._head] = 0
-        self._prev[self._tail] = num_blocks - 1
+        self._prev = array("q", [-1]) * (num_blocks + 3)
+        self._next = array("q", [-1]) * (num_blocks + 3)
+        first = self._fresh_node if num_blocks else self._tail
+        self._next[self._head] = first
+        self._prev[first] = self._head
+        self._next[first] = self._tail if num_blocks else -1
+        self._prev[self._tail] = first
         self.num_free_blocks = num_blocks
 
     def __contains__(self, block_id: int) -> bool:
-        return self._prev[block_id] != -1
+        return self._prev[block_id] != -1 or self._fresh <= block_id < self._size
+
+    def _unlink_fresh_node(self) -> None:
+        nxt, prev, node = self._next, self._prev, self._fresh_node
+        p, n = prev[node], nxt[node]
+        nxt[p] = n
+        prev[n] = p
+        prev[node] = nxt[node] = -1
+
+    def _link_fresh_run(self) -> None:
+        """Link the fresh run block by block in FRESH's place (before a fresh block is removed)."""
+        nxt, prev = self._next, self._prev
+        last, following = prev[self._fresh_node], nxt[self._fresh_node]
+        self._unlink_fresh_node()
+        for b in range(self._fresh, self._size):
+            nxt[last] = b
+            prev[b] = last
+            last = b
+        nxt[last] = following
+        prev[following] = last
+        self._fresh = self._size
 
     def popleft(self) -> int:
         """Take the first free block (the head)."""
@@ -54,10 +76,16 @@ class FreeBlockQueue:
             raise ValueError("cannot take 1 block, 0 free")
         nxt, prev = self._next, self._prev
         block = nxt[self._head]
-        following = nxt[block]
-        nxt[self._head] = following
-        prev[following] = self._head
-        prev[block] = nxt[block] = -1
+        if block == self._fresh_node:
+            block = self._fresh
+            self._fresh = block + 1
+            if block + 1 == self._size:
+                self._unlink_fresh_node()
+        else:
+            following = nxt[block]
+            nxt[self._head] = following
+            prev[following] = self._head
+            prev[block] = nxt[block] = -1
         self.num_free_blocks -= 1
         return block
 
@@ -65,14 +93,24 @@ class FreeBlockQueue:
         """Take the first n free blocks (head first)."""
         if n > self.num_free_blocks:
             raise ValueError(f"cannot take {n} blocks, {self.num_free_blocks} free")
-        nxt, prev = self._next, self._prev
-        out = [0] * n
+        nxt, prev, fresh_node = self._next, self._prev, self._fresh_node
+        out: list[int] = []
         cur = nxt[self._head]
-        for k in range(n):
-            out[k] = cur
+        left = n
+        while left:
+            if cur == fresh_node:
+                start = self._fresh
+                stop = min(start + left, self._size)
+                out += range(start, stop)
+                left -= stop - start
+                self._fresh = stop
+                if stop < self._size:
+                    break                   # the run stays first
+            else:
+                out.append(cur)
+                left -= 1
             following = nxt[cur]
-            prev[cur] = -1
-            nxt[cur] = -1
+            prev[cur] = nxt[cur] = -1
             cur = following
         nxt[self._head] = cur
         prev[cur] = self._head
@@ -80,6 +118,8 @@ class FreeBlockQueue:
         return out
 
     def remove(self, block_id: int) -> None:
+        if self._fresh <= block_id < self._size:
+            self._link_fresh_run()
         p, n = self._prev[block_id], self._next[block_id]
         if p == -1:
             raise RuntimeError(f"block {block_id} is not in the free queue")
@@ -119,7 +159,10 @@ class FreeBlockQueue:
         """Free block ids from head to tail (for tests and debugging; O(n))."""
         out, cur = [], self._next[self._head]
         while cur != self._tail:
-            out.append(cur)
+            if cur == self._fresh_node:
+                out += range(self._fresh, self._size)
+            else:
+                out.append(cur)
             cur = self._next[cur]
         return out
 
