@@ -149,7 +149,7 @@ class Scheduler:
         self._run_ids: list[str] = []
         self._run_end = array("q")
         self._run_ctx = array("q")
-        self._masks: dict[int, list[bool]] = {}         # step -> which of its requests are not lazy
+        self._masks: dict[int, list[bool] | bool] = {}  # step -> which of its requests are not lazy (False: none)
         self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
         self._fills: dict[int, list[Request]] = {}      # step -> lazy requests whose token fills a block
         self._wake: list[Request] = []                  # lazy requests the next schedule() must visit
@@ -399,20 +399,8 @@ class Scheduler:
         out: a request that holds blocks and whose new blocks (if any) are free takes the inline
         allocation (= `KVCacheManager._allocate_running`); anything else, the general path
         (`allocate_slots`, preempting from the tail, or by priority, until it fits)."""
-        kv, running = self.kv, self.running
-        max_len = self.config.max_model_len
-        stagger, step_id = self._decode_stagger, self._step_id
-        bs, held_map, pool = kv.block_size, kv.req_to_blocks, kv.pool
-        free_queue, caching = pool.free_queue, kv.enable_caching
-        add_req, add_id, add_num, add_ctx = st.reqs.append, st.ids.append, st.num_sched.append, st.ctx.append
+        running, step_id = self.running, self._step_id
         budget = st.token_budget                    # kept local; st.token_budget synced around st.add
-        # Fused _update_after_schedule: while every request scheduled so far took the fast path
-        # (and without priority preemption, which may undo a scheduled request), advance each
-        # one here. Nothing later in schedule() reads what this writes; the in-flight prefill
-        # set is only read, so its discards wait for _update_after_schedule.
-        fuse = not self._priority
-        add_sample, is_async, inflight = st.samples.append, self.config.async_scheduling, self._inflight_prefills
-        defer, seq = self._defer_block_free, self._sched_step_seq + 1    # schedule() bumps the seq
         lazy = self._lazy
         if lazy:
             # Positions of the requests that are not lazy this step; the runs between them are
@@ -448,10 +436,26 @@ class Scheduler:
                     st.samples += [True] * i
                     lazy_out += (0, i)
                     budget -= i
+                    if i == len(running):
+                        st.token_budget = budget
+                        return
             eager_at.append(len(running))
             p = 0
         else:
             i = 0
+        kv = self.kv
+        max_len = self.config.max_model_len
+        stagger = self._decode_stagger
+        bs, held_map, pool = kv.block_size, kv.req_to_blocks, kv.pool
+        free_queue, caching = pool.free_queue, kv.enable_caching
+        add_req, add_id, add_num, add_ctx = st.reqs.append, st.ids.append, st.num_sched.append, st.ctx.append
+        # Fused _update_after_schedule: while every request scheduled so far took the fast path
+        # (and without priority preemption, which may undo a scheduled request), advance each
+        # one here. Nothing later in schedule() reads what this writes; the in-flight prefill
+        # set is only read, so its discards wait for _update_after_schedule.
+        fuse = not self._priority
+        add_sample, is_async, inflight = st.samples.append, self.config.async_scheduling, self._inflight_prefills
+        defer, seq = self._defer_block_free, self._sched_step_seq + 1    # schedule() bumps the seq
         while i < len(running) and budget > 0:
             if lazy:
                 while eager_at[p] < i:
@@ -796,12 +800,16 @@ class Scheduler:
                         r.next_decode_eligible_step = next_eligible
                 if inflight:
                     inflight.discard(r)
-        if st.lazy_out:                         # for update_from_output: skip the lazy ones
-            mask = [True] * len(st.reqs)
-            lo = st.lazy_out
-            for a, b in zip(lo[::2], lo[1::2]):
-                mask[a:b] = [False] * (b - a)
-            self._masks[self._step_id] = mask
+        lo = st.lazy_out
+        if lo:                                  # for update_from_output: skip the lazy ones
+            n = len(st.reqs)
+            if lo[1] == n and lo[0] == 0:       # (0, n): every request of the step is lazy
+                self._masks[self._step_id] = False
+            else:
+                mask = [True] * n
+                for a, b in zip(lo[::2], lo[1::2]):
+                    mask[a:b] = [False] * (b - a)
+                self._masks[self._step_id] = mask
         self._finished_req_ids = set()
         nums = st.num_sched
         return SchedulerOutput(
@@ -830,15 +838,8 @@ class Scheduler:
         Runs per scheduled request per step, so `Request.append_output_token` and the
         `KVCacheManager.cache_blocks` guard are written out here.
         """
-        tokens: list[str] = []
-        token_reqs: list[Request] = []
-        firsts: list[str] = []
-        finished: list[str] = []
-        stopped_running: set[Request] = set()
-        stopped_waiting: set[Request] = set()
-        kv, max_len, requests = self.kv, self.config.max_model_len, self.requests
-        caching, bs = kv.enable_caching, kv.block_size
-        add_token, add_token_req = tokens.append, token_reqs.append
+        kv = self.kv
+        caching = kv.enable_caching
         if self._defer_block_free and output.total_num_scheduled_tokens > 0:
             self._processed_step_seq += 1       # every write of this and earlier steps is done
             kv.drain_deferred_frees(self._processed_step_seq)
@@ -853,14 +854,19 @@ class Scheduler:
             # A lazy step of a request is not processed here (materialised later), unless the
             # request was materialised since this step was scheduled (self._late; rare: a window
             # ends before the last token): then in its place.
-            mask = self._masks.pop(step, None)
+            mask = self._masks.pop(step, None)     # False: every request of the step was lazy
             if mask is not None:
                 late = self._late.pop(step, None)
                 if late:
+                    if mask is False:
+                        mask = [False] * len(output.requests)
                     index = output.requests.index
                     for r in late:
                         mask[index(r)] = True
-                entries = compress(entries, mask)
+                if mask is False or True not in mask:
+                    mask = False                    # nothing to process but the fills below
+                else:
+                    entries = compress(entries, mask)
             fills = self._fills.pop(step, None)
             if fills:                               # lazy tokens that fill a block: hash it
                 nxt = self._step_id + 1             # the next schedule() may cache the block
@@ -870,8 +876,16 @@ class Scheduler:
                         r._update_block_hashes(r.prompt_len + r.num_output_tokens + step - j + 1)
                         if caching and r.lazy_visit > nxt:
                             self._wake.append(r)    # its planned visit is too late (_plan)
-            if mask is not None and True not in mask:
+            if mask is False:
                 return _NOTHING                     # every request of the step was lazy
+        tokens: list[str] = []
+        token_reqs: list[Request] = []
+        firsts: list[str] = []
+        finished: list[str] = []
+        stopped_running: set[Request] = set()
+        stopped_waiting: set[Request] = set()
+        max_len, requests, bs = self.config.max_model_len, self.requests, kv.block_size
+        add_token, add_token_req = tokens.append, token_reqs.append
         for r, n, samples in entries:
             # A request leaves self.requests exactly when it finishes: skip it then.
             status_before = r.status
