@@ -40,7 +40,7 @@ from simulator.kv_transfer import Link, SharedLinkTransfers, TransferModel
 from simulator.metrics import RequestRecord
 from simulator.moe_routing import make_router as make_moe_router
 from simulator.replica import Replica
-from simulator.router import LeastLoadedRouter
+from simulator.router import KvAwareRouter, LeastLoadedRouter
 from simulator.role_stats import role_summary
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
@@ -96,6 +96,9 @@ class PDProxy(BenchmarkClient):
         self._p_follow = isinstance(prefill.router, LeastLoadedRouter)
         if self._p_follow:
             prefill.router.follow(prefill.replicas, verify=debug)
+        if isinstance(decode.router, KvAwareRouter) and not any(
+                isinstance(r.scheduler, LockstepRanks) for r in decode.replicas):
+            decode.router.read_free_blocks([r.scheduler.kv.pool.free_queue for r in decode.replicas], verify=debug)
         for replica in decode.replicas:
             replica.on_remote_kv = self._on_remote_kv
 

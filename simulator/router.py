@@ -7,11 +7,13 @@
   every replica per pick, unless its owner sees every finish and has it
   ``follow`` the loads (one more per pick, fewer per ``finished``).
 * ``kv_aware`` (P/D decode cluster only): the replica with the most free KV
-  blocks at routing time; ties rotate as for ``least_loaded``.
+  blocks at routing time; ties rotate as for ``least_loaded``. The P/D proxy has
+  it read one-engine replicas' free-block counts from their pools directly.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Protocol, Sequence
 
 
@@ -72,13 +74,32 @@ class KvAwareRouter:
     def __init__(self, num_replicas: int) -> None:
         self._n = num_replicas
         self._start = 0
+        self._queues: list | None = None        # free queues read directly (``read_free_blocks``)
+        self._verify = False
+
+    def read_free_blocks(self, queues: Sequence, verify: bool = False) -> None:
+        """Read replica i's free blocks as ``queues[i].num_free_blocks`` (its KV pool's free queue,
+        the count ``num_free_kv_blocks()`` returns for a one-engine replica) instead of calling
+        every replica per pick. ``verify``: call them anyway and raise if they differ (debug)."""
+        self._queues = list(queues[:self._n])
+        self._verify = verify
 
     def pick(self, replicas: Sequence) -> int:
         """The replica with the most free KV blocks, the first in rotation order on ties."""
-        free = [r.num_free_kv_blocks() for r in replicas[:self._n]]
+        if self._queues is None:
+            free = [r.num_free_kv_blocks() for r in replicas[:self._n]]
+        else:
+            free = list(map(_num_free_blocks, self._queues))
+            if self._verify:
+                polled = [r.num_free_kv_blocks() for r in replicas[:self._n]]
+                if polled != free:
+                    raise AssertionError(f"kv_aware router: read free blocks {free} != polled {polled}")
         best = _first_from(free, max(free), self._start)
         self._start = (best + 1) % self._n
         return best
+
+
+_num_free_blocks = attrgetter("num_free_blocks")
 
 
 def _first_from(values: list[int], value: int, start: int) -> int:
