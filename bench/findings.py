@@ -1,6 +1,7 @@
 """Reproduce the paper's three qualitative findings on small deployments (roofline costs).
 
-    .venv/bin/python bench/findings.py [--case a|b|c|all] [--total-gpus N] [--c-models 30b,235b] [--json]
+    .venv/bin/python bench/findings.py [--case a|b|c|all] [--total-gpus N | --paper-scale] [--c-models 30b,235b]
+        [--json]
 
 Each case prints a table and a one-line verdict computed from the table's numbers.
 
@@ -13,6 +14,9 @@ Each case prints a table and a one-line verdict computed from the table's number
     ``A_TTFT_SLA_X`` x. Goodput of a split under an SLA = the highest request rate that meets
     it (the first crossing, linearly interpolated between the two rates around it). Verdict:
     the best split at the tightest TTFT limit has more prefill GPUs than at the loosest.
+    ``--paper-scale``: the paper's own setting instead (``A_PAPER``): 256 H800 as 32 TP8 engines
+    of Llama-3.3-70B, P = 64 .. 192 GPUs, 1024/1024, P90 TTFT <= 500 vs <= 3000 ms and P90 TPOT
+    <= 20 ms (absolute, the paper's limits), 20 s of arrivals per rate.
 (b) ``cuda-graph-padding`` (paper §2.2, Table 2): decode-side CUDA-graph padding inflates
     decode work more under PDD than co-located. Llama-3.1-8B on H100, 64 requests per workload
     (ISL/OSL means 2048/256, 256/2048, 512/512, 1024/1024, range ratio 0.5), sent at each
@@ -75,6 +79,14 @@ A_ARRIVAL_S = 8.0               # each run sends rate x 8 s requests (steady sta
 A_RATES_PER_GPU = (1.25, 2.5, 3.75, 5.0, 6.25, 7.5, 8.75, 10.0, 12.5, 15.0)   # req/s per GPU of the total
 A_TPOT_SLA_X = 1.5                 # P90 TPOT limit = 1.5 x the unloaded P90 TPOT (2/3 of its speed)
 A_TTFT_SLA_X = (2.0, 4.0, 8.0, 16.0)   # P90 TTFT limits in unloaded P90 TTFTs; tight = 2x, loose = 16x
+# --paper-scale: the paper's §6.1 setting (Figure 13): 256 H800, Llama-3.3-70B (the catalogue's Llama-3.1-70B:
+# the same architecture and shapes), the paper's absolute limits (TTFT <= 500 / 3000 ms, 50 tok/s/user =
+# TPOT <= 20 ms; as P90 here, the paper's are P95), TP8 engines, P = 8 .. 24 of the 32 engines, random
+# 1024 in / 1024 out (range ratio 0.5; the paper's "batch-inference" lengths are not stated), 20 s of arrivals.
+A_PAPER = {"model": "meta-llama/Llama-3.1-70B", "gpu": "H800", "total": 32, "tp": 8,
+           "splits": (8, 10, 12, 14, 16, 18, 20, 22, 24), "osl": 1024,
+           "rates": (25.0, 50.0, 75.0, 100.0, 125.0, 150.0, 175.0, 200.0, 250.0, 300.0),
+           "ttft_slas_ms": (500.0, 3000.0), "tpot_sla_ms": 20.0, "arrival_s": 20.0}
 
 # ------------------------------------------------------------------------------ (b) settings
 B_MODEL, B_GPU, B_NUM_PROMPTS = "meta-llama/Llama-3.1-8B", "H100", 64
@@ -143,13 +155,14 @@ def decode_padding(steps: dict[str, list], role: str) -> tuple[int, int]:
 
 # ================================================================================ (a)
 def pdd_split_spec(prefill_gpus: int, rate: float, *, total: int = A_TOTAL_GPUS, arrival_s: float = A_ARRIVAL_S,
-                   isl: int = A_ISL, osl: int = A_OSL, model: str = A_MODEL, gpu: str = A_GPU) -> SimulationSpec:
-    """PDD with ``prefill_gpus`` TP1 prefill engines and ``total - prefill_gpus`` TP1 decode engines,
-    ``round(rate x arrival_s)`` Poisson requests (at least 50)."""
+                   isl: int = A_ISL, osl: int = A_OSL, model: str = A_MODEL, gpu: str = A_GPU,
+                   tp: int = 1) -> SimulationSpec:
+    """PDD with ``prefill_gpus`` TP``tp`` prefill engines and ``total - prefill_gpus`` TP``tp`` decode
+    engines (counts in engines: GPUs / tp), ``round(rate x arrival_s)`` Poisson requests (at least 50)."""
     if not 1 <= prefill_gpus < total:
         raise ValueError(f"prefill_gpus {prefill_gpus} must be in 1..{total - 1} (both roles need a GPU of {total})")
     return SimulationSpec(
-        engine=EngineArgs(model=model, gpu=gpu, max_model_len=4096),
+        engine=EngineArgs(model=model, gpu=gpu, max_model_len=4096, tensor_parallel_size=tp),
         workload=WorkloadSpec(num_prompts=max(50, round(rate * arrival_s)), request_rate=rate, random_input_len=isl,
                               random_output_len=osl, random_range_ratio=0.5),
         architecture="pdd",
@@ -159,7 +172,8 @@ def pdd_split_spec(prefill_gpus: int, rate: float, *, total: int = A_TOTAL_GPUS,
 
 def run_case_a(*, total: int = A_TOTAL_GPUS, rates: tuple[float, ...] | None = None,
                ttft_sla_x: tuple[float, ...] = A_TTFT_SLA_X, tpot_sla_x: float = A_TPOT_SLA_X,
-               **spec_kw) -> dict:
+               splits: tuple[int, ...] | None = None, ttft_slas_ms: tuple[float, ...] | None = None,
+               tpot_sla_ms: float | None = None, **spec_kw) -> dict:
     """Every split x rate; goodput per split and SLA; best split per SLA; the verdict.
 
     SLAs scale with the unloaded latencies, so the case does not hinge on the cost model's
@@ -167,17 +181,21 @@ def run_case_a(*, total: int = A_TOTAL_GPUS, rates: tuple[float, ...] | None = N
     lowest rate; TPOT limit = ``tpot_sla_x`` x floor, TTFT limits = each of ``ttft_sla_x`` x
     floor. A split's sweep stops at the first rate failing the loosest SLA. Ties in goodput
     go to the split with fewer prefill GPUs. A goodput equal to the highest rate swept is only
-    a lower bound; the verdict is then inconclusive.
+    a lower bound; the verdict is then inconclusive. ``splits`` (prefill engines; default every
+    one), ``ttft_slas_ms`` and ``tpot_sla_ms`` (absolute limits instead of the multiples) serve
+    ``--paper-scale``; ``total`` and the splits count engines (GPUs / ``tp`` of ``spec_kw``).
     """
     rates = rates or tuple(r * total for r in A_RATES_PER_GPU)
     specs = lambda p, rate: pdd_split_spec(p, rate, total=total, **spec_kw)     # noqa: E731
-    splits = list(range(1, total))
+    splits = list(splits or range(1, total))
     points = {p: [(rates[0], *latency_p90s(run_simulation(specs(p, rates[0]))))] for p in splits}
     ttft_floor = min(pts[0][1] for pts in points.values())
     tpot_floor = min(pts[0][2] for pts in points.values())
-    tpot_sla = tpot_sla_x * tpot_floor
-    ttft_slas = tuple(x * ttft_floor for x in ttft_sla_x)
+    tpot_sla = tpot_sla_ms if tpot_sla_ms is not None else tpot_sla_x * tpot_floor
+    ttft_slas = ttft_slas_ms if ttft_slas_ms is not None else tuple(x * ttft_floor for x in ttft_sla_x)
     loosest = max(ttft_slas)
+    tp = spec_kw.get("tp", 1)
+    gpus = total * tp
     rows = []
     for p in splits:
         pts = points[p]
@@ -185,7 +203,7 @@ def run_case_a(*, total: int = A_TOTAL_GPUS, rates: tuple[float, ...] | None = N
             if pts[-1][1] > loosest or pts[-1][2] > tpot_sla:
                 break
             pts.append((rate, *latency_p90s(run_simulation(specs(p, rate)))))
-        rows.append({"prefill_gpus": p, "decode_gpus": total - p, "points": pts,
+        rows.append({"prefill_gpus": p * tp, "decode_gpus": (total - p) * tp, "points": pts,
                      "goodput": [max_rate_under_sla(pts, sla, tpot_sla) for sla in ttft_slas]})
     best = []
     for k in range(len(ttft_slas)):
@@ -197,9 +215,9 @@ def run_case_a(*, total: int = A_TOTAL_GPUS, rates: tuple[float, ...] | None = N
     word = "INCONCLUSIVE (a goodput reached the highest rate swept)" if capped else (
         "REPRODUCED" if holds else "NOT REPRODUCED")
     verdict = (f"{word}: best split at P90 TTFT <= {ttft_slas[tight]:.0f} ms "
-               f"is P:D = {best[tight]}:{total - best[tight]}, at <= {ttft_slas[loose]:.0f} ms it is "
-               f"{best[loose]}:{total - best[loose]} (P90 TPOT <= {tpot_sla:.1f} ms)")
-    return {"case": "a", "total_gpus": total, "ttft_floor_ms": ttft_floor, "tpot_floor_ms": tpot_floor,
+               f"is P:D = {best[tight]}:{gpus - best[tight]} GPUs, at <= {ttft_slas[loose]:.0f} ms it is "
+               f"{best[loose]}:{gpus - best[loose]} (P90 TPOT <= {tpot_sla:.1f} ms)")
+    return {"case": "a", "total_gpus": gpus, "gpus_per_engine": tp, "ttft_floor_ms": ttft_floor, "tpot_floor_ms": tpot_floor,
             "tpot_sla_ms": tpot_sla, "ttft_slas_ms": list(ttft_slas), "splits": rows,
             "best_prefill_gpus": best, "holds": holds, "verdict": verdict}
 
@@ -548,6 +566,8 @@ def main() -> None:
     parser.add_argument("--case", choices=("a", "b", "c", "all"), default="all")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     parser.add_argument("--total-gpus", type=int, default=A_TOTAL_GPUS, help="case a: GPUs split between P and D")
+    parser.add_argument("--paper-scale", action="store_true",
+                        help="case a at the paper's scale: 256 H800, Llama-3.3-70B TP8, TTFT <= 500 / 3000 ms (A_PAPER)")
     parser.add_argument("--c-models", default=",".join(C_LAYOUTS), help="case c: comma-separated keys of C_LAYOUTS")
     args = parser.parse_args()
     if args.total_gpus < 2:
@@ -560,7 +580,10 @@ def main() -> None:
     for key in ("a", "b", "c") if args.case == "all" else (args.case,):
         run, show = CASES[key]
         cpu0 = time.process_time()
-        out = run(total=args.total_gpus) if key == "a" else (run(c_models) if key == "c" else run())
+        if key == "a" and args.paper_scale:
+            out = run(**A_PAPER)
+        else:
+            out = run(total=args.total_gpus) if key == "a" else (run(c_models) if key == "c" else run())
         out["cpu_s"] = time.process_time() - cpu0
         results[key] = out
         if not args.json:

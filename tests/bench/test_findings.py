@@ -65,6 +65,17 @@ def test_case_a_tiny_tight_ttft_moves_gpus_to_prefill():
     assert one_p[0] < one_p[-1]
 
 
+def test_case_a_engines_of_several_gpus_and_absolute_limits():
+    """--paper-scale's knobs: splits in engines of tp GPUs, absolute TTFT/TPOT limits."""
+    out = findings.run_case_a(total=3, tp=2, splits=(1, 2), rates=(10.0, 20.0), arrival_s=2.0,
+                              ttft_slas_ms=(1e6,), tpot_sla_ms=1e6)
+    assert out["total_gpus"] == 6 and out["gpus_per_engine"] == 2
+    assert [(r["prefill_gpus"], r["decode_gpus"]) for r in out["splits"]] == [(2, 4), (4, 2)]
+    assert out["ttft_slas_ms"] == [1e6] and out["tpot_sla_ms"] == 1e6
+    assert [r["goodput"] for r in out["splits"]] == [[20.0], [20.0]]      # nothing fails: the last rate
+    assert out["verdict"].startswith("INCONCLUSIVE")
+
+
 def test_case_b_tiny_pdd_pads_decode_more_than_colocated():
     out = findings.run_case_b(workloads=((2048, 64),), rates=(float("inf"),), num_prompts=16)
     colocated, pdd = out["rows"]
