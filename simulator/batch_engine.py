@@ -82,6 +82,15 @@ class BatchShape:
             raise ValueError(f"BatchShape: new_tokens must be >= 1 and context_lens >= 0; got min "
                              f"{min(self.new_tokens)}, {min(self.context_lens)}")
 
+    @classmethod
+    def of_step(cls, new_tokens: tuple[int, ...], context_lens: tuple[int, ...]) -> BatchShape:
+        """A scheduler's step (non-empty, aligned, every request >= 1 new token: what
+        ``__post_init__`` checks holds by construction), built without the per-step checks."""
+        b = object.__new__(cls)
+        object.__setattr__(b, "new_tokens", new_tokens)
+        object.__setattr__(b, "context_lens", context_lens)
+        return b
+
     @property
     def num_tokens(self) -> int:
         return sum(self.new_tokens)

@@ -167,7 +167,7 @@ class Replica:
 
     def _launch_one(self, out: SchedulerOutput, now: float) -> float:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
-        cost = self.engine.step_cost(BatchShape(out.num_scheduled_tokens, out.context_lens))
+        cost = self.engine.step_cost(BatchShape.of_step(out.num_scheduled_tokens, out.context_lens))
         duration = cost.duration_s
         start = now if now > self.gpu_free_s else self.gpu_free_s
         end = start + duration

@@ -178,7 +178,11 @@ class Request:
         n = len(hashes)
         num_tokens = num_tokens or self.prompt_len + self.num_output_tokens
         if self.prompt_token_ids is None:
-            hashes += map(hash, zip(repeat(("u", self.request_id)), range(n, num_tokens // bs)))
+            m = num_tokens // bs
+            if m == n + 1:                  # one block (an output token filled it): per block
+                hashes.append(hash((("u", self.request_id), n)))
+            elif m > n:
+                hashes += map(hash, zip(repeat(("u", self.request_id)), range(n, m)))
             return
         parent = hashes[-1] if n else None
         while (n + 1) * bs <= num_tokens:

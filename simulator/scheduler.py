@@ -771,35 +771,36 @@ class Scheduler:
 
     def _update_after_schedule(self, st: _StepState) -> SchedulerOutput:
         """Advance num_computed_tokens optimistically; async: one placeholder per sampling request."""
-        is_async = self.config.async_scheduling
-        stagger = self._decode_stagger
-        next_eligible = self._step_id + stagger
-        inflight = self._inflight_prefills
-        defer, seq = self._defer_block_free, self._sched_step_seq
         samples = st.samples
-        add_sample = samples.append
+        inflight = self._inflight_prefills
         for r in st.prefills_done:
             inflight.discard(r)
         k = len(samples)                        # already advanced by _schedule_running
-        for r, n in zip(st.reqs[k:], st.num_sched[k:]) if k else zip(st.reqs, st.num_sched):
-            if r.lazy_end:                      # scheduled lazily (after a general-path request)
-                add_sample(True)
-                continue
-            if defer:
-                r.last_sched_seq = seq          # P/D async: the step that last scheduled r
-            c = r.num_computed_tokens + n
-            r.num_computed_tokens = c
-            r.num_in_flight_tokens += n
-            chunk = c < r.prompt_len + r.num_output_tokens + r.num_output_placeholders
-            r.is_prefill_chunk = chunk
-            add_sample(not chunk)
-            if not chunk:
-                if is_async:
-                    r.num_output_placeholders += 1
-                    if stagger:
-                        r.next_decode_eligible_step = next_eligible
-                if inflight:
-                    inflight.discard(r)
+        if k < len(st.reqs):
+            is_async = self.config.async_scheduling
+            stagger = self._decode_stagger
+            next_eligible = self._step_id + stagger
+            defer, seq = self._defer_block_free, self._sched_step_seq
+            add_sample = samples.append
+            for r, n in zip(st.reqs[k:], st.num_sched[k:]) if k else zip(st.reqs, st.num_sched):
+                if r.lazy_end:                      # scheduled lazily (after a general-path request)
+                    add_sample(True)
+                    continue
+                if defer:
+                    r.last_sched_seq = seq          # P/D async: the step that last scheduled r
+                c = r.num_computed_tokens + n
+                r.num_computed_tokens = c
+                r.num_in_flight_tokens += n
+                chunk = c < r.prompt_len + r.num_output_tokens + r.num_output_placeholders
+                r.is_prefill_chunk = chunk
+                add_sample(not chunk)
+                if not chunk:
+                    if is_async:
+                        r.num_output_placeholders += 1
+                        if stagger:
+                            r.next_decode_eligible_step = next_eligible
+                    if inflight:
+                        inflight.discard(r)
         lo = st.lazy_out
         if lo:                                  # for update_from_output: skip the lazy ones
             n = len(st.reqs)
