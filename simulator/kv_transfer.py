@@ -184,11 +184,18 @@ class SharedLinkTransfers:
                         if q not in seen:
                             seen.add(q)
                             ports.append(q)
-        if len(component) == 1:
-            f, = component.values()
-            f.rate = f.link.bandwidth_bytes_per_s
+        flows = list(component.values())
+        if len(flows) == 1:
+            flows[0].rate = flows[0].link.bandwidth_bytes_per_s
+        elif _is_star(flows):
+            # One port (the hub) carries all k flows, one bandwidth: every other port carries at
+            # most k, so the first round picks a hub (share bandwidth / k, the smallest; another
+            # hub ties at the same share) and fixes every flow at that share.
+            rate = flows[0].link.bandwidth_bytes_per_s / len(flows)
+            for f in flows:
+                f.rate = rate
         else:
-            self._water_fill(list(component.values()))
+            self._water_fill(flows)
 
     def _water_fill(self, flows: list[_Flow] | None = None) -> None:
         """Max-min fair rates of ``flows`` (default: all) by water-filling over their ports
@@ -223,3 +230,10 @@ class SharedLinkTransfers:
 
 def _flow_key(f: _Flow) -> str:
     return f.key
+
+
+def _is_star(flows: list[_Flow]) -> bool:
+    """Whether one port carries all of ``flows`` and they have one bandwidth."""
+    links = [f.link for f in flows]
+    return len({link.bandwidth_bytes_per_s for link in links}) == 1 and (
+        len({link.src_port for link in links}) == 1 or len({link.dst_port for link in links}) == 1)

@@ -62,3 +62,25 @@ def test_two_flows_on_one_port_split_it_and_an_unrelated_one_keeps_its_link():
     assert t.active() == {"a": 5e8, "b": 5e8, "c": 1e9}
     loop.run()
     assert ends == {"c": 1e-3, "a": 2e-3, "b": 2e-3}
+
+
+def test_a_component_through_one_port_gets_the_water_filling_rates():
+    """One port carries every flow (other ports shared or not, one bandwidth): the shortcut
+    (bandwidth / k each) equals the water-filling; with two bandwidths it water-fills."""
+    rng = random.Random(11)
+    for _ in range(300):
+        loop = EventLoop()
+        t = SharedLinkTransfers(loop)
+        k = rng.randint(2, 8)
+        bws = [50e9] if rng.random() < 0.7 else [50e9, 25e9]
+        hub_is_src = rng.random() < 0.5
+        for i in range(k):
+            other = f"X{rng.randrange(k)}"
+            src, dst = ("H", other) if hub_is_src else (other, "H")
+            t.start(f"r{i}", Link(src, dst, rng.choice(bws)), 1e6, lambda: None)
+        loop.run(until_s=0.0)
+        rates = t.active()
+        t._water_fill()
+        assert t.active() == rates
+        if len(bws) == 1:
+            assert set(rates.values()) == {50e9 / k}
