@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 
 
-
 class FreeBlockQueue:
     """O(1) doubly linked list of free block ids in exact vLLM order (initially 0, 1, ..., n-1).
 
