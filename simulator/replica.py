@@ -31,6 +31,7 @@ queues, as they join vLLM's input queue, and the next schedule() sees them.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -80,6 +81,7 @@ class Replica:
         # Real engines carry per-step noise; identical requests in a noiseless simulation can
         # lock batches in phase. ``step_jitter`` scales each step by max(0, 1 + sigma * N(0, 1)),
         # drawn from a generator seeded per replica, so runs stay reproducible.
+        self._resume_async = partial(self._run_async, True)     # the oldest step just ended
         self._jitter = step_jitter
         self._rng = np.random.default_rng([jitter_seed, replica_id]) if step_jitter > 0 else None
         # The loop processes every step's output in order with its time, so the scheduler may
@@ -261,12 +263,13 @@ class Replica:
         return any(o.total_num_scheduled_tokens > 0 for o, _ in self._queue)
 
     def _wait_until(self, end_s: float, sync_out: SchedulerOutput | None) -> None:
+        if sync_out is None:
+            self.loop.at(end_s, self._resume_async, PRIO_STEP_DONE)     # once per step: no closure
+            return
+
         def resume() -> None:
-            if sync_out is not None:
-                self._process(sync_out)
-                self._run_sync()
-            else:
-                self._run_async(resumed=True)
+            self._process(sync_out)
+            self._run_sync()
 
         self.loop.at(end_s, resume, PRIO_STEP_DONE)
 
