@@ -680,11 +680,11 @@ class Scheduler:
         fresh remote-prefill request gets blocks for its whole prompt and no tokens
         (WAITING_FOR_REMOTE_KVS); a request without remote KV is scheduled as usual.
         """
-        cfg, kv, running = self.config, self.kv, self.running
         holding, waiting = self.kv_holding_waiting, self.waiting
-        if not waiting and not self._finished_recving and all(
-                r.status == RequestStatus.WAITING_FOR_REMOTE_KVS for r in holding):
+        if not waiting and not self._finished_recving and (not holding or all(
+                r.status == RequestStatus.WAITING_FOR_REMOTE_KVS for r in holding)):
             return      # most steps: nothing to admit (every holding request is skipped, in order)
+        cfg, kv, running = self.config, self.kv, self.running
         skipped_holding: deque[Request] = deque()
         skipped_waiting: deque[Request] = deque()
 
@@ -821,7 +821,7 @@ class Scheduler:
             samples=tuple(samples),
             new_request_ids=tuple(st.new_ids),
             resumed_request_ids=tuple(st.resumed_ids),
-            preempted_request_ids=tuple(r.request_id for r in st.preempted),
+            preempted_request_ids=tuple([r.request_id for r in st.preempted]) if st.preempted else (),
             total_num_scheduled_tokens=sum(nums),
             remote_kv_request_ids=tuple(st.remote_ids),
             requests=tuple(st.reqs),
