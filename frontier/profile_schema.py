@@ -201,11 +201,7 @@ def write_profile(table_or_df: pa.Table | pd.DataFrame, root: str | Path, family
     _check_root_version(root)
     folder = root / f"family={family}" / f"gpu={gpu}"
     folder.mkdir(parents=True, exist_ok=True)
-    marker = root / "_schema_version"
-    if not marker.is_file() or marker.read_text().strip() != str(SCHEMA_VERSION):
-        tmp_marker = root / f".tmp-{uuid.uuid4().hex}"     # atomic, as the parts: a killed write
-        tmp_marker.write_text(f"{SCHEMA_VERSION}\n")       # never leaves an empty marker
-        os.replace(tmp_marker, marker)
+    write_schema_marker(root)
     n = len(list(folder.glob("part-*.parquet")))
     while (folder / f"part-{n}.parquet").exists():
         n += 1
@@ -214,6 +210,16 @@ def write_profile(table_or_df: pa.Table | pd.DataFrame, root: str | Path, family
     pq.write_table(table, tmp)
     os.replace(tmp, path)
     return path
+
+
+def write_schema_marker(root: Path) -> None:
+    """Write ``root/_schema_version`` (this code's SCHEMA_VERSION) when missing or stale, atomically
+    (temp file then rename, as the parts): a killed writer never leaves an empty marker."""
+    marker = root / "_schema_version"
+    if not marker.is_file() or marker.read_text().strip() != str(SCHEMA_VERSION):
+        tmp_marker = root / f".tmp-{uuid.uuid4().hex}"
+        tmp_marker.write_text(f"{SCHEMA_VERSION}\n")
+        os.replace(tmp_marker, marker)
 
 
 def root_schema_version(root: Path) -> str | None:

@@ -187,6 +187,7 @@ def _import_comm(gpu: GpuSpec, data_root: Path | None, root: Path) -> None:
     import tempfile
 
     from calibration.importers.aiconfigurator import import_aiconfigurator_report
+    from frontier.profile_schema import write_schema_marker
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=".import-") as tmp:
         try:
@@ -198,7 +199,7 @@ def _import_comm(gpu: GpuSpec, data_root: Path | None, root: Path) -> None:
             raise ValueError(f"no measured comm data for {gpu.name}; use --comm-model analytical")
         dst = root / "family=comm" / f"gpu={gpu.name}"
         dst.parent.mkdir(parents=True, exist_ok=True)
-        (root / "_schema_version").write_text((Path(tmp) / "_schema_version").read_text())
+        write_schema_marker(root)       # the importer wrote this code's schema version
         try:
             os.replace(src, dst)
         except OSError:   # another process imported it first
