@@ -107,7 +107,7 @@ def role_summary(step_cols: dict[str, list], engines: dict[str, int], duration_s
         rows = _role_rows(step_cols, role)
         tot = {k: float(v[0]) for k, v in _role_integrals(rows, end).items()}
         if role != "A":
-            out[f"{name}_busy_fraction"] = _ratio(tot["busy"], n * duration_s)
+            out[f"{name}_busy_fraction"] = min(1.0, _ratio(tot["busy"], n * duration_s))   # (float sums)
         out[f"{name}_mean_batch_size"] = _ratio(tot["reqs"], tot["step"])
         out[f"{name}_mean_tokens_per_step"] = _ratio(tot["tokens"], tot["step"])
         out[f"{name}_num_steps"] = len(rows["start_s"])
@@ -132,7 +132,7 @@ def role_timeline(step_cols: dict[str, list], engines: dict[str, int], duration_
             cols["bin_start_s"].append(float(edges[i]))
             cols["bin_end_s"].append(float(edges[i + 1]))
             cols["engines"].append(n)
-            cols["busy_fraction"].append(_ratio(float(per_bin["busy"][i]), n * float(span[i])))
+            cols["busy_fraction"].append(min(1.0, _ratio(float(per_bin["busy"][i]), n * float(span[i]))))
             cols["mean_batch_size"].append(_ratio(float(per_bin["reqs"][i]), float(per_bin["step"][i])))
             cols["mean_tokens_per_step"].append(_ratio(float(per_bin["tokens"][i]), float(per_bin["step"][i])))
     return cols
