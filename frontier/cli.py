@@ -212,6 +212,7 @@ def simulate(
     batch_trace: Optional[Path] = typer.Option(None, help="Parquet: one row per scheduled request per step.", rich_help_panel=OUT_HELP),
     perfetto: Optional[Path] = typer.Option(None, help="Chrome trace-event JSON of every step (and P/D KV transfers) for ui.perfetto.dev.", rich_help_panel=OUT_HELP),
     save_result: Optional[bool] = typer.Option(None, "--save-result/--no-save-result", help="Write the vllm bench serve result JSON.", rich_help_panel=OUT_HELP),
+    save_detailed: Optional[bool] = typer.Option(None, "--save-detailed/--no-save-detailed", help="Keep the per-request arrays (input_lens, output_lens, start_times, ttfts, itls, errors) in the result JSON and summary.json, as vLLM's flag; requests.parquet has them either way.", rich_help_panel=OUT_HELP),
     result_dir: Optional[Path] = typer.Option(None, rich_help_panel=OUT_HELP),
     result_filename: Optional[str] = typer.Option(None, rich_help_panel=OUT_HELP),
     debug: Optional[bool] = typer.Option(None, "--debug/--no-debug", help="Check scheduler and KV invariants on every step.", rich_help_panel=OUT_HELP),
@@ -255,7 +256,7 @@ def simulate(
     cli = dict(locals())
     cli.pop("config")
     out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
-                "max_concurrency", "num_gpus", "step_jitter", "comm_model", "moe_routing", "architecture",
+                "max_concurrency", "num_gpus", "save_detailed", "step_jitter", "comm_model", "moe_routing", "architecture",
                 "predictor_bundle", "compilation_config") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
@@ -271,6 +272,7 @@ def simulate(
             engine=_pick(EngineArgs, values), workload=_pick(WorkloadSpec, values),
             max_concurrency=values.get("max_concurrency"),
             num_gpus=values.get("num_gpus"),
+            save_detailed=bool(values.get("save_detailed", False)),
             keep_batch_trace=values.get("batch_trace") is not None,
             debug=bool(values.get("debug", False)),
             step_jitter=float(values.get("step_jitter", 0.0)),

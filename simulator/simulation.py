@@ -67,6 +67,7 @@ class SimulationSpec:
     pdd: PddSpec | None = None          # role layouts + KV transfer (pdd, afd's prefill; None = defaults)
     afd: AfdSpec | None = None          # attention/FFN layouts, lanes, A-F link (afd only)
     num_gpus: int | None = None         # --num-gpus: the deployment must use exactly this many GPUs
+    save_detailed: bool = False         # --save-detailed: keep vLLM's per-request arrays in the summary
 
     def __post_init__(self) -> None:
         if self.architecture not in ("colocated", "pdd", "afd"):
@@ -247,7 +248,8 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     duration_s = max((r.finish_s for r in records), default=0.0)
     summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
                         request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
-                        model_id=spec.engine.model, num_prompts=num_prompts) if records else {}
+                        model_id=spec.engine.model, num_prompts=num_prompts,
+                        detailed=spec.save_detailed) if records else {}
     summary["failed"] = len(client.failed)
     summary["simulated_duration_s"] = loop.now_s
     summary["sim_wall_s"] = sim_wall_s

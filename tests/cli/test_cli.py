@@ -36,6 +36,20 @@ def test_simulate_prints_the_vllm_bench_summary_and_writes_files(tmp_path):
     assert pq.read_table(tmp_path / "out" / "requests.parquet").num_rows == 20
 
 
+def test_save_detailed_keeps_the_per_request_arrays_as_vllm(tmp_path):
+    """vLLM's --save-result drops the per-request arrays unless --save-detailed is given."""
+    for flag, name in (([], "plain.json"), (["--save-detailed"], "detailed.json")):
+        res = runner.invoke(app, BASE + ["--save-result", "--result-dir", str(tmp_path), "--result-filename", name]
+                            + flag)
+        assert res.exit_code == 0, res.output
+    plain = json.loads((tmp_path / "plain.json").read_text())
+    detailed = json.loads((tmp_path / "detailed.json").read_text())
+    arrays = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "errors")
+    assert not set(arrays) & set(plain) and set(arrays) <= set(detailed)
+    assert detailed["input_lens"] == [200] * 20 and [len(x) for x in detailed["itls"]] == [9] * 20
+    assert len(plain["latencies"]) == 20 and plain["mean_ttft_ms"] == detailed["mean_ttft_ms"]
+
+
 def test_scenario_file_and_flags_merge_flags_win(tmp_path):
     cfg = tmp_path / "s.yaml"
     cfg.write_text("model: meta-llama/Llama-3.1-8B\nmax-model-len: 4096\nnum_prompts: 7\n"
