@@ -144,29 +144,8 @@ class SharedLinkTransfers:
         nearest.remaining = min(nearest.remaining, 0.0)     # the event was computed for it
         self._reschedule()
 
-    def _set_rates(self) -> None:
-        """Max-min fair rates. A flow whose two ports carry no other flow is a component of its
-        own: the water-filling gives it its link's bandwidth (share = bandwidth / 1), set
-        directly; the others are water-filled among themselves, which is exact because
-        components never exchange capacity (each keeps its rounds, in the same order)."""
-        flows = self._flows.values()
-        users: dict[str, int] = {}
-        for f in flows:
-            link = f.link
-            users[link.src_port] = users.get(link.src_port, 0) + 1
-            users[link.dst_port] = users.get(link.dst_port, 0) + 1
-        shared = []
-        for f in flows:
-            link = f.link
-            if users[link.src_port] == 1 and users[link.dst_port] == 1:
-                f.rate = link.bandwidth_bytes_per_s
-            else:
-                shared.append(f)
-        if shared:
-            self._water_fill(shared)
-
     def _set_rates_around(self, changed: list[_Flow]) -> None:
-        """``_set_rates`` for the flows that share a component (ports linked by flows) with a
+        """Max-min fair rates of the flows that share a component (ports linked by flows) with a
         ``changed`` flow, the only ones whose rates a start or end can change: the water-filling
         of a union of components is exact (each keeps its rounds, in the same order), as is a
         lone flow on ports of its own getting its link's bandwidth."""

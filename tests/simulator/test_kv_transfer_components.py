@@ -8,7 +8,7 @@ from simulator.kv_transfer import Link, SharedLinkTransfers
 
 
 class _Checked(SharedLinkTransfers):
-    """After every reschedule: the rates equal those of `_set_rates` over all flows."""
+    """After every reschedule: the rates equal those of `_water_fill` over all flows."""
 
     checks = 0
     max_flows = 0
@@ -16,7 +16,7 @@ class _Checked(SharedLinkTransfers):
     def _reschedule(self, started=None) -> None:
         super()._reschedule(started)
         rates = self.active()
-        self._set_rates()
+        self._water_fill()
         assert self.active() == rates
         self.checks += 1
         self.max_flows = max(self.max_flows, len(rates))

@@ -1,4 +1,4 @@
-"""SharedLinkTransfers._set_rates (flows indexed by port) gives the rates of the plain water-filling."""
+"""SharedLinkTransfers._water_fill (flows indexed by port) gives the rates of the plain water-filling."""
 
 import random
 
@@ -44,5 +44,5 @@ def test_indexed_water_filling_equals_the_plain_one_on_random_flows():
             bw = bws[s] if rng.random() < 0.5 else bws[n_src + d]   # mixed bandwidths on a port
             flows.append(_Flow(f"r{rng.randrange(1000)}-{i}", Link(f"P{s}.out", f"D{d}.in", bw), 1e6, lambda: None))
         transfers._flows = {f.key: f for f in flows}
-        transfers._set_rates()
+        transfers._water_fill()
         assert transfers.active() == _reference_rates(flows)

@@ -1,5 +1,6 @@
-"""SharedLinkTransfers._set_rates: flows with ports of their own get their link's bandwidth and
-the rest are water-filled among themselves; exactly the water-filling of all flows."""
+"""SharedLinkTransfers' rates as flows start one by one (``_set_rates_around``): flows with ports
+of their own get their link's bandwidth and the rest are water-filled among themselves; exactly
+the water-filling of all flows."""
 
 import random
 
@@ -22,8 +23,12 @@ def _rates(flows: list[_Flow], general: bool) -> dict[str, float]:
     t = SharedLinkTransfers(EventLoop())
     for f in flows:
         f.rate = -1.0
-        t._flows[f.key] = f
-    t._water_fill() if general else t._set_rates()
+        if general:
+            t._flows[f.key] = f
+        else:
+            t._begin_data(f)        # the production path: rates of the changed component
+    if general:
+        t._water_fill()
     return {f.key: f.rate for f in flows}
 
 
