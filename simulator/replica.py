@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from simulator.batch_engine import BatchEngine, BatchShape
+from simulator.batch_engine import BatchEngine, BatchShape, StepCost
 from simulator.dp_group import LockstepOutput, LockstepRanks
 from simulator.events import PRIO_KICK, PRIO_STEP_DONE, EventLoop
 from simulator.pipeline import max_concurrent_batches, stage_ends
@@ -88,7 +88,9 @@ class Replica:
         # keep plain decodes lazy (Scheduler.enable_lazy_decode): same steps, same token times.
         for s in scheduler.ranks if isinstance(scheduler, LockstepRanks) else (scheduler,):
             s.enable_lazy_decode()
-        # The routers poll every replica per routed request: no forwarding call in between.
+        # The routers poll every replica per routed request: num_unfinished() (the scheduler's
+        # unfinished requests) and num_free_kv_blocks() (free KV blocks, summed over lockstep DP
+        # ranks) are bound here, with no forwarding call in between.
         self.num_unfinished = scheduler.num_unfinished
         if isinstance(scheduler, LockstepRanks):
             self.num_free_kv_blocks = scheduler.num_free_kv_blocks
@@ -113,16 +115,6 @@ class Replica:
         if not self._active:
             self._active = True
             self.loop.at(self.loop.now_s, self._run, PRIO_KICK)
-
-    def num_free_kv_blocks(self) -> int:
-        """Free KV blocks (summed over lockstep DP ranks); the instance binds a direct reader."""
-        if isinstance(self.scheduler, LockstepRanks):
-            return self.scheduler.num_free_kv_blocks()
-        return self.scheduler.kv.num_free_blocks
-
-    def num_unfinished(self) -> int:
-        """Unfinished requests of the scheduler; the instance binds the scheduler's method."""
-        return self.scheduler.num_unfinished()
 
     # ------------------------------------------------------------------ engine loop
     def _launch(self, out: SchedulerOutput | LockstepOutput) -> float:
@@ -156,16 +148,21 @@ class Replica:
             self.gpu_free_s = end
             self.busy_s += duration
         for (rank, o, sched), cost in zip(ranks, costs):
-            pool = sched.kv.pool
-            usable = pool.num_gpu_blocks - 1
-            self.trace.add_step(
-                self.replica_id, rank, self._num_steps, start, end, o.request_ids,
-                o.num_scheduled_tokens, o.context_lens, cost.padded_tokens, cost.cudagraph_mode,
-                usable - pool.free_queue.num_free_blocks, usable,
-                len(sched.waiting) + len(sched.kv_holding_waiting),    # get_request_counts()[1]
-                len(o.preempted_request_ids), self.role)
+            self._trace_step(rank, sched, o, cost, start, end)
         self._num_steps += 1
         return end
+
+    def _trace_step(self, rank: int, sched: Scheduler, out: SchedulerOutput, cost: StepCost,
+                    start: float, end: float) -> None:
+        """One trace row: ``sched``'s step ``out`` (DP rank ``rank``) on [start, end]."""
+        pool = sched.kv.pool
+        usable = pool.num_gpu_blocks - 1
+        self.trace.add_step(
+            self.replica_id, rank, self._num_steps, start, end, out.request_ids,
+            out.num_scheduled_tokens, out.context_lens, cost.padded_tokens, cost.cudagraph_mode,
+            usable - pool.free_queue.num_free_blocks, usable,
+            len(sched.waiting) + len(sched.kv_holding_waiting),    # get_request_counts()[1]
+            len(out.preempted_request_ids), self.role)
 
     def _launch_one(self, out: SchedulerOutput, now: float) -> float:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
@@ -175,14 +172,7 @@ class Replica:
         end = start + duration
         self.gpu_free_s = end
         self.busy_s += duration
-        sched = self.scheduler
-        pool = sched.kv.pool
-        usable = pool.num_gpu_blocks - 1
-        self.trace.add_step(
-            self.replica_id, 0, self._num_steps, start, end, out.request_ids,
-            out.num_scheduled_tokens, out.context_lens, cost.padded_tokens, cost.cudagraph_mode,
-            usable - pool.free_queue.num_free_blocks, usable,
-            len(sched.waiting) + len(sched.kv_holding_waiting), len(out.preempted_request_ids), self.role)
+        self._trace_step(0, self.scheduler, out, cost, start, end)
         self._num_steps += 1
         return end
 
