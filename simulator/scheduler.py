@@ -89,6 +89,14 @@ class _StepState:
         self.prefills_done: list[Request] = []
         self.lazy_out: list[int] = []   # lazy decode: a0, b0, a1, b1...: ranges [a, b) of reqs listed lazily
 
+    def list_lazy(self, a: int, b: int) -> None:
+        """reqs[a:b] were listed lazily: a range of lazy_out (merged with one ending at a)."""
+        lazy_out = self.lazy_out
+        if lazy_out and lazy_out[-1] == a:
+            lazy_out[-1] = b
+        else:
+            lazy_out += (a, b)
+
     def add(self, r: Request, n: int, context_len: int) -> None:
         self.reqs.append(r)
         self.ids.append(r.request_id)
@@ -407,7 +415,7 @@ class Scheduler:
             # listed in bulk (1 token each, context lazy_ctx + step) from the arrays aligned with
             # running. Only the tail of running is removed during the loop (preemption), so the
             # positions stay valid.
-            run_ids, run_end, run_ctx, lazy_out = self._run_ids, self._run_end, self._run_ctx, st.lazy_out
+            run_ids, run_end, run_ctx = self._run_ids, self._run_end, self._run_ctx
             if self._wake:                          # filled blocks now cacheable (_plan)
                 for r in self._wake:
                     if r.lazy_end and r.lazy_visit > step_id:
@@ -434,7 +442,7 @@ class Scheduler:
                     st.ctx += [c + step_id for c in run_ctx[:i]]     # (faster than map)
                     st.num_sched += [1] * i
                     st.samples += [True] * i
-                    lazy_out += (0, i)
+                    st.list_lazy(0, i)
                     budget -= i
                     if i == len(running):
                         st.token_budget = budget
@@ -471,10 +479,7 @@ class Scheduler:
                     st.ids += run_ids[i:b]
                     st.ctx += [c + step_id for c in run_ctx[i:b]]
                     ones = b - i
-                    if lazy_out and lazy_out[-1] == o:
-                        lazy_out[-1] = o + ones     # continues the previous range
-                    else:
-                        lazy_out += (o, o + ones)
+                    st.list_lazy(o, o + ones)
                     st.num_sched += [1] * ones
                     if fuse:
                         st.samples += [True] * ones
@@ -492,10 +497,7 @@ class Scheduler:
                     add_ctx(r.lazy_ctx + step_id)
                     if fuse:
                         add_sample(True)
-                    if lazy_out and lazy_out[-1] == o:
-                        lazy_out[-1] = o + 1
-                    else:
-                        lazy_out += (o, o + 1)
+                    st.list_lazy(o, o + 1)
                     budget -= 1
                     i += 1
                     continue
@@ -559,10 +561,7 @@ class Scheduler:
                             r.lazy_ctx = run_ctx[i - 1] = c - step_id
                             run_end[i - 1] = self._plan(r, step_id)
                             o = len(st.reqs)
-                            if lazy_out and lazy_out[-1] == o - 1:
-                                lazy_out[-1] = o
-                            else:
-                                lazy_out += (o - 1, o)
+                            st.list_lazy(o - 1, o)
                             add_sample(True)
                             continue
                     if defer:
@@ -625,6 +624,14 @@ class Scheduler:
                     self._materialize(running[k], step_id - 1)
                     run_end[k] = 0
 
+    def _append_running(self, r: Request) -> None:
+        """Admit r at the tail of running (and of the lazy arrays aligned with it)."""
+        self.running.append(r)
+        if self._lazy:
+            self._run_ids.append(r.request_id)
+            self._run_end.append(0)
+            self._run_ctx.append(0)
+
     def _admission_tokens(self, r: Request, computed: int, thr: int, budget: int) -> int | None:
         """Tokens a waiting request gets at admission; None when it must wait (no chunking)."""
         n = r.num_tokens - computed
@@ -657,11 +664,7 @@ class Scheduler:
                 break  # head-of-line blocking
             kv.record_prefix_cache_stats(r, hit)
             waiting.pop_request()
-            running.append(r)
-            if self._lazy:
-                self._run_ids.append(r.request_id)
-                self._run_end.append(0)
-                self._run_ctx.append(0)
+            self._append_running(r)
             (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
             if r.num_preemptions == 0:
                 r.num_cached_tokens = hit
@@ -742,11 +745,7 @@ class Scheduler:
                 skip(queue)
                 continue
             queue.pop_request()
-            running.append(r)
-            if self._lazy:
-                self._run_ids.append(r.request_id)
-                self._run_end.append(0)
-                self._run_ctx.append(0)
+            self._append_running(r)
             (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
             st.add(r, n, computed)
             r.status = RequestStatus.RUNNING
