@@ -87,16 +87,18 @@ def write_outputs(result, values: dict[str, Any]) -> list[Path]:
         written.append(_write_json(summary, Path(values.get("result_dir") or ".") / name))
     if values.get("batch_trace") is not None:
         written.append(write_parquet(result.trace.requests_table(), values["batch_trace"]))
+    timeline = None             # per role and time bin: roles.parquet and Perfetto's counters
+    if result.role_engines and (values.get("perfetto") is not None or values.get("output_dir") is not None):
+        from simulator.role_stats import role_timeline
+        timeline = role_timeline(result.trace.step_cols, result.role_engines, result.simulated_duration_s)
     if values.get("perfetto") is not None:
         from simulator.perfetto import write_perfetto
-        written.append(write_perfetto(result, values["perfetto"]))
+        written.append(write_perfetto(result, values["perfetto"], timeline))
     if values.get("output_dir") is not None:
         out = Path(values["output_dir"])
         written.append(write_parquet(requests_table(result), out / "requests.parquet"))
         written.append(write_parquet(result.trace.steps_table(), out / "steps.parquet"))
-        if result.role_engines:
-            from simulator.role_stats import role_timeline
-            timeline = role_timeline(result.trace.step_cols, result.role_engines, result.simulated_duration_s)
+        if timeline is not None:
             written.append(write_parquet(pa.table(timeline), out / "roles.parquet"))
         written.append(_write_json(summary, out / "summary.json"))
     return written

@@ -7,8 +7,8 @@ Tracks::
             one complete ("X") slice per step: name "step N", args num_reqs, num_tokens,
             padded_tokens, cudagraph_mode, kv_blocks_used, kv_blocks_total, num_waiting,
             num_preempted
-        counter tracks "busy fraction" and "mean batch size" (``write_perfetto`` with the
-            run's engines per role): the role's ``simulator.role_stats.role_timeline`` bins
+        counter tracks "busy fraction" and "mean batch size" (``write_perfetto`` given the
+            run's ``simulator.role_stats.role_timeline``): the role's bins
     process "KV transfers" (P/D only, pid TRANSFER_PID)
         one async slice ("b"/"e", id = request index) per request whose KV moved P -> D,
         named by the request id, args prefill_replica, decode_replica
@@ -95,15 +95,14 @@ def counter_events(timeline: dict[str, list]) -> list[dict[str, Any]]:
     return events
 
 
-def write_perfetto(result, path: str | Path) -> Path:
-    """Write ``result``'s trace (``SimulationResult``) atomically to ``path``; return the path."""
+def write_perfetto(result, path: str | Path, timeline: dict[str, list] | None = None) -> Path:
+    """Write ``result``'s trace (``SimulationResult``) atomically to ``path``; return the path.
+    ``timeline``: the run's ``role_timeline``, drawn as counter tracks (None: none)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     events = trace_events(result.trace.step_cols, result.records)
-    if getattr(result, "role_engines", None):
-        from simulator.role_stats import role_timeline
-        events += counter_events(role_timeline(result.trace.step_cols, result.role_engines,
-                                               result.simulated_duration_s))
+    if timeline is not None:
+        events += counter_events(timeline)
     doc = {"traceEvents": events, "displayTimeUnit": "ms"}
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")

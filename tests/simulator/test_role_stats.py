@@ -1,5 +1,7 @@
 """Per-role busy fraction and batch size from the steps trace (simulator/role_stats.py)."""
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -74,8 +76,11 @@ def test_pdd_run_reports_roles_and_writes_roles_parquet(tmp_path):
     p_busy = sum(steps["end_s"][i] - steps["start_s"][i] for i in p_steps)   # no overlap at pp 1
     assert s["prefill_busy_fraction"] == pytest.approx(p_busy / (2 * res.simulated_duration_s), rel=1e-12)
     assert 0 < s["decode_busy_fraction"] < 1 and s["decode_mean_batch_size"] >= 1
-    write_outputs(res, {"output_dir": tmp_path})
+    write_outputs(res, {"output_dir": tmp_path, "perfetto": tmp_path / "trace.json"})
     t = pq.read_table(tmp_path / "roles.parquet").to_pydict()
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    # the same bins as counter tracks: two counters per bin, plus each role's closing values
+    assert sum(e["ph"] == "C" for e in events) == 2 * len(t["role"]) + 2 * 2
     assert set(t["role"]) == {"P", "D"} and set(t["engines"]) == {1, 2}
     busy = sum(b * (e - st) * n for r, st, e, n, b in zip(t["role"], t["bin_start_s"], t["bin_end_s"],
                                                          t["engines"], t["busy_fraction"]) if r == "P")
