@@ -8,7 +8,8 @@
 #      A CUDA torch is never installed: the +cpu local version is required and
 #      torch is pinned by a constraint while everything else is installed.
 #   2. vllm==0.33.0 with --no-deps (its pins would pull torch 2.14 + CUDA).
-#   3. The pure-Python packages its scheduler import path needs, found by
+#   3. The pure-Python packages its scheduler import path (and ModelConfig's
+#      architecture inspection, a subprocess importing the model module) needs, found by
 #      trying imports in a fresh venv (tests/oracle/vllm_driver.py); xgrammar
 #      with --no-deps so that triton (~1 GB, unused on a CPU) stays out.
 # vLLM pins torch==2.14.0; pip's "incompatible" warning about it is expected.
@@ -51,6 +52,7 @@ ORACLE_DEPS=(
     "fastapi>=0.133.0,<0.137.0"
     "apache-tvm-ffi>=0.1.11"
     "llguidance>=1.7.0,<1.8.0"
+    "einops"        # ModelConfig inspects the architecture by importing its model module
 )
 # xgrammar is imported but never used here; its triton dependency (~1 GB) is not.
 NO_DEPS=("xgrammar==0.2.8")
@@ -89,6 +91,7 @@ import torch
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: F401
 from vllm.config import VllmConfig  # noqa: F401
+import vllm.model_executor.models.llama  # noqa: F401  (what ModelConfig's architecture inspection imports)
 import vllm
 print(f"install_oracle: ok: vllm {vllm.__version__}, torch {torch.__version__} (cuda={torch.version.cuda})")
 EOF
