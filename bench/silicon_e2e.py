@@ -9,10 +9,14 @@ over the simulated rows next to AIConfigurator 0.12's own MAPE on the same rows
 Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
 
 * model: ``model_path`` + ``precision`` -> a catalogue model (``MODEL_VARIANTS``). When the row's
-  precision differs from the checkpoint named by ``model_path`` (``meta-llama/Llama-3.1-70B`` and
-  ``Qwen/Qwen3-32B`` served at fp8 = ``vllm serve --quantization fp8``: per-tensor FP8 weights,
-  dynamic activation scales, KV cache bf16) the row maps to a catalogue config of that online
-  quantization. A row with no precision runs the checkpoint as stored. Then the model's
+  precision differs from the checkpoint named by ``model_path``, the row maps to the checkpoint
+  that was served: ``meta-llama/Llama-3.1-70B`` fp8 (all InferenceMAX rows) ->
+  ``nvidia/Llama-3.3-70B-Instruct-FP8``, the modelopt FP8 checkpoint InferenceMAX serves (same
+  architecture; FP8 weights and FP8 KV cache; the data agrees: on one H200, 1k/8k at
+  concurrency 32 measures no queueing, which a bf16 KV cache of 193k tokens could not hold,
+  while concurrency 64 queues); ``Qwen/Qwen3-32B`` fp8 (3 rows) -> ``vllm serve --quantization
+  fp8`` (per-tensor FP8 weights, dynamic activation scales, KV cache bf16), a catalogue config
+  of that online quantization. A row with no precision runs the checkpoint as stored. Then the model's
   ``QuantSpec.method`` must belong to the row's precision family (fp8 -> fp8/fp8_block,
   fp4 -> mxfp4/nvfp4, int4 -> int4_wo), else the row is skipped. AIC's ``*_quant_mode`` labels
   name its own kernel tables (gpt-oss is labelled nvfp4 though the checkpoint is MXFP4; the
@@ -39,7 +43,18 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   512-concurrency x 8192-osl rows (one wave, 35-55 s). The primary ("bench") estimate re-weights
   the simulated first wave and later waves to N prompts (``score``); "raw" and "steady" (first
   wave dropped) are reported too.
-* ``--range-ratio`` (default 0, the fixed lengths the rows state): with identical lengths the
+* Lengths per harness (``--lengths harness``, the default). The rows come from two harnesses,
+  told apart by ``silicon_data_source``. InferenceMAX rows (``workflow_run_id=`` of its GitHub
+  workflow, or its dated result files ``source_file=2026-04-06.csv; model=...``: gpt-oss-120b,
+  Llama-3.1-70B, MiniMax-M2.5, Kimi-K2.5 on InferenceMAX's 1k/1k, 1k/8k and 8k/1k grid) run its fork of vLLM's old
+  ``benchmark_serving.py`` with ``--random-range-ratio 0.8``, whose semantics are those of that
+  script's ``sample_random_requests``: lengths uniform integers in [int(0.8 L), L] (mean 0.9 L),
+  input and output; simulated as a trace with those lengths (``imax_lengths``). This setting is
+  taken from InferenceMAX's public harness as we know it, not from this data, which does not
+  state it. The other rows (AIC's own gap-analysis runs: Qwen3-32B, Qwen3-235B, Llama-3.1-8B)
+  name no harness; they keep the fixed lengths the rows state. ``--lengths fixed`` runs every
+  row at fixed lengths (the former default).
+* ``--range-ratio`` (default 0) applies to the fixed-length rows: with identical lengths the
   simulated batch stays phase-locked (a wave of requests finishes in one step and the next wave's
   prefills queue behind each other in one or a few steps); a small spread (0.1) dissolves the
   lock. ``--step-jitter`` does not (every request of a batch shares the step's time).
@@ -68,7 +83,9 @@ import gc
 import json
 import math
 import os
+import re
 import sys
+import tempfile
 import time
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -85,7 +102,7 @@ SYSTEM_TO_GPU = {"h100_sxm": "H100", "h200_sxm": "H200"}
 # (model_path, precision) -> catalogue model. precision "" = not stated in the row.
 # Rows not listed use model_path itself.
 MODEL_VARIANTS = {
-    ("meta-llama/Llama-3.1-70B", "fp8"): "meta-llama/Llama-3.1-70B-FP8-online",
+    ("meta-llama/Llama-3.1-70B", "fp8"): "nvidia/Llama-3.3-70B-Instruct-FP8",
     ("Qwen/Qwen3-32B", "fp8"): "Qwen/Qwen3-32B-FP8-online",
 }
 PRECISION_FAMILY = {
@@ -95,6 +112,12 @@ PRECISION_FAMILY = {
     "bf16": ("none",),
     "fp16": ("none",),
 }
+
+# silicon_data_source of InferenceMAX's runs: its database dump (GitHub workflow ids), or its
+# dated result files ("source_file=2026-04-06.csv; model=GPT-OSS-120B; ...; wip=False").
+INFERENCEMAX_SOURCE = re.compile(r"workflow_run_id=|^source_file=\d{4}-\d{2}-\d{2}\.csv; model=")
+IMAX_RANGE_RATIO = 0.8   # InferenceMAX's --random-range-ratio: lengths in [int(0.8 L), L]
+LENGTH_POLICIES = ("harness", "fixed")
 
 PROMPTS_PER_SLOT = 10
 MIN_PROMPTS = 100
@@ -124,6 +147,7 @@ class Deployment:
     quant_method: str
     ttft_meas_ms: float
     tpot_meas_ms: float
+    harness: str = "unknown"  # "inferencemax" (lengths in [int(0.8 L), L]) or "unknown" (fixed)
 
 
 @dataclass(frozen=True)
@@ -157,6 +181,26 @@ def load_rows(path: Path = SILICON_CSV, systems: tuple[str, ...] = tuple(SYSTEM_
     with open(path, newline="") as f:
         return [r for r in csv.DictReader(f)
                 if r["backend"] == "vllm" and r["mode"] == "agg" and r["system"] in systems]
+
+
+def harness_of(row: dict[str, str]) -> str:
+    """Which benchmark harness measured the row: "inferencemax" or "unknown"."""
+    source = row.get("silicon_data_source") or ""
+    return "inferencemax" if INFERENCEMAX_SOURCE.search(source) else "unknown"
+
+
+def imax_lengths(isl: int, osl: int, num_prompts: int, seed: int) -> tuple[list[int], list[int]]:
+    """(input, output) lengths as InferenceMAX's benchmark_serving draws them with range ratio 0.8.
+
+    That script's ``sample_random_requests`` (vLLM's pre-0.8 semantics, not 0.33's [L(1-r), L(1+r)]):
+    ``np.random.randint(int(L * r), L + 1)`` for every input, then every output, after seeding
+    numpy's global generator with ``--seed`` (default 0).
+    """
+    import numpy as np
+    rng = np.random.RandomState(seed)
+    ins = rng.randint(int(isl * IMAX_RANGE_RATIO), isl + 1, size=num_prompts)
+    outs = rng.randint(int(osl * IMAX_RANGE_RATIO), osl + 1, size=num_prompts)
+    return [int(x) for x in ins], [max(int(x), 1) for x in outs]
 
 
 def num_prompts_for(concurrency: int, osl: int) -> int:
@@ -244,7 +288,7 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
         row_id=rid, model_path=model_path, model=model, system=system, gpu=SYSTEM_TO_GPU[system],
         tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,
         concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl), quant_method=method,
-        ttft_meas_ms=ttft, tpot_meas_ms=tpot)
+        ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness_of(row))
 
 
 def check_deployment(dep: Deployment) -> str | None:
@@ -293,7 +337,7 @@ def resolve_bundles(value: str | None, gpus: set[str]) -> dict[str, str | None]:
 
 def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
                  range_ratio: float = 0.0, predictor_bundle: str | None = None,
-                 comm_model: str = "analytical") -> dict[str, Any]:
+                 comm_model: str = "analytical", lengths: str = "harness") -> dict[str, Any]:
     """Simulate one deployment; mean TTFT / TPOT in ms as vllm bench serve reports them.
 
     ``ttft_ms``/``tpot_ms``: means over every request (what the benchmark reports).
@@ -303,16 +347,26 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
     """
     from simulator.simulation import SimulationSpec, run_simulation
     from simulator.workload import WorkloadSpec
-    workload = WorkloadSpec(dataset_name="random", num_prompts=dep.num_prompts, request_rate=math.inf,
-                            seed=seed, random_input_len=dep.isl, random_output_len=dep.osl,
-                            random_range_ratio=range_ratio)
     t0 = time.perf_counter()
-    try:
-        res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
-                                            max_concurrency=dep.concurrency, step_jitter=step_jitter,
-                                            predictor_bundle=predictor_bundle, comm_model=comm_model))
-    except ValueError as exc:
-        return {"error": str(exc), "wall_s": time.perf_counter() - t0}
+    with tempfile.TemporaryDirectory(prefix="silicon_e2e_") as tmp:
+        if lengths == "harness" and dep.harness == "inferencemax":
+            trace = Path(tmp) / "requests.csv"
+            with open(trace, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["request_id", "arrival_time_s", "prompt_len", "output_len"])
+                ins, outs = imax_lengths(dep.isl, dep.osl, dep.num_prompts, seed)
+                w.writerows((i, 0, a, b) for i, (a, b) in enumerate(zip(ins, outs)))
+            workload = WorkloadSpec(dataset_name="trace", num_prompts=dep.num_prompts, dataset_path=str(trace))
+        else:
+            workload = WorkloadSpec(dataset_name="random", num_prompts=dep.num_prompts, request_rate=math.inf,
+                                    seed=seed, random_input_len=dep.isl, random_output_len=dep.osl,
+                                    random_range_ratio=range_ratio)
+        try:
+            res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
+                                                max_concurrency=dep.concurrency, step_jitter=step_jitter,
+                                                predictor_bundle=predictor_bundle, comm_model=comm_model))
+        except ValueError as exc:
+            return {"error": str(exc), "wall_s": time.perf_counter() - t0}
     recs = res.records
     if not recs:
         return {"error": f"no request completed ({len(res.failed)} failed)", "wall_s": time.perf_counter() - t0}
@@ -371,12 +425,12 @@ def score(dep: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _work(item: tuple[Deployment, tuple[float, ...], float, str | None, str]) -> dict[str, Any]:
-    dep, jitters, range_ratio, bundle, comm_model = item
+def _work(item: tuple[Deployment, tuple[float, ...], float, str | None, str, str]) -> dict[str, Any]:
+    dep, jitters, range_ratio, bundle, comm_model, lengths = item
     out: dict[str, Any] = {"deployment": asdict(dep)}
     for j in jitters:
         out[f"jitter={j:g}"] = score(out["deployment"], simulate_row(
-            dep, j, range_ratio=range_ratio, predictor_bundle=bundle, comm_model=comm_model))
+            dep, j, range_ratio=range_ratio, predictor_bundle=bundle, comm_model=comm_model, lengths=lengths))
         # A finished simulation is cyclic garbage (event loop <-> replicas <-> engine) that the
         # collector's thresholds rarely reach in a numpy-heavy run: without this a worker grew
         # ~28 MB per Llama-3.1-8B row (roofline too). Bundles are shared, not per row.
@@ -429,6 +483,11 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
             "ours_on_aic_rows": {"ttft_mape": mape(both, "ttft", "bench"), "tpot_mape": mape(both, "tpot", "bench")},
             "aic_on_same_rows": {"ttft_mape": _mape([aic_ape(r, "ttft") for r in both]),
                                  "tpot_mape": _mape([aic_ape(r, "tpot") for r in both])},
+            "per_harness": {h: {"rows": len(rs), "ttft_mape": mape(rs, "ttft", "bench"),
+                                "tpot_mape": mape(rs, "tpot", "bench"),
+                                "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot")}
+                            for h in sorted({r["deployment"].get("harness", "unknown") for r in ok})
+                            for rs in [[r for r in ok if r["deployment"].get("harness", "unknown") == h]]},
             "per_model": {m: {"rows": len(rs),
                               "ttft_mape": mape(rs, "ttft", "bench"), "tpot_mape": mape(rs, "tpot", "bench"),
                               "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot"),
@@ -478,6 +537,9 @@ def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[
         p(f"  on the {t['rows_with_aic_estimate']} rows AIC estimates: ours (bench) TTFT {_fmt(t['ours_on_aic_rows']['ttft_mape'])}% "
           f"TPOT {_fmt(t['ours_on_aic_rows']['tpot_mape'])}%  |  AIC TTFT {_fmt(t['aic_on_same_rows']['ttft_mape'])}% "
           f"TPOT {_fmt(t['aic_on_same_rows']['tpot_mape'])}%")
+        for h, v in t.get("per_harness", {}).items():
+            p(f"  harness {h:<13} {v['rows']:>4} rows: TTFT MAPE {_fmt(v['ttft_mape'])}% (bias {_fmt(v['ttft_bias_pct'])}%)  "
+              f"TPOT MAPE {_fmt(v['tpot_mape'])}% (bias {_fmt(v['tpot_bias_pct'])}%)")
         p(f"  {'model@system (bench)':<45} {'rows':>4} {'aic_n':>5} {'ttft%':>6} {'bias%':>7} {'aic%':>6} "
           f"{'tpot%':>6} {'bias%':>7} {'aic%':>6}")
         for m, v in t["per_model"].items():
@@ -523,8 +585,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", default="h100_sxm,h200_sxm")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--step-jitter", type=float, default=0.0, help="SimulationSpec.step_jitter")
+    ap.add_argument("--lengths", default="harness", choices=LENGTH_POLICIES,
+                    help="harness: InferenceMAX rows draw lengths in [int(0.8 L), L] as its benchmark does, "
+                         "the others fixed (default); fixed: every row at the ISL/OSL it states")
     ap.add_argument("--range-ratio", type=float, default=0.0,
-                    help="random_range_ratio of the workload (0 = the fixed ISL/OSL the rows state)")
+                    help="random_range_ratio (vLLM 0.33 semantics) of the fixed-length rows (0 = the stated ISL/OSL)")
     ap.add_argument("--both-jitter", action="store_true",
                     help="run every row with jitter 0 and with --step-jitter (default 0.05 if unset)")
     ap.add_argument("--progress", action="store_true", help="one line per finished row on stderr")
@@ -565,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bundles = resolve_bundles(args.predictor_bundle, {d.gpu for d in deps})  # fits once per GPU if needed
     t0 = time.perf_counter()
-    items = [(d, jitters, args.range_ratio, bundles[d.gpu], args.comm_model) for d in deps]
+    items = [(d, jitters, args.range_ratio, bundles[d.gpu], args.comm_model, args.lengths) for d in deps]
     # Longest rows first, so the pool does not end on one long straggler; progress to stderr.
     order = sorted(range(len(items)), key=lambda i: -items[i][0].num_prompts * items[i][0].osl)
     done: dict[int, dict[str, Any]] = {}
@@ -593,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"source": str(args.csv), "selected_rows": len(rows), "wall_s": wall, "jobs": args.jobs,
               "cost_model": {"predictor_bundle": bundles, "comm_model": args.comm_model}, "workload_policy": {
                   "prompts_per_slot": PROMPTS_PER_SLOT, "min_prompts": MIN_PROMPTS,
-                  "max_output_tokens": MAX_OUTPUT_TOKENS, "request_rate": "inf", "range_ratio": args.range_ratio},
+                  "max_output_tokens": MAX_OUTPUT_TOKENS, "request_rate": "inf", "range_ratio": args.range_ratio,
+                  "lengths": args.lengths, "imax_range_ratio": IMAX_RANGE_RATIO},
               "totals": totals, "rows": results, "skipped": [asdict(s) for s in skips]}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

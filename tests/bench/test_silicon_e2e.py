@@ -44,8 +44,9 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
 @needs_data
 @pytest.mark.parametrize("row_id, expect", [
     ("2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_260",
-     dict(model="meta-llama/Llama-3.1-70B-FP8-online", gpu="H100", tp=4, pp=1, dp=1, enable_expert_parallel=False,
-          isl=1024, osl=1024, batch_size=16, concurrency=16, num_prompts=146, quant_method="fp8")),
+     dict(model="nvidia/Llama-3.3-70B-Instruct-FP8", gpu="H100", tp=4, pp=1, dp=1, enable_expert_parallel=False,
+          isl=1024, osl=1024, batch_size=16, concurrency=16, num_prompts=146, quant_method="fp8",
+          harness="inferencemax")),
     ("2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185",
      dict(model="openai/gpt-oss-120b", gpu="H100", tp=4, dp=1, enable_expert_parallel=False,
           concurrency=64, num_prompts=146, quant_method="mxfp4")),
@@ -54,7 +55,7 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
           isl=8192, osl=1024, concurrency=4, num_prompts=100, quant_method="int4_wo")),
     ("qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_vllm_agg_2000x500_c16_tp2_epnone_16",
      dict(model="Qwen/Qwen3-235B-A22B-FP8", gpu="H200", tp=2, dp=1, enable_expert_parallel=True,
-          concurrency=16, num_prompts=160, quant_method="fp8_block")),
+          concurrency=16, num_prompts=160, quant_method="fp8_block", harness="unknown")),
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1",  # no precision: bf16 checkpoint
      dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, concurrency=8, num_prompts=100, quant_method="none")),
 ])
@@ -152,3 +153,38 @@ def test_predictor_bundle_option(tmp_path: Path) -> None:
     assert e2e.resolve_bundles(str(f), {"H200"}) == {"H200": str(f)}
     with pytest.raises(SystemExit):
         e2e.resolve_bundles(str(tmp_path / "missing.joblib"), {"H100"})
+
+
+def test_harness_from_source() -> None:
+    imax = ["db-dump/2026-04-27; config_id=637; silicon_concurrency=8; measured=2026-03-28T00:00:00.000Z; "
+            "workflow_run_id=344; vllm/vllm-openai:v0.18.0",
+            "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=64; measured=2025-11-02; wip=False",
+            "source_file=2026-03-25.csv; model=MiniMax-M2.5; silicon_concurrency=4; measured=2026-03-27; wip=False"]
+    other = ["source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; "
+             "silicon_concurrency=8", "source_file=kimi-k2.5-gap-analysis.csv; silicon_concurrency=4", ""]
+    assert [e2e.harness_of({"silicon_data_source": s}) for s in imax] == ["inferencemax"] * 3
+    assert [e2e.harness_of({"silicon_data_source": s}) for s in other] == ["unknown"] * 3
+
+
+def test_imax_lengths_follow_the_old_benchmark_sampler() -> None:
+    ins, outs = e2e.imax_lengths(1024, 8192, 2000, seed=0)
+    assert len(ins) == len(outs) == 2000
+    assert min(ins) == 819 and max(ins) == 1024          # int(0.8 * 1024) .. 1024, both ends drawn
+    assert min(outs) >= 6553 and max(outs) <= 8192
+    import numpy as np
+    rng = np.random.RandomState(0)                       # inputs first, then outputs, one generator
+    assert ins[:3] == rng.randint(819, 1025, size=2000)[:3].tolist()
+    assert ins == e2e.imax_lengths(1024, 8192, 2000, seed=0)[0]
+    assert ins != e2e.imax_lengths(1024, 8192, 2000, seed=1)[0]
+
+
+@needs_data
+def test_imax_row_runs_with_spread_lengths() -> None:
+    rows = {r["id"]: r for r in e2e.load_rows()}
+    dep = e2e.map_row(rows["2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_260"])
+    assert isinstance(dep, e2e.Deployment)
+    small = e2e.Deployment(**{**e2e.asdict(dep), "num_prompts": 20, "osl": 16})
+    spread = e2e.simulate_row(small, 0.0)
+    fixed = e2e.simulate_row(small, 0.0, lengths="fixed")
+    assert spread["completed"] == fixed["completed"] == 20
+    assert spread["ttft_ms"] != fixed["ttft_ms"]
