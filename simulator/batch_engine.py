@@ -122,6 +122,40 @@ def pp_layer_partition(num_layers: int, pp: int) -> list[int]:
     return parts
 
 
+def window_pieces(new: tuple[int, ...], ctx: tuple[int, ...], window: int
+                  ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A step's (new tokens, context) per request as a sliding-window layer computes them.
+
+    A query at position p attends keys (p - window, p]: min(p + 1, window) of them, and the
+    attention kernel skips the rest. A decode (1 new token) becomes (1, min(ctx, window - 1)).
+    A prefill chunk of n > 1 tokens becomes pieces, each priced as its L queries on X context
+    tokens, query j attending X + j + 1 keys: the part inside the first window as it is (X = ctx,
+    exact), the rest in pieces of at most ``window`` queries, each with X = window - (L + 1) // 2
+    so that its queries attend ``window`` keys on average, as they do. Without this an 8k-token
+    prefill of gpt-oss (window 128) priced its sliding layers as full causal attention over 8k
+    tokens (~32x their work).
+    """
+    out_new: list[int] = []
+    out_ctx: list[int] = []
+    for n, c in zip(new, ctx):
+        if n == 1:
+            out_new.append(1)
+            out_ctx.append(min(c, window - 1))
+            continue
+        start, end = c, c + n
+        if start < window:
+            first = min(n, window - start)
+            out_new.append(first)
+            out_ctx.append(start)
+            start += first
+        while start < end:
+            length = min(window, end - start)
+            out_new.append(length)
+            out_ctx.append(window - (length + 1) // 2)
+            start += length
+    return tuple(out_new), tuple(out_ctx)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -360,16 +394,17 @@ class BatchEngine:
         return t
 
     def attention_ops(self, batch: BatchShape) -> list[tuple[AttentionOp, int]]:
-        """(attention op, number of layers) for the step; sliding layers see clipped context."""
+        """(attention op, number of layers) for the step; sliding layers see their window only
+        (``window_pieces``)."""
         mdl = self.model
-        groups = [(batch.context_lens, mdl.num_layers - mdl.num_sliding_layers)]
+        groups = [(batch.new_tokens, batch.context_lens, mdl.num_layers - mdl.num_sliding_layers)]
         if mdl.sliding_window and mdl.num_sliding_layers:
-            w = mdl.sliding_window
-            groups.append((tuple(min(c, w) for c in batch.context_lens), mdl.num_sliding_layers))
+            groups.append((*window_pieces(batch.new_tokens, batch.context_lens, mdl.sliding_window),
+                           mdl.num_sliding_layers))
         out = []
-        for ctx, n_layers in groups:
+        for new, ctx, n_layers in groups:
             if n_layers:
-                out += [(op, n_layers) for op in self._attention_for(batch.new_tokens, ctx)]
+                out += [(op, n_layers) for op in self._attention_for(new, ctx)]
         return out
 
     def _attention_for(self, new: tuple[int, ...], ctx: tuple[int, ...]) -> list[AttentionOp]:
