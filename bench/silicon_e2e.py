@@ -118,6 +118,14 @@ PRECISION_FAMILY = {
 INFERENCEMAX_SOURCE = re.compile(r"workflow_run_id=|^source_file=\d{4}-\d{2}-\d{2}\.csv; model=")
 IMAX_RANGE_RATIO = 0.8   # InferenceMAX's --random-range-ratio: lengths in [int(0.8 L), L]
 LENGTH_POLICIES = ("harness", "fixed")
+# InferenceMAX's 2025 runs served at most ~100 requests at once whatever the concurrency: on its
+# nine concurrency-512 rows (gpt-oss-120b H100, measured 2025-12) Little's law on the measured
+# means (512 in the system, each for TTFT + 0.9 OSL x TPOT, of which 0.9 OSL x TPOT in service)
+# gives 88-98 in service on every row, while its 2026 concurrency-128 rows (MiniMax) give
+# 124-128. aiohttp's default connection pool (100 connections) in that client is the likely
+# cause; a FIFO wait for a connection counts in TTFT exactly as a server-side queue does, so the
+# cap is simulated as max_num_seqs.
+IMAX_2025_IN_SERVICE_CAP = 100
 
 PROMPTS_PER_SLOT = 10
 MIN_PROMPTS = 100
@@ -148,6 +156,7 @@ class Deployment:
     ttft_meas_ms: float
     tpot_meas_ms: float
     harness: str = "unknown"  # "inferencemax" (lengths in [int(0.8 L), L]) or "unknown" (fixed)
+    in_service_cap: int | None = None  # requests served at once, when the run capped them (below)
 
 
 @dataclass(frozen=True)
@@ -284,11 +293,15 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
     if ttft is None or tpot is None:
         return skip("no measured TTFT/TPOT", "")
     concurrency = bs * dp
+    harness = harness_of(row)
+    measured = re.search(r"measured=(\d{4})", row.get("silicon_data_source") or "")
+    cap = (IMAX_2025_IN_SERVICE_CAP if harness == "inferencemax" and measured and measured.group(1) == "2025"
+           and concurrency > IMAX_2025_IN_SERVICE_CAP else None)
     return Deployment(
         row_id=rid, model_path=model_path, model=model, system=system, gpu=SYSTEM_TO_GPU[system],
         tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,
         concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl), quant_method=method,
-        ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness_of(row))
+        ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap)
 
 
 def check_deployment(dep: Deployment) -> str | None:
@@ -320,7 +333,8 @@ def _engine_args(dep: Deployment) -> Any:
     max_len = min(spec.max_position_embeddings, max(need, 8192))
     return EngineArgs(model=dep.model, gpu=dep.gpu, tensor_parallel_size=dep.tp,
                       pipeline_parallel_size=dep.pp, data_parallel_size=dep.dp,
-                      enable_expert_parallel=dep.enable_expert_parallel, max_model_len=max_len)
+                      enable_expert_parallel=dep.enable_expert_parallel, max_model_len=max_len,
+                      max_num_seqs=dep.in_service_cap)
 
 
 def resolve_bundles(value: str | None, gpus: set[str]) -> dict[str, str | None]:

@@ -188,3 +188,16 @@ def test_imax_row_runs_with_spread_lengths() -> None:
     fixed = e2e.simulate_row(small, 0.0, lengths="fixed")
     assert spread["completed"] == fixed["completed"] == 20
     assert spread["ttft_ms"] != fixed["ttft_ms"]
+
+
+@needs_data
+def test_in_service_cap_only_on_inferencemax_2025_rows_above_it() -> None:
+    deps = [d for d in map(e2e.map_row, e2e.load_rows()) if isinstance(d, e2e.Deployment)]
+    capped = [d for d in deps if d.in_service_cap is not None]
+    assert len(capped) == 9
+    assert {(d.model, d.gpu, d.concurrency, d.in_service_cap) for d in capped} == {
+        ("openai/gpt-oss-120b", "H100", 512, e2e.IMAX_2025_IN_SERVICE_CAP)}
+    assert e2e._engine_args(capped[0]).max_num_seqs == 100
+    minimax_128 = [d for d in deps if d.model == "MiniMaxAI/MiniMax-M2.5" and d.concurrency == 128]
+    assert minimax_128 and all(d.in_service_cap is None for d in minimax_128)   # measured 2026
+    assert e2e._engine_args(minimax_128[0]).max_num_seqs is None
