@@ -51,8 +51,8 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   script's ``sample_random_requests``: lengths uniform integers in [int(0.8 L), L] (mean 0.9 L),
   input and output; simulated as a trace with those lengths (``imax_lengths``). This setting is
   taken from InferenceMAX's public harness as we know it, not from this data, which does not
-  state it. The other rows (AIC's own gap-analysis runs: Qwen3-32B, Qwen3-235B, Llama-3.1-8B)
-  name no harness; they keep the fixed lengths the rows state. ``--lengths fixed`` runs every
+  state it. The other rows (AIC's own gap-analysis runs: Qwen3-32B, Qwen3-235B, Llama-3.1-8B and
+  15 Kimi-K2.5 rows) name no harness; they keep the fixed lengths the rows state. ``--lengths fixed`` runs every
   row at fixed lengths (the former default).
 * ``--range-ratio`` (default 0) applies to the fixed-length rows: with identical lengths the
   simulated batch stays phase-locked (a wave of requests finishes in one step and the next wave's
@@ -156,7 +156,8 @@ class Deployment:
     ttft_meas_ms: float
     tpot_meas_ms: float
     harness: str = "unknown"  # "inferencemax" (lengths in [int(0.8 L), L]) or "unknown" (fixed)
-    in_service_cap: int | None = None  # requests served at once, when the run capped them (below)
+    in_service_cap: int | None = None  # requests served at once where the run capped them
+                                       # (IMAX_2025_IN_SERVICE_CAP), simulated as max_num_seqs
 
 
 @dataclass(frozen=True)
@@ -485,6 +486,9 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
         def bias(rs: list[dict[str, Any]], what: str) -> float | None:
             return _mape([(r[key][f"{what}_ms_bench"] / r["deployment"][f"{what}_meas_ms"] - 1) * 100 for r in rs])
 
+        by_harness: dict[str, list[dict[str, Any]]] = {}
+        for r in ok:   # reports written before the harness field count as "unknown"
+            by_harness.setdefault(r["deployment"].get("harness", "unknown"), []).append(r)
         per_model: dict[str, Any] = OrderedDict()
         for r in ok:
             per_model.setdefault(f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}', []).append(r)
@@ -500,8 +504,7 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
             "per_harness": {h: {"rows": len(rs), "ttft_mape": mape(rs, "ttft", "bench"),
                                 "tpot_mape": mape(rs, "tpot", "bench"),
                                 "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot")}
-                            for h in sorted({r["deployment"].get("harness", "unknown") for r in ok})
-                            for rs in [[r for r in ok if r["deployment"].get("harness", "unknown") == h]]},
+                            for h, rs in sorted(by_harness.items())},
             "per_model": {m: {"rows": len(rs),
                               "ttft_mape": mape(rs, "ttft", "bench"), "tpot_mape": mape(rs, "tpot", "bench"),
                               "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot"),
