@@ -8,15 +8,20 @@ over the simulated rows next to AIConfigurator 0.12's own MAPE on the same rows
 
 Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
 
-* model: ``model_path`` + ``precision`` -> a catalogue model (``MODEL_VARIANTS``). When the row's
+* model: ``model_path`` + ``precision`` (+ system) -> how it was served (``MODEL_VARIANTS``: a
+  catalogue model and the ``--quantization`` / ``--kv-cache-dtype`` flags). When the row's
   precision differs from the checkpoint named by ``model_path``, the row maps to the checkpoint
   that was served: ``meta-llama/Llama-3.1-70B`` fp8 (all InferenceMAX rows) ->
   ``nvidia/Llama-3.3-70B-Instruct-FP8``, the modelopt FP8 checkpoint InferenceMAX serves (same
-  architecture; FP8 weights and FP8 KV cache; the data agrees: on one H200, 1k/8k at
-  concurrency 32 measures no queueing, which a bf16 KV cache of 193k tokens could not hold,
-  while concurrency 64 queues); ``Qwen/Qwen3-32B`` fp8 (3 rows) -> ``vllm serve --quantization
-  fp8`` (per-tensor FP8 weights, dynamic activation scales, KV cache bf16), a catalogue config
-  of that online quantization. A row with no precision runs the checkpoint as stored. Then the model's
+  architecture, FP8 weights). Its KV cache differs by GPU, as the queueing onsets show (KV
+  capacity brackets; bench/README.md): on one H200, 1k/8k at concurrency 32 measures no
+  queueing, which a bf16 KV cache of 193k tokens could not hold, while concurrency 64 queues ->
+  FP8 KV (the checkpoint's scheme, ``auto``); on two H100s, 8k/1k at concurrency 32 queues
+  (6.5 s TTFT against 1.3 s at 16), which an FP8 KV cache of 473k tokens would hold without a
+  wait while a bf16 one of 236k cannot -> ``--kv-cache-dtype bfloat16`` (what vLLM <= 0.11 does
+  with that checkpoint unless told ``--kv-cache-dtype fp8``). ``Qwen/Qwen3-32B`` fp8
+  (3 rows) -> ``--quantization fp8`` (online per-tensor FP8 weights, dynamic activation scales,
+  KV cache bf16). A row with no precision runs the checkpoint as stored. Then the model's
   ``QuantSpec.method`` must belong to the row's precision family (fp8 -> fp8/fp8_block,
   fp4 -> mxfp4/nvfp4, int4 -> int4_wo), else the row is skipped. AIC's ``*_quant_mode`` labels
   name its own kernel tables (gpt-oss is labelled nvfp4 though the checkpoint is MXFP4; the
@@ -99,11 +104,23 @@ AIC_CSV = DATA_ROOT / "derived" / "aic0.12_estimate_vs_silicon_vllm_h100_h200_ag
 
 SYSTEM_TO_GPU = {"h100_sxm": "H100", "h200_sxm": "H200"}
 
-# (model_path, precision) -> catalogue model. precision "" = not stated in the row.
-# Rows not listed use model_path itself.
+
+@dataclass(frozen=True)
+class Served:
+    """How a row's model was served: the checkpoint and the vllm serve flags that change it."""
+
+    model: str                          # catalogue name given to EngineArgs.model
+    quantization: str | None = None     # --quantization (online quantization of a bf16 checkpoint)
+    kv_cache_dtype: str = "auto"        # --kv-cache-dtype
+
+
+# (model_path, precision, system) -> Served; system "" = any. precision "" = not stated in the
+# row. Rows not listed serve model_path as stored. Evidence for each: the module docstring.
 MODEL_VARIANTS = {
-    ("meta-llama/Llama-3.1-70B", "fp8"): "nvidia/Llama-3.3-70B-Instruct-FP8",
-    ("Qwen/Qwen3-32B", "fp8"): "Qwen/Qwen3-32B-FP8-online",
+    ("meta-llama/Llama-3.1-70B", "fp8", "h200_sxm"): Served("nvidia/Llama-3.3-70B-Instruct-FP8"),
+    ("meta-llama/Llama-3.1-70B", "fp8", "h100_sxm"): Served("nvidia/Llama-3.3-70B-Instruct-FP8",
+                                                            kv_cache_dtype="bfloat16"),
+    ("Qwen/Qwen3-32B", "fp8", ""): Served("Qwen/Qwen3-32B", quantization="fp8"),
 }
 PRECISION_FAMILY = {
     "fp8": ("fp8", "fp8_block"),
@@ -158,6 +175,8 @@ class Deployment:
     harness: str = "unknown"  # "inferencemax" (lengths in [int(0.8 L), L]) or "unknown" (fixed)
     in_service_cap: int | None = None  # requests served at once where the run capped them
                                        # (IMAX_2025_IN_SERVICE_CAP), simulated as max_num_seqs
+    quantization: str | None = None    # --quantization of the served model (Served)
+    kv_cache_dtype: str = "auto"       # --kv-cache-dtype of the served model (Served)
 
 
 @dataclass(frozen=True)
@@ -233,6 +252,12 @@ def _model_spec(name: str) -> Any:
     return _SPEC_CACHE[name]
 
 
+def served_as(model_path: str, precision: str, system: str) -> Served:
+    """The MODEL_VARIANTS entry of a row (its system's, else any system's), else model_path as stored."""
+    return (MODEL_VARIANTS.get((model_path, precision, system)) or MODEL_VARIANTS.get((model_path, precision, ""))
+            or Served(model_path))
+
+
 def map_row(row: dict[str, str]) -> Deployment | Skip:
     """Row of silicon_sample.csv -> Deployment, or Skip with the reason."""
     rid, model_path, system = row["id"], row["model_path"], row["system"]
@@ -243,7 +268,8 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
     if system not in SYSTEM_TO_GPU:
         return skip("system not mapped", system)
     precision = (row.get("precision") or "").strip().lower()
-    model = MODEL_VARIANTS.get((model_path, precision), model_path)
+    served = served_as(model_path, precision, system)
+    model = served.model
     spec = _model_spec(model)
     if isinstance(spec, Exception):
         msg = str(spec)
@@ -254,6 +280,10 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
             return skip("model not in the catalogue", msg[:160])
         return skip("model config not loadable", msg[:160])
     method = spec.quant.method
+    if served.quantization:
+        from frontier.quant import parse_quantization
+        from simulator.engine_args import ONLINE_QUANTIZATION
+        method = parse_quantization(ONLINE_QUANTIZATION[served.quantization]).method
     if precision:
         family = PRECISION_FAMILY.get(precision)
         if family is None:
@@ -302,7 +332,8 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
         row_id=rid, model_path=model_path, model=model, system=system, gpu=SYSTEM_TO_GPU[system],
         tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,
         concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl), quant_method=method,
-        ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap)
+        ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap,
+        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype)
 
 
 def check_deployment(dep: Deployment) -> str | None:
@@ -335,7 +366,8 @@ def _engine_args(dep: Deployment) -> Any:
     return EngineArgs(model=dep.model, gpu=dep.gpu, tensor_parallel_size=dep.tp,
                       pipeline_parallel_size=dep.pp, data_parallel_size=dep.dp,
                       enable_expert_parallel=dep.enable_expert_parallel, max_model_len=max_len,
-                      max_num_seqs=dep.in_service_cap)
+                      max_num_seqs=dep.in_service_cap, quantization=dep.quantization,
+                      kv_cache_dtype=dep.kv_cache_dtype)
 
 
 def resolve_bundles(value: str | None, gpus: set[str]) -> dict[str, str | None]:

@@ -63,6 +63,10 @@ CC_HELP = ("vLLM --compilation-config JSON; only the CUDA-graph keys are simulat
            "max_cudagraph_capture_size.")
 O_HELP = ("vLLM -O0..-O3 (default 2); only the cudagraph_mode it sets is simulated: 0 = NONE (eager), "
           "1 = PIECEWISE, 2 and 3 = FULL_AND_PIECEWISE. A --compilation-config cudagraph_mode wins.")
+KV_DTYPE_HELP = ("KV-cache dtype, as vLLM: auto (default: the checkpoint's KV scheme, e.g. a modelopt FP8 KV "
+                 "cache, else the model dtype), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2.")
+QUANT_HELP = ("vLLM --quantization: fp8 = online FP8 of an unquantized checkpoint (per-tensor FP8 weights, "
+              "dynamic activation scales; the KV cache keeps its dtype). A quantized checkpoint needs no flag.")
 COMPILATION_KEYS = ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size")
 
 
@@ -187,6 +191,8 @@ def simulate(
     gpu_memory_utilization: Optional[float] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     num_gpu_blocks_override: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; ignores --gpu-memory-utilization.", rich_help_panel=ENGINE_HELP),
+    kv_cache_dtype: Optional[str] = typer.Option(None, help=KV_DTYPE_HELP, rich_help_panel=ENGINE_HELP),
+    quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help=QUANT_HELP, rich_help_panel=ENGINE_HELP),
     enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_HELP),
     long_prefill_token_threshold: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
@@ -326,6 +332,8 @@ def memory(
     gpu_memory_utilization: float = typer.Option(0.92),
     num_gpu_blocks_override: Optional[int] = typer.Option(None),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; skips profiling and ignores --gpu-memory-utilization."),
+    kv_cache_dtype: str = typer.Option("auto", help=KV_DTYPE_HELP),
+    quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help=QUANT_HELP),
     enforce_eager: bool = typer.Option(False, "--enforce-eager/--no-enforce-eager"),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's)."),
@@ -352,7 +360,8 @@ def memory(
             max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
-            optimization_level=optimization_level, async_scheduling=async_scheduling, **cg,
+            optimization_level=optimization_level, async_scheduling=async_scheduling,
+            kv_cache_dtype=kv_cache_dtype, quantization=quantization, **cg,
             kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
         profiled = None if predictor_bundle is None else bundle_overheads(predictor_bundle, resolved.model.name, resolved.parallel)
@@ -382,6 +391,8 @@ def memory(
         "max_num_seqs": resolved.max_num_seqs,
         "max_num_batched_tokens": resolved.max_num_batched_tokens,
         "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "kv_bytes_per_elem": resolved.model.quant.kv_bytes_per_elem,
         "kv_cache_groups": [[g.kind, len(g.layers)] for g in budget.layout.groups],
         "sources": dict(budget.sources),
         "start_error": budget.start_error(resolved.max_model_len),
@@ -396,7 +407,7 @@ def memory(
         source = report["sources"].get(key[:-4], "given" if key == "kv_cache_gib" and args.kv_cache_memory_bytes else "")
         typer.echo(f"  {key[:-4].replace('_', ' '):<28} {report[key]:>10.2f} GiB" + (f"  ({source})" if source else ""))
     typer.echo(f"  {'num_gpu_blocks':<28} {report['num_gpu_blocks']:>10}  "
-               f"({report['bytes_per_block']} bytes per block; groups "
+               f"({report['bytes_per_block']} bytes per block, KV {report['kv_bytes_per_elem']:g} byte(s) per element; groups "
                f"{', '.join(f'{n} {kind}' for kind, n in report['kv_cache_groups'])} layers)")
     typer.echo(f"GPU KV cache size: {report['kv_cache_tokens']:,} tokens")
     typer.echo(f"Maximum concurrency for {report['max_model_len']:,} tokens per request: "

@@ -13,14 +13,29 @@ server usage context, which is what ``vllm serve`` runs:
 
 ``max_model_len`` defaults to the model's ``max_position_embeddings``.
 ``block_size`` defaults to 16, or 64 for MLA models (FlashMLA supports only 64).
+``kv_cache_dtype`` "auto" keeps the checkpoint's KV-cache scheme, as 0.33 resolves it
+(``resolve_kv_cache_dtype_string``: a modelopt ``kv_cache_quant_algo`` FP8 -> fp8; the attention
+layer also turns a compressed-tensors ``kv_cache_scheme`` into fp8), else the model dtype (2
+bytes); an explicit value wins over the checkpoint (``--kv-cache-dtype bfloat16`` on a
+modelopt FP8-KV checkpoint stores bf16). Older versions differ: in the 0.10.2 and 0.11.2 wheels
+the attention layer takes ``cache_config.cache_dtype`` as given, so "auto" stores the model
+dtype even for a modelopt FP8-KV checkpoint (its ``kv_cache_quant_algo`` only loads the scales)
+and an FP8 KV cache needs ``--kv-cache-dtype fp8``; simulate such a deployment with
+``kv_cache_dtype="bfloat16"``. Where between 0.11.2 and 0.33 the resolution came in was not read.
+``quantization`` "fp8" on an unquantized checkpoint is vLLM's online quantization (``Fp8Config``
+with dynamic activation scales: every linear and fused-MoE weight stored as per-tensor FP8 at
+load time; embeddings, lm_head, norms and routers stay bf16; the KV cache keeps its dtype). On a
+checkpoint that is already quantized the simulator refuses it: vLLM accepts only the
+checkpoint's own method there, which the checkpoint already implies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from frontier.gpu import GpuSpec
 from frontier.model_spec import ModelSpec
+from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
@@ -28,6 +43,11 @@ from simulator.scheduler_config import SchedulerConfig
 GiB = 1 << 30
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
+# vLLM 0.33 --kv-cache-dtype values the simulator prices (vllm/config/cache.py CacheDType); the
+# others (fp8_inc, fp8_ds_mla, nvfp4_ds_mla, turboquant_*) have layouts it does not model.
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# --quantization values simulated: online FP8 of an unquantized checkpoint (vLLM's Fp8Config)
+ONLINE_QUANTIZATION = {"fp8": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
 ROUTERS = ("round_robin", "least_loaded")
 # vllm/config/vllm.py OPTIMIZATION_LEVEL_TO_CONFIG: the cudagraph_mode each -O level sets when the user
 # gave none (O0: no compilation, no graphs; O1: piecewise; O2 = default and O3: full and piecewise).
@@ -57,6 +77,8 @@ class EngineArgs:
     gpu_memory_utilization: float = 0.92
     num_gpu_blocks_override: int | None = None
     kv_cache_memory_bytes: int | None = None  # KV bytes per GPU; skips profiling, ignores gpu_memory_utilization
+    kv_cache_dtype: str = "auto"    # --kv-cache-dtype: auto = the checkpoint's KV scheme, else the model dtype
+    quantization: str | None = None   # --quantization: fp8 = online FP8 of an unquantized checkpoint
     enable_prefix_caching: bool = True
     long_prefill_token_threshold: int = 0
     enforce_eager: bool = False
@@ -99,6 +121,13 @@ class EngineArgs:
         if self.long_prefill_token_threshold < 0:
             raise ValueError("--long-prefill-token-threshold must be >= 0 (0 = off), "
                              f"got {self.long_prefill_token_threshold!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} "
+                             "(vLLM's fp8_inc, *_ds_mla and turboquant layouts are not simulated)")
+        if self.quantization is not None and self.quantization not in ONLINE_QUANTIZATION:
+            raise ValueError(f"--quantization {self.quantization!r} is not simulated; valid: "
+                             f"{', '.join(ONLINE_QUANTIZATION)} (online quantization of an unquantized checkpoint; "
+                             "a quantized checkpoint needs no flag)")
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"--scheduling-policy {self.scheduling_policy!r} is not one of "
                              f"{', '.join(SCHEDULING_POLICIES)}")
@@ -146,6 +175,15 @@ class EngineArgs:
         else:
             max_num_batched_tokens = self.max_num_batched_tokens
         block_size = self.block_size or (64 if model.is_mla else 16)
+        if self.quantization is not None:
+            if model.quant.method != "none":
+                raise ValueError(f"--quantization {self.quantization} needs an unquantized checkpoint; {model.name} is "
+                                 f"already quantized ({model.quant.method}): drop the flag, vLLM serves the "
+                                 "checkpoint's own scheme")
+            online = parse_quantization(ONLINE_QUANTIZATION[self.quantization])
+            model = replace(model, quant=replace(online, kv_bytes_per_elem=model.quant.kv_bytes_per_elem))
+        if self.kv_cache_dtype != "auto":
+            model = replace(model, quant=replace(model.quant, kv_bytes_per_elem=kv_bytes_for_dtype(self.kv_cache_dtype)))
         return ResolvedEngine(
             args=self, model=model, gpu=gpu, parallel=self.parallel(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

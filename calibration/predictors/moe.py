@@ -10,7 +10,13 @@ the simulator's ops carry their router's actual loads.
 
 Held-out p95 (features v5, 20 %, seed 0): rows 12.5 % (H200) / 12.3 % (H100), token points
 14.7 % / 14.7 %. Measured but not adopted (H200 rows): leaves of 1 sample 12.3 % at 2.3x the
-pickled size, 32 trees with leaves of 1 11.9 % at 4.7x (features v4). The tables repeat
+pickled size, 32 trees with leaves of 1 11.9 % at 4.7x (features v4). Gradient boosting (2026-11-30,
+features v6; ``forest(kind="hgb")``, 63 leaves, learning rate 0.1): 300 rounds give rows 10.8 %
+(H200) / 11.0 % (H100), 800 rounds 10.4 / 10.8 %, but by token points 17.4 % against this
+forest's 14.7 % (H200): it fits the measured token grid and interpolates worse between counts,
+which is what the simulator asks, and one row walks ~140 us against ~17 us; not adopted. Two
+kernel-selection features (the token count's power-of-2 bucket, vLLM's nearest tuned Triton
+config size) moved the H200 rows' p95 12.53 -> 12.27 %: not adopted. The tables repeat
 identical work to p95 ~7 % (README, calibration), below which no predictor can go."""
 
 from __future__ import annotations

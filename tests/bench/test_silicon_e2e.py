@@ -46,7 +46,11 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
     ("2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_260",
      dict(model="nvidia/Llama-3.3-70B-Instruct-FP8", gpu="H100", tp=4, pp=1, dp=1, enable_expert_parallel=False,
           isl=1024, osl=1024, batch_size=16, concurrency=16, num_prompts=146, quant_method="fp8",
-          harness="inferencemax")),
+          harness="inferencemax", quantization=None, kv_cache_dtype="bfloat16")),
+    ("2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x8192_c16_tp8_ep1_270",    # H200: the checkpoint's FP8 KV
+     dict(model="nvidia/Llama-3.3-70B-Instruct-FP8", gpu="H200", tp=8, quant_method="fp8", kv_cache_dtype="auto")),
+    ("qwen3_32b_qwen3_32b_h100_sxm_vllm_agg_4000x1000_c_tp2_0_epnone_3",           # fp8 row: --quantization fp8
+     dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, quant_method="fp8", quantization="fp8", kv_cache_dtype="auto")),
     ("2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185",
      dict(model="openai/gpt-oss-120b", gpu="H100", tp=4, dp=1, enable_expert_parallel=False,
           concurrency=64, num_prompts=146, quant_method="mxfp4")),

@@ -1,0 +1,95 @@
+"""--kv-cache-dtype and --quantization, as vLLM 0.33 resolves them: "auto" keeps the checkpoint's
+KV scheme and an explicit value wins; --quantization fp8 quantizes an unquantized checkpoint
+online. And what follows (KV bytes per token, the KV budget, weights, attention ops, the CLI)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from frontier.cli import app
+from simulator.batch_engine import BatchEngine, BatchShape
+from simulator.cost_model import RooflineCostModel
+from frontier.model_spec import load_model_spec
+from frontier.parallel import ParallelSpec
+from simulator.engine_args import KV_CACHE_DTYPES, EngineArgs
+from simulator.simulation import build_memory, resolve_engine
+
+BF16_MODEL = "meta-llama/Llama-3.1-8B"                     # no quantization_config: bf16 KV
+FP8_KV_MODEL = "nvidia/Llama-3.3-70B-Instruct-FP8"         # modelopt, kv_cache_quant_algo FP8
+runner = CliRunner()
+
+
+def kv_bytes(model: str, dtype: str) -> float:
+    return resolve_engine(EngineArgs(model=model, kv_cache_dtype=dtype, max_model_len=4096)).model.quant.kv_bytes_per_elem
+
+
+def test_auto_keeps_the_checkpoint_scheme_and_an_explicit_value_wins():
+    assert kv_bytes(BF16_MODEL, "auto") == 2.0
+    assert kv_bytes(FP8_KV_MODEL, "auto") == 1.0
+    for dtype, want in (("bfloat16", 2.0), ("float16", 2.0), ("fp8", 1.0), ("fp8_e4m3", 1.0), ("fp8_e5m2", 1.0)):
+        assert kv_bytes(BF16_MODEL, dtype) == want, dtype
+        assert kv_bytes(FP8_KV_MODEL, dtype) == want, dtype
+    # only the KV cache changes: the weights stay as the checkpoint stores them
+    a = resolve_engine(EngineArgs(model=FP8_KV_MODEL, max_model_len=4096)).model
+    b = resolve_engine(EngineArgs(model=FP8_KV_MODEL, kv_cache_dtype="bfloat16", max_model_len=4096)).model
+    assert (a.quant.method, a.quant.weight_bytes_per_param) == (b.quant.method, b.quant.weight_bytes_per_param)
+
+
+def test_fp8_kv_halves_the_page_and_doubles_the_blocks():
+    args = dict(model=BF16_MODEL, gpu="H100", max_model_len=8192)
+    b16 = build_memory(resolve_engine(EngineArgs(**args)))
+    b8 = build_memory(resolve_engine(EngineArgs(**args, kv_cache_dtype="fp8")))
+    assert b16.bytes_per_block == 32 * 2 * 16 * 8 * 128 * 2
+    assert b8.bytes_per_block * 2 == b16.bytes_per_block
+    assert b8.kv_bytes == b16.kv_bytes                      # same memory, half the bytes per token
+    assert b8.num_gpu_blocks == b8.kv_bytes // b8.bytes_per_block
+    assert b8.num_gpu_blocks in (2 * b16.num_gpu_blocks, 2 * b16.num_gpu_blocks + 1)
+
+
+def test_attention_ops_carry_the_resolved_kv_bytes():
+    for dtype, want in (("auto", 2.0), ("fp8", 1.0)):
+        r = resolve_engine(EngineArgs(model=BF16_MODEL, kv_cache_dtype=dtype, max_model_len=4096))
+        engine = BatchEngine(r.model, r.parallel, r.gpu, RooflineCostModel(r.gpu), r.cudagraph_config())
+        (op, _), = engine.attention_ops(BatchShape((1, 1), (1000, 2000)))
+        assert op.kv_bytes_per_elem == want
+
+
+def test_bad_value_is_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match=r"--kv-cache-dtype 'fp8_ds_mla' is not one of auto, float16, bfloat16, "
+                                         r"fp8, fp8_e4m3, fp8_e5m2"):
+        EngineArgs(kv_cache_dtype="fp8_ds_mla")
+    assert KV_CACHE_DTYPES[0] == "auto"
+
+
+def test_cli_flags():
+    res = runner.invoke(app, ["memory", "--model", BF16_MODEL, "--kv-cache-dtype", "fp8", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert (report["kv_cache_dtype"], report["kv_bytes_per_elem"], report["bytes_per_block"]) == ("fp8", 1.0, 1 << 20)
+    res = runner.invoke(app, ["simulate", "--kv-cache-dtype", "int8"])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "--kv-cache-dtype 'int8' is not one of" in lines[0], res.output
+
+
+def test_online_fp8_quantizes_every_linear_and_keeps_the_kv_dtype():
+    r = resolve_engine(EngineArgs(model="Qwen/Qwen3-32B", quantization="fp8", max_model_len=4096))
+    q = r.model.quant
+    assert (q.method, q.weight_bytes_per_param, q.kv_bytes_per_elem) == ("fp8", 1.0, 2.0)
+    assert q.quantized_parts == ("attention", "dense_mlp", "shared_experts", "routed_experts")
+    one = ParallelSpec()
+    # the bytes of the catalogue config that stood for this flag before it existed
+    # (Qwen/Qwen3-32B-FP8-online: quantization_config {"quant_method": "fp8", "activation_scheme": "dynamic"})
+    assert r.model.weight_bytes_per_rank(one) == 34_318_592_000
+    assert load_model_spec("Qwen/Qwen3-32B").weight_bytes_per_rank(one) == 65_524_213_760
+    both = resolve_engine(EngineArgs(model="Qwen/Qwen3-32B", quantization="fp8", kv_cache_dtype="fp8",
+                                     max_model_len=4096)).model.quant
+    assert (both.method, both.kv_bytes_per_elem) == ("fp8", 1.0)
+
+
+def test_quantization_is_refused_on_a_quantized_checkpoint_and_for_other_methods():
+    with pytest.raises(ValueError, match=r"--quantization fp8 needs an unquantized checkpoint; "
+                                         r"nvidia/Llama-3.3-70B-Instruct-FP8 is already quantized \(fp8\)"):
+        resolve_engine(EngineArgs(model=FP8_KV_MODEL, quantization="fp8", max_model_len=4096))
+    with pytest.raises(ValueError, match=r"--quantization 'awq' is not simulated; valid: fp8"):
+        EngineArgs(quantization="awq")
