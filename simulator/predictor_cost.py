@@ -18,12 +18,20 @@ reports it, as DESIGN.md asks.
 
 Two op -> table rules follow what the measured rows contain, not the op's name alone:
 
-* **MLA module rows.** AIC's MLA tables time the whole attention layer (q/kv
-  projections, norms, RoPE, the MLA kernel, the output projection). When the bundle's
-  attention predictor was fitted on such rows (``module_keys`` with an "mla:" key), the
-  engine's MLA projection ops (``MLA_MODULE_OPS``) are priced at 0 s: the MLA attention
-  op already holds them. Before: Kimi-K2.5 tp8 H200, 16 decodes at 2k context, priced
-  the projections twice (+35 us of GEMMs per layer on top of the 103 us module).
+* **MLA is priced from its pieces, not from module rows.** AIC's MLA tables time the
+  whole attention layer (q/kv projections, norms, RoPE, the MLA kernel, the output
+  projection). When the bundle's attention predictor was fitted on such rows
+  (``module_keys`` with an "mla:" key), the engine's MLA attention op goes to the roofline
+  (the MLA kernel alone) and its projection, norm and RoPE ops are priced as the ops they
+  are (GEMM rows, ...). The module rows carry a floor the deployments do not pay: ~65-120 us
+  per layer at 1-16 heads and batch 1-4 (H200, vLLM 0.24), about twice their pieces (Kimi-K2.5
+  tp8, 16 decodes at 2k context: 103 us against GEMM rows 33 us + the MLA kernel 22 us), while
+  Kimi-K2.5's measured TPOT at concurrency 4 (10.4 ms for 61 layers) leaves ~61 us per layer
+  for MLA once the rest of the step is priced. Kimi's 45 silicon rows (bench/silicon_e2e.py,
+  auto): TPOT MAPE 26.6 -> 12.5 % (bias +23 -> +7 %), TTFT of its InferenceMAX rows unchanged
+  (24.1 %). The module rows stay in the bundle (``frontier evaluate`` reports them) and price
+  nothing. Before 2026-11-30 they priced the MLA op and the projections cost 0 s; before that
+  the projections were counted twice.
 * **Block-scaled fp8 GEMMs** are priced from the per-tensor fp8 sub-model of the same
   shape (``FP8_BLOCK_AS = "fp8"``) when the bundle has one. AIC's vLLM 0.24 fp8_block
   GEMM table (H200) has a floor of ~57-60 us at m <= 16 and ~80-90 us at m = 32-1024 on
@@ -46,9 +54,6 @@ from simulator.comm.backend import make_comm_backend
 from simulator.cost_model import CostModel, RooflineCostModel
 
 PREDICTED_FAMILIES = ("linear", "attention", "moe", "elementwise")
-# the engine's MLA ops (simulator.batch_engine) that AIC's MLA module rows already time
-MLA_MODULE_OPS = frozenset({"q_a_proj", "q_b_proj", "mla_q_proj", "kv_a_proj", "mla_norms", "kv_b_proj",
-                            "mla_o_proj"})
 FP8_BLOCK_AS = "fp8"   # the GEMM sub-model block-scaled fp8 GEMMs are priced from (see above)
 
 
@@ -75,9 +80,10 @@ class PredictorCostModel:
         times = [0.0] * len(ops)
         by_family: dict[str, list[int]] = {}
         for i, op in enumerate(ops):
-            if self.mla_module and getattr(op, "name", None) in MLA_MODULE_OPS:
-                continue                       # inside the MLA attention module's time
-            by_family.setdefault(op.family, []).append(i)
+            family = op.family
+            if self.mla_module and family == "attention" and op.is_mla:
+                family = "roofline"            # the MLA kernel alone; its projections are their own ops
+            by_family.setdefault(family, []).append(i)
         rest: list[int] = []
         for family, idx in by_family.items():
             predictor = self._predictors.get(family)

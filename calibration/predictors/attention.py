@@ -11,8 +11,9 @@ dtype, on the "ratio" target: 8 unbagged trees with leaves of 2 (H100 rows split
 8.3 % vs 10.5 % for 16 bagged trees with leaves of 3; 16 MB vs 8.5 MB pickled).
 
 Scope: ``module_keys`` names the sub-models fitted on "module" rows (AIC's MLA tables time the
-whole attention layer, its projections included); ``simulator.predictor_cost`` then prices the
-MLA projection ops of the layer at zero, so they are not counted twice.
+whole attention layer, its projections included); ``simulator.predictor_cost`` does not price
+with them (they sit ~2x above the layer's pieces at decode; see there): it prices the MLA kernel
+with the roofline and the projections as GEMMs.
 
 Mixed batches: measured tables (AIC) hold only uniform batches (all prefill of one length,
 or all decode of one context). When the training rows hold no "mixed" rows, a mixed batch
