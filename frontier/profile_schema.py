@@ -198,7 +198,7 @@ def write_profile(table_or_df: pa.Table | pd.DataFrame, root: str | Path, family
         raise ValueError(f"rows have gpu {sorted(map(str, df['gpu'].unique()))}; partition gpu is {gpu!r}")
     table = to_table(df, family)
     root = Path(root)
-    _check_root_version(root)
+    check_root_version(root)
     folder = root / f"family={family}" / f"gpu={gpu}"
     folder.mkdir(parents=True, exist_ok=True)
     write_schema_marker(root)
@@ -237,10 +237,13 @@ def root_schema_version(root: Path) -> str | None:
     return str(versions[0]) if versions else None
 
 
-def _check_root_version(root: Path) -> None:
+def check_root_version(root: Path, name: str | None = None, advice: str = "") -> None:
+    """Refuse a profile root written by another schema version. ``name`` names the folder in the
+    message (default "profile root ROOT"); ``advice`` is appended to it."""
     found = root_schema_version(root)
     if found is not None and found != str(SCHEMA_VERSION):
-        raise ValueError(f"profile root {root} holds schema_version {found}; this code writes {SCHEMA_VERSION}")
+        raise ValueError(f"{name or f'profile root {root}'} holds schema_version {found}; this code writes "
+                         f"{SCHEMA_VERSION}{advice}")
 
 
 def read_profiles(root: str | Path, family: str | None = None, gpu: str | None = None) -> pd.DataFrame:
@@ -251,7 +254,7 @@ def read_profiles(root: str | Path, family: str | None = None, gpu: str | None =
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"profile root {root} is not a directory")
-    _check_root_version(root)
+    check_root_version(root)
     families = sorted(p.name.split("=", 1)[1] for p in root.glob("family=*") if p.is_dir())
     if family is None:
         if len(families) != 1:

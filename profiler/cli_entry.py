@@ -16,7 +16,7 @@ import torch
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from frontier.parallel import ParallelSpec
-from frontier.profile_schema import SCHEMA_VERSION, root_schema_version
+from frontier.profile_schema import check_root_version
 from profiler import sweep
 from profiler.backends import check_backend, runner_for
 from profiler.context import TORCH_DTYPES, RankContext
@@ -62,14 +62,6 @@ def check_device(device: str) -> None:
         raise ValueError(f"--device={device!r}; valid: cpu, cuda, cuda:N")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device} but no CUDA GPU is visible (torch {torch.__version__}); use --device cpu")
-
-
-def check_out_root(out: Path) -> None:
-    """Refuse an output folder that holds profiles of another schema version."""
-    found = root_schema_version(out)
-    if found is not None and found != str(SCHEMA_VERSION):
-        raise ValueError(f"--out {out} holds profile schema_version {found}; this profiler writes {SCHEMA_VERSION} "
-                         "(use another folder)")
 
 
 def check_out_backend(out: Path, gpu: str, families: list[str], backend: str) -> None:
@@ -120,7 +112,7 @@ def run_profile(args: ProfileArgs, stream: TextIO | None = None) -> sweep.SweepR
     sweep.check_families(families)
     check_device(args.device)
     check_backend(args.backend, args.device, families)
-    check_out_root(Path(args.out))
+    check_root_version(Path(args.out), f"--out {args.out}", " (use another folder)")
     grid = SweepGrid.from_file(args.grid, args.device) if args.grid else SweepGrid.default(args.device)
     contexts = build_contexts(args)
     check_out_backend(Path(args.out), contexts[0].gpu, families, args.backend)

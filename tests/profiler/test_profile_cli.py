@@ -72,7 +72,7 @@ def test_out_folder_of_another_schema_version_is_refused(dense_config, tmp_path)
     (tmp_path / "_schema_version").write_text("999\n")
     res = profile("--model", dense_config, "--out", str(tmp_path), "--families", "memory")
     assert res.exit_code == 2
-    assert "holds profile schema_version 999; this profiler writes" in res.output
+    assert "holds schema_version 999; this code writes 1 (use another folder)" in res.output
 
 
 def test_importing_the_cli_does_not_import_torch():
