@@ -111,7 +111,7 @@ def test_mla_module_rows_price_nothing(mla_rows):
     # the MLA kernel, all roofline in this bundle-less check)
     row = mla_rows[(mla_rows.batch_size == 16) & (mla_rows.decode_ctx_max == 2048)]
     pieces = sum(times[n] for n in MLA_PIECES) + roofline.op_times_s([op], "kernel")[0]
-    assert float(row.latency_s_median.min()) > 2 * pieces
+    assert float(row.latency_s_median.min()) > 1.8 * pieces        # 108 us against 51 us
 
 
 def test_mla_kernel_rows_keep_the_projections(mla_rows):
