@@ -59,6 +59,14 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   state it. The other rows (AIC's own gap-analysis runs: Qwen3-32B, Qwen3-235B, Llama-3.1-8B and
   15 Kimi-K2.5 rows) name no harness; they keep the fixed lengths the rows state. ``--lengths fixed`` runs every
   row at fixed lengths (the former default).
+* MoE routing (``--moe-routing``, default ``random``, not the simulator's ``balanced``): each
+  token picks its top-k experts at random, so a decode step touches E(1 - (1 - k/E)^T) experts
+  rather than balanced's min(E, T k); the weights read follow. The measured TPOT shows it:
+  with ``balanced`` the simulated / measured TPOT of gpt-oss-120b (InferenceMAX rows, mean per
+  concurrency) is 0.94 / 0.97 / 1.09 / 1.24 / 0.99 at 4 / 8 / 16 / 32 / 64, a bump where
+  balanced routing first touches every expert (32 x 4 = 128) and random routing about 82 of
+  them; with ``random`` 0.95 / 0.96 / 1.02 / 1.00 / 0.87 (MiniMax-M2.5's bump at 32, 1.05 among
+  0.8-0.9, flattens too). bench/README.md has the per-model effect.
 * ``--range-ratio`` (default 0) applies to the fixed-length rows: with identical lengths the
   simulated batch stays phase-locked (a wave of requests finishes in one step and the next wave's
   prefills queue behind each other in one or a few steps); a small spread (0.1) dissolves the
@@ -143,6 +151,8 @@ LENGTH_POLICIES = ("harness", "fixed")
 # cause; a FIFO wait for a connection counts in TTFT exactly as a server-side queue does, so the
 # cap is simulated as max_num_seqs.
 IMAX_2025_IN_SERVICE_CAP = 100
+# MoE routing of the real deployments: every token's top-k experts at random (see the module doc)
+MOE_ROUTING = "random"
 
 PROMPTS_PER_SLOT = 10
 MIN_PROMPTS = 100
@@ -384,7 +394,8 @@ def resolve_bundles(value: str | None, gpus: set[str]) -> dict[str, str | None]:
 
 def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
                  range_ratio: float = 0.0, predictor_bundle: str | None = None,
-                 comm_model: str = "analytical", lengths: str = "harness") -> dict[str, Any]:
+                 comm_model: str = "analytical", lengths: str = "harness",
+                 moe_routing: str = MOE_ROUTING) -> dict[str, Any]:
     """Simulate one deployment; mean TTFT / TPOT in ms as vllm bench serve reports them.
 
     ``ttft_ms``/``tpot_ms``: means over every request (what the benchmark reports).
@@ -411,7 +422,8 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
         try:
             res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
                                                 max_concurrency=dep.concurrency, step_jitter=step_jitter,
-                                                predictor_bundle=predictor_bundle, comm_model=comm_model))
+                                                predictor_bundle=predictor_bundle, comm_model=comm_model,
+                                                moe_routing=moe_routing))
         except ValueError as exc:
             return {"error": str(exc), "wall_s": time.perf_counter() - t0}
     recs = res.records
@@ -472,12 +484,13 @@ def score(dep: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _work(item: tuple[Deployment, tuple[float, ...], float, str | None, str, str]) -> dict[str, Any]:
-    dep, jitters, range_ratio, bundle, comm_model, lengths = item
+def _work(item: tuple[Deployment, tuple[float, ...], float, str | None, str, str, str]) -> dict[str, Any]:
+    dep, jitters, range_ratio, bundle, comm_model, lengths, moe_routing = item
     out: dict[str, Any] = {"deployment": asdict(dep)}
     for j in jitters:
         out[f"jitter={j:g}"] = score(out["deployment"], simulate_row(
-            dep, j, range_ratio=range_ratio, predictor_bundle=bundle, comm_model=comm_model, lengths=lengths))
+            dep, j, range_ratio=range_ratio, predictor_bundle=bundle, comm_model=comm_model, lengths=lengths,
+            moe_routing=moe_routing))
         # A finished simulation is cyclic garbage (event loop <-> replicas <-> engine) that the
         # collector's thresholds rarely reach in a numpy-heavy run: without this a worker grew
         # ~28 MB per Llama-3.1-8B row (roofline too). Bundles are shared, not per row.
@@ -651,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="none (roofline, default), auto (cached bundle per GPU) or a bundle path")
     ap.add_argument("--comm-model", default="calibrated", choices=("calibrated", "analytical"),
                     help="collective costs: calibrated (measured AIC tables, default) or analytical")
+    ap.add_argument("--moe-routing", default=MOE_ROUTING,
+                    help=f"SimulationSpec.moe_routing of the MoE rows (default {MOE_ROUTING}; see the module doc)")
     args = ap.parse_args(argv)
 
     if args.rescore:
@@ -679,7 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bundles = resolve_bundles(args.predictor_bundle, {d.gpu for d in deps})  # fits once per GPU if needed
     t0 = time.perf_counter()
-    items = [(d, jitters, args.range_ratio, bundles[d.gpu], args.comm_model, args.lengths) for d in deps]
+    items = [(d, jitters, args.range_ratio, bundles[d.gpu], args.comm_model, args.lengths, args.moe_routing)
+             for d in deps]
     # Longest rows first, so the pool does not end on one long straggler; progress to stderr.
     order = sorted(range(len(items)), key=lambda i: -items[i][0].num_prompts * items[i][0].osl)
     done: dict[int, dict[str, Any]] = {}
@@ -705,7 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     aic = load_aic(args.aic_csv)
     totals = summarize_results(results, aic, jitters)
     report = {"source": str(args.csv), "selected_rows": len(rows), "wall_s": wall, "jobs": args.jobs,
-              "cost_model": {"predictor_bundle": bundles, "comm_model": args.comm_model}, "workload_policy": {
+              "cost_model": {"predictor_bundle": bundles, "comm_model": args.comm_model,
+                             "moe_routing": args.moe_routing}, "workload_policy": {
                   "prompts_per_slot": PROMPTS_PER_SLOT, "min_prompts": MIN_PROMPTS,
                   "max_output_tokens": MAX_OUTPUT_TOKENS, "request_rate": "inf", "range_ratio": args.range_ratio,
                   "lengths": args.lengths, "imax_range_ratio": IMAX_RANGE_RATIO},

@@ -28,7 +28,8 @@ BALANCED, SKEWED = RoutingSpec.parse("balanced"), RoutingSpec.parse("power_law:1
 def test_parse():
     assert SKEWED == RoutingSpec("power_law", alpha=1.2)
     assert RoutingSpec.parse("trace:/x.json") == RoutingSpec("trace", path="/x.json")
-    for bad in ("zipf", "power_law", "power_law:-1", "balanced:2", "trace:"):
+    assert RoutingSpec.parse("random") == RoutingSpec("random")
+    for bad in ("zipf", "power_law", "power_law:-1", "balanced:2", "trace:", "random:1"):
         with pytest.raises(ValueError, match="moe-routing"):
             RoutingSpec.parse(bad)
 
@@ -49,6 +50,22 @@ def test_power_law_max_load_exceeds_balanced_and_respects_caps():
         assert counts.sum() == tokens * 8 and counts.max() <= tokens and counts.min() >= 0
         assert skew.rank_pairs(tokens).max() > bal.rank_pairs(tokens).max()
         assert sum(skew.slowest_rank(tokens)) == skew.rank_pairs(tokens).max()
+
+
+def test_random_routing_picks_distinct_experts_per_token():
+    r = MoeRouter(RoutingSpec("random"), 128, 4, ep=4, seed=0)
+    for tokens in (1, 32, 64):       # exact draws: k distinct experts per token
+        counts = r.expert_counts(tokens)
+        assert counts.sum() == tokens * 4 and counts.max() <= tokens and counts.min() >= 0
+    assert (r.expert_counts(1) <= 1).all() and (r.expert_counts(1) > 0).sum() == 4
+    # fewer distinct experts than balanced's min(E, pairs): E(1 - (1 - k/E)^T) = 81.5 at T = 32
+    mean_active = np.mean([(MoeRouter(RoutingSpec("random"), 128, 4, 1, seed=s).expert_counts(32) > 0).sum()
+                           for s in range(200)])
+    assert 80.0 < mean_active < 83.0
+    assert (MoeRouter(BALANCED, 128, 4, 1).expert_counts(32) > 0).sum() == 128
+    big = r.expert_counts(5000)      # multinomial above RANDOM_EXACT_PAIRS
+    assert big.sum() == 20000 and big.max() <= 5000 and (big > 0).all()
+    assert np.array_equal(big, MoeRouter(RoutingSpec("random"), 128, 4, ep=4, seed=0).expert_counts(5000))
 
 
 def test_deterministic_given_the_seed_and_independent_of_call_order():
