@@ -62,7 +62,7 @@ class SimulationSpec:
     step_jitter: float = 0.0        # relative std-dev of per-step time noise (0 = deterministic steps)
     comm_model: str = "analytical"  # analytical | calibrated (measured AIC tables, simulator/comm)
     predictor_bundle: str | None = None   # calibrated operator costs (a bundle path); None = roofline
-    moe_routing: str = "balanced"   # balanced | power_law:ALPHA | trace:PATH (simulator/moe_routing.py)
+    moe_routing: str = "balanced"   # balanced | random | power_law:ALPHA | trace:PATH (simulator/moe_routing.py)
     architecture: str = "colocated"     # "colocated" | "pdd" (prefill/decode) | "afd" (attention/FFN)
     pdd: PddSpec | None = None          # role layouts + KV transfer (pdd, afd's prefill; None = defaults)
     afd: AfdSpec | None = None          # attention/FFN layouts, lanes, A-F link (afd only)
