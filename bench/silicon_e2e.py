@@ -33,7 +33,11 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   expert-parallel (``moe_tp = 1, moe_ep = tp*dp``, ``--enable-expert-parallel``). Any other
   (moe_tp, moe_ep) is skipped: a mixed moe_tp x moe_ep grid is not a vLLM layout, and a row with
   moe_tp * moe_ep != tp * dp is inconsistent (AIC rejects those rows too). Dense models ignore
-  the moe_* columns (the data carries 1/1, 0/0 or tp/1 there).
+  the moe_* columns (the data carries 1/1, 0/0 or tp/1 there). A row whose experts-TP layout
+  vLLM cannot start runs expert-parallel (``ep_inferred``): block-quantized experts must split
+  into whole 128x128 blocks (``validate_fp8_block_shape_moe``), which MiniMax-M2.5's 1536-wide
+  experts over 8 ranks (192) do not, so its tp8 rows (stated moe_tp 8, moe_ep 1) were served
+  with ``--enable-expert-parallel``, the only other layout vLLM builds over those GPUs.
 * Workload (``vllm bench serve`` random dataset): ``random_input_len = isl``,
   ``random_output_len = osl``, range ratio 0 (fixed lengths, as the rows state), request rate inf,
   ``max_concurrency = batch_size * attention_dp_size``: the README defines batch_size as
@@ -187,6 +191,8 @@ class Deployment:
                                        # (IMAX_2025_IN_SERVICE_CAP), simulated as max_num_seqs
     quantization: str | None = None    # --quantization of the served model (Served)
     kv_cache_dtype: str = "auto"       # --kv-cache-dtype of the served model (Served)
+    ep_inferred: bool = False          # the row says moe_tp = tp*dp, which vLLM refuses for this checkpoint
+                                       # (block-quantized experts split mid-block): run as EP
 
 
 @dataclass(frozen=True)
@@ -262,6 +268,24 @@ def _model_spec(name: str) -> Any:
     return _SPEC_CACHE[name]
 
 
+def _block_split_refused(spec: Any, tp: int, pp: int, dp: int) -> bool:
+    """Whether vLLM refuses the experts-tensor-parallel layout because a rank's share of a
+    block-quantized expert would not hold whole blocks (ParallelSpec.check_model), while the
+    expert-parallel layout of the same GPUs is accepted."""
+    from frontier.parallel import ParallelSpec
+    try:
+        ParallelSpec.from_vllm(tp=tp, pp=pp, dp=dp).check_model(spec)
+        return False
+    except ValueError as exc:
+        if "weight quantization block" not in str(exc):
+            return False
+    try:
+        ParallelSpec.from_vllm(tp=tp, pp=pp, dp=dp, enable_expert_parallel=True).check_model(spec)
+    except ValueError:
+        return False
+    return True
+
+
 def served_as(model_path: str, precision: str, system: str) -> Served:
     """The MODEL_VARIANTS entry of a row (its system's, else any system's), else model_path as stored."""
     return (MODEL_VARIANTS.get((model_path, precision, system)) or MODEL_VARIANTS.get((model_path, precision, ""))
@@ -314,7 +338,7 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
     if not (tp and pp and dp and isl and osl and bs):
         return skip("missing field", f"tp={tp} pp={pp} dp={dp} isl={isl} osl={osl} bs={bs}")
     width = tp * dp
-    ep_flag = False
+    ep_flag = ep_inferred = False
     if spec.is_moe:
         if moe_tp is None or moe_ep is None:
             moe_tp, moe_ep = width, 1   # vLLM default without --enable-expert-parallel
@@ -328,6 +352,8 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
         else:
             return skip("mixed MoE TPxEP grid not expressible in vLLM/Frontier",
                         f"tp={tp} adp={dp} moe_tp={moe_tp} moe_ep={moe_ep}")
+        if not ep_flag and width > 1 and _block_split_refused(spec, tp, pp, dp):
+            ep_flag, ep_inferred = True, True    # vLLM cannot start the row's moe_tp layout
     if dp > 1 and not spec.is_moe:
         pass  # dense attention-DP = independent engines; same as Frontier's DP model
     ttft, tpot = _num(row["silicon_ttft_ms"]), _num(row["silicon_tpot_ms"])
@@ -343,7 +369,7 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
         tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,
         concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl), quant_method=method,
         ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap,
-        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype)
+        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype, ep_inferred=ep_inferred)
 
 
 def check_deployment(dep: Deployment) -> str | None:

@@ -69,7 +69,12 @@ class ParallelSpec:
         Heads: tp divides num_attention_heads. KV heads (vLLM QKVParallelLinear): kv_heads % tp == 0
         when tp < kv_heads, else tp % kv_heads == 0 (each KV head replicated tp // kv_heads times;
         MLA has a single latent "head", replicated). Experts: ep divides num_experts.
-        Dense MLP: tp divides intermediate_size. Pipeline: pp <= num_layers.
+        Dense MLP: tp divides intermediate_size. Pipeline: pp <= num_layers. Block-scaled
+        weights (``quant.weight_block_size``): vLLM's ``validate_fp8_block_shape_moe`` and
+        ``validate_fp8_block_shape`` need every rank's share of the routed experts' and of the
+        dense MLP's intermediate width to be a multiple of block_n (and of block_k when it is
+        split): e.g. MiniMax-M2.5 (1536) or Qwen3-235B-A22B-FP8 (1536) at moe_tp 8 = 192 is
+        refused, so is Qwen3-30B-A3B-FP8 (768) at 8; expert parallel keeps every expert whole.
         """
         heads, kv = model.num_attention_heads, model.num_kv_heads
         if heads % self.tp:
@@ -86,5 +91,21 @@ class ParallelSpec:
             raise ValueError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name} "
                              f"(ep = tensor x data parallel size with --enable-expert-parallel, or --*-ep); "
                              f"valid ep: {', '.join(map(str, valid))}")
+        block = model.quant.weight_block_size
+        if block is not None:
+            widths = []
+            if model.is_moe and "routed_experts" in model.quant.quantized_parts:
+                widths.append(("routed experts' moe_intermediate_size", model.moe_intermediate_size, self.moe_tp))
+            if model.intermediate_size and model.num_layers > model.num_moe_layers \
+                    and "dense_mlp" in model.quant.quantized_parts:
+                widths.append(("dense MLP's intermediate_size", model.intermediate_size, self.tp))
+            for what, width, split in widths:
+                share = width // split
+                if share % block[0] or (split > 1 and share % block[1]):
+                    raise ValueError(
+                        f"{model.name}: the {what} {width} / {split} ranks = {share} is not a multiple of the "
+                        f"weight quantization block {block[0]}x{block[1]}; vLLM refuses this layout"
+                        + (" (use --enable-expert-parallel, which keeps every expert whole, or a smaller "
+                           "tensor parallel size)" if "experts" in what else " (use a smaller tensor parallel size)"))
         if self.pp > model.num_layers:
             raise ValueError(f"pp={self.pp} exceeds num_layers={model.num_layers} of {model.name}")

@@ -37,6 +37,8 @@ class QuantSpec:
     kv_bytes_per_elem: KV-cache element bytes (2.0 bf16/fp16, 1.0 fp8).
     activation_bytes: activation element bytes (2.0 bf16).
     quantized_parts: which of PARTS are stored at weight_bytes_per_param; the rest stay bf16.
+    weight_block_size: (block_n, block_k) of block-scaled weights (fp8_block), None otherwise;
+        vLLM needs every tensor-parallel shard to hold whole blocks (ParallelSpec.check_model).
     """
 
     method: str = "none"
@@ -44,6 +46,7 @@ class QuantSpec:
     kv_bytes_per_elem: float = BF16_BYTES
     activation_bytes: float = BF16_BYTES
     quantized_parts: tuple[str, ...] = field(default=PARTS)
+    weight_block_size: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -74,7 +77,8 @@ class QuantSpec:
         }
         if method not in per_param:
             raise ValueError(f"quantization method {method!r} is not one of {METHODS}")
-        return cls(method, per_param[method], kv_bytes_for_dtype(kv_cache_dtype))
+        return cls(method, per_param[method], kv_bytes_for_dtype(kv_cache_dtype),
+                   weight_block_size=(128, 128) if method == "fp8_block" else None)
 
 
 def kv_bytes_for_dtype(kv_cache_dtype: str) -> float:
@@ -121,7 +125,8 @@ def _from_hf_quant(hf_quant: dict[str, Any]) -> dict[str, Any]:
 def _fp8(config: dict[str, Any]) -> QuantSpec:
     block = config.get("weight_block_size")
     if block:
-        return QuantSpec("fp8_block", 1.0 + 4.0 / (block[0] * block[1]), _kv_bytes(config), quantized_parts=_parts(config))
+        return QuantSpec("fp8_block", 1.0 + 4.0 / (block[0] * block[1]), _kv_bytes(config), quantized_parts=_parts(config),
+                         weight_block_size=(int(block[0]), int(block[1])))
     return QuantSpec("fp8", 1.0, _kv_bytes(config), quantized_parts=_parts(config))
 
 
@@ -140,7 +145,8 @@ def _grouped(config: dict[str, Any]) -> QuantSpec:
     if algo == "FP8" or (bits == 8 and wtype == "float"):
         if weights.get("strategy") == "block" and weights.get("block_structure"):
             b = weights["block_structure"]
-            return QuantSpec("fp8_block", 1.0 + 4.0 / (b[0] * b[1]), kv, quantized_parts=parts)
+            return QuantSpec("fp8_block", 1.0 + 4.0 / (b[0] * b[1]), kv, quantized_parts=parts,
+                             weight_block_size=(int(b[0]), int(b[1])))
         return QuantSpec("fp8", 1.0, kv, quantized_parts=parts)
     if bits == 4 and wtype == "int":
         zero = 0.0 if weights.get("symmetric", True) else 0.5  # packed 4-bit zero point per group

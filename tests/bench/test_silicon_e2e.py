@@ -49,6 +49,10 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
           harness="inferencemax", quantization=None, kv_cache_dtype="bfloat16")),
     ("2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x8192_c16_tp8_ep1_270",    # H200: the checkpoint's FP8 KV
      dict(model="nvidia/Llama-3.3-70B-Instruct-FP8", gpu="H200", tp=8, quant_method="fp8", kv_cache_dtype="auto")),
+    ("minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg637",   # moe_tp 8 stated; vLLM refuses it (192-wide shards)
+     dict(model="MiniMaxAI/MiniMax-M2.5", gpu="H200", tp=8, dp=1, enable_expert_parallel=True, ep_inferred=True)),
+    ("minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg606",   # moe_tp 4: 384-wide shards, as stated
+     dict(model="MiniMaxAI/MiniMax-M2.5", gpu="H200", tp=4, dp=1, enable_expert_parallel=False, ep_inferred=False)),
     ("qwen3_32b_qwen3_32b_h100_sxm_vllm_agg_4000x1000_c_tp2_0_epnone_3",           # fp8 row: --quantization fp8
      dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, quant_method="fp8", quantization="fp8", kv_cache_dtype="auto")),
     ("2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185",

@@ -21,7 +21,8 @@ H200 = get_gpu("H200")
 # (model, hidden, moe inter, experts, top-k, AIC moe_dtype) as in AIC's moe_perf tables
 MODELS = {"openai/gpt-oss-120b": (2880, 2880, 128, 4, "w4a16_mxfp4"),
           "Qwen/Qwen3-235B-A22B-FP8": (4096, 1536, 128, 8, "fp8_block")}
-SHARDINGS = ((1, 1), (2, 1), (8, 1), (1, 8))        # (moe_tp, moe_ep): AIC's row layout
+SHARDINGS = ((1, 1), (2, 1), (4, 1), (1, 8))        # (moe_tp, moe_ep): AIC's row layout (moe_tp 8 would split
+# Qwen3-235B-A22B-FP8's experts into 192-wide shards of its 128x128 blocks, which vLLM refuses)
 TOKENS = (1, 4, 16, 32, 64, 256, 1024)
 
 

@@ -67,3 +67,29 @@ def test_check_model_experts():
 def test_check_model_mla_ignores_kv_heads():
     ds = load_model_spec("deepseek-ai/DeepSeek-V3")
     ParallelSpec.from_vllm(tp=8, dp=2, enable_expert_parallel=True).check_model(ds)
+
+
+@pytest.mark.parametrize("model, tp, ep, share", [
+    ("MiniMaxAI/MiniMax-M2.5", 8, False, 192),       # 1536 / 8: vLLM's "not divisible by ... block_n = 128"
+    ("Qwen/Qwen3-235B-A22B-FP8", 8, False, 192),
+    ("Qwen/Qwen3-30B-A3B-FP8", 4, False, 192),       # 768 / 4
+])
+def test_check_model_block_quantized_experts_split_into_whole_blocks(model, tp, ep, share):
+    spec = load_model_spec(model)
+    assert spec.quant.weight_block_size == (128, 128)
+    with pytest.raises(ValueError, match=rf"moe_intermediate_size \d+ / {tp} ranks = {share} is not a multiple of "
+                                         r"the weight quantization block 128x128; vLLM refuses this layout "
+                                         r"\(use --enable-expert-parallel"):
+        ParallelSpec.from_vllm(tp=tp, enable_expert_parallel=ep).check_model(spec)
+    ParallelSpec.from_vllm(tp=tp, enable_expert_parallel=True).check_model(spec)     # whole experts per rank
+    ParallelSpec.from_vllm(tp=2).check_model(spec)                                   # 384 or 768: whole blocks
+
+
+def test_check_model_block_quantized_dense_mlp():
+    spec = load_model_spec("Qwen/Qwen3-32B-FP8")                                      # intermediate 25600
+    assert spec.quant.weight_block_size == (128, 128)
+    ParallelSpec(tp=8).check_model(spec)                                              # 3200 = 25 blocks
+    odd = dataclasses.replace(spec, intermediate_size=25600 + 128 * 4)                # 26112 / 8 = 3264
+    with pytest.raises(ValueError, match=r"dense MLP's intermediate_size 26112 / 8 ranks = 3264 is not a multiple"):
+        ParallelSpec(tp=8).check_model(odd)
+    assert load_model_spec("meta-llama/Llama-3.1-8B").quant.weight_block_size is None

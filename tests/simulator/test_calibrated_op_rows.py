@@ -58,7 +58,9 @@ def mla_rows(h200):
 
 
 def _engine(model: str, cost_model) -> BatchEngine:
-    return BatchEngine(load_model_spec(model), ParallelSpec(tp=8), H200, cost_model, CudaGraphConfig(True, (), 256))
+    # TP8 with expert parallel: MiniMax-M2.5's 1536-wide experts over 8 ranks would split its 128x128 blocks
+    return BatchEngine(load_model_spec(model), ParallelSpec.from_vllm(tp=8, enable_expert_parallel=True), H200,
+                       cost_model, CudaGraphConfig(True, (), 256))
 
 
 def test_as_per_tensor_fp8():
