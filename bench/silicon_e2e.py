@@ -270,20 +270,11 @@ def _model_spec(name: str) -> Any:
 
 def _block_split_refused(spec: Any, tp: int, pp: int, dp: int) -> bool:
     """Whether vLLM refuses the experts-tensor-parallel layout because a rank's share of a
-    block-quantized expert would not hold whole blocks (ParallelSpec.check_model), while the
-    expert-parallel layout of the same GPUs is accepted."""
+    block-quantized expert would not hold whole blocks (``ParallelSpec.block_split_error``), while
+    the expert-parallel layout of the same GPUs splits none."""
     from frontier.parallel import ParallelSpec
-    try:
-        ParallelSpec.from_vllm(tp=tp, pp=pp, dp=dp).check_model(spec)
-        return False
-    except ValueError as exc:
-        if "weight quantization block" not in str(exc):
-            return False
-    try:
-        ParallelSpec.from_vllm(tp=tp, pp=pp, dp=dp, enable_expert_parallel=True).check_model(spec)
-    except ValueError:
-        return False
-    return True
+    return (ParallelSpec.from_vllm(tp=tp, pp=pp, dp=dp).block_split_error(spec) is not None
+            and ParallelSpec.from_vllm(tp=tp, pp=pp, dp=dp, enable_expert_parallel=True).block_split_error(spec) is None)
 
 
 def served_as(model_path: str, precision: str, system: str) -> Served:
@@ -313,11 +304,11 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
         if "unknown model" in msg:
             return skip("model not in the catalogue", msg[:160])
         return skip("model config not loadable", msg[:160])
-    method = spec.quant.method
-    if served.quantization:
-        from frontier.quant import parse_quantization
-        from simulator.engine_args import ONLINE_QUANTIZATION
-        method = parse_quantization(ONLINE_QUANTIZATION[served.quantization]).method
+    from simulator.engine_args import served_model
+    try:
+        method = served_model(spec, served.quantization).quant.method
+    except ValueError as exc:
+        return skip("served flags refused by the simulator", str(exc)[:160])
     if precision:
         family = PRECISION_FAMILY.get(precision)
         if family is None:

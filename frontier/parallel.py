@@ -91,21 +91,29 @@ class ParallelSpec:
             raise ValueError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name} "
                              f"(ep = tensor x data parallel size with --enable-expert-parallel, or --*-ep); "
                              f"valid ep: {', '.join(map(str, valid))}")
+        block_error = self.block_split_error(model)
+        if block_error is not None:
+            raise ValueError(block_error)
+        if self.pp > model.num_layers:
+            raise ValueError(f"pp={self.pp} exceeds num_layers={model.num_layers} of {model.name}")
+
+    def block_split_error(self, model: ModelSpec) -> str | None:
+        """Why vLLM refuses to split ``model``'s block-scaled weights this way (a rank's share of
+        the routed experts' or the dense MLP's intermediate width is not whole blocks), or None."""
         block = model.quant.weight_block_size
-        if block is not None:
-            widths = []
-            if model.is_moe and "routed_experts" in model.quant.quantized_parts:
-                widths.append(("routed experts' moe_intermediate_size", model.moe_intermediate_size, self.moe_tp))
-            if model.intermediate_size and model.num_layers > model.num_moe_layers \
-                    and "dense_mlp" in model.quant.quantized_parts:
-                widths.append(("dense MLP's intermediate_size", model.intermediate_size, self.tp))
-            for what, width, split in widths:
-                share = width // split
-                if share % block[0] or (split > 1 and share % block[1]):
-                    raise ValueError(
-                        f"{model.name}: the {what} {width} / {split} ranks = {share} is not a multiple of the "
+        if block is None:
+            return None
+        widths = []
+        if model.is_moe and "routed_experts" in model.quant.quantized_parts:
+            widths.append(("routed experts' moe_intermediate_size", model.moe_intermediate_size, self.moe_tp))
+        if model.intermediate_size and model.num_layers > model.num_moe_layers \
+                and "dense_mlp" in model.quant.quantized_parts:
+            widths.append(("dense MLP's intermediate_size", model.intermediate_size, self.tp))
+        for what, width, split in widths:
+            share = width // split
+            if share % block[0] or (split > 1 and share % block[1]):
+                return (f"{model.name}: the {what} {width} / {split} ranks = {share} is not a multiple of the "
                         f"weight quantization block {block[0]}x{block[1]}; vLLM refuses this layout"
                         + (" (use --enable-expert-parallel, which keeps every expert whole, or a smaller "
                            "tensor parallel size)" if "experts" in what else " (use a smaller tensor parallel size)"))
-        if self.pp > model.num_layers:
-            raise ValueError(f"pp={self.pp} exceeds num_layers={model.num_layers} of {model.name}")
+        return None

@@ -175,19 +175,27 @@ class EngineArgs:
         else:
             max_num_batched_tokens = self.max_num_batched_tokens
         block_size = self.block_size or (64 if model.is_mla else 16)
-        if self.quantization is not None:
-            if model.quant.method != "none":
-                raise ValueError(f"--quantization {self.quantization} needs an unquantized checkpoint; {model.name} is "
-                                 f"already quantized ({model.quant.method}): drop the flag, vLLM serves the "
-                                 "checkpoint's own scheme")
-            online = parse_quantization(ONLINE_QUANTIZATION[self.quantization])
-            model = replace(model, quant=replace(online, kv_bytes_per_elem=model.quant.kv_bytes_per_elem))
-        if self.kv_cache_dtype != "auto":
-            model = replace(model, quant=replace(model.quant, kv_bytes_per_elem=kv_bytes_for_dtype(self.kv_cache_dtype)))
+        model = served_model(model, self.quantization, self.kv_cache_dtype)
         return ResolvedEngine(
             args=self, model=model, gpu=gpu, parallel=self.parallel(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len, block_size=block_size)
+
+
+def served_model(model: ModelSpec, quantization: str | None, kv_cache_dtype: str = "auto") -> ModelSpec:
+    """``model`` as vLLM serves it with ``--quantization`` (None or an ONLINE_QUANTIZATION key)
+    and ``--kv-cache-dtype`` (a KV_CACHE_DTYPES value): module doc. ValueError for --quantization
+    on a checkpoint that is already quantized."""
+    if quantization is not None:
+        if model.quant.method != "none":
+            raise ValueError(f"--quantization {quantization} needs an unquantized checkpoint; {model.name} is "
+                             f"already quantized ({model.quant.method}): drop the flag, vLLM serves the "
+                             "checkpoint's own scheme")
+        online = parse_quantization(ONLINE_QUANTIZATION[quantization])
+        model = replace(model, quant=replace(online, kv_bytes_per_elem=model.quant.kv_bytes_per_elem))
+    if kv_cache_dtype != "auto":
+        model = replace(model, quant=replace(model.quant, kv_bytes_per_elem=kv_bytes_for_dtype(kv_cache_dtype)))
+    return model
 
 
 @dataclass(frozen=True)
