@@ -1,7 +1,7 @@
 """Per-query cost of the fidelity plane inside a simulation (calibrated bundle vs a raw forest call).
 
     .venv/bin/python bench/fidelity_query_cost.py [--gpu H100] [--num-prompts 1000]
-        [--model meta-llama/Llama-3.1-8B] [--grid-study]
+        [--model meta-llama/Llama-3.1-8B] [--runs 2] [--grid-study]
 
 Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
 * the time of one raw sklearn ``predict`` on a single feature row (what a naive simulator
@@ -13,8 +13,10 @@ Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
   is a query whose block of TABLE_BLOCK token counts was already tabulated), wall time spent
   in the cost model, and the amortized microseconds per step and per operator query (wall,
   and CPU time of this process, which a busy shared machine inflates less), in all and per
-  family;
-* with ``--grid-study``: for the attention queries of that simulation, the memo hit rate and
+  family; for each of ``--runs`` simulations in one process (workload seeds 0, 1, ...): the
+  first starts with empty memos, the later ones find the memos the runs before left, as the
+  simulations of a sweep over one model and bundle do (memos are shared and change no price);
+* with ``--grid-study``: for the attention queries of those simulations, the memo hit rate and
   the error the grid adds, |price(grid) / price(unquantized features) - 1| (p50, p95, max),
   per candidate grid (cells per log2 unit); the figures behind ``QUERY_GRID`` in
   ``calibration/predictors/attention_query.py`` (GEMM tables are exact: no grid).
@@ -94,6 +96,9 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=1000)
     parser.add_argument("--model", default="meta-llama/Llama-3.1-8B")
     parser.add_argument("--grid-study", action="store_true")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="simulations in one process (workload seeds 0, 1, ...): the first starts with "
+                             "empty memos, the later ones reuse them, as the runs of a sweep do")
     args = parser.parse_args()
     path = ensure_bundle(args.gpu, log=print)
     bundle = load_bundle(path)
@@ -101,7 +106,7 @@ def main() -> None:
         raw, fast = one_row_costs_s(bundle.predictors[family])
         print(f"{family} model, one row: raw sklearn predict {1e6 * raw:.0f} us, compiled evaluator {1e6 * fast:.1f} us")
 
-    calls = {"n": 0, "ops": 0, "s": 0.0, "cpu": 0.0}
+    calls: dict = {}
     per_family: dict[str, list] = {}    # family -> [queries, CPU seconds]
     original = predictor_cost.PredictorCostModel.op_times_s
     models: list = []
@@ -132,38 +137,45 @@ def main() -> None:
         return out
 
     predictor_cost.PredictorCostModel.op_times_s = timed
-    predict_s = base.FamilyPredictor.predict_s
+    price_ops = base.FamilyPredictor.price_ops
 
-    def family_timed(self, ops, timing_mode="kernel", return_mask=False):
+    def family_timed(self, ops, timing_mode):
         c0 = time.process_time()
-        out = predict_s(self, ops, timing_mode, return_mask)
+        out = price_ops(self, ops, timing_mode)
         acc = per_family.setdefault(self.family, [0, 0.0])
         acc[0] += len(ops)
         acc[1] += time.process_time() - c0
         return out
 
-    base.FamilyPredictor.predict_s = family_timed
-    result = run_simulation(SimulationSpec(
-        engine=EngineArgs(model=args.model, gpu=args.gpu),
-        workload=WorkloadSpec(dataset_name="random", num_prompts=args.num_prompts, request_rate=20.0,
-                              random_range_ratio=0.5),
-        predictor_bundle=str(path)))
-    steps, n = result.trace.num_steps(), max(calls["ops"], 1)
-    print(f"simulation: {steps} steps, {calls['n']} cost-model calls, {calls['ops']} operator queries, "
-          f"{result.sim_wall_s:.2f} s loop wall time, {calls['s']:.3f} s in the cost model, of which "
-          f"{compiles['s']:.3f} s compiling {compiles['n']} sub-models (once per simulation)")
-    for family, pred in models[0]._predictors.items() if models else ():
-        if pred.memo_lookups:
-            hits = pred.memo_lookups - pred.memo_misses
-            queries, cpu = per_family.get(family, (0, 0.0))
-            evaluated = (f"{pred.memo_misses} blocks tabulated ({pred.table_rows} token counts)"
-                         if family in base.TOKEN_TABLES else f"{pred.memo_misses} model evaluations")
-            print(f"  {family}: {pred.memo_lookups} memo lookups, {hits} hits ({100 * hits / pred.memo_lookups:.1f} %), "
-                  f"{evaluated}; {1e6 * cpu / max(queries, 1):.1f} us CPU per query incl. compiling")
-    print(f"amortized: {1e6 * calls['s'] / max(steps, 1):.1f} us per step, {1e6 * calls['s'] / n:.1f} us per "
-          f"operator query issued (CPU: {1e6 * calls['cpu'] / max(steps, 1):.1f} us per step, "
-          f"{1e6 * calls['cpu'] / n:.1f} us per query); without compiling: "
-          f"{1e6 * (calls['s'] - compiles['s']) / n:.1f} us per query")
+    base.FamilyPredictor.price_ops = family_timed
+    for seed in range(args.runs):
+        calls.update(n=0, ops=0, s=0.0, cpu=0.0)
+        compiles.update(n=0, s=0.0)
+        per_family.clear()
+        models.clear()
+        result = run_simulation(SimulationSpec(
+            engine=EngineArgs(model=args.model, gpu=args.gpu),
+            workload=WorkloadSpec(dataset_name="random", num_prompts=args.num_prompts, request_rate=20.0,
+                                  random_range_ratio=0.5, seed=seed),
+            predictor_bundle=str(path)))
+        steps, n = result.trace.num_steps(), max(calls["ops"], 1)
+        memo = "cold memos" if seed == 0 else "memos of the runs before (a sweep)"
+        print(f"run {seed + 1} (workload seed {seed}, {memo}): {steps} steps, {calls['n']} cost-model calls, "
+              f"{calls['ops']} operator queries, {result.sim_wall_s:.2f} s loop wall time, {calls['s']:.3f} s in "
+              f"the cost model, of which {compiles['s']:.3f} s compiling {compiles['n']} sub-models")
+        for family, pred in models[0]._predictors.items() if models else ():
+            if pred.memo_lookups:
+                hits = pred.memo_lookups - pred.memo_misses
+                queries, cpu = per_family.get(family, (0, 0.0))
+                evaluated = (f"{pred.memo_misses} blocks tabulated ({pred.table_rows} token counts)"
+                             if family in base.TOKEN_TABLES else f"{pred.memo_misses} model evaluations")
+                print(f"  {family}: {pred.memo_lookups} memo lookups, {hits} hits "
+                      f"({100 * hits / pred.memo_lookups:.1f} %), {evaluated}; "
+                      f"{1e6 * cpu / max(queries, 1):.1f} us CPU per query incl. compiling")
+        print(f"  amortized: {1e6 * calls['s'] / max(steps, 1):.1f} us per step, {1e6 * calls['s'] / n:.1f} us per "
+              f"operator query issued (CPU: {1e6 * calls['cpu'] / max(steps, 1):.1f} us per step, "
+              f"{1e6 * calls['cpu'] / n:.1f} us per query); without compiling: "
+              f"{1e6 * (calls['s'] - compiles['s']) / n:.1f} us per query")
     if args.grid_study:
         grid_study(bundle, recorded, "attention")
 

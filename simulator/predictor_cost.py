@@ -70,8 +70,8 @@ class PredictorCostModel:
         self.mla_module = any(str(k).startswith("mla:") for k in getattr(attention, "module_keys", ()))
         linear = self._predictors.get("linear")
         self.fp8_block_as_fp8 = linear is not None and any(k == FP8_BLOCK_AS for _, k in linear.models)
-        for predictor in bundle.predictors.values():   # a shared bundle: memos of one simulation at a time
-            predictor.reset_cache()
+        for predictor in bundle.predictors.values():   # a shared bundle: its memos serve every simulation
+            predictor.reset_counters()
         self.num_predicted = 0
         self.num_out_of_range = 0
         self.num_fallback = 0
@@ -93,15 +93,13 @@ class PredictorCostModel:
             queries = [ops[i] for i in idx]
             if family == "linear" and self.fp8_block_as_fp8:
                 queries = [as_per_tensor_fp8(op) for op in queries]
-            pred, oor = predictor.predict_s(queries, timing_mode, return_mask=True)
-            for j, i in enumerate(idx):
-                t = float(pred[j])
+            for i, (t, oor) in zip(idx, predictor.price_ops(queries, timing_mode)):
                 if math.isnan(t) or t <= 0.0:
                     rest.append(i)
                     continue
                 times[i] = t
                 self.num_predicted += 1
-                self.num_out_of_range += bool(oor[j])
+                self.num_out_of_range += oor
         if rest:
             fb = self.fallback.op_times_s([ops[i] for i in rest], timing_mode)
             for i, t in zip(rest, fb):

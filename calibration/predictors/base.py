@@ -38,18 +38,23 @@ Contract (every family):
     queries, and all queries cost 46.8 us CPU each without compiling, against 36.8 us before.
   * attention and MoE (SCALAR_QUERIES: one new op per step or token count) compute each
     op's features in plain Python (``attention_query``, ``moe_query``; checked against
-    ``features`` on the first row) and cache per (sub-model, cell) of that module's
+    ``features`` on the first row; attention straight from the op, ``fast_rows``, checked
+    against its canonical rows on the first op) and cache per (sub-model, cell) of that module's
     QUERY_GRID (attention 1/16 in log2, chosen by measured hit rate vs added error: see that
     module; MoE 1/64, the ``predict_canon`` grid). MoE gets no token table: its routed load
     comes from the engine's router, so an op is not a function of the token count alone.
   * other families (comm) go through ``predict_canon``, with ops also cached by value
     (frozen dataclasses).
   The out-of-range flag is always computed on the unquantized features; the reference time
-  of the "ratio" target is exact. Lifetime: compiled forests live as long as the predictor
-  (one per bundle file and process: ``calibration.bundle.shared_bundle``); the memos for one
-  simulation, since each ``simulator.predictor_cost.PredictorCostModel`` calls
-  ``reset_cache`` on the bundle it is given (a sweep's memory does not grow with its rows). ``memo_lookups`` / ``memo_misses`` count rows (token
-  tables: a miss is a query that built its block; ``table_rows`` counts tabulated rows).
+  of the "ratio" target is exact. Lifetime: compiled forests and memos live as long as the
+  predictor (one per bundle file and process: ``calibration.bundle.shared_bundle``), so the
+  simulations of a sweep share them: an entry depends only on its key, never on the queries
+  before it, so sharing changes no price (tested), and each memo is cleared when it reaches
+  its cap (MAX_MEMO_CELLS cells, MAX_MEMO_BLOCKS token-table blocks, MAX_OP_CACHE ops: tens
+  of MB at most). Each ``simulator.predictor_cost.PredictorCostModel`` zeroes the counters
+  (``reset_counters``); ``reset_cache`` also forgets the memos. ``memo_lookups`` /
+  ``memo_misses`` count rows (token tables: a miss is a query that built its block;
+  ``table_rows`` counts tabulated rows).
 
 Timing modes: a sub-model is fitted per (mode, key) that the rows hold. A mode without rows
 is derived from the other: launch = kernel + kernels_per_op x launch_overhead_s (and the
@@ -76,6 +81,8 @@ DEFAULT_LAUNCH_OVERHEAD_S = 5e-6   # per kernel launch from Python (assumption, 
 GRID = 64.0                         # table memo grid (predict_canon): 1/64 in log2 feature space
 ROW_WALK_MAX_ROWS = 12              # misses up to this many rows: per-row walk (cheaper than lockstep)
 MAX_OP_CACHE = 20_000               # op memo entries; cleared when full (attention ops rarely repeat)
+MAX_MEMO_CELLS = 32_768             # grid-memo cells per memo (~0.5 kB each); cleared when full
+MAX_MEMO_BLOCKS = 2_048             # token-table blocks (~5.5 kB each); cleared when full
 _RANGE_TOL = 1e-6
 # Families the simulator asks for op by op, with a scalar (plain Python) query path.
 SCALAR_QUERIES = {"attention": attention_query, "moe": moe_query}
@@ -175,6 +182,16 @@ class FamilyPredictor:
         self._key_cache: dict[tuple, str] = {}
         self._tables: dict[tuple, tuple[int, list[float], list[bool]]] = {}
         self._scalar_ok: bool | None = None   # scalar query features agree with features (checked once)
+        self._fast_ok: bool | None = None     # the query module's fast_row agrees with its rows (checked once)
+        self.reset_counters()
+
+    def reset_counters(self) -> None:
+        """Zero the memo counters, keeping the memos (a new simulation with a shared bundle).
+
+        A memo entry depends only on its key (the model at a cell's centre, an exact token
+        table, a value-keyed op), never on what was asked before, so entries kept from an
+        earlier simulation change no price, only how often a model is walked. Each memo is
+        bounded (MAX_MEMO_CELLS, MAX_MEMO_BLOCKS, MAX_OP_CACHE: cleared when full)."""
         self.memo_lookups = 0     # feature rows looked up in the memos
         self.memo_misses = 0      # of which the model evaluated (token tables: built the row's block)
         self.table_rows = 0       # token-table rows evaluated (TABLE_BLOCK per block built)
@@ -182,7 +199,7 @@ class FamilyPredictor:
     def __getstate__(self):
         state = dict(self.__dict__)
         for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_tables", "_compiled",
-                     "_scalar_ok", "memo_lookups", "memo_misses", "table_rows"):
+                     "_scalar_ok", "_fast_ok", "memo_lookups", "memo_misses", "table_rows"):
             state.pop(name, None)
         return state
 
@@ -255,6 +272,8 @@ class FamilyPredictor:
         if missing:
             self.memo_misses += len(missing)
             pred = self._evaluate(mkey, grid[missing])
+            if len(self._grid_cache) + len(missing) > MAX_MEMO_CELLS:
+                self._grid_cache.clear()
             for i, p in zip(missing, pred):
                 self._grid_cache[(mkey, grid[i].tobytes())] = float(p)
                 res[i] = p
@@ -266,17 +285,29 @@ class FamilyPredictor:
     def predict_s(self, ops: Sequence, timing_mode: str = "kernel",
                   return_mask: bool = False):
         """Seconds per op (batched); with `return_mask`, also the out-of-range mask."""
+        if self.family in TOKEN_TABLES or self.family in SCALAR_QUERIES:
+            priced = self.price_ops(ops, timing_mode)
+            res = np.array([p for p, _ in priced], dtype=float)
+            return (res, np.array([m for _, m in priced], dtype=bool)) if return_mask else res
+        _check_mode(timing_mode)
+        res, oor = self._predict_ops_canon(ops, timing_mode)
+        return (res, oor) if return_mask else res
+
+    def price_ops(self, ops: Sequence, timing_mode: str) -> list[tuple[float, bool]]:
+        """(seconds, out of range) per op: ``predict_s`` as plain Python pairs, without its
+        arrays (the simulator's per-step path, ~3 us less per call)."""
         _check_mode(timing_mode)
         token_column = TOKEN_TABLES.get(self.family)
         if token_column is not None:          # exact per-token-count tables, no op memo
-            priced = [self._price_tabled(op, token_column, timing_mode) for op in ops]
-            res = np.array([p for p, _ in priced], dtype=float)
-            return (res, np.array([m for _, m in priced], dtype=bool)) if return_mask else res
+            return [self._price_tabled(op, token_column, timing_mode) for op in ops]
         query = SCALAR_QUERIES.get(self.family)
         if query is not None:                 # scalar path and grid memo, no op memo
-            priced = [self._price_op(query, op, timing_mode) for op in ops]
-            res = np.array([p for p, _ in priced], dtype=float)
-            return (res, np.array([m for _, m in priced], dtype=bool)) if return_mask else res
+            return [self._price_op(query, op, timing_mode) for op in ops]
+        res, oor = self._predict_ops_canon(ops, timing_mode)
+        return list(zip(res.tolist(), oor.tolist()))
+
+    def _predict_ops_canon(self, ops: Sequence, timing_mode: str) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, out-of-range mask) of ops through ``predict_canon``, memoized per op value."""
         res = np.empty(len(ops))
         oor = np.zeros(len(ops), dtype=bool)
         todo = []
@@ -293,7 +324,7 @@ class FamilyPredictor:
             for j, i in enumerate(todo):
                 self._op_cache[(timing_mode, ops[i])] = (float(p[j]), bool(m[j]))
                 res[i], oor[i] = p[j], m[j]
-        return (res, oor) if return_mask else res
+        return res, oor
 
     def _price_op(self, query, op, timing_mode: str) -> tuple[float, bool]:
         """(seconds, out of range) of one op: scalar features, memo on ``query.QUERY_GRID``.
@@ -303,11 +334,10 @@ class FamilyPredictor:
         point, the reference time (ratio target) is exact.
         """
         total, flag = 0.0, False
-        for row in query.query_rows(op, getattr(self, "has_mixed", False)):
-            mkey, shift = self._model_for(timing_mode, self._row_key(query, row))
+        for key, x, reference_s in self._query_parts(query, op):
+            mkey, shift = self._model_for(timing_mode, key)
             if mkey is None:
                 return math.nan, True
-            x, reference_s = self._row_features(query, row)
             compiled, lo, hi = self._compiled_for(mkey)
             flag = flag or any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi))
             cell = (mkey, tuple(map(round, map(operator.mul, x, query.QUERY_GRID))))
@@ -315,6 +345,8 @@ class FamilyPredictor:
             y = self._row_cache.get(cell)
             if y is None:
                 self.memo_misses += 1
+                if len(self._row_cache) >= MAX_MEMO_CELLS:
+                    self._row_cache.clear()
                 point = list(map(operator.truediv, cell[1], query.QUERY_GRID))
                 y = self._row_cache[cell] = (compiled.predict_row(point) if compiled is not None
                                              else float(self.models[mkey].predict(np.asarray([point]))[0]))
@@ -323,6 +355,32 @@ class FamilyPredictor:
             seconds = math.exp(y) + shift
             total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
         return total, flag
+
+    def _query_parts(self, query, op) -> list[tuple[str, list[float], float]]:
+        """(sub-model key, features, reference seconds) of each canonical row an op is priced
+        from: ``query.fast_rows`` when the module has it (checked once against the canonical
+        rows: on a mismatch it warns and is not used again), else ``query.query_rows``."""
+        has_mixed = getattr(self, "has_mixed", False)
+        fast = getattr(query, "fast_rows", None) if self._fast_ok is not False else None
+        parts = fast(op, has_mixed) if fast is not None else None
+        if parts is not None:
+            keys = [self._key_cache.get(shape) for shape, _, _ in parts]
+            if self._fast_ok and None not in keys:
+                return [(key, x, ref) for key, (_, x, ref) in zip(keys, parts)]
+            rows = query.query_rows(op, has_mixed)
+            if self._fast_ok is None:
+                want = [self._row_features(query, row) for row in rows]
+                self._fast_ok = len(parts) == len(rows) and all(
+                    shape == tuple(row[c] for c in query.KEY_COLUMNS) and len(x) == len(wx)
+                    and bool(np.allclose(x, wx, rtol=1e-12, atol=1e-12)) and math.isclose(ref, wref, rel_tol=1e-12)
+                    for (shape, x, ref), row, (wx, wref) in zip(parts, rows, want))
+                if not self._fast_ok:
+                    warnings.warn(f"{query.__name__}.fast_rows differs from its canonical rows; "
+                                  f"{self.family} queries take the canonical path", stacklevel=3)
+            if self._fast_ok:
+                return [(self._row_key(query, row), x, ref) for row, (_, x, ref) in zip(rows, parts)]
+        return [(self._row_key(query, row), *self._row_features(query, row))
+                for row in query.query_rows(op, has_mixed)]
 
     def _price_tabled(self, op, token_column: str, timing_mode: str) -> tuple[float, bool]:
         """(seconds, out of range) of one op from its shape's token table (unquantized features)."""
@@ -340,6 +398,8 @@ class FamilyPredictor:
         table = self._tables.get(block)
         if table is None:
             self.memo_misses += 1
+            if len(self._tables) >= MAX_MEMO_BLOCKS:
+                self._tables.clear()
             table = self._tables[block] = self._token_table(mkey, row, token_column, block[2] * TABLE_BLOCK + 1)
         first, ys, flags = table
         seconds = math.exp(ys[tokens - first]) + shift

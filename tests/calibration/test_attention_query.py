@@ -79,6 +79,34 @@ def test_scalar_rows_equal_numpy_features():
     assert AQ.reference_row(row) == pytest.approx(F.reference_s(table, "attention")[0], rel=1e-12)
 
 
+def test_fast_rows_equal_the_canonical_rows():
+    ops = OPS + [AttentionOp((), (), (0,), **KW), AttentionOp((), (), tuple(range(0, 9000, 7)), **KW),
+                 AttentionOp((1, 4000, 33), (0, 0, 5000), (7,) * 40, **KW)]
+    for op in ops:
+        for has_mixed in (False, True):
+            rows = AQ.query_rows(op, has_mixed)
+            parts = AQ.fast_rows(op, has_mixed)
+            if has_mixed and op.prefill_new and op.decode_ctx:
+                assert parts is None and len(rows) == 1
+                continue
+            assert len(parts) == len(rows) == (2 if op.prefill_new and op.decode_ctx else 1)
+            for (shape, x, ref), row in zip(parts, rows):
+                assert shape == tuple(row[c] for c in AQ.KEY_COLUMNS)
+                assert x == pytest.approx(AQ.feature_row(row), rel=1e-12, abs=1e-12)
+                assert ref == pytest.approx(AQ.reference_row(row), rel=1e-12)
+
+
+def test_a_stale_fast_rows_falls_back_to_the_canonical_path(monkeypatch):
+    pred = AttentionPredictor(n_estimators=2).fit(_rows())
+    want = pred.predict_s(OPS[:4])
+    fresh = AttentionPredictor(n_estimators=2).fit(_rows())
+    real = AQ.fast_rows
+    monkeypatch.setattr(AQ, "fast_rows", lambda op, m: [(s, x, 1.0) for s, x, _ in real(op, m)])
+    with pytest.warns(UserWarning, match="fast_rows differs"):
+        got = fresh.predict_s(OPS[:4])
+    assert np.array_equal(got, want) and fresh._fast_ok is False
+
+
 def test_submodel_key_is_the_predictors(pred):
     assert [pred._row_key(AQ, AQ.canon_row(op)) for op in OPS] == \
         pred.submodel_keys(F.canon_from_ops(OPS, "attention")).tolist()
@@ -139,6 +167,7 @@ def test_fast_path_is_sklearn_at_the_grid_point(pred):
                         * F.reference_s(t, "attention")[0] for t in parts))
     assert np.abs(fast / np.asarray(want) - 1.0).max() <= 1e-12
     assert pred.memo_lookups == 30 + 15 + 2 * 15      # a mixed batch looks up its two parts
+    assert pred._fast_ok is True                       # the ops took fast_rows
 
 
 def test_stale_scalar_features_fall_back_to_numpy(monkeypatch):

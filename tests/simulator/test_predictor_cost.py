@@ -49,6 +49,40 @@ def test_bundle_prices_gemms_and_the_rest_falls_back_to_roofline(bundle_path):
     assert s["completed"] == roofline.summary["completed"] == 20
 
 
+def _attention_rows() -> pd.DataFrame:
+    """Uniform decode and prefill batches of Llama-3.1-8B's heads (tp1), a smooth synthetic law."""
+    base = dict(op_name="generation", num_heads=32, num_kv_heads=8, head_dim=128, window_size=0, kv_dtype="bf16",
+                is_mla=False, prefill_ctx_max=0, framework="vllm", timing_mode="kernel")
+    zero = {f"{p}_{s}": 0 for p in ("prefill_len", "decode_ctx") for s in ("min", "max", "mean", "p50", "p90")}
+    rows = [{**base, **zero, "batch_size": b, "num_prefill": 0, "num_decode": b, "prefill_tokens": 0,
+             **{f"decode_ctx_{s}": c for s in ("min", "max", "mean", "p50", "p90")},
+             "latency_s_median": 6e-6 + b * c * 4096 / 2.5e12} for b in (1, 4, 16, 64) for c in (128, 512, 2048)]
+    rows += [{**base, **zero, "op_name": "context", "batch_size": 1, "num_prefill": 1, "num_decode": 0,
+              "prefill_tokens": n, **{f"prefill_len_{s}": n for s in ("min", "max", "mean", "p50", "p90")},
+              "latency_s_median": 8e-6 + n * n * 8192 / 6e14} for n in (64, 256, 1024, 4096)]
+    return pd.DataFrame(rows)
+
+
+def test_a_warm_memo_from_earlier_simulations_changes_no_result(tmp_path):
+    from calibration.bundle import shared_bundle
+    from calibration.predictors import AttentionPredictor
+    path = tmp_path / "H100.joblib"
+    save_bundle(path, {"linear": LinearPredictor(n_estimators=2).fit(_gemm_rows()),
+                       "attention": AttentionPredictor(n_estimators=2).fit(_attention_rows())},
+                {"gpu": "H100-SXM", "framework": "vllm", "framework_version": "test", "families": {}})
+    attention = shared_bundle(str(path)).predictors["attention"]
+    attention.reset_cache()
+    cold = run(str(path)).summary
+    cells = len(attention._row_cache)
+    warm = run(str(path)).summary                      # every cell already in the memo
+    assert cells > 0 and attention.memo_lookups > 0 and attention.memo_misses == 0
+    attention.reset_cache()
+    again = run(str(path)).summary
+    wall = {k for k in cold if "wall" in k}
+    assert {k: v for k, v in warm.items() if k not in wall} == {k: v for k, v in cold.items() if k not in wall}
+    assert {k: v for k, v in again.items() if k not in wall} == {k: v for k, v in cold.items() if k not in wall}
+
+
 def test_bundle_of_another_gpu_is_refused(bundle_path):
     with pytest.raises(ValueError, match="fitted on H100-SXM, not H200"):
         run(bundle_path, gpu="H200")

@@ -1,5 +1,6 @@
-"""Simulations in one process share one loaded bundle per file; the predictors' memos live for
-one cost model, so a sweep neither reloads bundles per run nor grows a memo across runs."""
+"""Simulations in one process share one loaded bundle per file and its predictors' memos, so a
+sweep neither reloads bundles nor re-tabulates per run; the memos are bounded and change no
+price."""
 
 import os
 
@@ -41,18 +42,32 @@ def empty_shared(monkeypatch):
     monkeypatch.setattr(B, "_SHARED", {})
 
 
-def test_consecutive_cost_models_share_the_bundle_and_start_with_empty_memos(tmp_path, predictor):
+def test_consecutive_cost_models_share_the_bundle_and_its_memos(tmp_path, predictor):
     path = _save(tmp_path / "a.joblib", predictor)
     first = make_cost_model(H100, "analytical", path)
-    times = first.op_times_s(OPS, "kernel")
     linear = first.bundle.predictors["linear"]
-    assert (len(linear._tables), linear.memo_lookups) == (4, 5)
+    linear.reset_cache()
+    times = first.op_times_s(OPS, "kernel")
+    assert (len(linear._tables), linear.memo_lookups, linear.memo_misses) == (4, 5, 4)
     for _ in range(3):
         again = make_cost_model(H100, "analytical", path)
         assert again.bundle is first.bundle and B.shared_bundles() == 1
-        assert (len(linear._tables), linear.memo_lookups) == (0, 0)        # memos reset, not grown
+        assert (len(linear._tables), linear.memo_lookups) == (4, 0)        # memos kept, counters zeroed
         assert again.op_times_s(OPS, "kernel") == times
-        assert (len(linear._tables), linear.memo_lookups) == (4, 5)
+        assert (len(linear._tables), linear.memo_lookups, linear.memo_misses) == (4, 5, 0)
+
+
+def test_a_full_memo_is_cleared_and_prices_stay_the_same(tmp_path, predictor, monkeypatch):
+    import calibration.predictors.base as base
+    cost = make_cost_model(H100, "analytical", _save(tmp_path / "a.joblib", predictor))
+    linear = cost.bundle.predictors["linear"]
+    linear.reset_cache()
+    want = cost.op_times_s(OPS, "kernel")
+    monkeypatch.setattr(base, "MAX_MEMO_BLOCKS", 2)
+    linear.reset_cache()
+    got = [cost.op_times_s([op], "kernel")[0] for op in OPS]
+    assert got == want and len(linear._tables) == 2                   # blocks 0, 1; cleared at block 2; then 2, 7
+    assert (linear.memo_lookups, linear.memo_misses) == (5, 4)
 
 
 def test_a_rewritten_file_is_loaded_again_and_replaces_its_entry(tmp_path, predictor):
