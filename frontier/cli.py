@@ -566,7 +566,13 @@ def predict(
     from calibration.features import canon_from_rows
     try:
         b = load_bundle(bundle)
-        df = pd.read_csv(input)
+        if not input.is_file():
+            raise ValueError(f"--input {input} does not exist (a CSV of operator rows)")
+        try:
+            df = pd.read_csv(input)
+        except pd.errors.EmptyDataError:
+            raise ValueError(f"--input {input} is empty; need a header row with `family` and the "
+                             f"family's profile-schema columns") from None
         if "family" not in df.columns:
             raise ValueError(f"{input} has no `family` column")
         if "timing_mode" not in df.columns:
@@ -574,12 +580,15 @@ def predict(
         pred = np.full(len(df), np.nan)
         oor = np.ones(len(df), dtype=bool)
         for (fam, mode), idx in df.groupby(["family", "timing_mode"]).indices.items():
+            predictor = b.predictor(fam)      # unknown family: ValueError naming the bundle's families
             try:
                 canon = canon_from_rows(df.iloc[idx], fam)
+                pred[idx], oor[idx] = predictor.predict_canon(canon, mode)
             except KeyError as exc:
                 raise ValueError(f"{fam} rows in {input} lack column {exc}") from None
-            pred[idx], oor[idx] = b.predictor(fam).predict_canon(canon, mode)
-    except (ValueError, FileNotFoundError, pd.errors.ParserError) as exc:
+            except ValueError as exc:
+                raise ValueError(f"{fam} rows in {input}: {exc}") from None
+    except (ValueError, pd.errors.ParserError) as exc:
         _fail(str(exc))
         return
     df["predicted_latency_s"] = pred

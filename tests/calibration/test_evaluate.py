@@ -108,6 +108,23 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     assert got.predicted_latency_s[1] > got.predicted_latency_s[0] > 0
     assert np.isnan(got.predicted_latency_s[3])
 
+    bad = {"missing.csv": None, "empty.csv": "",
+           "family.csv": "family,m,n,k,dtype\nfoo,1,2,3,bf16\n",
+           "mode.csv": "family,m,n,k,dtype,timing_mode\nlinear,1,4096,4096,bf16,fast\n",
+           "number.csv": "family,m,n,k,dtype\nlinear,abc,4096,4096,bf16\n"}
+    want = {"missing.csv": "missing.csv does not exist", "empty.csv": "empty.csv is empty",
+            "family.csv": "has no 'foo' predictor; has ['comm', 'linear']",
+            "mode.csv": "linear rows in", "number.csv": "could not convert string to float: 'abc'"}
+    for name, text in bad.items():
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        res = runner.invoke(app, ["predict", "--bundle", str(out), "--input", str(path)])
+        assert res.exit_code == 2 and res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+        assert want[name] in res.output, res.output
+    assert "timing_mode='fast'; valid: kernel, launch" in runner.invoke(
+        app, ["predict", "--bundle", str(out), "--input", str(tmp_path / "mode.csv")]).output
+
 
 @needs_aic
 def test_cli_refuses_corrupt_bundle(small_root, tmp_path):
