@@ -71,6 +71,8 @@ def holdout_mask(df: pd.DataFrame, family: str, holdout_fraction: float, split_s
     drawn with `split_seed`. Rows: round(fraction x rows) rows, at least 1."""
     if not 0.0 < holdout_fraction < 1.0:
         raise ValueError(f"holdout_fraction={holdout_fraction} must be in (0, 1)")
+    if isinstance(split_seed, bool) or not isinstance(split_seed, (int, np.integer)) or split_seed < 0:
+        raise ValueError(f"split_seed={split_seed!r} must be a non-negative integer")
     if holdout_by not in HOLDOUT_BY:
         raise ValueError(f"holdout_by={holdout_by!r}; valid: {', '.join(HOLDOUT_BY)}")
     rng = np.random.default_rng(split_seed)
@@ -176,9 +178,14 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
     from calibration.predictors import make_predictor
     from frontier.profile_schema import read_profiles
 
+    frames = {family: read_profiles(profiles_root, family, gpu) for family in families or FAMILY_ORDER}
+    versions = {str(v) for df in frames.values() if len(df) for v in df["framework_version"].unique()}
+    if framework_version is not None and str(framework_version) not in versions:
+        raise ValueError(f"no {gpu} profile rows of framework version {framework_version!r} under "
+                         f"{profiles_root}; have {', '.join(sorted(versions)) or 'none'}")
     predictors, fam_info, errors, frameworks = {}, {}, {}, set()
-    for family in families or FAMILY_ORDER:
-        df = select_version(read_profiles(profiles_root, family, gpu), family, framework_version)
+    for family, df in frames.items():
+        df = select_version(df, family, framework_version)
         if len(df) == 0:
             continue
         params = (predictor_params or {}).get(family, {})

@@ -141,6 +141,16 @@ def test_cli_refuses_corrupt_bundle(small_root, tmp_path):
     res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
                               "--out", str(out), "--holdout-by", "shapes"])
     assert res.exit_code == 2 and "unknown --holdout-by 'shapes'; valid: rows, token-points" in res.output
+    # a framework version no row has: refused before fitting (it used to write a bundle of the
+    # collectives' library rows alone, labelled with the missing version)
+    res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
+                              "--out", str(tmp_path / "v.joblib"), "--framework-version", "9.9"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "no H100-SXM profile rows of framework version '9.9'" in res.output and "have 0.24.0" in res.output
+    assert not (tmp_path / "v.joblib").exists()
+    res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
+                              "--out", str(out), "--split-seed", "-1"])
+    assert res.exit_code == 2 and "split_seed=-1 must be a non-negative integer" in res.output
 
 
 @needs_aic
