@@ -182,7 +182,7 @@ class FamilyPredictor:
         self._key_cache: dict[tuple, str] = {}
         self._tables: dict[tuple, tuple[int, list[float], list[bool]]] = {}
         self._scalar_ok: bool | None = None   # scalar query features agree with features (checked once)
-        self._fast_ok: bool | None = None     # the query module's fast_row agrees with its rows (checked once)
+        self._fast_ok: bool | None = None     # the query module's fast_rows agrees with its rows (checked once)
         self.reset_counters()
 
     def reset_counters(self) -> None:
