@@ -57,6 +57,8 @@ class FamilyError:
     baseline_p95: float
     baseline_mape: float
     out_of_range: int          # held-out rows flagged outside the training range
+    submodels: dict | None = None   # "<mode>:<key>" -> {rows, p50, p95, mape, scope}; scope "module":
+                                    # fitted on whole-module rows (attention.module_keys)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -149,10 +151,24 @@ def evaluate_family(df: pd.DataFrame, family: str, holdout_fraction: float = 0.2
         sel = modes == mode
         sub = {k: np.asarray(v)[sel] for k, v in canon.items()}
         p[sel], oor[sel] = pred.predict_canon(sub, mode)
-    m50, m95, mm = _summary(ape(p, meas))
+    err_pct = ape(p, meas)
+    m50, m95, mm = _summary(err_pct)
     b50, b95, bm = _summary(ape(baseline_predict(train_df, test_df, family), meas))
-    err = FamilyError(family, len(train_df), len(test_df), m50, m95, mm, b50, b95, bm, int(oor.sum()))
+    err = FamilyError(family, len(train_df), len(test_df), m50, m95, mm, b50, b95, bm, int(oor.sum()),
+                      _by_submodel(err_pct, modes, pred.submodel_keys(canon), getattr(pred, "module_keys", ())))
     return err, pred
+
+
+def _by_submodel(err_pct: np.ndarray, modes: np.ndarray, keys: np.ndarray, module_keys) -> dict:
+    """Held-out APE summary per sub-model ("<timing mode>:<key>")."""
+    names = np.char.add(np.char.add(modes.astype(str), ":"), keys.astype(str))
+    out = {}
+    for name in sorted(set(names.tolist())):
+        sel = names == name
+        p50, p95, mape = _summary(err_pct[sel])
+        out[name] = {"rows": int(sel.sum()), "p50": p50, "p95": p95, "mape": mape,
+                     "scope": "module" if name.split(":", 1)[1] in module_keys else "op"}
+    return out
 
 
 FAMILY_ORDER = ("linear", "attention", "moe", "comm", "elementwise")

@@ -524,9 +524,18 @@ def _print_errors(manifest: dict) -> None:
                f"held-out APE % (split {manifest['split']['holdout_fraction']} by "
                f"{manifest['split'].get('holdout_by', 'token-points')}, seed {manifest['split']['split_seed']})")
     typer.echo(f"  {'family':<11} {'rows':>8} {'p50':>7} {'p95':>7} {'MAPE':>7} {'base p50':>9} {'base p95':>9} {'base MAPE':>10} {'OOR':>6}")
+    notes = False
     for fam, e in manifest["heldout_error"].items():
         typer.echo(f"  {fam:<11} {e['rows']:>8} {e['p50']:>7.2f} {e['p95']:>7.2f} {e['mape']:>7.2f} "
                    f"{e['baseline_p50']:>9.2f} {e['baseline_p95']:>9.2f} {e['baseline_mape']:>10.2f} {e['out_of_range']:>6}")
+        subs = e.get("submodels") or {}
+        for name, s in subs.items() if len(subs) > 1 else ():
+            mark = " *" if s.get("scope") == "module" else ""
+            notes = notes or bool(mark)
+            typer.echo(f"    {name + mark:<22} {s['rows']:>6} {s['p50']:>7.2f} {s['p95']:>7.2f} {s['mape']:>7.2f}")
+    if notes:
+        typer.echo("  * fitted on whole-module rows (e.g. AIC's MLA layers); the simulator prices the module's "
+                   "ops instead (simulator/predictor_cost.py)")
 
 
 @app.command()
@@ -546,7 +555,8 @@ def evaluate(
         typer.echo(json.dumps({"gpu": manifest["gpu"], "framework": manifest.get("framework"),
                                "framework_version": manifest.get("framework_version"),
                                "split": manifest["split"],
-                               "families": {f: {k: e[k] for k in keys} for f, e in manifest["heldout_error"].items()}},
+                               "families": {f: {**{k: e[k] for k in keys}, "submodels": e.get("submodels") or {}}
+                                            for f, e in manifest["heldout_error"].items()}},
                               indent=2))
         return
     _print_errors(manifest)

@@ -95,7 +95,7 @@ def _systems_dir(data_root: Path | None) -> Path:
 def _select_gpus(systems: Path, wanted, skipped: list[str]) -> list[str]:
     have = sorted(p.name for p in (systems / "data").iterdir() if any(p.glob("*/vllm")))
     if wanted:
-        keys = {_key(w) for w in wanted}
+        keys = {_key(w) for w in wanted} | {k for k in map(_catalogue_key, wanted) if k}   # aliases: "H100"
         chosen = [g for g in have if _key(g) in keys or _catalogue_key(g) in keys]
         if not chosen:
             raise ValueError(f"no AIC vllm data for GPUs {list(wanted)}; valid: {', '.join(have)}")
@@ -114,9 +114,9 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", str(name).lower())
 
 
-def _catalogue_key(aic_gpu: str) -> str | None:
+def _catalogue_key(name: str) -> str | None:
     try:
-        return _key(get_gpu(aic_gpu).name)
+        return _key(get_gpu(name).name)
     except ValueError:
         return None
 

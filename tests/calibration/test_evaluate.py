@@ -91,8 +91,16 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     assert report["gpu"] == "H100-SXM" and report["framework_version"] == "0.24.0"
     assert report["split"]["split_seed"] == 3 and report["split"]["holdout_by"] == "token-points"
     lin = report["families"]["linear"]
-    assert set(lin) == {"rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range"}
+    assert set(lin) == {"rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range",
+                        "submodels"}
     assert lin["rows"] == 60 and 0 < lin["p50"] <= lin["p95"] < 50  # plumbing; accuracy: test_predictors
+    # per sub-model: one GEMM kernel here (the family's own figures); collectives per kind
+    assert lin["submodels"] == {"kernel:bf16": {"rows": 60, "p50": lin["p50"], "p95": lin["p95"],
+                                                "mape": lin["mape"], "scope": "op"}}
+    comm = report["families"]["comm"]["submodels"]
+    assert len(comm) > 1 and sum(s["rows"] for s in comm.values()) == report["families"]["comm"]["rows"]
+    text = runner.invoke(app, ["evaluate", "--bundle", str(out)]).output
+    assert all(f"    {name} " in text for name in comm) and "kernel:bf16" not in text
 
     ops = tmp_path / "ops.csv"
     ops.write_text("family,m,n,k,dtype,op_name,message_bytes,num_gpus,link,timing_mode\n"
@@ -205,3 +213,15 @@ def test_auto_bundle_refits_a_stale_cache(tmp_path, monkeypatch):
         assert ensure_bundle("H100", log=log.append) == path
         assert fits == ([("H100-SXM", path)] if refit else [])
         assert bool(log) == refit and (not refit or f"has features version {version}" in log[0])
+
+
+def test_held_out_error_per_submodel_marks_module_rows():
+    from calibration.evaluate import _by_submodel
+    err = np.array([1.0, 3.0, 10.0, 20.0, 5.0])
+    modes = np.array(["kernel", "kernel", "kernel", "kernel", "launch"])
+    keys = np.array(["mha:bf16", "mha:bf16", "mla:bf16", "mla:bf16", "mha:bf16"], dtype=object)
+    got = _by_submodel(err, modes, keys, ("mla:bf16",))
+    assert list(got) == ["kernel:mha:bf16", "kernel:mla:bf16", "launch:mha:bf16"]
+    assert got["kernel:mha:bf16"] == {"rows": 2, "p50": 2.0, "p95": 2.9, "mape": 2.0, "scope": "op"}
+    assert got["kernel:mla:bf16"]["scope"] == "module" and got["kernel:mla:bf16"]["mape"] == 15.0
+    assert got["launch:mha:bf16"]["rows"] == 1

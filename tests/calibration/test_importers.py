@@ -88,6 +88,8 @@ def test_h100_counts_and_filters(tmp_path):
     assert (r.latency_s_median, r.device_name) == (pytest.approx(0.1537511083814833e-3), "NVIDIA H100 80GB HBM3")
     with pytest.raises(ValueError, match="already holds \\['aiconfigurator'\\] rows"):
         import_aiconfigurator(AIC, tmp_path, gpus=["h100_sxm"], families=["comm"])
+    # a catalogue alias names the same system ("H100" is how `frontier simulate --gpu` spells it)
+    assert import_aiconfigurator(AIC, tmp_path / "alias", gpus=["H100"], families=["comm"]) == {"comm": 1146}
 
 
 @needs_aic
