@@ -82,8 +82,8 @@ def canon_row(op: AttentionOp) -> dict[str, object]:
 
 def fast_rows(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, list[float], float]] | None:
     """(KEY_COLUMNS values, feature_row, reference_row) of each row ``query_rows`` gives, straight
-    from the op without canonical rows: ~4 us instead of ~14 us for a step of 26 decodes, ~10
-    instead of ~40 for a chunked-prefill step (a decode part and a prefill part). The same
+    from the op without canonical rows: ~4 us instead of ~12 us for a step of ~32 decodes, ~11
+    instead of ~22 for a chunked-prefill step (a decode part and a prefill part). The same
     formulas as ``canon_row`` / ``split_mixed_row`` + ``_attention`` + ``reference_row`` with the
     window 0 that ``canon_row`` writes; the predictor checks that they agree on the first op it
     prices this way. None for a mixed op when the predictor has mixed rows (one row with both)."""
