@@ -242,6 +242,30 @@ def attention_canon_row(op: AttentionOp, stats=_stats) -> dict[str, object]:
             "kv_dtype": _kv_dtype(op.kv_bytes_per_elem), "is_mla": op.is_mla}
 
 
+def _load_stats(op: MoeOp) -> tuple[float, float]:
+    """(max, variance) of a MoE op's tokens per local expert (balanced: ceil(pairs / local), 0)."""
+    loads = op.tokens_per_expert
+    if loads is None:
+        return float(np.ceil(op.routed_pairs / op.num_local_experts)), 0.0
+    return float(max(loads)), float(np.var(loads))
+
+
+def moe_canon_row(op: MoeOp, load_stats=_load_stats) -> dict[str, object]:
+    """One canonical MoE row of an op (see the module docstring for the mapping). `load_stats`:
+    (max, variance) of its per-expert loads (the query path passes a pure-Python twin)."""
+    mx, var = load_stats(op)
+    if op.quant_method is not None:
+        dtype = MOE_DTYPES[op.quant_method]
+    else:
+        dtype = {"bf16": "bf16", "fp8": "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8",
+                 "fp4": "nvfp4"}[op.compute_dtype]
+    ep = op.moe_ep if op.moe_ep is not None else max(1, round(op.num_experts / op.num_local_experts))
+    return {"num_tokens": op.tokens, "hidden_size": op.hidden, "inter_size": op.inter * op.moe_tp,
+            "topk": op.topk, "num_experts": op.num_experts, "moe_tp_size": op.moe_tp,
+            "moe_ep_size": ep, "moe_dtype": dtype, "routed_pairs": op.routed_pairs,
+            "max_tokens_per_expert": mx, "var_tokens_per_expert": var}
+
+
 def canon_row_from_op(op) -> tuple[str, dict[str, object]]:
     """(family, canonical row) of one op spec; ValueError for families without a predictor."""
     if isinstance(op, GemmOp):
@@ -249,21 +273,7 @@ def canon_row_from_op(op) -> tuple[str, dict[str, object]]:
     if isinstance(op, AttentionOp):
         return "attention", attention_canon_row(op)
     if isinstance(op, MoeOp):
-        loads = op.tokens_per_expert
-        if loads is None:
-            mx, var = float(np.ceil(op.routed_pairs / op.num_local_experts)), 0.0
-        else:
-            mx, var = float(max(loads)), float(np.var(loads))
-        if op.quant_method is not None:
-            dtype = MOE_DTYPES[op.quant_method]
-        else:
-            dtype = {"bf16": "bf16", "fp8": "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8",
-                     "fp4": "nvfp4"}[op.compute_dtype]
-        ep = op.moe_ep if op.moe_ep is not None else max(1, round(op.num_experts / op.num_local_experts))
-        return "moe", {"num_tokens": op.tokens, "hidden_size": op.hidden, "inter_size": op.inter * op.moe_tp,
-                       "topk": op.topk, "num_experts": op.num_experts, "moe_tp_size": op.moe_tp,
-                       "moe_ep_size": ep, "moe_dtype": dtype, "routed_pairs": op.routed_pairs,
-                       "max_tokens_per_expert": mx, "var_tokens_per_expert": var}
+        return "moe", moe_canon_row(op)
     if isinstance(op, CommOp):
         return "comm", {"op_name": op.kind, "message_bytes": op.bytes, "num_gpus": op.group_size,
                         "link": op.link}

@@ -34,8 +34,14 @@ def _rows() -> pd.DataFrame:
 
 
 def test_scalar_rows_equal_numpy_features():
-    for op in OPS:
+    rng = np.random.default_rng(0)      # + loads whose variance numpy and the scalar path compute differently
+    loads = [tuple(int(x) for x in rng.integers(0, 5000, size=16)), (7,) * 16, (0,) * 15 + (123456,)]
+    for op in OPS + [_op(5000, lo) for lo in loads]:
         (row,) = MQ.query_rows(op)
+        want = F.canon_row_from_op(op)[1]
+        assert row.keys() == want.keys() and row["moe_dtype"] == want["moe_dtype"]
+        assert [float(row[k]) for k in want if k != "moe_dtype"] == \
+            pytest.approx([float(want[k]) for k in want if k != "moe_dtype"], rel=1e-12)
         table = F.canon_from_records([row], "moe")
         assert MQ.feature_row(row) == pytest.approx(F.featurize(table, "moe")[0].tolist(), rel=1e-12, abs=1e-12)
         assert MQ.reference_row(row) == pytest.approx(F.reference_s(table, "moe")[0], rel=1e-12)
