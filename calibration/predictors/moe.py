@@ -16,7 +16,11 @@ features v6; ``forest(kind="hgb")``, 63 leaves, learning rate 0.1): 300 rounds g
 forest's 14.7 % (H200): it fits the measured token grid and interpolates worse between counts,
 which is what the simulator asks, and one row walks ~140 us against ~17 us; not adopted. Two
 kernel-selection features (the token count's power-of-2 bucket, vLLM's nearest tuned Triton
-config size) moved the H200 rows' p95 12.53 -> 12.27 %: not adopted. The tables repeat
+config size) moved the H200 rows' p95 12.53 -> 12.27 %: not adopted. Feature subsampling
+(2026-11-30, H200, rows / token points): max_features 0.7 with 16 trees and leaves of 2 12.98 /
+14.80 %, with 32 trees and leaves of 1 11.59 / 13.61 % (~180 MB pickled against 40 MB), 0.5
+and 0.33 worse; not adopted (GEMM, same check: 40 trees 9.35 / 12.29 % against 20 trees' 9.62
+/ 12.31 %, leaves of 1 9.41 / 12.61 % at 97 MB against 26 MB). The tables repeat
 identical work to p95 ~7 % (README, calibration), below which no predictor can go."""
 
 from __future__ import annotations
