@@ -656,7 +656,7 @@ def attention_memory(resolved):
                        num_gpu_blocks_override=args.num_gpu_blocks_override,
                        max_model_len=resolved.max_model_len,
                        cudagraph_capture_sizes=args.cudagraph_capture_sizes,
-                       max_cudagraph_capture_size=args.max_cudagraph_capture_size,
+                       max_cudagraph_capture_size=resolved.max_cudagraph_capture_size,
                        cudagraph_mode=args.cudagraph_mode)
     return replace(budget, weights_bytes=weights,
                    requested_bytes=math.ceil(gpu.memory_bytes * args.gpu_memory_utilization))

@@ -27,6 +27,12 @@ with dynamic activation scales: every linear and fused-MoE weight stored as per-
 load time; embeddings, lm_head, norms and routers stay bf16; the KV cache keeps its dtype). On a
 checkpoint that is already quantized the simulator refuses it: vLLM accepts only the
 checkpoint's own method there, which the checkpoint already implies.
+Per-architecture overrides (vLLM's ``MODELS_CONFIG_MAP`` hooks, run before the CUDA-graph sizes
+are set): gpt-oss (``GptOssForCausalLM``) sets ``max_cudagraph_capture_size`` 1024 when neither
+capture flag is given (``ARCH_MAX_CUDAGRAPH_CAPTURE``; 0.10.2 and 0.11.2 did the same, 0.11.0 used
+992), so its capture grid runs to 1024 tokens as a user-given maximum does (no uniform-decode
+extras). The catalogue's other architectures with hooks (DeepSeek-V3.2/V4, GLM-5 DSA, Gemma 4,
+Nemotron-H, Qwen3.5) are refused by the model checks or change nothing simulated; not read.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ SCHEDULING_POLICIES = ("fcfs", "priority")
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # --quantization values simulated: online FP8 of an unquantized checkpoint (vLLM's Fp8Config)
 ONLINE_QUANTIZATION = {"fp8": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+# vLLM's per-architecture max_cudagraph_capture_size when neither capture flag is given
+# (vllm/model_executor/models/config.py, GptOssForCausalLMConfig.verify_and_update_config)
+ARCH_MAX_CUDAGRAPH_CAPTURE = {"GptOssForCausalLM": 1024}
 ROUTERS = ("round_robin", "least_loaded")
 # vllm/config/vllm.py OPTIMIZATION_LEVEL_TO_CONFIG: the cudagraph_mode each -O level sets when the user
 # gave none (O0: no compilation, no graphs; O1: piecewise; O2 = default and O3: full and piecewise).
@@ -221,6 +230,15 @@ class ResolvedEngine:
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
 
+    @property
+    def max_cudagraph_capture_size(self) -> int | None:
+        """The user's ``--max-cudagraph-capture-size``, or the architecture's override
+        (ARCH_MAX_CUDAGRAPH_CAPTURE) when neither capture flag is given; None = vLLM's grid."""
+        a = self.args
+        if a.cudagraph_capture_sizes is None and a.max_cudagraph_capture_size is None:
+            return ARCH_MAX_CUDAGRAPH_CAPTURE.get(self.model.architecture)
+        return a.max_cudagraph_capture_size
+
     def cudagraph_config(self, num_spec_tokens: int = 0) -> CudaGraphConfig:
         """The CUDA graphs of one engine, as VllmConfig derives them from these arguments."""
         a = self.args
@@ -228,7 +246,7 @@ class ResolvedEngine:
             self.max_num_seqs, self.max_num_batched_tokens, enforce_eager=a.enforce_eager,
             sm_version=self.gpu.sm_version, num_spec_tokens=num_spec_tokens,
             cudagraph_capture_sizes=a.cudagraph_capture_sizes,
-            max_cudagraph_capture_size=a.max_cudagraph_capture_size,
+            max_cudagraph_capture_size=self.max_cudagraph_capture_size,
             cudagraph_mode=a.effective_cudagraph_mode)
 
     @property

@@ -267,7 +267,7 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         max_model_len=resolved.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         async_scheduling=args.async_scheduling, profiled=profiled,
         cudagraph_capture_sizes=args.cudagraph_capture_sizes,
-        max_cudagraph_capture_size=args.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode)
+        max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode)
 
 
 def resolve_engine(args: EngineArgs) -> ResolvedEngine:

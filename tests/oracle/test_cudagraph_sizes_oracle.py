@@ -89,3 +89,32 @@ def test_optimization_level_mode_equals_vllm(level):
 
     want = OPTIMIZATION_LEVEL_TO_CONFIG[OptimizationLevel(level)]["compilation_config"]["cudagraph_mode"]
     assert EngineArgs(optimization_level=level).effective_cudagraph_mode == want.name
+
+
+@pytest.mark.parametrize("user_max", [None, 256])
+def test_gpt_oss_capture_override_like_vllm(user_max):
+    # vLLM's GptOssForCausalLMConfig hook runs before _set_cudagraph_sizes: with neither capture
+    # flag it sets max_cudagraph_capture_size 1024 (a user's value wins)
+    from vllm.config import CompilationConfig, VllmConfig
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+
+    from simulator.engine_args import EngineArgs
+    from simulator.simulation import resolve_engine
+
+    cc = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE,
+                           **({} if user_max is None else {"max_cudagraph_capture_size": user_max}))
+    MODELS_CONFIG_MAP["GptOssForCausalLM"].verify_and_update_config(
+        SimpleNamespace(structured_outputs_config=SimpleNamespace(reasoning_parser=""), compilation_config=cc))
+    fake = SimpleNamespace(
+        model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
+        scheduler_config=SimpleNamespace(max_num_seqs=1024, max_num_batched_tokens=8192),
+        uniform_decode_query_len=1, speculative_config=None, performance_mode="balanced")
+    VllmConfig._set_cudagraph_sizes(fake)
+    resolved = resolve_engine(EngineArgs(model="openai/gpt-oss-120b", gpu="H200", max_cudagraph_capture_size=user_max))
+    assert (resolved.max_num_seqs, resolved.max_num_batched_tokens) == (1024, 8192)
+    ours = resolved.cudagraph_config()
+    assert ours.capture_sizes == tuple(cc.cudagraph_capture_sizes)
+    assert ours.max_capture_size == cc.max_cudagraph_capture_size == (user_max or 1024)
+    llama = resolve_engine(EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H200")).cudagraph_config()
+    assert llama.max_capture_size == 512          # no hook for LlamaForCausalLM
