@@ -32,7 +32,7 @@ are set): gpt-oss (``GptOssForCausalLM``) sets ``max_cudagraph_capture_size`` 10
 capture flag is given (``ARCH_MAX_CUDAGRAPH_CAPTURE``; 0.10.2 and 0.11.2 did the same, 0.11.0 used
 992), so its capture grid runs to 1024 tokens as a user-given maximum does (no uniform-decode
 extras). The catalogue's other architectures with hooks (DeepSeek-V3.2/V4, GLM-5 DSA, Gemma 4,
-Nemotron-H, Qwen3.5) are refused by the model checks or change nothing simulated; not read.
+Kimi-K3, Nemotron-H, Qwen3.5, MiniMax-M3) are model types the simulator refuses.
 """
 
 from __future__ import annotations
