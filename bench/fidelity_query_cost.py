@@ -88,6 +88,7 @@ def grid_study(bundle, calls: list, family: str) -> None:
                   f"p50 {np.percentile(err, 50):.2f} % p95 {np.percentile(err, 95):.2f} % max {err.max():.2f} %")
     finally:
         query.QUERY_GRID = original
+        pred.reset_cache()      # cells are keyed by grid index: forget those of the candidate grids
 
 
 def main() -> None:

@@ -49,6 +49,7 @@ KEY_COLUMNS = ("num_heads", "num_kv_heads", "head_dim", "window_size", "kv_dtype
 
 # Memo grid of the per-step query: 16 cells per log2 unit on every feature (1/16 in log2,
 # ~4.4 % of a count or length). Chosen on the queries of two simulations (see the docstring).
+# Memo cells are keyed by grid index, so whoever changes it must reset the predictor's memos.
 QUERY_CELLS = 16.0
 QUERY_GRID = (QUERY_CELLS,) * len(F.FEATURE_NAMES["attention"])
 
