@@ -29,7 +29,7 @@ from frontier.ops import MoeOp
 
 KEY_COLUMNS = ("moe_dtype",)
 QUERY_CELLS = 64.0
-QUERY_GRID = (QUERY_CELLS,) * len(F.FEATURE_NAMES["moe"])
+QUERY_GRID = (QUERY_CELLS,) * len(F.FEATURE_NAMES["moe"])   # memo cells are keyed by grid index: reset memos on change
 _DB = F._DTYPE_BYTES
 
 
