@@ -1,9 +1,10 @@
 """Scale: a 1,024-GPU deployment serving 100,000 requests, timed on a CPU.
 
     .venv/bin/python bench/scale_1k.py [--num-prompts N] [--request-rate R] [--case pdd|afd|all]
-                                       [--profile OUT.prof]
+                                       [--profile OUT.prof] [--predictor-bundle auto|PATH]
 
-Cases (H100, roofline costs, random dataset 1024 in / 256 out, Poisson arrivals):
+Cases (H100, roofline costs unless ``--predictor-bundle``, random dataset 1024 in / 256 out,
+Poisson arrivals):
 * ``pdd-llama70b``: meta-llama/Llama-3.1-70B, prefill TP4 x 128 engines (512 GPUs) + decode
   TP8 x 64 engines (512 GPUs) = 1,024 GPUs; least-loaded prefill, kv_aware decode routing.
   (1024-token prompts make prefill the bottleneck: 64 prefill engines saturate at ~920 req/s
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import resource
 import time
 
@@ -65,6 +67,8 @@ def main() -> None:
     parser.add_argument("--request-rate", type=float, default=None, help="default: the case's rate")
     parser.add_argument("--case", choices=("pdd", "afd", "all"), default="all")
     parser.add_argument("--profile", default=None, help="write cProfile stats of the run here")
+    parser.add_argument("--predictor-bundle", default=None,
+                        help="calibrated costs: a bundle path or auto (the cached H100 bundle); default roofline")
     args = parser.parse_args()
     names = ("pdd", "afd") if args.case == "all" else (args.case,)
     print(f"{'case':<16} {'gpus':>5} {'reqs':>7} {'failed':>6} {'sim_s':>7} {'loop_s':>7} {'wall_s':>7} "
@@ -77,6 +81,10 @@ def main() -> None:
         except ImportError as exc:
             print(f"{name:<16} TODO: not run ({exc})")
             continue
+        if args.predictor_bundle:
+            from calibration.auto_bundle import ensure_bundle
+            bundle = ensure_bundle(spec.engine.gpu) if args.predictor_bundle == "auto" else args.predictor_bundle
+            spec = dataclasses.replace(spec, predictor_bundle=str(bundle))
         wall0, cpu0 = time.perf_counter(), time.process_time()
         if args.profile:
             prof = cProfile.Profile()
