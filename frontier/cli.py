@@ -536,6 +536,8 @@ def _print_errors(manifest: dict) -> None:
     if notes:
         typer.echo("  * fitted on whole-module rows (e.g. AIC's MLA layers); the simulator prices the module's "
                    "ops instead (simulator/predictor_cost.py)")
+    if not any("submodels" in e for e in manifest["heldout_error"].values()):
+        typer.echo("  (this manifest predates per-sub-model errors; a bundle calibrated now records them)")
 
 
 @app.command()

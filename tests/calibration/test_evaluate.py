@@ -101,6 +101,15 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     assert len(comm) > 1 and sum(s["rows"] for s in comm.values()) == report["families"]["comm"]["rows"]
     text = runner.invoke(app, ["evaluate", "--bundle", str(out)]).output
     assert all(f"    {name} " in text for name in comm) and "kernel:bf16" not in text
+    assert "predates per-sub-model errors" not in text
+    # a bundle written before per-sub-model errors: family lines and a one-line hint
+    import calibration.bundle as B
+    old = B.load_bundle(out)
+    errors = {f: {k: v for k, v in e.items() if k != "submodels"} for f, e in old.manifest["heldout_error"].items()}
+    legacy = tmp_path / "legacy.joblib"
+    B.save_bundle(legacy, old.predictors, {**old.manifest, "heldout_error": errors})
+    res = runner.invoke(app, ["evaluate", "--bundle", str(legacy)])
+    assert res.exit_code == 0 and "predates per-sub-model errors" in res.output and "all_reduce" not in res.output
 
     ops = tmp_path / "ops.csv"
     ops.write_text("family,m,n,k,dtype,op_name,message_bytes,num_gpus,link,timing_mode\n"
