@@ -371,9 +371,8 @@ class FamilyPredictor:
             if self._fast_ok is None:
                 want = [self._row_features(query, row) for row in rows]
                 self._fast_ok = len(parts) == len(rows) and all(
-                    shape == tuple(row[c] for c in query.KEY_COLUMNS) and len(x) == len(wx)
-                    and bool(np.allclose(x, wx, rtol=1e-12, atol=1e-12)) and math.isclose(ref, wref, rel_tol=1e-12)
-                    for (shape, x, ref), row, (wx, wref) in zip(parts, rows, want))
+                    shape == tuple(row[c] for c in query.KEY_COLUMNS) and _same_features((x, ref), got)
+                    for (shape, x, ref), row, got in zip(parts, rows, want))
                 if not self._fast_ok:
                     warnings.warn(f"{query.__name__}.fast_rows differs from its canonical rows; "
                                   f"{self.family} queries take the canonical path", stacklevel=3)
@@ -439,8 +438,7 @@ class FamilyPredictor:
             x, ref = self._numpy_features(row)
             try:
                 xs, refs = query.feature_row(row), query.reference_row(row)
-                self._scalar_ok = (len(xs) == len(x) and bool(np.allclose(xs, x, rtol=1e-12, atol=1e-12))
-                                   and math.isclose(refs, ref, rel_tol=1e-12))
+                self._scalar_ok = _same_features((xs, refs), (x, ref))
             except Exception:        # a stale copy may also fail outright (e.g. a renamed constant)
                 self._scalar_ok = False
             if not self._scalar_ok:
@@ -460,6 +458,14 @@ class FamilyPredictor:
                 "submodels": {f"{m}:{k}": n for (m, k), n in self.n_rows.items()},
                 "launch_overhead_s": self.launch_overhead_s,
                 "launch_overhead_source": self.launch_overhead_source}
+
+
+def _same_features(a: tuple[Sequence[float], float], b: tuple[Sequence[float], float]) -> bool:
+    """Whether two (feature row, reference seconds) pairs agree to 1e-12: the check a fast query
+    path passes before it replaces the one it copies."""
+    (xa, ra), (xb, rb) = a, b
+    return (len(xa) == len(xb) and bool(np.allclose(xa, xb, rtol=1e-12, atol=1e-12))
+            and math.isclose(ra, rb, rel_tol=1e-12))
 
 
 def _check_mode(timing_mode: str) -> None:
