@@ -639,25 +639,18 @@ def _ffn_weight_bytes(model, tp: int, ep: int) -> int:
 
 
 def attention_memory(resolved):
-    """vLLM's KV budget (``simulator.memory.kv_budget``) with A's weights (no MLP/MoE).
+    """vLLM's KV budget (``simulation.build_memory``, every engine flag included) with A's
+    weights (no MLP/MoE).
 
-    Same formula: kv_budget is given a GPU whose memory is larger by exactly what the MLP
-    weights would have taken, then weights and requested bytes are restated for A.
+    Same formula: the budget is computed on a GPU whose memory is larger by exactly what the
+    MLP weights would have taken, then weights and requested bytes are restated for A.
     """
-    from simulator.memory import kv_budget
+    from simulator.simulation import build_memory
     args, model, gpu = resolved.args, resolved.model, resolved.gpu
     weights = _attention_weight_bytes(model, resolved.parallel)
     mlp = model.weight_bytes_per_rank(resolved.parallel) - weights
     bumped = replace(gpu, memory_bytes=gpu.memory_bytes + math.ceil(mlp / args.gpu_memory_utilization))
-    budget = kv_budget(model, resolved.parallel, bumped,
-                       gpu_memory_utilization=args.gpu_memory_utilization, block_size=resolved.block_size,
-                       max_num_batched_tokens=resolved.max_num_batched_tokens,
-                       max_num_seqs=resolved.max_num_seqs, enforce_eager=args.enforce_eager,
-                       num_gpu_blocks_override=args.num_gpu_blocks_override,
-                       max_model_len=resolved.max_model_len,
-                       cudagraph_capture_sizes=args.cudagraph_capture_sizes,
-                       max_cudagraph_capture_size=resolved.max_cudagraph_capture_size,
-                       cudagraph_mode=args.cudagraph_mode)
+    budget = build_memory(resolved, gpu=bumped)
     return replace(budget, weights_bytes=weights,
                    requested_bytes=math.ceil(gpu.memory_bytes * args.gpu_memory_utilization))
 

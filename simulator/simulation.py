@@ -46,6 +46,7 @@ from simulator.trace import BatchTrace
 from simulator.workload import WorkloadSpec, generate_requests
 
 if TYPE_CHECKING:
+    from frontier.gpu import GpuSpec
     from simulator.afd import AfdSpec
     from simulator.control_plane import CompiledRole, PddSpec
 
@@ -256,11 +257,16 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     return records, summary, sim_wall_s
 
 
-def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = None) -> MemoryBudget:
-    """The KV budget of one engine rank, vLLM's formula (`profiled`: fitted non-KV terms)."""
+def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = None,
+                 gpu: GpuSpec | None = None) -> MemoryBudget:
+    """The KV budget of one engine rank, vLLM's formula (`profiled`: fitted non-KV terms).
+
+    `gpu` replaces the engine's GPU in the formula (default ``resolved.gpu``); AFD's attention
+    role passes one enlarged by the MLP weights it does not hold (``afd.attention_memory``),
+    so every flag reaches its budget the same way."""
     args = resolved.args
     return kv_budget(
-        resolved.model, resolved.parallel, resolved.gpu,
+        resolved.model, resolved.parallel, gpu or resolved.gpu,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=resolved.block_size,
         max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
         enforce_eager=args.enforce_eager, num_gpu_blocks_override=args.num_gpu_blocks_override,

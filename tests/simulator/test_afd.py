@@ -221,3 +221,24 @@ def test_ffn_moe_ops_carry_the_f_replicas_sharding():
     assert recording.moe_ops
     assert {(op.moe_tp, op.moe_ep, op.quant_method, op.num_local_experts) for op in recording.moe_ops} == {
         (1, 4, "none", 32)}
+
+
+def test_attention_role_budget_takes_every_memory_flag():
+    """The attention role's KV budget is build_memory's (on a GPU enlarged by the MLP weights
+    it does not hold): --kv-cache-memory-bytes and -O 0 reach it as they reach a co-located
+    engine (both were ignored when it spelled out its own argument list)."""
+    from simulator.afd import attention_memory
+    from simulator.simulation import build_memory, resolve_engine
+
+    def blocks(**kw):
+        resolved = resolve_engine(EngineArgs(model=MOE, gpu="H100", max_model_len=4096, **kw))
+        return attention_memory(resolved), build_memory(resolved)
+
+    base, _ = blocks()
+    assert base.num_gpu_blocks == 46344 and base.cuda_graph_bytes == 356515840
+    fixed, colocated = blocks(kv_cache_memory_bytes=4 << 30)
+    assert fixed.num_gpu_blocks == colocated.num_gpu_blocks == 2730      # 4 GiB // 48 layers x 32 KiB
+    o0, _ = blocks(optimization_level=0)
+    eager, _ = blocks(enforce_eager=True)
+    assert o0.cuda_graph_bytes == eager.cuda_graph_bytes == 0
+    assert o0.num_gpu_blocks == eager.num_gpu_blocks == 46570
