@@ -426,6 +426,23 @@ def gpus() -> None:
                    f"bf16 {g.bf16_flops / 1e12:7.1f} TFLOP/s  ${g.price_per_hour_usd:.2f}/h")
 
 
+@app.command()
+def models() -> None:
+    """List the model catalogue (names for --model): architecture, layers, experts, weight
+    quantization, or why the simulator refuses the model."""
+    from frontier.model_spec import catalogue_names, load_model_spec
+    for name in catalogue_names():
+        try:
+            m = load_model_spec(name)
+        except ValueError as exc:     # "<name>: unsupported model_type 'x'; supported: ..." -> the reason
+            reason = str(exc).removeprefix(f"{name}: ").split("; supported:")[0]
+            typer.echo(f"{name:<52} not supported ({reason})")
+            continue
+        experts = f"{m.num_experts} experts top-{m.num_experts_per_tok}" if m.is_moe else "dense"
+        typer.echo(f"{name:<52} {m.architecture:<28} {m.num_layers:>3} layers  {experts:<20} "
+                   f"weights {m.quant.method}")
+
+
 @app.command("import-profiles")
 def import_profiles(
     source: str = typer.Option(..., "--source", help="aiconfigurator or vidur."),

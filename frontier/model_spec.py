@@ -236,6 +236,17 @@ def _catalogue_files() -> dict[str, Any]:
     return files
 
 
+def catalogue_names() -> list[str]:
+    """Every catalogue name ``load_model_spec`` accepts, as its file names it ("org/Name"), sorted
+    case-insensitively (models the simulator does not support included: loading them says why)."""
+    return sorted((_display_name(e.name) for _, e in _catalogue_files().values()), key=str.lower)
+
+
+def _display_name(file_name: str) -> str:
+    """Catalogue name of a config file: "org--Name_config.json" -> "org/Name" (case kept)."""
+    return file_name.replace("--", "/").replace("_config.json", "").replace(".json", "")
+
+
 def _catalogue_lookup(name: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     files = _catalogue_files()
     key = _normalize(name)
@@ -247,7 +258,9 @@ def _catalogue_lookup(name: str) -> tuple[dict[str, Any], dict[str, Any] | None]
         key = hits[0] if len(hits) == 1 else key
     if key not in files:
         close = difflib.get_close_matches(key, list(files), n=5, cutoff=0.5)
-        raise ValueError(f"unknown model {name!r}: not a config.json path nor a catalogue name; close matches: {close}")
+        hint = f"close matches: {', '.join(_display_name(files[k][1].name) for k in close)}; " if close else ""
+        raise ValueError(f"unknown model {name!r}: not a config.json path nor a catalogue name; "
+                         f"{hint}`frontier models` lists the catalogue")
     folder, entry = files[key]
     quant_entry = folder.joinpath(entry.name.replace("_config.json", "_hf_quant_config.json"))
     hf_quant = json.loads(quant_entry.read_text()) if quant_entry.name != entry.name and quant_entry.is_file() else None

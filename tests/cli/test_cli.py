@@ -99,3 +99,16 @@ def test_simulator_and_calibration_never_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_models_lists_the_catalogue_with_what_is_refused():
+    res = runner.invoke(app, ["models"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    gpt = next(line for line in lines if line.startswith("openai/gpt-oss-120b "))
+    assert gpt.split() == ["openai/gpt-oss-120b", "GptOssForCausalLM", "36", "layers", "128", "experts", "top-4",
+                           "weights", "mxfp4"]
+    llama = next(line for line in lines if line.startswith("meta-llama/Meta-Llama-3.1-8B "))
+    assert llama.split()[1:] == ["LlamaForCausalLM", "32", "layers", "dense", "weights", "none"]
+    v32 = next(line for line in lines if line.startswith("deepseek-ai/DeepSeek-V3.2 "))   # aiconfigurator-core 0.12.0
+    assert v32.split(None, 1)[1] == "not supported (unsupported model_type 'deepseek_v32')"

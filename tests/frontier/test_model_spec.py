@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from frontier.model_spec import load_model_spec, model_spec_from_config, pp_partition
+from frontier.model_spec import catalogue_names, load_model_spec, model_spec_from_config, pp_partition
 from frontier.parallel import ParallelSpec
 from frontier.quant import QuantSpec
 
@@ -159,9 +159,20 @@ def test_catalogue_name_forms():
 
 
 def test_unknown_name_lists_close_matches():
-    with pytest.raises(ValueError, match=r"unknown model 'Qwen/Qwen3-31B-A3B'.*qwen/qwen3-30b-a3b") as err:
+    with pytest.raises(ValueError, match=r"unknown model 'Qwen/Qwen3-31B-A3B'.*close matches: Qwen/Qwen3-30B-A3B") as err:
         load_model_spec("Qwen/Qwen3-31B-A3B")
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and str(err.value).endswith("`frontier models` lists the catalogue")
+    with pytest.raises(ValueError) as err:
+        load_model_spec("nope")
+    assert str(err.value) == ("unknown model 'nope': not a config.json path nor a catalogue name; "
+                              "`frontier models` lists the catalogue")
+
+
+def test_catalogue_names_are_loadable_names():
+    names = catalogue_names()
+    assert names == sorted(names, key=str.lower) and len(names) == len(set(n.lower() for n in names))
+    for name in ("Qwen/Qwen3-30B-A3B", "openai/gpt-oss-120b", "meta-llama/Meta-Llama-3.1-8B"):
+        assert name in names and load_model_spec(name).name == name
 
 
 def _tiny(**extra):
