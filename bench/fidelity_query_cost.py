@@ -18,8 +18,8 @@ Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
   simulations of a sweep over one model and bundle do (memos are shared and change no price);
 * with ``--grid-study``: for the attention queries of those simulations, the memo hit rate and
   the error the grid adds, |price(grid) / price(unquantized features) - 1| (p50, p95, max),
-  per candidate grid (cells per log2 unit); the figures behind ``QUERY_GRID`` in
-  ``calibration/predictors/attention_query.py`` (GEMM tables are exact: no grid).
+  per candidate grid (cells per log2 unit of the length statistics); the figures behind
+  ``QUERY_CELLS`` in ``calibration/predictors/attention_query.py`` (GEMM tables are exact: no grid).
 """
 
 from __future__ import annotations
@@ -60,34 +60,30 @@ def one_row_costs_s(predictor) -> tuple[float, float]:
 
 
 def grid_study(bundle, calls: list, family: str) -> None:
-    """Print memo hit rate and added error per candidate grid over the family's recorded queries."""
+    """Print memo hit rate and added error per candidate grid over the family's recorded queries
+    (attention: cells per log2 unit of the length statistics, ``attention_query.QUERY_CELLS``)."""
     query, pred = SCALAR_QUERIES[family], bundle.predictors[family]
-    names = pred.feature_names
     ops = [(sel, mode) for sel, mode in
            (([op for op in batch if op.family == family], mode) for batch, mode in calls) if sel]
-    slow = {n for n in names if n.startswith(("lg_pl_", "lg_dc_", "lg_pctx", "lg_req_"))
-            or n in ("lg_prefill_flops", "lg_decode_kv_bytes", "lg_flops")}
-    grids = [(f"1/{c}", (float(c),) * len(names)) for c in (64, 32, 16, 8)]
-    grids.append(("counts 1/16, lengths 1/8", tuple(8.0 if n in slow else 16.0 for n in names)))
-    original = query.QUERY_GRID
+    original = query.QUERY_CELLS
 
-    def price(grid):
-        query.QUERY_GRID = grid
+    def price(cells):
+        query.QUERY_CELLS = cells
         pred.reset_cache()
         out = np.concatenate([pred.predict_s(sel, mode) for sel, mode in ops])
         return out, pred.memo_lookups, pred.memo_misses
 
     try:
-        exact, rows, _ = price((2.0 ** 30,) * len(names))     # ~unquantized
+        exact, rows, _ = price(2.0 ** 30)     # ~unquantized statistics
         ok = np.isfinite(exact)
         print(f"grid study, {family}: {len(exact)} queries, {rows} memo rows")
-        for label, grid in grids:
-            got, lookups, misses = price(grid)
+        for cells in (64.0, 32.0, 16.0, 8.0):
+            got, lookups, misses = price(cells)
             err = 100 * np.abs(got[ok] / exact[ok] - 1)
-            print(f"  {label:26s} hit {100 * (lookups - misses) / lookups:5.1f} %, added error "
+            print(f"  1/{cells:<4g} hit {100 * (lookups - misses) / lookups:5.1f} %, added error "
                   f"p50 {np.percentile(err, 50):.2f} % p95 {np.percentile(err, 95):.2f} % max {err.max():.2f} %")
     finally:
-        query.QUERY_GRID = original
+        query.QUERY_CELLS = original
         pred.reset_cache()      # cells are keyed by grid index: forget those of the candidate grids
 
 

@@ -11,28 +11,33 @@ agree with it to 1e-12, so the model sees the features it was fitted on:
 * ``feature_row(r)``      == ``features.featurize(<table of r>, "attention")[0]``
 * ``reference_row(r)``    == ``features.reference_s(<table of r>, "attention")[0]``  (seconds)
 * ``split_mixed_row(r)``  == ``features.split_mixed(<table of r>)``
-* ``fast_rows(op, m)``    == (KEY_COLUMNS, ``feature_row``, ``reference_row``) of each row of
-  ``query_rows(op, m)``, without building the canonical rows (None: use those)
+* ``cell_parts(op, m)``   == (KEY_COLUMNS, memo cell, ``reference_row``) of each row of
+  ``query_rows(op, m)``; ``cell_row(shape, cell)`` is the canonical row at the cell's centre
+  (== those rows at a ~exact grid, tested)
 
 The sub-model key is the predictor's own (``submodel_keys``), memoized per head shape
 (KEY_COLUMNS): it must not depend on the batch, only on the kernel.
 
-Memo grid (QUERY_GRID): a query is priced at the centre of its cell, 1/16 in log2 on every
-feature, and memoized per (sub-model, cell). Chosen on the attention queries of two
-simulations (auto H100 bundle, 300 random requests at 20 req/s, ``bench/fidelity_query_cost.py
---grid-study``; added error = |price(grid) / price(unquantized features) - 1|):
+Memo cells (QUERY_CELLS): a row's counts and length statistics (the canonical row's own
+quantities) are rounded to 1/16 in log2 (``_q``, ~4.4 % of a count or length); the cell's
+model output and out-of-range flag are those of its representative row (every statistic at
+the cell's centre, ``cell_row``), computed once; each query multiplies the model's ratio by
+its own exact reference time. A hit thus costs the statistics (~6 us for ~32 decodes), no
+features. Chosen on the attention queries of two simulations (auto H100 bundle, 300 random
+requests at 20 req/s, ``bench/fidelity_query_cost.py --grid-study``; added error =
+|price(grid) / price(~unquantized statistics) - 1|, 2026-11-30):
 
-    grid (cells per log2)      Llama-3.1-8B: hit  p95   max  | Qwen3-30B-A3B: hit  p95   max
-    1/64                                    36 %  0.7 % 3.6 % |               25 %  0.6 % 2.2 %
-    1/32                                    50 %  2.0 % 4.2 % |               37 %  1.6 % 4.8 %
-    1/16 (chosen)                           60 %  2.0 % 4.0 % |               54 %  1.9 % 5.8 %
-    1/8                                     71 %  4.2 % 7.5 % |               64 %  2.8 % 8.3 %
-    counts 1/16, lengths 1/8                69 %  3.9 % 8.0 % |               62 %  3.6 % 8.3 %
+    cells per log2        Llama-3.1-8B: hit  p50    p95   max  | Qwen3-30B-A3B: hit  p50    p95   max
+    64                                42.5 %  0.00 %  0.90 % 4.3 % |                31.0 %  0.00 %  0.75 % 4.8 %
+    32                                55.4 %  0.00 %  1.34 % 7.1 % |                48.8 %  0.00 %  1.00 % 4.8 %
+    16 (chosen)                       68.3 %  0.00 %  2.13 % 7.1 % |                65.2 %  0.00 %  2.01 % 7.7 %
+    8                                 83.7 %  0.28 %  4.26 % 18.3 % |               77.6 %  0.59 %  2.62 % 7.6 %
 
-(p50 of the added error: 0.00 % and 0.15 % at 1/16.) A coarser grid on the slowly moving
-length statistics adds ~8 points of hits for twice the p95 and max error; a hit saves one
-forest walk (~20 us), while every query still pays its features (~15 us), so the finer
-grid was kept. The added error stays well below the model's own held-out p95 (~15 %).
+(The former grid on the 31 features themselves, at 1/16: hits 60 / 54 %, p95 2.0 / 1.9 %,
+max 4.0 / 5.8 %, and every hit paid the features.) 1/8 would add ~12 points of hits for
+twice the p95 and a max of 18 %. The added error stays well below the model's own held-out
+p95 (~7 %). The out-of-range flag is the representative row's: a query within about half a
+cell (~2 %) of the measured range's edge may be flagged either way.
 """
 
 from __future__ import annotations
@@ -47,11 +52,10 @@ _DB = F._DTYPE_BYTES
 
 KEY_COLUMNS = ("num_heads", "num_kv_heads", "head_dim", "window_size", "kv_dtype", "is_mla")
 
-# Memo grid of the per-step query: 16 cells per log2 unit on every feature (1/16 in log2,
-# ~4.4 % of a count or length). Chosen on the queries of two simulations (see the docstring).
-# Memo cells are keyed by grid index, so whoever changes it must reset the predictor's memos.
+# Memo cells of the per-step query: 16 per log2 unit of every count and length statistic
+# (~4.4 %). Chosen on the queries of two simulations (see the docstring). Memo cells are keyed
+# by grid index, so whoever changes it must reset the predictor's memos.
 QUERY_CELLS = 16.0
-QUERY_GRID = (QUERY_CELLS,) * len(F.FEATURE_NAMES["attention"])
 
 
 def _lg(x: float) -> float:
@@ -81,51 +85,64 @@ def canon_row(op: AttentionOp) -> dict[str, object]:
     return F.attention_canon_row(op, _stats)
 
 
-def fast_rows(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, list[float], float]] | None:
-    """(KEY_COLUMNS values, feature_row, reference_row) of each row ``query_rows`` gives, straight
-    from the op without canonical rows: ~4 us instead of ~12 us for a step of ~32 decodes, ~11
-    instead of ~22 for a chunked-prefill step (a decode part and a prefill part). The same
-    formulas as ``canon_row`` / ``split_mixed_row`` + ``_attention`` + ``reference_row`` with the
-    window 0 that ``canon_row`` writes; the predictor checks that they agree on the first op it
-    prices this way. None for a mixed op when the predictor has mixed rows (one row with both)."""
-    if op.prefill_new and op.decode_ctx and has_mixed:
-        return None
-    heads, kvh, hd = float(op.num_heads), float(op.num_kv_heads), float(op.head_dim)
-    kv_dtype = F._kv_dtype(op.kv_bytes_per_elem)
-    shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, kv_dtype, op.is_mla)
-    kvb = _DB.get(kv_dtype, 2.0)
-    head = [_lg(heads), _lg(kvh), _lg(hd), 0.0, kvb, float(bool(op.is_mla))]
-    lg_ratio = _lg(heads / max(kvh, 1.0))
-    parts = []
+def _q(x: float) -> int:
+    """Grid index of a non-negative length or count: round(log2(1 + x) * QUERY_CELLS)."""
+    return round(math.log2(1.0 + x) * QUERY_CELLS)
+
+
+def _dq(c: int) -> float:
+    """Representative value of grid index c (the inverse of ``_q`` at the cell's centre)."""
+    return 2.0 ** (c / QUERY_CELLS) - 1.0
+
+
+def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
+    """(KEY_COLUMNS values, cell, reference seconds) of each row ``query_rows`` gives. The cell
+    holds the row's kind and the grid indices (``_q``) of its counts and length statistics, the
+    canonical row's own quantities (``canon_row``: prefill count, min, max, mean, p50, p90 of the
+    new tokens, largest context, attention pairs; decode count, min, max, mean, p50, p90 of the
+    context + 1); ``cell_row`` turns it back into a canonical row. The reference time
+    (``reference_row``) is the row's exact one. ~6 us for a step of ~32 decodes."""
+    shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, F._kv_dtype(op.kv_bytes_per_elem), op.is_mla)
+    ref = {"num_heads": op.num_heads, "num_kv_heads": op.num_kv_heads, "head_dim": op.head_dim, "window_size": 0.0,
+           "kv_dtype": shape[4], "num_decode": 0, "decode_ctx_mean": 0.0, "num_prefill": 0,
+           "prefill_len_mean": 0.0, "prefill_pairs": 0.0, "prefill_tokens": 0}
+    pre = dec = ()
     if op.prefill_new:
         s = sorted(op.prefill_new)
-        npre, ptok = float(len(s)), float(sum(s))
-        pmean = math.fsum(s) / len(s)
-        pairs = float(sum(n * c + n * (n + 1) / 2 for n, c in zip(op.prefill_new, op.prefill_ctx)))
-        flops = 4 * heads * hd * pairs
-        q_tiles = npre * math.ceil(pmean / 128) * heads
-        lg_npre, lg_ptok = _lg(npre), _lg(ptok)
-        x = [lg_npre, lg_npre, 0.0, lg_ptok, lg_ptok, _lg(s[0]), _lg(s[-1]), _lg(pmean), _lg(_quantile(s, 0.5)),
-             _lg(_quantile(s, 0.9)), _lg(max(op.prefill_ctx)), 0.0, 0.0, 0.0, 0.0, 0.0, *head,
-             _lg(flops), 0.0, _lg(flops), _lg(q_tiles), _lg(pairs / max(npre, 1.0)), _lg(math.ceil(q_tiles / F.SMS)),
-             0.0, 0.0, lg_ratio]
-        reference_s = (flops / F._REF_FLOPS + (ptok * 2 * 2 * kvh * hd * kvb + ptok * heads * hd * 4) / F._REF_BW
-                       + F._REF_FIXED_S)
-        parts.append((shape, x, reference_s))
+        n, mean = len(s), math.fsum(s) / len(s)
+        pairs = float(sum(k * c + k * (k + 1) / 2 for k, c in zip(op.prefill_new, op.prefill_ctx)))
+        pre = (_q(n), _q(s[0]), _q(s[-1]), _q(mean), _q(_quantile(s, 0.5)), _q(_quantile(s, 0.9)),
+               _q(max(op.prefill_ctx)), _q(pairs))
+        pre_ref = {**ref, "num_prefill": n, "prefill_len_mean": mean, "prefill_pairs": pairs, "prefill_tokens": sum(s)}
     if op.decode_ctx:
-        s = sorted(op.decode_ctx)              # the schema's context counts the new token: + 1 below
-        nd = float(len(s))
-        dmean = math.fsum(s) / len(s) + 1.0
-        kv_bytes = nd * dmean * 2 * kvh * hd * kvb
-        flops = 4 * heads * hd * nd * dmean
-        lg_nd, lg_q = _lg(nd), _lg(nd * kvh)
-        x = [lg_nd, 0.0, lg_nd, 0.0, lg_nd, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, _lg(s[0] + 1.0), _lg(s[-1] + 1.0),
-             _lg(dmean), _lg(_quantile(s, 0.5) + 1.0), _lg(_quantile(s, 0.9) + 1.0), *head,
-             0.0, _lg(kv_bytes), _lg(flops), lg_q, 0.0, _lg(math.ceil(nd * kvh / F.SMS)), _lg(math.ceil(dmean / 128)),
-             lg_q, lg_ratio]
-        reference_s = flops / F._REF_FLOPS + (kv_bytes + nd * heads * hd * 4) / F._REF_BW + F._REF_FIXED_S
-        parts.append((shape, x, reference_s))
-    return parts
+        s = sorted(op.decode_ctx)              # the schema's context counts the new token: + 1
+        n, mean = len(s), math.fsum(s) / len(s) + 1.0
+        dec = (_q(n), _q(s[0] + 1), _q(s[-1] + 1), _q(mean), _q(_quantile(s, 0.5) + 1.0), _q(_quantile(s, 0.9) + 1.0))
+        dec_ref = {**ref, "num_decode": n, "decode_ctx_mean": mean}
+    if pre and dec:
+        if has_mixed:
+            both = {**pre_ref, "num_decode": dec_ref["num_decode"], "decode_ctx_mean": dec_ref["decode_ctx_mean"]}
+            return [(shape, ("mixed", pre, dec), reference_row(both))]
+        return [(shape, ("context", pre, ()), reference_row(pre_ref)),
+                (shape, ("generation", (), dec), reference_row(dec_ref))]
+    if pre:
+        return [(shape, ("context", pre, ()), reference_row(pre_ref))]
+    return [(shape, ("generation", (), dec), reference_row(dec_ref))]
+
+
+def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
+    """The canonical row at a cell's representative point (every grid index at its centre,
+    ``_dq``; prefill tokens = count x mean): the row the model is evaluated on for the cell."""
+    kind, pre, dec = cell
+    heads, kvh, hd, window, kv_dtype, is_mla = shape
+    npre, pmin, pmax, pmean, p50, p90, pctx, pairs = (_dq(c) for c in pre) if pre else (0.0,) * 8
+    nd, dmin, dmax, dmean, d50, d90 = (_dq(c) for c in dec) if dec else (0.0,) * 6
+    return {"op_name": kind, "batch_size": npre + nd, "num_prefill": npre, "num_decode": nd,
+            "prefill_tokens": npre * pmean, "prefill_len_min": pmin, "prefill_len_max": pmax,
+            "prefill_len_mean": pmean, "prefill_len_p50": p50, "prefill_len_p90": p90,
+            "prefill_ctx_max": pctx, "prefill_pairs": pairs, "decode_ctx_min": dmin, "decode_ctx_max": dmax,
+            "decode_ctx_mean": dmean, "decode_ctx_p50": d50, "decode_ctx_p90": d90, "num_heads": heads,
+            "num_kv_heads": kvh, "head_dim": hd, "window_size": window, "kv_dtype": kv_dtype, "is_mla": is_mla}
 
 
 def query_rows(op: AttentionOp, has_mixed: bool) -> tuple[dict, ...]:

@@ -36,23 +36,26 @@ Contract (every family):
     128-row period of m_frac128, so the rows would no longer grow monotonically). Short runs
     pay more than the former per-row walks: 100 requests tabulate 85 blocks for 383 GEMM
     queries, and all queries cost 46.8 us CPU each without compiling, against 36.8 us before.
-  * attention and MoE (SCALAR_QUERIES: one new op per step or token count) compute each
-    op's features in plain Python (``attention_query``, ``moe_query``; checked against
-    ``features`` on the first row; attention straight from the op, ``fast_rows``, checked
-    against its canonical rows on the first op) and cache per (sub-model, cell) of that module's
-    QUERY_GRID (attention 1/16 in log2, chosen by measured hit rate vs added error: see that
-    module; MoE 1/64, the ``predict_canon`` grid). MoE gets no token table: its routed load
+  * attention and MoE (SCALAR_QUERIES: one new op per step or token count) are priced in
+    plain Python (``attention_query``, ``moe_query``; their scalar features are checked
+    against ``features`` on the first row). Attention (``_price_cells``) rounds each row's
+    counts and length statistics to 1/16 in log2 (``attention_query.cell_parts``) and caches
+    per (sub-model, head shape, cell) the model output and flag of the cell's representative
+    row (``cell_row``): a hit computes no features (hit rate, added error: that module). MoE
+    (``_price_op``) computes the op's features and caches per (sub-model, cell) of
+    ``moe_query.QUERY_GRID`` (1/64 in log2 on every feature, the ``predict_canon`` grid), its
+    out-of-range flag on the unquantized features. MoE gets no token table: its routed load
     comes from the engine's router, so an op is not a function of the token count alone.
   * other families (comm) go through ``predict_canon``, with ops also cached by value
     (frozen dataclasses).
-  The out-of-range flag is always computed on the unquantized features; the reference time
-  of the "ratio" target is exact. Lifetime: compiled forests and memos live as long as the
-  predictor (one per bundle file and process: ``calibration.bundle.shared_bundle``), so the
-  simulations of a sweep share them: an entry depends only on its key, never on the queries
-  before it, so sharing changes no price (tested), and each memo is cleared when it reaches
-  its cap (MAX_MEMO_CELLS cells, MAX_MEMO_BLOCKS token-table blocks, MAX_OP_CACHE ops: tens
-  of MB at most). Each ``simulator.predictor_cost.PredictorCostModel`` zeroes the counters
-  (``reset_counters``); ``reset_cache`` also forgets the memos. ``memo_lookups`` /
+  The reference time of the "ratio" target is each query's exact one. Lifetime: compiled
+  forests and memos live as long as the predictor (one per bundle file and process:
+  ``calibration.bundle.shared_bundle``), so the simulations of a sweep share them: an entry
+  depends only on its key, never on the queries before it, so sharing changes no price
+  (tested), and each memo is cleared when it reaches its cap (MAX_MEMO_CELLS cells,
+  MAX_MEMO_BLOCKS token-table blocks, MAX_OP_CACHE ops: tens of MB at most). Each
+  ``simulator.predictor_cost.PredictorCostModel`` zeroes the counters (``reset_counters``);
+  ``reset_cache`` also forgets the memos. ``memo_lookups`` /
   ``memo_misses`` count rows (token tables: a miss is a query that built its block;
   ``table_rows`` counts tabulated rows).
 
@@ -182,7 +185,6 @@ class FamilyPredictor:
         self._key_cache: dict[tuple, str] = {}
         self._tables: dict[tuple, tuple[int, list[float], list[bool]]] = {}
         self._scalar_ok: bool | None = None   # scalar query features agree with features (checked once)
-        self._fast_ok: bool | None = None     # the query module's fast_rows agrees with its rows (checked once)
         self.reset_counters()
 
     def reset_counters(self) -> None:
@@ -199,7 +201,7 @@ class FamilyPredictor:
     def __getstate__(self):
         state = dict(self.__dict__)
         for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_tables", "_compiled",
-                     "_scalar_ok", "_fast_ok", "memo_lookups", "memo_misses", "table_rows"):
+                     "_scalar_ok", "memo_lookups", "memo_misses", "table_rows"):
             state.pop(name, None)
         return state
 
@@ -301,7 +303,9 @@ class FamilyPredictor:
         if token_column is not None:          # exact per-token-count tables, no op memo
             return [self._price_tabled(op, token_column, timing_mode) for op in ops]
         query = SCALAR_QUERIES.get(self.family)
-        if query is not None:                 # scalar path and grid memo, no op memo
+        if query is not None and hasattr(query, "cell_parts"):   # length-statistics cells
+            return [self._price_cells(query, op, timing_mode) for op in ops]
+        if query is not None:                 # scalar features and grid memo, no op memo
             return [self._price_op(query, op, timing_mode) for op in ops]
         res, oor = self._predict_ops_canon(ops, timing_mode)
         return list(zip(res.tolist(), oor.tolist()))
@@ -325,6 +329,40 @@ class FamilyPredictor:
                 self._op_cache[(timing_mode, ops[i])] = (float(p[j]), bool(m[j]))
                 res[i], oor[i] = p[j], m[j]
         return res, oor
+
+    def _price_cells(self, query, op, timing_mode: str) -> tuple[float, bool]:
+        """(seconds, out of range) of one op from the memo cells of its rows (``query.cell_parts``:
+        grid indices of the rows' counts and length statistics). A cell is evaluated once, on its
+        representative canonical row (``query.cell_row``): the model output and the out-of-range
+        flag are that row's, so a hit computes no features and an entry depends only on its key;
+        the reference time of the ratio target is each query's exact one."""
+        total, flag = 0.0, False
+        for shape, cell, reference_s in query.cell_parts(op, getattr(self, "has_mixed", False)):
+            key = self._key_cache.get(shape)
+            if key is None:
+                key = self._row_key(query, query.cell_row(shape, cell))
+            mkey, shift = self._model_for(timing_mode, key)
+            if mkey is None:
+                return math.nan, True
+            memo_key = (mkey, shape, cell)
+            self.memo_lookups += 1
+            hit = self._row_cache.get(memo_key)
+            if hit is None:
+                self.memo_misses += 1
+                if len(self._row_cache) >= MAX_MEMO_CELLS:
+                    self._row_cache.clear()
+                x = self._row_features(query, query.cell_row(shape, cell))[0]
+                compiled, lo, hi = self._compiled_for(mkey)
+                y = (compiled.predict_row(x) if compiled is not None
+                     else float(self.models[mkey].predict(np.asarray([x]))[0]))
+                hit = self._row_cache[memo_key] = (y, any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi)))
+            y, oor = hit
+            flag = flag or oor
+            if self.target == "ratio":
+                y += math.log(reference_s)
+            seconds = math.exp(y) + shift
+            total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
+        return total, flag
 
     def _price_op(self, query, op, timing_mode: str) -> tuple[float, bool]:
         """(seconds, out of range) of one op: scalar features, memo on ``query.QUERY_GRID``.
@@ -357,29 +395,9 @@ class FamilyPredictor:
         return total, flag
 
     def _query_parts(self, query, op) -> list[tuple[str, list[float], float]]:
-        """(sub-model key, features, reference seconds) of each canonical row an op is priced
-        from: ``query.fast_rows`` when the module has it (checked once against the canonical
-        rows: on a mismatch it warns and is not used again), else ``query.query_rows``."""
-        has_mixed = getattr(self, "has_mixed", False)
-        fast = getattr(query, "fast_rows", None) if self._fast_ok is not False else None
-        parts = fast(op, has_mixed) if fast is not None else None
-        if parts is not None:
-            keys = [self._key_cache.get(shape) for shape, _, _ in parts]
-            if self._fast_ok and None not in keys:
-                return [(key, x, ref) for key, (_, x, ref) in zip(keys, parts)]
-            rows = query.query_rows(op, has_mixed)
-            if self._fast_ok is None:
-                want = [self._row_features(query, row) for row in rows]
-                self._fast_ok = len(parts) == len(rows) and all(
-                    shape == tuple(row[c] for c in query.KEY_COLUMNS) and _same_features((x, ref), got)
-                    for (shape, x, ref), row, got in zip(parts, rows, want))
-                if not self._fast_ok:
-                    warnings.warn(f"{query.__name__}.fast_rows differs from its canonical rows; "
-                                  f"{self.family} queries take the canonical path", stacklevel=3)
-            if self._fast_ok:
-                return [(self._row_key(query, row), x, ref) for row, (_, x, ref) in zip(rows, parts)]
+        """(sub-model key, features, reference seconds) of each canonical row an op is priced from."""
         return [(self._row_key(query, row), *self._row_features(query, row))
-                for row in query.query_rows(op, has_mixed)]
+                for row in query.query_rows(op, getattr(self, "has_mixed", False))]
 
     def _price_tabled(self, op, token_column: str, timing_mode: str) -> tuple[float, bool]:
         """(seconds, out of range) of one op from its shape's token table (unquantized features)."""

@@ -1,6 +1,6 @@
-"""The per-step attention query: scalar features equal to calibration.features, the grid memo
-(exact hits and misses, out-of-range flag on unquantized features) and its error bound against
-the unquantized sklearn prediction."""
+"""The per-step attention query: scalar features equal to calibration.features, the memo cells
+on the length statistics (exact hits and misses, the cell's out-of-range flag) and, at a fine
+grid, the unquantized sklearn prediction."""
 
 import math
 
@@ -79,32 +79,36 @@ def test_scalar_rows_equal_numpy_features():
     assert AQ.reference_row(row) == pytest.approx(F.reference_s(table, "attention")[0], rel=1e-12)
 
 
-def test_fast_rows_equal_the_canonical_rows():
+def test_cells_at_a_fine_grid_are_the_canonical_rows(monkeypatch):
+    """cell_parts + cell_row give back query_rows' canonical rows when the grid is ~exact
+    (2^30 cells per log2 unit), with the same head shape and the exact reference time."""
+    monkeypatch.setattr(AQ, "QUERY_CELLS", 2.0 ** 30)
     ops = OPS + [AttentionOp((), (), (0,), **KW), AttentionOp((), (), tuple(range(0, 9000, 7)), **KW),
                  AttentionOp((1, 4000, 33), (0, 0, 5000), (7,) * 40, **KW)]
     for op in ops:
         for has_mixed in (False, True):
             rows = AQ.query_rows(op, has_mixed)
-            parts = AQ.fast_rows(op, has_mixed)
-            if has_mixed and op.prefill_new and op.decode_ctx:
-                assert parts is None and len(rows) == 1
-                continue
-            assert len(parts) == len(rows) == (2 if op.prefill_new and op.decode_ctx else 1)
-            for (shape, x, ref), row in zip(parts, rows):
-                assert shape == tuple(row[c] for c in AQ.KEY_COLUMNS)
-                assert x == pytest.approx(AQ.feature_row(row), rel=1e-12, abs=1e-12)
+            parts = AQ.cell_parts(op, has_mixed)
+            assert len(parts) == len(rows) == (2 if op.prefill_new and op.decode_ctx and not has_mixed else 1)
+            for (shape, cell, ref), row in zip(parts, rows):
+                assert shape == tuple(row[c] for c in AQ.KEY_COLUMNS) and cell[0] == row["op_name"]
+                got = AQ.cell_row(shape, cell)
+                assert got.keys() == row.keys()
+                for k, v in row.items():
+                    assert got[k] == v if isinstance(v, str) else float(got[k]) == pytest.approx(float(v), rel=1e-7), k
                 assert ref == pytest.approx(AQ.reference_row(row), rel=1e-12)
 
 
-def test_a_stale_fast_rows_falls_back_to_the_canonical_path(monkeypatch):
-    pred = AttentionPredictor(n_estimators=2).fit(_rows())
-    want = pred.predict_s(OPS[:4])
-    fresh = AttentionPredictor(n_estimators=2).fit(_rows())
-    real = AQ.fast_rows
-    monkeypatch.setattr(AQ, "fast_rows", lambda op, m: [(s, x, 1.0) for s, x, _ in real(op, m)])
-    with pytest.warns(UserWarning, match="fast_rows differs"):
-        got = fresh.predict_s(OPS[:4])
-    assert np.array_equal(got, want) and fresh._fast_ok is False
+def test_a_cell_is_a_grid_index_per_statistic():
+    op = AttentionOp((300, 17), (0, 40), (1023, 99), **KW)
+    pre, dec = AQ.cell_parts(op, False)
+    q = lambda x: round(math.log2(1 + x) * 16)     # noqa: E731
+    pairs = 300 * 0 + 300 * 301 / 2 + 17 * 40 + 17 * 18 / 2
+    assert pre[1] == ("context", (q(2), q(17), q(300), q(158.5), q(158.5), q(271.7), q(40), q(pairs)), ())
+    assert dec[1] == ("generation", (), (q(2), q(100), q(1024), q(562), q(562), q(931.6)))
+    row = AQ.cell_row(dec[0], dec[1])
+    assert row["decode_ctx_max"] == pytest.approx(2 ** (q(1024) / 16) - 1, rel=1e-15)
+    assert row["num_decode"] == pytest.approx(2 ** (q(2) / 16) - 1, rel=1e-15)       # 1.95: counts too
 
 
 def test_submodel_key_is_the_predictors(pred):
@@ -112,43 +116,48 @@ def test_submodel_key_is_the_predictors(pred):
         pred.submodel_keys(F.canon_from_ops(OPS, "attention")).tolist()
 
 
+def _at_cell(pred, op, mode="kernel"):
+    """sklearn at each part's cell row x the part's exact reference time, summed (seconds)."""
+    model = pred.models[(mode, "mha:bf16")]
+    return sum(math.exp(model.predict(np.asarray([AQ.feature_row(AQ.cell_row(shape, cell))]))[0]) * ref
+               for shape, cell, ref in AQ.cell_parts(op, False))
+
+
 def test_memo_hits_inside_a_grid_cell(pred):
     pred.reset_cache()
     a = AttentionOp((), (), (1999,) * 16, **KW)        # schema context 2000
-    b = AttentionOp((), (), (1929,) * 16, **KW)        # 1930: same 1/16-log2 cell on every feature
+    b = AttentionOp((), (), (1949,) * 16, **KW)        # 1950: the same 1/16-log2 cell on every statistic
     c = AttentionOp((), (), (2999,) * 16, **KW)        # another cell
-    cells = [tuple(round(v * g) for v, g in zip(AQ.feature_row(AQ.canon_row(op)), AQ.QUERY_GRID)) for op in (a, b, c)]
+    cells = [AQ.cell_parts(op, False)[0][1] for op in (a, b, c)]
     assert cells[0] == cells[1] != cells[2]
     pa, pb, pc = (pred.predict_s([op])[0] for op in (a, b, c))
     assert (pred.memo_lookups, pred.memo_misses) == (3, 2)
     # a hit reuses the model output: prices differ only by the exact reference time (ratio target)
     ra, rb = (AQ.reference_row(AQ.canon_row(op)) for op in (a, b))
     assert pb / pa == pytest.approx(rb / ra, rel=1e-12)
-    # the model is evaluated at the grid point of the cell
-    x = np.asarray(AQ.feature_row(AQ.canon_row(a)))
-    grid = np.asarray(AQ.QUERY_GRID)
-    point = np.round(x * grid) / grid
-    model = pred.models[("kernel", "mha:bf16")]
-    assert pa == pytest.approx(math.exp(model.predict(point[None])[0]) * ra, rel=1e-12)
+    # the model is evaluated on the cell's representative row
+    assert pa == pytest.approx(_at_cell(pred, a), rel=1e-12)
     # launch mode without launch rows: kernel + kernels_per_op x overhead, from the same memo cell
     assert pred.predict_s([a], "launch")[0] == pytest.approx(pa + 2 * pred.launch_overhead_s, rel=1e-12)
     assert pc != pa
 
 
-def test_out_of_range_uses_unquantized_features(pred):
+def test_out_of_range_flag_is_the_cells(pred):
     pred.reset_cache()
-    edge = AttentionOp((), (), (4095,) * 16, **KW)     # schema context 4096: the largest measured
-    past = AttentionOp((), (), (4096,) * 16, **KW)     # 4097: same grid cell, but past the range
-    p, oor = pred.predict_s([edge, past], return_mask=True)
-    assert oor.tolist() == [False, True]
-    assert pred.memo_misses == 1                        # one cell, one model evaluation
+    inside = AttentionOp((), (), (1999,) * 16, **KW)   # schema context 2000: inside the measured 128-4096
+    past = AttentionOp((), (), (8999,) * 16, **KW)     # 9000: past the largest measured context
+    edge = AttentionOp((), (), (4095,) * 16, **KW)     # 4096, the largest measured, and 4097 share a cell
+    beyond = AttentionOp((), (), (4096,) * 16, **KW)   # whose representative row is in range
+    p, oor = pred.predict_s([inside, past, edge, beyond], return_mask=True)
+    assert oor.tolist() == [False, True, False, False]
+    assert pred.memo_misses == 3                        # edge and beyond: one cell, one model evaluation
     # an unknown sub-model (MLA rows were never measured) prices as NaN, flagged
     mla = AttentionOp((), (), (5, 6), 16, 1, 576, 1.0, 2, True, 512, 64, 512)
     p, oor = pred.predict_s([mla], return_mask=True)
     assert math.isnan(p[0]) and oor[0]
 
 
-def test_fast_path_is_sklearn_at_the_grid_point(pred):
+def test_query_is_sklearn_on_the_cell_rows(pred):
     pred.reset_cache()
     rng = np.random.default_rng(0)
     ops = [AttentionOp((), (), tuple(int(c) for c in rng.integers(100, 4000, size=int(n))), **KW)
@@ -156,18 +165,9 @@ def test_fast_path_is_sklearn_at_the_grid_point(pred):
     ops += [AttentionOp((int(n),), (0,), (), **KW) for n in rng.integers(64, 2048, size=15)]
     ops += [AttentionOp((int(n),), (0,), tuple(int(c) for c in rng.integers(100, 4000, size=8)), **KW)
             for n in rng.integers(64, 2048, size=15)]
-    fast = pred.predict_s(ops)
-    model = pred.models[("kernel", "mha:bf16")]
-    grid = np.asarray(AQ.QUERY_GRID)
-    want = []
-    for op in ops:     # numpy features of each part (mixed: prefill + decode), sklearn at the grid point
-        table = F.canon_from_ops([op], "attention")
-        parts = F.split_mixed(table) if op.prefill_new and op.decode_ctx else (table,)
-        want.append(sum(math.exp(model.predict(np.round(F.featurize(t, "attention") * grid) / grid)[0])
-                        * F.reference_s(t, "attention")[0] for t in parts))
-    assert np.abs(fast / np.asarray(want) - 1.0).max() <= 1e-12
+    got = pred.predict_s(ops)
+    assert np.abs(got / np.asarray([_at_cell(pred, op) for op in ops]) - 1.0).max() <= 1e-12
     assert pred.memo_lookups == 30 + 15 + 2 * 15      # a mixed batch looks up its two parts
-    assert pred._fast_ok is True                       # the ops took fast_rows
 
 
 def test_stale_scalar_features_fall_back_to_numpy(monkeypatch):
@@ -181,15 +181,23 @@ def test_stale_scalar_features_fall_back_to_numpy(monkeypatch):
     assert np.array_equal(got, want) and fresh._scalar_ok is False
 
 
-def test_scalar_path_equals_predict_canon_on_the_same_grid(pred, monkeypatch):
-    # with the table grid (1/64), op queries and canonical tables must price identically,
-    # mixed batches (split into prefill + decode parts) and launch mode included
-    from calibration.predictors.base import GRID
-    monkeypatch.setattr(AQ, "QUERY_GRID", (GRID,) * len(F.FEATURE_NAMES["attention"]))
-    ops = OPS[:4] + [AttentionOp((), (), (c,) * 16, **KW) for c in (99, 1999, 4096)]
+def test_fine_grid_query_equals_unquantized_sklearn(pred, monkeypatch):
+    # at a ~exact grid the op query prices as sklearn on the op's own canonical rows (mixed
+    # batches split into prefill + decode parts, launch mode included), with the same flags.
+    # No mean length at a multiple of 128 here: the representative row is exact only to ~1e-9,
+    # which moves a ceil(mean / 128) feature sitting exactly on its step
+    monkeypatch.setattr(AQ, "QUERY_CELLS", 2.0 ** 30)
+    ops = OPS[:3] + [AttentionOp((500,), (128,), (90, 4000, 511), **KW)]
+    ops += [AttentionOp((), (), (c,) * 16, **KW) for c in (99, 1999, 4096, 9000)]
     for mode in ("kernel", "launch"):
         pred.reset_cache()
-        fast, fast_oor = pred.predict_s(ops, mode, return_mask=True)
-        table, table_oor = pred.predict_canon(F.canon_from_ops(ops, "attention"), mode)
-        assert np.abs(fast / table - 1).max() <= 1e-12
-        assert fast_oor.tolist() == table_oor.tolist()
+        got, got_oor = pred.predict_s(ops, mode, return_mask=True)
+        model = pred.models[("kernel", "mha:bf16")]
+        lo, hi = pred.ranges[("kernel", "mha:bf16")]
+        shift = 2 * pred.launch_overhead_s if mode == "launch" else 0.0
+        for op, p, oor in zip(ops, got, got_oor):
+            rows = AQ.query_rows(op, False)
+            X = np.asarray([AQ.feature_row(r) for r in rows])
+            want = sum(math.exp(y) * AQ.reference_row(r) + shift for y, r in zip(model.predict(X), rows))
+            assert p == pytest.approx(want, rel=1e-9)
+            assert oor == bool(((X < lo - 1e-6) | (X > hi + 1e-6)).any())
