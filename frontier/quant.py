@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 METHODS = ("none", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4_wo")
 PARTS = ("attention", "dense_mlp", "shared_experts", "routed_experts")
@@ -67,18 +67,19 @@ class QuantSpec:
     @classmethod
     def from_method(cls, method: str, kv_cache_dtype: str = "auto", group_size: int = 128) -> QuantSpec:
         """QuantSpec for a CLI-style choice (vLLM `--quantization`, `--kv-cache-dtype`); all parts quantized."""
+        kv = kv_bytes_for_dtype(kv_cache_dtype)
+        if method == "fp8_block":
+            return _fp8_block((128, 128), kv, PARTS)
         per_param = {
             "none": BF16_BYTES,
             "fp8": 1.0,
-            "fp8_block": 1.0 + 4.0 / (128 * 128),
             "mxfp4": 0.5 + 1.0 / 32,
             "nvfp4": 0.5 + 1.0 / 16,
             "int4_wo": 0.5 + 2.0 / group_size,
         }
         if method not in per_param:
             raise ValueError(f"quantization method {method!r} is not one of {METHODS}")
-        return cls(method, per_param[method], kv_bytes_for_dtype(kv_cache_dtype),
-                   weight_block_size=(128, 128) if method == "fp8_block" else None)
+        return cls(method, per_param[method], kv)
 
 
 def kv_bytes_for_dtype(kv_cache_dtype: str) -> float:
@@ -125,9 +126,14 @@ def _from_hf_quant(hf_quant: dict[str, Any]) -> dict[str, Any]:
 def _fp8(config: dict[str, Any]) -> QuantSpec:
     block = config.get("weight_block_size")
     if block:
-        return QuantSpec("fp8_block", 1.0 + 4.0 / (block[0] * block[1]), _kv_bytes(config), quantized_parts=_parts(config),
-                         weight_block_size=(int(block[0]), int(block[1])))
+        return _fp8_block(block, _kv_bytes(config), _parts(config))
     return QuantSpec("fp8", 1.0, _kv_bytes(config), quantized_parts=_parts(config))
+
+
+def _fp8_block(block: Sequence[int], kv_bytes: float, parts: tuple[str, ...]) -> QuantSpec:
+    """Block-scaled fp8: one fp32 scale per block_n x block_k block of weights."""
+    b0, b1 = int(block[0]), int(block[1])
+    return QuantSpec("fp8_block", 1.0 + 4.0 / (b0 * b1), kv_bytes, quantized_parts=parts, weight_block_size=(b0, b1))
 
 
 def _grouped(config: dict[str, Any]) -> QuantSpec:
@@ -144,9 +150,7 @@ def _grouped(config: dict[str, Any]) -> QuantSpec:
         return QuantSpec("nvfp4", 0.5 + 1.0 / 16, kv, quantized_parts=parts)
     if algo == "FP8" or (bits == 8 and wtype == "float"):
         if weights.get("strategy") == "block" and weights.get("block_structure"):
-            b = weights["block_structure"]
-            return QuantSpec("fp8_block", 1.0 + 4.0 / (b[0] * b[1]), kv, quantized_parts=parts,
-                             weight_block_size=(int(b[0]), int(b[1])))
+            return _fp8_block(weights["block_structure"], kv, parts)
         return QuantSpec("fp8", 1.0, kv, quantized_parts=parts)
     if bits == 4 and wtype == "int":
         zero = 0.0 if weights.get("symmetric", True) else 0.5  # packed 4-bit zero point per group
