@@ -17,7 +17,7 @@ Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
   first starts with empty memos, the later ones find the memos the runs before left, as the
   simulations of a sweep over one model and bundle do (memos are shared and change no price);
 * with ``--grid-study``: for the attention queries of those simulations, the memo hit rate and
-  the error the grid adds, |price(grid) / price(unquantized features) - 1| (p50, p95, max),
+  the error the grid adds, |price(grid) / price(~unquantized statistics) - 1| (p50, p95, max),
   per candidate grid (cells per log2 unit of the length statistics); the figures behind
   ``QUERY_CELLS`` in ``calibration/predictors/attention_query.py`` (GEMM tables are exact: no grid).
 """
