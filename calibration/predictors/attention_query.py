@@ -36,8 +36,9 @@ requests at 20 req/s, ``bench/fidelity_query_cost.py --grid-study``; added error
 (The former grid on the 31 features themselves, at 1/16: hits 60 / 54 %, p95 2.0 / 1.9 %,
 max 4.0 / 5.8 %, and every hit paid the features.) 1/8 would add ~12 points of hits for
 twice the p95 and a max of 18 %. The added error stays well below the model's own held-out
-p95 (~7 %). The out-of-range flag is the representative row's: a query within about half a
-cell (~2 %) of the measured range's edge may be flagged either way.
+p95 (~7 %). The out-of-range flag is the representative row's, where the model is evaluated:
+it says whether that evaluation extrapolated, so a query within about half a cell (~2 %) of
+the measured range's edge may be flagged either way.
 """
 
 from __future__ import annotations
