@@ -16,10 +16,11 @@ Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
   family; for each of ``--runs`` simulations in one process (workload seeds 0, 1, ...): the
   first starts with empty memos, the later ones find the memos the runs before left, as the
   simulations of a sweep over one model and bundle do (memos are shared and change no price);
-* with ``--grid-study``: for the attention queries of those simulations, the memo hit rate and
+* with ``--grid-study``: for the attention (and MoE) queries of those simulations, the memo hit rate and
   the error the grid adds, |price(grid) / price(~unquantized statistics) - 1| (p50, p95, max),
-  per candidate grid (cells per log2 unit of the length statistics); the figures behind
-  ``QUERY_CELLS`` in ``calibration/predictors/attention_query.py`` (GEMM tables are exact: no grid).
+  per candidate grid (cells per log2 unit of the rows' statistics); the figures behind
+  ``QUERY_CELLS`` in ``calibration/predictors/attention_query.py`` and ``moe_query.py`` (GEMM
+  tables are exact: no grid).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def one_row_costs_s(predictor) -> tuple[float, float]:
 
 def grid_study(bundle, calls: list, family: str) -> None:
     """Print memo hit rate and added error per candidate grid over the family's recorded queries
-    (attention: cells per log2 unit of the length statistics, ``attention_query.QUERY_CELLS``)."""
+    (cells per log2 unit of the rows' statistics, the query module's ``QUERY_CELLS``)."""
     query, pred = SCALAR_QUERIES[family], bundle.predictors[family]
     ops = [(sel, mode) for sel, mode in
            (([op for op in batch if op.family == family], mode) for batch, mode in calls) if sel]
@@ -174,7 +175,9 @@ def main() -> None:
               f"{1e6 * calls['cpu'] / n:.1f} us per query); without compiling: "
               f"{1e6 * (calls['s'] - compiles['s']) / n:.1f} us per query")
     if args.grid_study:
-        grid_study(bundle, recorded, "attention")
+        for family in SCALAR_QUERIES:
+            if any(op.family == family for batch, _ in recorded for op in batch):
+                grid_study(bundle, recorded, family)
 
 
 if __name__ == "__main__":

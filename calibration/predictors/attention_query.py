@@ -20,25 +20,25 @@ The sub-model key is the predictor's own (``submodel_keys``), memoized per head 
 
 Memo cells (QUERY_CELLS): a row's counts and length statistics (the canonical row's own
 quantities) are rounded to 1/16 in log2 (``_q``, ~4.4 % of a count or length); the cell's
-model output and out-of-range flag are those of its representative row (every statistic at
-the cell's centre, ``cell_row``), computed once; each query multiplies the model's ratio by
-its own exact reference time. A hit thus costs the statistics (~6 us for ~32 decodes), no
-features. Chosen on the attention queries of two simulations (auto H100 bundle, 300 random
-requests at 20 req/s, ``bench/fidelity_query_cost.py --grid-study``; added error =
-|price(grid) / price(~unquantized statistics) - 1|, 2026-11-30):
+model output and out-of-range flag are those of its representative row (``cell_row``: every
+statistic at the cell's centre, the integer ones at the nearest integer), computed once; each
+query multiplies the model's ratio by its own exact reference time. A hit thus costs the
+statistics (~6 us for ~32 decodes), no features. Chosen on the attention queries of two
+simulations (auto H100 bundle, 300 random requests at 20 req/s, ``bench/fidelity_query_cost.py
+--grid-study``; added error = |price(grid) / price(~unquantized statistics) - 1|, 2026-11-30):
 
     cells per log2        Llama-3.1-8B: hit  p50    p95   max  | Qwen3-30B-A3B: hit  p50    p95   max
-    64                                42.5 %  0.00 %  0.90 % 4.3 % |                31.0 %  0.00 %  0.75 % 4.8 %
-    32                                55.4 %  0.00 %  1.34 % 7.1 % |                48.8 %  0.00 %  1.00 % 4.8 %
-    16 (chosen)                       68.3 %  0.00 %  2.13 % 7.1 % |                65.2 %  0.00 %  2.01 % 7.7 %
-    8                                 83.7 %  0.28 %  4.26 % 18.3 % |               77.6 %  0.59 %  2.62 % 7.6 %
+    64                                42.5 %  0.00 %  0.67 % 4.1 % |                31.4 %  0.00 %  0.45 % 2.7 %
+    32                                55.1 %  0.00 %  1.53 % 7.1 % |                49.0 %  0.00 %  1.00 % 4.8 %
+    16 (chosen)                       68.1 %  0.00 %  1.88 % 7.1 % |                64.7 %  0.00 %  1.57 % 7.7 %
+    8                                 83.5 %  0.28 %  4.26 % 8.6 % |                77.6 %  0.42 %  2.24 % 10.8 %
 
 (The former grid on the 31 features themselves, at 1/16: hits 60 / 54 %, p95 2.0 / 1.9 %,
 max 4.0 / 5.8 %, and every hit paid the features.) 1/8 would add ~12 points of hits for
-twice the p95 and a max of 18 %. The added error stays well below the model's own held-out
-p95 (~7 %). The out-of-range flag is the representative row's, where the model is evaluated:
-it says whether that evaluation extrapolated, so a query within about half a cell (~2 %) of
-the measured range's edge may be flagged either way.
+twice the p95. The added error stays well below the model's own held-out p95 (~7 %). The
+out-of-range flag is the representative row's, where the model is evaluated: it says whether
+that evaluation extrapolated, so a query within about half a cell (~2 %) of the measured
+range's edge may be flagged either way.
 """
 
 from __future__ import annotations
@@ -96,6 +96,12 @@ def _dq(c: int) -> float:
     return 2.0 ** (c / QUERY_CELLS) - 1.0
 
 
+def _dq_int(c: int) -> float:
+    """Representative value of an integer statistic: ``_dq`` rounded to an integer (exact
+    while a cell holds at most one integer: below ~23 at 1/16)."""
+    return float(round(2.0 ** (c / QUERY_CELLS) - 1.0))
+
+
 def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
     """(KEY_COLUMNS values, cell, reference seconds) of each row ``query_rows`` gives. The cell
     holds the row's kind and the grid indices (``_q``) of its counts and length statistics, the
@@ -133,11 +139,13 @@ def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, flo
 
 def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
     """The canonical row at a cell's representative point (every grid index at its centre,
-    ``_dq``; prefill tokens = count x mean): the row the model is evaluated on for the cell."""
+    ``_dq``; the integer statistics, counts, min, max, largest context and pairs, at the nearest
+    integer, ``_dq_int``; prefill tokens = count x mean): the row the model is evaluated on."""
     kind, pre, dec = cell
     heads, kvh, hd, window, kv_dtype, is_mla = shape
-    npre, pmin, pmax, pmean, p50, p90, pctx, pairs = (_dq(c) for c in pre) if pre else (0.0,) * 8
-    nd, dmin, dmax, dmean, d50, d90 = (_dq(c) for c in dec) if dec else (0.0,) * 6
+    npre, pmin, pmax, pmean, p50, p90, pctx, pairs = (
+        (*map(_dq_int, pre[:3]), *map(_dq, pre[3:6]), *map(_dq_int, pre[6:])) if pre else (0.0,) * 8)
+    nd, dmin, dmax, dmean, d50, d90 = (*map(_dq_int, dec[:3]), *map(_dq, dec[3:])) if dec else (0.0,) * 6
     return {"op_name": kind, "batch_size": npre + nd, "num_prefill": npre, "num_decode": nd,
             "prefill_tokens": npre * pmean, "prefill_len_min": pmin, "prefill_len_max": pmax,
             "prefill_len_mean": pmean, "prefill_len_p50": p50, "prefill_len_p90": p90,

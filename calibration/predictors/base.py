@@ -38,13 +38,11 @@ Contract (every family):
     queries, and all queries cost 46.8 us CPU each without compiling, against 36.8 us before.
   * attention and MoE (SCALAR_QUERIES: one new op per step or token count) are priced in
     plain Python (``attention_query``, ``moe_query``; their scalar features are checked
-    against ``features`` on the first row). Attention (``_price_cells``) rounds each row's
-    counts and length statistics to 1/16 in log2 (``attention_query.cell_parts``) and caches
-    per (sub-model, head shape, cell) the model output and flag of the cell's representative
-    row (``cell_row``): a hit computes no features (hit rate, added error: that module). MoE
-    (``_price_op``) computes the op's features and caches per (sub-model, cell) of
-    ``moe_query.QUERY_GRID`` (1/64 in log2 on every feature, the ``predict_canon`` grid), its
-    out-of-range flag on the unquantized features. MoE gets no token table: its routed load
+    against ``features`` on the first row) by ``_price_cells``: ``cell_parts`` rounds each
+    canonical row's counts and length (attention, 1/16 in log2) or load (MoE, 1/64)
+    statistics, and the memo keeps per (sub-model, shape, cell) the model output and
+    out-of-range flag of the cell's representative row (``cell_row``): a hit computes no
+    features (hit rate, added error: those modules). MoE gets no token table: its routed load
     comes from the engine's router, so an op is not a function of the token count alone.
   * other families (comm) go through ``predict_canon``, with ops also cached by value
     (frozen dataclasses).
@@ -303,10 +301,8 @@ class FamilyPredictor:
         if token_column is not None:          # exact per-token-count tables, no op memo
             return [self._price_tabled(op, token_column, timing_mode) for op in ops]
         query = SCALAR_QUERIES.get(self.family)
-        if query is not None and hasattr(query, "cell_parts"):   # length-statistics cells
+        if query is not None:                 # memo cells on the rows' statistics, no op memo
             return [self._price_cells(query, op, timing_mode) for op in ops]
-        if query is not None:                 # scalar features and grid memo, no op memo
-            return [self._price_op(query, op, timing_mode) for op in ops]
         res, oor = self._predict_ops_canon(ops, timing_mode)
         return list(zip(res.tolist(), oor.tolist()))
 
@@ -332,15 +328,15 @@ class FamilyPredictor:
 
     def _price_cells(self, query, op, timing_mode: str) -> tuple[float, bool]:
         """(seconds, out of range) of one op from the memo cells of its rows (``query.cell_parts``:
-        grid indices of the rows' counts and length statistics). A cell is evaluated once, on its
-        representative canonical row (``query.cell_row``): the model output and the out-of-range
-        flag are that row's, so a hit computes no features and an entry depends only on its key;
-        the reference time of the ratio target is each query's exact one."""
+        grid indices of the rows' counts and length or load statistics). A cell is evaluated
+        once, on its representative canonical row (``query.cell_row``): the model output and the
+        out-of-range flag are that row's, so a hit computes no features and an entry depends
+        only on its key; the reference time of the ratio target is each query's exact one."""
         total, flag = 0.0, False
         for shape, cell, reference_s in query.cell_parts(op, getattr(self, "has_mixed", False)):
             key = self._key_cache.get(shape)
             if key is None:
-                key = self._row_key(query, query.cell_row(shape, cell))
+                key = self._key_cache[shape] = self._row_key(query, query.cell_row(shape, cell))
             mkey, shift = self._model_for(timing_mode, key)
             if mkey is None:
                 return math.nan, True
@@ -363,41 +359,6 @@ class FamilyPredictor:
             seconds = math.exp(y) + shift
             total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
         return total, flag
-
-    def _price_op(self, query, op, timing_mode: str) -> tuple[float, bool]:
-        """(seconds, out of range) of one op: scalar features, memo on ``query.QUERY_GRID``.
-
-        Same result as ``predict_canon`` of the op's table but for the grid (tested): the
-        out-of-range flag is computed on the unquantized features, the model reads the grid
-        point, the reference time (ratio target) is exact.
-        """
-        total, flag = 0.0, False
-        for key, x, reference_s in self._query_parts(query, op):
-            mkey, shift = self._model_for(timing_mode, key)
-            if mkey is None:
-                return math.nan, True
-            compiled, lo, hi = self._compiled_for(mkey)
-            flag = flag or any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi))
-            cell = (mkey, tuple(map(round, map(operator.mul, x, query.QUERY_GRID))))
-            self.memo_lookups += 1
-            y = self._row_cache.get(cell)
-            if y is None:
-                self.memo_misses += 1
-                if len(self._row_cache) >= MAX_MEMO_CELLS:
-                    self._row_cache.clear()
-                point = list(map(operator.truediv, cell[1], query.QUERY_GRID))
-                y = self._row_cache[cell] = (compiled.predict_row(point) if compiled is not None
-                                             else float(self.models[mkey].predict(np.asarray([point]))[0]))
-            if self.target == "ratio":
-                y += math.log(reference_s)
-            seconds = math.exp(y) + shift
-            total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
-        return total, flag
-
-    def _query_parts(self, query, op) -> list[tuple[str, list[float], float]]:
-        """(sub-model key, features, reference seconds) of each canonical row an op is priced from."""
-        return [(self._row_key(query, row), *self._row_features(query, row))
-                for row in query.query_rows(op, getattr(self, "has_mixed", False))]
 
     def _price_tabled(self, op, token_column: str, timing_mode: str) -> tuple[float, bool]:
         """(seconds, out of range) of one op from its shape's token table (unquantized features)."""

@@ -12,11 +12,22 @@ a mismatch it warns and uses the numpy features). Same interface as ``attention_
 * ``feature_row(r)``            == ``features.featurize(<table of r>, "moe")[0]``
 * ``reference_row(r)``          == ``features.reference_s(<table of r>, "moe")[0]``  (seconds)
 * KEY_COLUMNS: the row columns the sub-model key depends on.
+* ``cell_parts(op)``            == [(SHAPE_COLUMNS values, memo cell, ``reference_row``)] of that
+  row; ``cell_row(shape, cell)`` is the canonical row at the cell's centre (== the row at a
+  ~exact grid, tested)
 
-Memo grid (QUERY_GRID): 1/64 in log2 on every feature, the grid ``predict_canon`` memoizes
-on, so the scalar path prices exactly as the table path did (tested). A token table as for
-GEMMs does not apply: the op's routed pairs and per-expert loads come from the engine's
-router, so for a fixed shape the op is not a function of the token count alone.
+Memo cells (QUERY_CELLS): the row's token count, routed pairs, largest expert load and load
+standard deviation are rounded to 1/16 in log2 (~4.4 %); the cell's model output and
+out-of-range flag are those of its representative row (``cell_row``; integer statistics at
+the nearest integer), computed once, and each query multiplies the model's ratio by its own
+exact reference time (``FamilyPredictor._price_cells``, as for attention). Chosen on the MoE
+queries of two simulations of Qwen3-30B-A3B (auto H100 bundle, 300 random requests at 20 req/s,
+``bench/fidelity_query_cost.py --grid-study``; added error against ~unquantized statistics,
+2026-11-30): cells per log2 64 / 32 / 16 / 8: hits 47.4 / 60.1 / 73.2 / 83.3 %, added error p95
+0.22 / 0.48 / 0.73 / 1.40 %, max 2.4 / 2.3 / 3.9 / 6.3 % (p50 0.00 % throughout); the former
+1/64 grid on the 21 features hit ~23 % in one simulation. A token table as for GEMMs does not apply: the op's routed
+pairs and per-expert loads come from the engine's router, so for a fixed shape the op is not a
+function of the token count alone.
 """
 
 from __future__ import annotations
@@ -28,8 +39,8 @@ from calibration import features as F
 from frontier.ops import MoeOp
 
 KEY_COLUMNS = ("moe_dtype",)
-QUERY_CELLS = 64.0
-QUERY_GRID = (QUERY_CELLS,) * len(F.FEATURE_NAMES["moe"])   # memo cells are keyed by grid index: reset memos on change
+SHAPE_COLUMNS = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "moe_dtype")
+QUERY_CELLS = 16.0      # memo cells are keyed by grid index: whoever changes it must reset the memos
 _DB = F._DTYPE_BYTES
 
 
@@ -55,6 +66,40 @@ def canon_row(op: MoeOp) -> dict[str, object]:
 def query_rows(op: MoeOp, has_mixed: bool = False) -> tuple[dict, ...]:
     """The one canonical row a MoE op is priced from (has_mixed: interface only)."""
     return (canon_row(op),)
+
+
+def _q(x: float) -> int:
+    """Grid index of a non-negative count: round(log2(1 + x) * QUERY_CELLS)."""
+    return round(math.log2(1.0 + x) * QUERY_CELLS)
+
+
+def _dq(c: int) -> float:
+    """Representative value of grid index c (the inverse of ``_q`` at the cell's centre)."""
+    return 2.0 ** (c / QUERY_CELLS) - 1.0
+
+
+def _dq_int(c: int) -> float:
+    """Representative value of an integer statistic: ``_dq`` rounded to an integer (exact
+    while a cell holds at most one integer: below ~23 at 1/16)."""
+    return float(round(2.0 ** (c / QUERY_CELLS) - 1.0))
+
+
+def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, float]]:
+    """[(SHAPE_COLUMNS values, cell, reference seconds)] of the op's canonical row: the cell holds
+    the grid indices (``_q``) of its token count, routed pairs, largest expert load and load
+    standard deviation; the reference time is the row's exact one (has_mixed: interface only)."""
+    row = canon_row(op)
+    cell = (_q(row["num_tokens"]), _q(row["routed_pairs"]), _q(row["max_tokens_per_expert"]),
+            _q(math.sqrt(max(row["var_tokens_per_expert"], 0.0))))
+    return [(tuple(row[c] for c in SHAPE_COLUMNS), cell, reference_row(row))]
+
+
+def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
+    """The canonical row at a cell's representative point (every grid index at its centre; the
+    integer statistics, tokens, routed pairs and largest load, at the nearest integer)."""
+    tokens, pairs, max_load, std = _dq_int(cell[0]), _dq_int(cell[1]), _dq_int(cell[2]), _dq(cell[3])
+    return {**dict(zip(SHAPE_COLUMNS, shape)), "num_tokens": tokens, "routed_pairs": pairs,
+            "max_tokens_per_expert": max_load, "var_tokens_per_expert": std * std}
 
 
 def feature_row(r: dict) -> list[float]:

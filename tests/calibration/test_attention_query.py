@@ -107,8 +107,11 @@ def test_a_cell_is_a_grid_index_per_statistic():
     assert pre[1] == ("context", (q(2), q(17), q(300), q(158.5), q(158.5), q(271.7), q(40), q(pairs)), ())
     assert dec[1] == ("generation", (), (q(2), q(100), q(1024), q(562), q(562), q(931.6)))
     row = AQ.cell_row(dec[0], dec[1])
-    assert row["decode_ctx_max"] == pytest.approx(2 ** (q(1024) / 16) - 1, rel=1e-15)
-    assert row["num_decode"] == pytest.approx(2 ** (q(2) / 16) - 1, rel=1e-15)       # 1.95: counts too
+    # the representative row: integer statistics at the nearest integer to the cell's centre,
+    # the others at the centre
+    assert (row["num_decode"], row["decode_ctx_min"], row["decode_ctx_max"]) == (2.0, 102.0, 1023.0)
+    assert row["decode_ctx_mean"] == pytest.approx(2 ** (q(562) / 16) - 1, rel=1e-15)
+    assert row["decode_ctx_p90"] == pytest.approx(2 ** (q(931.6) / 16) - 1, rel=1e-15)
 
 
 def test_submodel_key_is_the_predictors(pred):

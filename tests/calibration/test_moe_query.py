@@ -1,5 +1,6 @@
-"""The per-op MoE query: scalar features equal to calibration.features, and predict_s equal to
-predict_canon (the 1/64 grid) in both timing modes."""
+"""The per-op MoE query: scalar features equal to calibration.features, memo cells on the load
+statistics (sklearn on the cell's row, the cell's out-of-range flag) and, at a fine grid, the
+unquantized sklearn prediction, in both timing modes."""
 
 import math
 
@@ -47,18 +48,42 @@ def test_scalar_rows_equal_numpy_features():
         assert MQ.reference_row(row) == pytest.approx(F.reference_s(table, "moe")[0], rel=1e-12)
 
 
-def test_scalar_path_equals_predict_canon():
+def _sklearn(pred, mode, rows, refs):
+    """sklearn on canonical rows x their reference times (+ the launch shift), seconds."""
+    mkey, shift = pred._model_for(mode, "bf16")
+    X = np.asarray([MQ.feature_row(r) for r in rows])
+    return np.exp(pred.models[mkey].predict(X)) * np.asarray(refs) + shift, X
+
+
+def test_query_is_sklearn_on_the_cell_rows():
     pred = make_predictor("moe", n_estimators=4).fit(_rows())
     for mode in ("kernel", "launch"):
         pred.reset_cache()
-        fast, fast_oor = pred.predict_s(OPS, mode, return_mask=True)
+        got, oor = pred.predict_s(OPS, mode, return_mask=True)
         assert pred._scalar_ok is True and (pred.memo_lookups, pred.memo_misses) == (5, 5)   # fp8: no sub-model
-        table, table_oor = pred.predict_canon(F.canon_from_ops(OPS, "moe"), mode)
-        ok = np.isfinite(table)
-        assert ok.tolist() == [True] * 5 + [False] * 2 and np.isnan(fast[~ok]).all()
-        assert np.abs(fast[ok] / table[ok] - 1).max() <= 1e-12
-        assert fast_oor.tolist() == table_oor.tolist() == [False, False, False, True, False, True, True]   # 3000 > 2048 tokens
-    misses = pred.memo_misses                           # 5 scalar + 5 predict_canon (its own memo)
+        assert np.isnan(got[5:]).all() and oor[5:].all()
+        parts = [MQ.cell_parts(op)[0] for op in OPS[:5]]
+        want, X = _sklearn(pred, mode, [MQ.cell_row(s, c) for s, c, _ in parts], [r for _, _, r in parts])
+        assert np.abs(got[:5] / want - 1).max() <= 1e-12
+        lo, hi = pred.ranges[("kernel", "bf16")]
+        assert oor[:5].tolist() == ((X < lo - 1e-6) | (X > hi + 1e-6)).any(axis=1).tolist() == \
+            [False, False, False, True, False]                                               # 3000 > 2048 tokens
     again = pred.predict_s(OPS[:4], "launch")          # the same cells: no new model walk
-    assert misses == 10 and pred.memo_misses == 10 and np.array_equal(again, fast[:4])
-    assert math.isnan(pred.predict_s([OPS[5]])[0])
+    assert pred.memo_misses == 5 and np.array_equal(again, got[:4])
+    # a cell is the grid index of tokens, routed pairs, max load and load std (1/16 in log2)
+    q = lambda x: round(math.log2(1 + x) * 16)        # noqa: E731
+    op = OPS[4]
+    std = math.sqrt(np.var(op.tokens_per_expert))
+    assert MQ.cell_parts(op)[0][1] == (q(64), q(sum(op.tokens_per_expert)), q(40), q(std))
+
+
+def test_fine_grid_query_equals_unquantized_sklearn(monkeypatch):
+    monkeypatch.setattr(MQ, "QUERY_CELLS", 2.0 ** 30)
+    pred = make_predictor("moe", n_estimators=4).fit(_rows())
+    ops = OPS[:5] + [_op(700, tuple(range(100, 116)))]
+    for mode in ("kernel", "launch"):
+        pred.reset_cache()
+        got = pred.predict_s(ops, mode)
+        rows = [MQ.canon_row(op) for op in ops]
+        want, _ = _sklearn(pred, mode, rows, [MQ.reference_row(r) for r in rows])
+        assert np.abs(got / want - 1).max() <= 1e-9
