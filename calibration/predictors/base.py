@@ -39,8 +39,8 @@ Contract (every family):
   * attention and MoE (SCALAR_QUERIES: one new op per step or token count) are priced in
     plain Python (``attention_query``, ``moe_query``; their scalar features are checked
     against ``features`` on the first row) by ``_price_cells``: ``cell_parts`` rounds each
-    canonical row's counts and length (attention, 1/16 in log2) or load (MoE, 1/64)
-    statistics, and the memo keeps per (sub-model, shape, cell) the model output and
+    canonical row's counts and length (attention) or load (MoE) statistics to 1/16 in log2,
+    and the memo keeps per (sub-model, shape, cell) the model output and
     out-of-range flag of the cell's representative row (``cell_row``): a hit computes no
     features (hit rate, added error: those modules). MoE gets no token table: its routed load
     comes from the engine's router, so an op is not a function of the token count alone.

@@ -25,9 +25,9 @@ queries of two simulations of Qwen3-30B-A3B (auto H100 bundle, 300 random reques
 ``bench/fidelity_query_cost.py --grid-study``; added error against ~unquantized statistics,
 2026-11-30): cells per log2 64 / 32 / 16 / 8: hits 47.4 / 60.1 / 73.2 / 83.3 %, added error p95
 0.22 / 0.48 / 0.73 / 1.40 %, max 2.4 / 2.3 / 3.9 / 6.3 % (p50 0.00 % throughout); the former
-1/64 grid on the 21 features hit ~23 % in one simulation. A token table as for GEMMs does not apply: the op's routed
-pairs and per-expert loads come from the engine's router, so for a fixed shape the op is not a
-function of the token count alone.
+1/64 grid on the 21 features hit ~23 % in one simulation. A token table as for GEMMs does
+not apply: the op's routed pairs and per-expert loads come from the engine's router, so for a
+fixed shape the op is not a function of the token count alone.
 """
 
 from __future__ import annotations
