@@ -19,7 +19,7 @@ The sub-model key is the predictor's own (``submodel_keys``), memoized per head 
 (KEY_COLUMNS): it must not depend on the batch, only on the kernel.
 
 Memo cells (QUERY_CELLS): a row's counts and length statistics (the canonical row's own
-quantities) are rounded to 1/16 in log2 (``_q``, ~4.4 % of a count or length); the cell's
+quantities) are rounded to 1/16 in log2 (``grid.index``, ~4.4 % of a count or length); the cell's
 model output and out-of-range flag are those of its representative row (``cell_row``: every
 statistic at the cell's centre, the integer ones at the nearest integer), computed once; each
 query multiplies the model's ratio by its own exact reference time. A hit thus costs the
@@ -47,6 +47,7 @@ import math
 from typing import Sequence
 
 from calibration import features as F
+from calibration.predictors import grid
 from frontier.ops import AttentionOp
 
 _DB = F._DTYPE_BYTES
@@ -86,45 +87,30 @@ def canon_row(op: AttentionOp) -> dict[str, object]:
     return F.attention_canon_row(op, _stats)
 
 
-def _q(x: float) -> int:
-    """Grid index of a non-negative length or count: round(log2(1 + x) * QUERY_CELLS)."""
-    return round(math.log2(1.0 + x) * QUERY_CELLS)
-
-
-def _dq(c: int) -> float:
-    """Representative value of grid index c (the inverse of ``_q`` at the cell's centre)."""
-    return 2.0 ** (c / QUERY_CELLS) - 1.0
-
-
-def _dq_int(c: int) -> float:
-    """Representative value of an integer statistic: ``_dq`` rounded to an integer (exact
-    while a cell holds at most one integer: below ~23 at 1/16)."""
-    return float(round(2.0 ** (c / QUERY_CELLS) - 1.0))
-
-
 def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
     """(KEY_COLUMNS values, cell, reference seconds) of each row ``query_rows`` gives. The cell
-    holds the row's kind and the grid indices (``_q``) of its counts and length statistics, the
+    holds the row's kind and the grid indices (``grid.index``) of its counts and length statistics, the
     canonical row's own quantities (``canon_row``: prefill count, min, max, mean, p50, p90 of the
     new tokens, largest context, attention pairs; decode count, min, max, mean, p50, p90 of the
-    context + 1); ``cell_row`` turns it back into a canonical row. The reference time
+    context + 1; ``grid.index``); ``cell_row`` turns it back into a canonical row. The reference time
     (``reference_row``) is the row's exact one. ~6 us for a step of ~32 decodes."""
     shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, F._kv_dtype(op.kv_bytes_per_elem), op.is_mla)
     ref = {"num_heads": op.num_heads, "num_kv_heads": op.num_kv_heads, "head_dim": op.head_dim, "window_size": 0.0,
            "kv_dtype": shape[4], "num_decode": 0, "decode_ctx_mean": 0.0, "num_prefill": 0,
            "prefill_len_mean": 0.0, "prefill_pairs": 0.0, "prefill_tokens": 0}
     pre = dec = ()
+    q = lambda x: grid.index(x, QUERY_CELLS)           # noqa: E731
     if op.prefill_new:
         s = sorted(op.prefill_new)
         n, mean = len(s), math.fsum(s) / len(s)
         pairs = float(sum(k * c + k * (k + 1) / 2 for k, c in zip(op.prefill_new, op.prefill_ctx)))
-        pre = (_q(n), _q(s[0]), _q(s[-1]), _q(mean), _q(_quantile(s, 0.5)), _q(_quantile(s, 0.9)),
-               _q(max(op.prefill_ctx)), _q(pairs))
+        pre = (q(n), q(s[0]), q(s[-1]), q(mean), q(_quantile(s, 0.5)), q(_quantile(s, 0.9)),
+               q(max(op.prefill_ctx)), q(pairs))
         pre_ref = {**ref, "num_prefill": n, "prefill_len_mean": mean, "prefill_pairs": pairs, "prefill_tokens": sum(s)}
     if op.decode_ctx:
         s = sorted(op.decode_ctx)              # the schema's context counts the new token: + 1
         n, mean = len(s), math.fsum(s) / len(s) + 1.0
-        dec = (_q(n), _q(s[0] + 1), _q(s[-1] + 1), _q(mean), _q(_quantile(s, 0.5) + 1.0), _q(_quantile(s, 0.9) + 1.0))
+        dec = (q(n), q(s[0] + 1), q(s[-1] + 1), q(mean), q(_quantile(s, 0.5) + 1.0), q(_quantile(s, 0.9) + 1.0))
         dec_ref = {**ref, "num_decode": n, "decode_ctx_mean": mean}
     if pre and dec:
         if has_mixed:
@@ -139,13 +125,16 @@ def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, flo
 
 def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
     """The canonical row at a cell's representative point (every grid index at its centre,
-    ``_dq``; the integer statistics, counts, min, max, largest context and pairs, at the nearest
-    integer, ``_dq_int``; prefill tokens = count x mean): the row the model is evaluated on."""
+    ``grid.centre``; the integer statistics, counts, min, max, largest context and pairs, at the
+    nearest integer, ``grid.nearest_integer``; prefill tokens = count x mean): the row the model
+    is evaluated on."""
     kind, pre, dec = cell
     heads, kvh, hd, window, kv_dtype, is_mla = shape
+    c = lambda i: grid.centre(i, QUERY_CELLS)             # noqa: E731
+    n = lambda i: grid.nearest_integer(i, QUERY_CELLS)    # noqa: E731
     npre, pmin, pmax, pmean, p50, p90, pctx, pairs = (
-        (*map(_dq_int, pre[:3]), *map(_dq, pre[3:6]), *map(_dq_int, pre[6:])) if pre else (0.0,) * 8)
-    nd, dmin, dmax, dmean, d50, d90 = (*map(_dq_int, dec[:3]), *map(_dq, dec[3:])) if dec else (0.0,) * 6
+        (*map(n, pre[:3]), *map(c, pre[3:6]), *map(n, pre[6:])) if pre else (0.0,) * 8)
+    nd, dmin, dmax, dmean, d50, d90 = (*map(n, dec[:3]), *map(c, dec[3:])) if dec else (0.0,) * 6
     return {"op_name": kind, "batch_size": npre + nd, "num_prefill": npre, "num_decode": nd,
             "prefill_tokens": npre * pmean, "prefill_len_min": pmin, "prefill_len_max": pmax,
             "prefill_len_mean": pmean, "prefill_len_p50": p50, "prefill_len_p90": p90,

@@ -36,6 +36,7 @@ import math
 import operator
 
 from calibration import features as F
+from calibration.predictors import grid
 from frontier.ops import MoeOp
 
 KEY_COLUMNS = ("moe_dtype",)
@@ -68,36 +69,22 @@ def query_rows(op: MoeOp, has_mixed: bool = False) -> tuple[dict, ...]:
     return (canon_row(op),)
 
 
-def _q(x: float) -> int:
-    """Grid index of a non-negative count: round(log2(1 + x) * QUERY_CELLS)."""
-    return round(math.log2(1.0 + x) * QUERY_CELLS)
-
-
-def _dq(c: int) -> float:
-    """Representative value of grid index c (the inverse of ``_q`` at the cell's centre)."""
-    return 2.0 ** (c / QUERY_CELLS) - 1.0
-
-
-def _dq_int(c: int) -> float:
-    """Representative value of an integer statistic: ``_dq`` rounded to an integer (exact
-    while a cell holds at most one integer: below ~23 at 1/16)."""
-    return float(round(2.0 ** (c / QUERY_CELLS) - 1.0))
-
-
 def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, float]]:
     """[(SHAPE_COLUMNS values, cell, reference seconds)] of the op's canonical row: the cell holds
-    the grid indices (``_q``) of its token count, routed pairs, largest expert load and load
+    the grid indices (``grid.index``) of its token count, routed pairs, largest expert load and load
     standard deviation; the reference time is the row's exact one (has_mixed: interface only)."""
     row = canon_row(op)
-    cell = (_q(row["num_tokens"]), _q(row["routed_pairs"]), _q(row["max_tokens_per_expert"]),
-            _q(math.sqrt(max(row["var_tokens_per_expert"], 0.0))))
+    std = math.sqrt(max(row["var_tokens_per_expert"], 0.0))
+    cell = tuple(grid.index(x, QUERY_CELLS) for x in (row["num_tokens"], row["routed_pairs"],
+                                                      row["max_tokens_per_expert"], std))
     return [(tuple(row[c] for c in SHAPE_COLUMNS), cell, reference_row(row))]
 
 
 def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
     """The canonical row at a cell's representative point (every grid index at its centre; the
     integer statistics, tokens, routed pairs and largest load, at the nearest integer)."""
-    tokens, pairs, max_load, std = _dq_int(cell[0]), _dq_int(cell[1]), _dq_int(cell[2]), _dq(cell[3])
+    tokens, pairs, max_load = (grid.nearest_integer(c, QUERY_CELLS) for c in cell[:3])
+    std = grid.centre(cell[3], QUERY_CELLS)
     return {**dict(zip(SHAPE_COLUMNS, shape)), "num_tokens": tokens, "routed_pairs": pairs,
             "max_tokens_per_expert": max_load, "var_tokens_per_expert": std * std}
 
