@@ -89,11 +89,11 @@ def canon_row(op: AttentionOp) -> dict[str, object]:
 
 def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
     """(KEY_COLUMNS values, cell, reference seconds) of each row ``query_rows`` gives. The cell
-    holds the row's kind and the grid indices (``grid.index``) of its counts and length statistics, the
-    canonical row's own quantities (``canon_row``: prefill count, min, max, mean, p50, p90 of the
-    new tokens, largest context, attention pairs; decode count, min, max, mean, p50, p90 of the
-    context + 1; ``grid.index``); ``cell_row`` turns it back into a canonical row. The reference time
-    (``reference_row``) is the row's exact one. ~6 us for a step of ~32 decodes."""
+    holds the row's kind and the grid indices (``grid.index``) of its counts and length
+    statistics, the canonical row's own quantities (``canon_row``: prefill count, min, max,
+    mean, p50, p90 of the new tokens, largest context, attention pairs; decode count, min, max,
+    mean, p50, p90 of the context + 1); ``cell_row`` turns it back into a canonical row. The
+    reference time (``reference_row``) is the row's exact one. ~6 us for ~32 decodes."""
     shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, F._kv_dtype(op.kv_bytes_per_elem), op.is_mla)
     ref = {"num_heads": op.num_heads, "num_kv_heads": op.num_kv_heads, "head_dim": op.head_dim, "window_size": 0.0,
            "kv_dtype": shape[4], "num_decode": 0, "decode_ctx_mean": 0.0, "num_prefill": 0,
