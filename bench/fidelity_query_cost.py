@@ -4,10 +4,11 @@
         [--model meta-llama/Llama-3.1-8B] [--runs 2] [--grid-study]
 
 Uses the auto bundle of ``--gpu`` (fitted and cached on first use). Prints:
-* the time of one raw sklearn ``predict`` on a single feature row (what a naive simulator
-  would pay per operator query) and of the compiled evaluator
-  (``calibration.predictors.tree_eval``) on the same row, both for the linear family's
-  first model and the attention family's first model;
+* the time of the model's batch ``predict`` on a single feature row (the compiled numpy
+  lockstep: the bundle stores its forests compiled; sklearn's own ``predict``, what a naive
+  simulator would pay per operator query, took 533-1078 us on these forests when measured) and
+  of the compiled single-row walk (``calibration.predictors.tree_eval``) on the same row, both
+  for the linear family's first model and the attention family's first model;
 * inside a simulation: steps priced, operator queries issued by the batch engine, the
   predictors' memo lookups and hit rate (token-table families, GEMM and elementwise: a hit
   is a query whose block of TABLE_BLOCK token counts was already tabulated), wall time spent
@@ -41,7 +42,10 @@ from simulator.workload import WorkloadSpec
 
 
 def one_row_costs_s(predictor) -> tuple[float, float]:
-    """(sklearn predict, compiled evaluator) median seconds on one in-range row of the first model."""
+    """(the model's ``predict``, the compiled single-row walk) median seconds on one in-range row
+    of the first model. A bundle stores its forests compiled, so ``predict`` is the compiled
+    numpy lockstep; sklearn's own ``predict`` on these forests (~0.5-1 ms a call, measured
+    2026-11-30 on the sklearn objects) is not available from the bundle."""
     mkey = next(iter(predictor.models))
     model = predictor.models[mkey]
     lo, hi = predictor.ranges[mkey]
@@ -102,7 +106,7 @@ def main() -> None:
     bundle = load_bundle(path)
     for family in ("linear", "attention"):
         raw, fast = one_row_costs_s(bundle.predictors[family])
-        print(f"{family} model, one row: raw sklearn predict {1e6 * raw:.0f} us, compiled evaluator {1e6 * fast:.1f} us")
+        print(f"{family} model, one row: batch predict {1e6 * raw:.0f} us, single-row walk {1e6 * fast:.1f} us")
 
     calls: dict = {}
     per_family: dict[str, list] = {}    # family -> [queries, CPU seconds]

@@ -6,8 +6,9 @@ fitted once from NVIDIA AIConfigurator's measured vLLM tables for that GPU (the
 installed ``aiconfigurator-core`` package, or ``data_root``), with the default
 held-out split (20 % of rows, seed 0), and written atomically with its manifest. That
 takes about a minute on two cores; later runs only load it. A cached bundle whose
-manifest records another ``features.FEATURES_VERSION`` (fitted by older feature code)
-is fitted again.
+manifest records another ``features.FEATURES_VERSION`` (fitted by older feature code), or
+that stores sklearn forests rather than compiled ones (no ``"forests": "compiled"`` in its
+manifest: written before 2026-11-30), is fitted again.
 """
 
 from __future__ import annotations
@@ -39,13 +40,18 @@ def ensure_bundle(gpu: str, data_root: Path | None = None,
     name = get_gpu(gpu).name
     if path.is_file() and manifest_path(path).is_file():
         try:
-            version = json.loads(manifest_path(path).read_text()).get("features_version")
+            manifest = json.loads(manifest_path(path).read_text())
+            version, forests = manifest.get("features_version"), manifest.get("forests")
         except (OSError, ValueError, AttributeError):
-            version = None
-        if version == FEATURES_VERSION:
+            version = forests = None
+        if version == FEATURES_VERSION and forests == "compiled":
             return path
-        log(f"cached bundle {path} has features version {version}, this code computes "
-            f"{FEATURES_VERSION}: fitting it again")
+        if version != FEATURES_VERSION:
+            log(f"cached bundle {path} has features version {version}, this code computes "
+                f"{FEATURES_VERSION}: fitting it again")
+        else:
+            log(f"cached bundle {path} holds sklearn forests (fitted before they were stored "
+                "compiled; it loads ~1.5 s slower): fitting it again")
     log(f"fitting the calibrated bundle for {name} from AIConfigurator's measured vLLM tables "
         f"(once; cached at {path})")
     path.parent.mkdir(parents=True, exist_ok=True)

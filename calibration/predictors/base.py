@@ -66,6 +66,7 @@ DEFAULT_LAUNCH_OVERHEAD_S; ``launch_overhead_source`` says which.
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 import warnings
@@ -197,10 +198,13 @@ class FamilyPredictor:
         self.table_rows = 0       # token-table rows evaluated (TABLE_BLOCK per block built)
 
     def __getstate__(self):
+        """Pickled without memos, and with every forest as its CompiledForest (the same
+        predictions; sklearn is then not needed, nor imported, to load and query a bundle)."""
         state = dict(self.__dict__)
         for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_tables", "_compiled",
                      "_scalar_ok", "memo_lookups", "memo_misses", "table_rows"):
             state.pop(name, None)
+        state["models"] = {k: _compiled_model(m) for k, m in self.models.items()}
         return state
 
     def __setstate__(self, state):
@@ -437,6 +441,21 @@ class FamilyPredictor:
                 "submodels": {f"{m}:{k}": n for (m, k), n in self.n_rows.items()},
                 "launch_overhead_s": self.launch_overhead_s,
                 "launch_overhead_source": self.launch_overhead_source}
+
+
+def _compiled_model(model):
+    """A fitted model with its forest compiled: the CompiledForest itself, or a copy of a
+    wrapper (``.model``, PickByHoldout) holding it; models that do not compile stay as they are."""
+    inner = getattr(model, "model", None)
+    if inner is not None:
+        compiled = compile_forest(inner)
+        if compiled is None:
+            return model
+        wrapper = copy.copy(model)
+        wrapper.model = compiled
+        return wrapper
+    compiled = compile_forest(model)
+    return model if compiled is None else compiled
 
 
 def _same_features(a: tuple[Sequence[float], float], b: tuple[Sequence[float], float]) -> bool:

@@ -21,7 +21,6 @@ token points 13.6 %; with this fitted one 9.8 % and 13.3 % (same features v2, 32
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import nnls
 
 from calibration import features as F
 
@@ -39,6 +38,8 @@ def roofline_terms(canon: F.Canon) -> np.ndarray:
 def fit_roofline(terms: np.ndarray, latency_s: np.ndarray) -> np.ndarray:
     """Non-negative coefficients (TERMS) minimising sum((terms @ c) / latency - 1)^2; the
     fixed term is floored at MIN_FIXED_S."""
+    from scipy.optimize import nnls          # fitting only: loading a bundle does not import scipy
+
     latency_s = np.asarray(latency_s, dtype=float)
     coef = nnls(terms / latency_s[:, None], np.ones(len(latency_s)))[0]
     coef[0] = max(coef[0], MIN_FIXED_S)

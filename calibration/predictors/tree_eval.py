@@ -58,10 +58,27 @@ class CompiledForest:
         self._value = np.concatenate([t[4] for t in trees]).astype(np.float64)
         # pure-Python walks over preorder nodes: left child = node + 1, a leaf has feature -1
         # (a leaf's right entry is never read)
+        self._arrays = (leaf, right, feature, threshold)
+        self._python_arrays()
+        self._walk = None                             # numpy lockstep arrays, built on first predict()
+
+    def _python_arrays(self) -> None:
+        """array.array copies of the node arrays for the pure-Python walks."""
+        leaf, right, feature, threshold = self._arrays
         self._f, self._t, self._r, self._v = _array("q", feature), _array("d", threshold), \
             _array("q", right), _array("d", self._value)
-        self._arrays = (leaf, right, feature, threshold)
-        self._walk = None                             # numpy lockstep arrays, built on first predict()
+
+    def __getstate__(self):
+        """Pickle the numpy node arrays only (the walks' copies and lockstep arrays are rebuilt)."""
+        state = dict(self.__dict__)
+        for name in ("_f", "_t", "_r", "_v", "_walk"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._python_arrays()
+        self._walk = None
 
     def _lockstep(self) -> tuple[np.ndarray, ...]:
         """(left, right, feature, threshold, depth) of the numpy lockstep walk: a leaf points
@@ -190,12 +207,13 @@ def compile_forest(model) -> CompiledForest | None:
     """CompiledForest of a fitted RandomForest / ExtraTrees / HistGradientBoosting regressor
     (single output; boosting: squared-error loss, no categorical splits), also inside a wrapper
     that predicts with its fitted ``model`` attribute (the elementwise family's PickByHoldout);
-    None for other models."""
-    from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
-
+    a CompiledForest itself; None for other models."""
+    if isinstance(model, CompiledForest):            # already compiled (a loaded bundle)
+        return model
     inner = getattr(model, "model", None)
     if inner is not None:
         return compile_forest(inner)
+    from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
 
     if isinstance(model, (RandomForestRegressor, ExtraTreesRegressor)) and model.n_outputs_ == 1:
         trees = [(t.children_left, t.children_right, t.feature, t.threshold, t.value[:, 0, 0])

@@ -92,3 +92,27 @@ def test_rows_sha256_ignores_row_order():
     df = _comm_rows()
     assert rows_sha256(df) == rows_sha256(df.iloc[::-1])
     assert rows_sha256(df) != rows_sha256(df.iloc[1:])
+
+
+def test_forests_are_stored_compiled_and_load_without_sklearn(bundle):
+    """The payload holds CompiledForests (the same predictions as the fitted sklearn forests),
+    and a fresh process loads and queries the bundle without importing sklearn or scipy."""
+    import subprocess
+    import sys
+
+    from calibration.predictors.tree_eval import CompiledForest
+    path, pred, manifest = bundle
+    assert manifest["forests"] == "compiled"
+    loaded = load_bundle(path).predictor("comm")
+    assert all(isinstance(m, CompiledForest) for m in loaded.models.values())
+    assert not any(isinstance(m, CompiledForest) for m in pred.models.values())      # the fitted object is kept
+    X = np.array([[20.0, 8.0, 0.0, 0.0, 20.8], [15.0, 4.0, 1.0, 0.0, 14.6]])
+    for key, model in pred.models.items():
+        assert np.abs(loaded.models[key].predict(X) - model.predict(X)).max() <= 1e-12
+    code = ("import sys; from calibration.bundle import load_bundle; from frontier.ops import CommOp; "
+            f"p = load_bundle({str(path)!r}).predictor('comm'); "
+            "print(p.predict_s([CommOp('all_reduce', 1 << 20, 8)])[0]); "
+            "print('sklearn' in sys.modules, 'scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert float(out[0]) == pred.predict_s([CommOp("all_reduce", 1 << 20, 8)])[0]
+    assert out[1:] == ["False", "False"]

@@ -215,13 +215,20 @@ def test_auto_bundle_refits_a_stale_cache(tmp_path, monkeypatch):
     fits = []
     monkeypatch.setattr(aic, "import_aiconfigurator_report", lambda *a, **k: type("R", (), {"rows": {"linear": 1}}))
     monkeypatch.setattr(calibration.evaluate, "calibrate", lambda root, gpu, out: fits.append((gpu, out)))
-    for version, refit in ((FEATURES_VERSION, False), (FEATURES_VERSION - 1, True), (None, True)):
-        manifest.write_text(json.dumps({} if version is None else {"features_version": version}))
+    for version, forests, refit in ((FEATURES_VERSION, "compiled", False), (FEATURES_VERSION - 1, "compiled", True),
+                                    (None, None, True)):
+        manifest.write_text(json.dumps({} if version is None else {"features_version": version, "forests": forests}))
         fits.clear()
         log = []
         assert ensure_bundle("H100", log=log.append) == path
         assert fits == ([("H100-SXM", path)] if refit else [])
         assert bool(log) == refit and (not refit or f"has features version {version}" in log[0])
+    # a current bundle that stores sklearn forests (written before they were stored compiled)
+    manifest.write_text(json.dumps({"features_version": FEATURES_VERSION}))
+    fits.clear()
+    log = []
+    assert ensure_bundle("H100", log=log.append) == path and fits == [("H100-SXM", path)]
+    assert "holds sklearn forests" in log[0]
 
 
 def test_held_out_error_per_submodel_marks_module_rows():
