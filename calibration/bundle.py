@@ -97,7 +97,7 @@ def save_bundle(path: str | Path, predictors: dict, manifest: dict, memory: dict
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # per process: concurrent first fits do not share it
     joblib.dump({"predictors": predictors}, tmp, compress=3)
     full = dict(manifest)
     if memory:
