@@ -213,6 +213,8 @@ def compile_forest(model) -> CompiledForest | None:
     inner = getattr(model, "model", None)
     if inner is not None:
         return compile_forest(inner)
+    if not type(model).__module__.startswith("sklearn."):   # e.g. a linear fit: nothing to compile,
+        return None                                          # and no sklearn import for it
     from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
 
     if isinstance(model, (RandomForestRegressor, ExtraTreesRegressor)) and model.n_outputs_ == 1:

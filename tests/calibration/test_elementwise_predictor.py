@@ -70,3 +70,31 @@ def test_unknown_kernel_or_dtype_prices_nan():
 def test_only_the_log_target():
     with pytest.raises(ValueError, match=r"^elementwise target='ratio'; valid: log"):
         make_predictor("elementwise", target="ratio")
+
+
+def test_bundle_round_trip_of_both_choices_without_sklearn(tmp_path):
+    """A saved bundle keeps each sub-model's choice: the forest as its CompiledForest inside the
+    wrapper, the linear fit as it is; a fresh process prices both without importing sklearn."""
+    import json
+    import subprocess
+    import sys
+
+    from calibration.bundle import load_bundle, save_bundle
+    from calibration.predictors.tree_eval import CompiledForest
+    line = make_predictor("elementwise").fit(_rows(lambda t: 3e-6 + _bytes(t) / 2e12))
+    floor = make_predictor("elementwise").fit(_rows(lambda t: max(20e-6, _bytes(t) / 1e12)))
+    ops = [ElementwiseOp("final_norm", t, 4096, 2 * 4096 * 2) for t in (1, 100, 3000)]
+    for name, pred in (("line", line), ("floor", floor)):
+        path = tmp_path / f"{name}.joblib"
+        save_bundle(path, {"elementwise": pred}, {"gpu": "H100", "framework": "vllm", "framework_version": "t"})
+        loaded = load_bundle(path).predictor("elementwise")
+        kinds = {type(m.model).__name__ for m in loaded.models.values()}
+        assert kinds == ({"BytesLinear"} if name == "line" else {CompiledForest.__name__})
+        assert loaded.describe()["model_choice"] == pred.describe()["model_choice"]
+        want = pred.predict_s(ops, "kernel").tolist()
+        code = ("import sys; from calibration.bundle import load_bundle; from frontier.ops import ElementwiseOp; "
+                f"p = load_bundle({str(path)!r}).predictor('elementwise'); "
+                "print(p.predict_s([ElementwiseOp('final_norm', t, 4096, 2 * 4096 * 2) for t in (1, 100, 3000)], "
+                "'kernel').tolist()); print('sklearn' in sys.modules)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+        assert json.loads(out[0]) == want and out[1] == "False"
