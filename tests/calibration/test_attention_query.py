@@ -204,3 +204,23 @@ def test_fine_grid_query_equals_unquantized_sklearn(pred, monkeypatch):
             want = sum(math.exp(y) * AQ.reference_row(r) + shift for y, r in zip(model.predict(X), rows))
             assert p == pytest.approx(want, rel=1e-9)
             assert oor == bool(((X < lo - 1e-6) | (X > hi + 1e-6)).any())
+
+
+def test_a_predictor_with_mixed_rows_prices_a_mixed_batch_as_one_cell():
+    """Profiled "mixed" rows: a chunked-prefill batch is one row, one cell, one memo lookup."""
+    rows = _rows()
+    mixed = [{**rows.iloc[0].to_dict(), "op_name": "mixed", "batch_size": 1 + b, "num_prefill": 1, "num_decode": b,
+              "prefill_tokens": n, **{f"prefill_len_{s}": n for s in ("min", "max", "mean", "p50", "p90")},
+              **{f"decode_ctx_{s}": 1024 for s in ("min", "max", "mean", "p50", "p90")},
+              "latency_s_median": 1e-5 + n * n * 4 * 32 * 128 / 2 / 6e14 + b * 1024 * 4096 / 2.5e12}
+             for n in (128, 512, 2048) for b in (4, 16, 64)]
+    pred = AttentionPredictor(n_estimators=4).fit(pd.concat([rows, pd.DataFrame(mixed)], ignore_index=True))
+    assert pred.has_mixed
+    op = AttentionOp((500,), (0,), (1023,) * 16, **KW)
+    got = pred.predict_s([op])[0]
+    assert (pred.memo_lookups, pred.memo_misses) == (1, 1)
+    (shape, cell, ref), = AQ.cell_parts(op, True)
+    assert cell[0] == "mixed"
+    x = AQ.feature_row(AQ.cell_row(shape, cell))
+    assert got == pytest.approx(math.exp(pred.models[("kernel", "mha:bf16")].predict(np.asarray([x]))[0]) * ref,
+                                rel=1e-12)
