@@ -69,7 +69,8 @@ class CompiledForest:
             _array("q", right), _array("d", self._value)
 
     def __getstate__(self):
-        """Pickle the numpy node arrays only (the walks' copies and lockstep arrays are rebuilt)."""
+        """Pickle the numpy node arrays only (the walks' copies and lockstep arrays are rebuilt
+        when first used, so a loaded bundle's unused sub-models never build them)."""
         state = dict(self.__dict__)
         for name in ("_f", "_t", "_r", "_v", "_walk"):
             state.pop(name, None)
@@ -77,8 +78,15 @@ class CompiledForest:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._python_arrays()
         self._walk = None
+
+    def __getattr__(self, name: str):
+        """The walks' array copies of an unpickled forest, built on first use (only called when
+        the attribute is missing)."""
+        if name in ("_f", "_t", "_r", "_v") and "_arrays" in self.__dict__:
+            self._python_arrays()
+            return self.__dict__[name]
+        raise AttributeError(name)
 
     def _lockstep(self) -> tuple[np.ndarray, ...]:
         """(left, right, feature, threshold, depth) of the numpy lockstep walk: a leaf points
