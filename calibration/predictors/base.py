@@ -421,7 +421,8 @@ class FamilyPredictor:
             x, ref = self._numpy_features(row)
             try:
                 xs, refs = query.feature_row(row), query.reference_row(row)
-                self._scalar_ok = _same_features((xs, refs), (x, ref))
+                self._scalar_ok = (len(xs) == len(x) and bool(np.allclose(xs, x, rtol=1e-12, atol=1e-12))
+                                   and math.isclose(refs, ref, rel_tol=1e-12))
             except Exception:        # a stale copy may also fail outright (e.g. a renamed constant)
                 self._scalar_ok = False
             if not self._scalar_ok:
@@ -456,14 +457,6 @@ def _compiled_model(model):
         return wrapper
     compiled = compile_forest(model)
     return model if compiled is None else compiled
-
-
-def _same_features(a: tuple[Sequence[float], float], b: tuple[Sequence[float], float]) -> bool:
-    """Whether two (feature row, reference seconds) pairs agree to 1e-12: the check a fast query
-    path passes before it replaces the one it copies."""
-    (xa, ra), (xb, rb) = a, b
-    return (len(xa) == len(xb) and bool(np.allclose(xa, xb, rtol=1e-12, atol=1e-12))
-            and math.isclose(ra, rb, rel_tol=1e-12))
 
 
 def _check_mode(timing_mode: str) -> None:

@@ -19,4 +19,4 @@ def centre(c: int, cells: float) -> float:
 def nearest_integer(c: int, cells: float) -> float:
     """Representative value of an integer statistic: ``centre`` rounded to an integer (exact
     while a cell holds at most one integer: below ~23 at 16 cells, ~92 at 64)."""
-    return float(round(2.0 ** (c / cells) - 1.0))
+    return float(round(centre(c, cells)))
