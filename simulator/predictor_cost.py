@@ -79,28 +79,23 @@ class PredictorCostModel:
 
     def op_times_s(self, ops: Sequence[OpSpec], timing_mode: str) -> list[float]:
         times = [0.0] * len(ops)
-        by_family: dict[str, list[int]] = {}
+        rest: list[int] = []
+        predictors = self._predictors
         for i, op in enumerate(ops):
             family = op.family
-            if self.mla_module and family == "attention" and op.is_mla:
-                family = "roofline"            # the MLA kernel alone; its projections are their own ops
-            by_family.setdefault(family, []).append(i)
-        rest: list[int] = []
-        for family, idx in by_family.items():
-            predictor = self._predictors.get(family)
-            if predictor is None:
-                rest += idx
+            predictor = predictors.get(family)
+            if predictor is None or (family == "attention" and self.mla_module and op.is_mla):
+                rest.append(i)    # MLA under module rows: the kernel alone; its projections are their own ops
                 continue
-            queries = [ops[i] for i in idx]
             if family == "linear" and self.fp8_block_as_fp8:
-                queries = [as_per_tensor_fp8(op) for op in queries]
-            for i, (t, oor) in zip(idx, predictor.price_ops(queries, timing_mode)):
-                if math.isnan(t) or t <= 0.0:
-                    rest.append(i)
-                    continue
-                times[i] = t
-                self.num_predicted += 1
-                self.num_out_of_range += oor
+                op = as_per_tensor_fp8(op)
+            t, oor = predictor.price_op(op, timing_mode)
+            if math.isnan(t) or t <= 0.0:
+                rest.append(i)
+                continue
+            times[i] = t
+            self.num_predicted += 1
+            self.num_out_of_range += oor
         if rest:
             fb = self.fallback.op_times_s([ops[i] for i in rest], timing_mode)
             for i, t in zip(rest, fb):

@@ -23,7 +23,7 @@ quantities) are rounded to 1/16 in log2 (``grid.index``, ~4.4 % of a count or le
 model output and out-of-range flag are those of its representative row (``cell_row``: every
 statistic at the cell's centre, the integer ones at the nearest integer), computed once; each
 query multiplies the model's ratio by its own exact reference time. A hit thus costs the
-statistics (~6 us for ~32 decodes), no features. Chosen on the attention queries of two
+statistics (~4 us for ~32 decodes, replayed), no features. Chosen on the attention queries of two
 simulations (auto H100 bundle, 300 random requests at 20 req/s, ``bench/fidelity_query_cost.py
 --grid-study``; added error = |price(grid) / price(~unquantized statistics) - 1|, 2026-11-30):
 
@@ -93,34 +93,39 @@ def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, flo
     statistics, the canonical row's own quantities (``canon_row``: prefill count, min, max,
     mean, p50, p90 of the new tokens, largest context, attention pairs; decode count, min, max,
     mean, p50, p90 of the context + 1); ``cell_row`` turns it back into a canonical row. The
-    reference time (``reference_row``) is the row's exact one. ~6 us for ~32 decodes."""
+    reference time (``reference_row``, through ``_reference_s`` without a row dict) is the row's
+    exact one. ~4 us for ~32 decodes, ~8 us with prefills (CPU, replayed)."""
     shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, F._kv_dtype(op.kv_bytes_per_elem), op.is_mla)
-    ref = {"num_heads": op.num_heads, "num_kv_heads": op.num_kv_heads, "head_dim": op.head_dim, "window_size": 0.0,
-           "kv_dtype": shape[4], "num_decode": 0, "decode_ctx_mean": 0.0, "num_prefill": 0,
-           "prefill_len_mean": 0.0, "prefill_pairs": 0.0, "prefill_tokens": 0}
+    heads, kvh, hd, kvb = float(op.num_heads), float(op.num_kv_heads), float(op.head_dim), _DB.get(shape[4], 2.0)
+    idx, cells = grid.index, QUERY_CELLS
     pre = dec = ()
-    q = lambda x: grid.index(x, QUERY_CELLS)           # noqa: E731
     if op.prefill_new:
-        s = sorted(op.prefill_new)
-        n, mean = len(s), math.fsum(s) / len(s)
-        pairs = float(sum(k * c + k * (k + 1) / 2 for k, c in zip(op.prefill_new, op.prefill_ctx)))
-        pre = (q(n), q(s[0]), q(s[-1]), q(mean), q(_quantile(s, 0.5)), q(_quantile(s, 0.9)),
-               q(max(op.prefill_ctx)), q(pairs))
-        pre_ref = {**ref, "num_prefill": n, "prefill_len_mean": mean, "prefill_pairs": pairs, "prefill_tokens": sum(s)}
+        new = op.prefill_new
+        s = sorted(new)
+        npre, ptok = len(s), sum(s)
+        pmean = ptok / npre
+        pairs = float(sum(k * c + k * (k + 1) / 2 for k, c in zip(new, op.prefill_ctx)))
+        pre = (idx(npre, cells), idx(s[0], cells), idx(s[-1], cells), idx(pmean, cells),
+               idx(_quantile(s, 0.5), cells), idx(_quantile(s, 0.9), cells), idx(max(op.prefill_ctx), cells),
+               idx(pairs, cells))
     if op.decode_ctx:
         s = sorted(op.decode_ctx)              # the schema's context counts the new token: + 1
-        n, mean = len(s), math.fsum(s) / len(s) + 1.0
-        dec = (q(n), q(s[0] + 1), q(s[-1] + 1), q(mean), q(_quantile(s, 0.5) + 1.0), q(_quantile(s, 0.9) + 1.0))
-        dec_ref = {**ref, "num_decode": n, "decode_ctx_mean": mean}
+        nd = len(s)
+        dmean = sum(s) / nd + 1.0
+        dec = (idx(nd, cells), idx(s[0] + 1, cells), idx(s[-1] + 1, cells), idx(dmean, cells),
+               idx(_quantile(s, 0.5) + 1.0, cells), idx(_quantile(s, 0.9) + 1.0, cells))
     if pre and dec:
         if has_mixed:
-            both = {**pre_ref, "num_decode": dec_ref["num_decode"], "decode_ctx_mean": dec_ref["decode_ctx_mean"]}
-            return [(shape, ("mixed", pre, dec), reference_row(both))]
-        return [(shape, ("context", pre, ()), reference_row(pre_ref)),
-                (shape, ("generation", (), dec), reference_row(dec_ref))]
+            ref = _reference_s(heads, kvh, hd, 0.0, kvb, float(nd), dmean, float(npre), pmean, pairs, float(ptok))
+            return [(shape, ("mixed", pre, dec), ref)]
+        return [(shape, ("context", pre, ()),
+                 _reference_s(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, float(npre), pmean, pairs, float(ptok))),
+                (shape, ("generation", (), dec),
+                 _reference_s(heads, kvh, hd, 0.0, kvb, float(nd), dmean, 0.0, 0.0, 0.0, 0.0))]
     if pre:
-        return [(shape, ("context", pre, ()), reference_row(pre_ref))]
-    return [(shape, ("generation", (), dec), reference_row(dec_ref))]
+        return [(shape, ("context", pre, ()),
+                 _reference_s(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, float(npre), pmean, pairs, float(ptok)))]
+    return [(shape, ("generation", (), dec), _reference_s(heads, kvh, hd, 0.0, kvb, float(nd), dmean, 0.0, 0.0, 0.0, 0.0))]
 
 
 def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
@@ -202,16 +207,20 @@ def feature_row(row: dict) -> list[float]:
 
 def reference_row(row: dict) -> float:
     """features.reference_s of one canonical attention row (seconds)."""
-    heads, kvh, hd = float(row["num_heads"]), float(row["num_kv_heads"]), float(row["head_dim"])
-    window = float(row["window_size"])
-    kvb = _DB.get(str(row["kv_dtype"]), 2.0)
-    nd, dmean = float(row["num_decode"]), float(row["decode_ctx_mean"])
-    npre, pmean = float(row["num_prefill"]), float(row["prefill_len_mean"])
-    pairs = float(row["prefill_pairs"])
+    return _reference_s(float(row["num_heads"]), float(row["num_kv_heads"]), float(row["head_dim"]),
+                        float(row["window_size"]), _DB.get(str(row["kv_dtype"]), 2.0), float(row["num_decode"]),
+                        float(row["decode_ctx_mean"]), float(row["num_prefill"]), float(row["prefill_len_mean"]),
+                        float(row["prefill_pairs"]), float(row["prefill_tokens"]))
+
+
+def _reference_s(heads: float, kvh: float, hd: float, window: float, kvb: float, nd: float, dmean: float,
+                 npre: float, pmean: float, pairs: float, ptok: float) -> float:
+    """``reference_row`` from the row's numbers (seconds): heads, KV heads, head dim, window
+    (tokens, 0 = none), KV bytes per element, decode count and mean context, prefill count,
+    mean new tokens, attention pairs and new tokens."""
     if window > 0:
         dmean = min(dmean, window)
         pairs = min(pairs, npre * pmean * window)
-    ptok = float(row["prefill_tokens"])
     flops = 4 * heads * hd * (pairs + nd * dmean)
     kv_bytes = (nd * dmean + ptok * 2) * 2 * kvh * hd * kvb
     qo_bytes = (ptok + nd) * heads * hd * 4

@@ -29,8 +29,9 @@ Contract (every family):
     shape): ``calibration.features`` on the 128 rows and one ``predict_monotone`` (~0.3-0.6 ms
     CPU for a 32-tree GEMM forest; the 20-tree ratio-target one, features and the fitted
     roofline included: ~0.33 ms), exact at every count (no grid); later queries of the
-    block are a list lookup (~5 us with the op's canonical row). The cost is bounded by the
-    blocks the simulation's token counts touch, so it falls per query as a run gets longer
+    block are a list lookup (~1 us replayed: ``price_op`` resolves an op's canonical shape
+    and sub-model once per shape, keyed by its fields other than the token count,
+    TOKEN_FIELDS). The cost is bounded by the blocks the simulation's token counts touch, so it falls per query as a run gets longer
     (GEMM queries replayed from Llama-3.1-8B runs of 300 / 2000 requests: blocks of 32, 64,
     128 cost 69.7 / 53.7 / 48.8 and 30.7 / 23.8 / 18.0 us CPU per query; 256 would cross the
     128-row period of m_frac128, so the rows would no longer grow monotonically). Short runs
@@ -41,8 +42,9 @@ Contract (every family):
     against ``features`` on the first row) by ``_price_cells``: ``cell_parts`` rounds each
     canonical row's counts and length (attention) or load (MoE) statistics to 1/16 in log2,
     and the memo keeps per (sub-model, shape, cell) the model output and
-    out-of-range flag of the cell's representative row (``cell_row``): a hit computes no
-    features (hit rate, added error: those modules). MoE gets no token table: its routed load
+    out-of-range flag of the cell's representative row (``cell_row``; the output kept
+    exponentiated, so a hit multiplies): a hit computes no features (hit rate, added error:
+    those modules). MoE gets no token table: its routed load
     comes from the engine's router, so an op is not a function of the token count alone.
   * other families (comm) go through ``predict_canon``, with ops also cached by value
     (frozen dataclasses).
@@ -67,6 +69,8 @@ DEFAULT_LAUNCH_OVERHEAD_S; ``launch_overhead_source`` says which.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import math
 import operator
 import warnings
@@ -91,6 +95,8 @@ SCALAR_QUERIES = {"attention": attention_query, "moe": moe_query}
 # Families whose op is a fixed shape times a token count (this canonical column): ``predict_s``
 # reads exact per-token-count tables, built TABLE_BLOCK consecutive counts at a time.
 TOKEN_TABLES = {"linear": "m", "elementwise": "num_tokens"}
+# The op field holding that token count: the op's other fields fix its canonical shape.
+TOKEN_FIELDS = {"linear": "m", "elementwise": "tokens"}
 TABLE_BLOCK = 128                   # block j holds token counts j*128+1 .. (j+1)*128 (GEMM m_frac128 period)
 
 
@@ -182,6 +188,7 @@ class FamilyPredictor:
         self._row_cache: dict[tuple, float] = {}
         self._op_cache: dict[tuple, tuple[float, bool]] = {}
         self._key_cache: dict[tuple, str] = {}
+        self._shape_cache: dict[tuple, tuple] = {}   # (mode, op shape) -> sub-model and shape (see price_op)
         self._tables: dict[tuple, tuple[int, list[float], list[bool]]] = {}
         self._scalar_ok: bool | None = None   # scalar query features agree with features (checked once)
         self.reset_counters()
@@ -201,7 +208,7 @@ class FamilyPredictor:
         """Pickled without memos, and with every forest as its CompiledForest (the same
         predictions; sklearn is then not needed, nor imported, to load and query a bundle)."""
         state = dict(self.__dict__)
-        for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_tables", "_compiled",
+        for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_shape_cache", "_tables", "_compiled",
                      "_scalar_ok", "memo_lookups", "memo_misses", "table_rows"):
             state.pop(name, None)
         state["models"] = {k: _compiled_model(m) for k, m in self.models.items()}
@@ -300,15 +307,26 @@ class FamilyPredictor:
     def price_ops(self, ops: Sequence, timing_mode: str) -> list[tuple[float, bool]]:
         """(seconds, out of range) per op: ``predict_s`` as plain Python pairs, without its
         arrays (the simulator's per-step path, ~3 us less per call)."""
+        if self.family in TOKEN_TABLES or self.family in SCALAR_QUERIES:
+            return [self.price_op(op, timing_mode) for op in ops]
         _check_mode(timing_mode)
-        token_column = TOKEN_TABLES.get(self.family)
-        if token_column is not None:          # exact per-token-count tables, no op memo
-            return [self._price_tabled(op, token_column, timing_mode) for op in ops]
-        query = SCALAR_QUERIES.get(self.family)
-        if query is not None:                 # memo cells on the rows' statistics, no op memo
-            return [self._price_cells(query, op, timing_mode) for op in ops]
         res, oor = self._predict_ops_canon(ops, timing_mode)
         return list(zip(res.tolist(), oor.tolist()))
+
+    def price_op(self, op, timing_mode: str) -> tuple[float, bool]:
+        """(seconds, out of range) of one op of a TOKEN_TABLES or SCALAR_QUERIES family (the
+        simulator's query, op by op): exact per-token-count tables (GEMM, elementwise) or memo
+        cells on the rows' statistics (attention, MoE)."""
+        if timing_mode != "kernel" and timing_mode != "launch":
+            _check_mode(timing_mode)
+        token_column = TOKEN_TABLES.get(self.family)
+        if token_column is not None:
+            return self._price_tabled(op, token_column, timing_mode)
+        query = SCALAR_QUERIES.get(self.family)
+        if query is None:
+            raise ValueError(f"price_op prices {sorted({*TOKEN_TABLES, *SCALAR_QUERIES})} ops, not "
+                             f"{self.family!r}; use price_ops or predict_s")
+        return self._price_cells(query, op, timing_mode)
 
     def _predict_ops_canon(self, ops: Sequence, timing_mode: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, out-of-range mask) of ops through ``predict_canon``, memoized per op value."""
@@ -333,46 +351,65 @@ class FamilyPredictor:
     def _price_cells(self, query, op, timing_mode: str) -> tuple[float, bool]:
         """(seconds, out of range) of one op from the memo cells of its rows (``query.cell_parts``:
         grid indices of the rows' counts and length or load statistics). A cell is evaluated
-        once, on its representative canonical row (``query.cell_row``): the model output and the
-        out-of-range flag are that row's, so a hit computes no features and an entry depends
-        only on its key; the reference time of the ratio target is each query's exact one."""
+        once, on its representative canonical row (``query.cell_row``): the memo keeps the
+        exponentiated model output and the out-of-range flag of that row, so a hit computes no
+        features and an entry depends only on its key; the reference time of the ratio target is
+        each query's exact one (seconds = exp(output) x reference + launch shift)."""
         total, flag = 0.0, False
+        ratio = self.target == "ratio"
         for shape, cell, reference_s in query.cell_parts(op, getattr(self, "has_mixed", False)):
-            key = self._key_cache.get(shape)
-            if key is None:
-                key = self._key_cache[shape] = self._row_key(query, query.cell_row(shape, cell))
-            mkey, shift = self._model_for(timing_mode, key)
+            entry = self._shape_cache.get((timing_mode, shape))
+            if entry is None:
+                key = self._row_key(query, query.cell_row(shape, cell))
+                entry = self._shape_cache[(timing_mode, shape)] = self._model_for(timing_mode, key)
+            mkey, shift = entry
             if mkey is None:
                 return math.nan, True
             memo_key = (mkey, shape, cell)
             self.memo_lookups += 1
             hit = self._row_cache.get(memo_key)
             if hit is None:
-                self.memo_misses += 1
-                if len(self._row_cache) >= MAX_MEMO_CELLS:
-                    self._row_cache.clear()
-                x = self._row_features(query, query.cell_row(shape, cell))[0]
-                compiled, lo, hi = self._compiled_for(mkey)
-                y = (compiled.predict_row(x) if compiled is not None
-                     else float(self.models[mkey].predict(np.asarray([x]))[0]))
-                hit = self._row_cache[memo_key] = (y, any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi)))
-            y, oor = hit
+                hit = self._evaluate_cell(query, memo_key)
+            scale, oor = hit
             flag = flag or oor
-            if self.target == "ratio":
-                y += math.log(reference_s)
-            seconds = math.exp(y) + shift
+            seconds = scale * reference_s + shift if ratio else scale + shift
             total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
         return total, flag
 
+    def _evaluate_cell(self, query, memo_key: tuple) -> tuple[float, bool]:
+        """Memo entry of a cell (a miss): exp(model output) on the cell's representative row and
+        whether that row lies outside the sub-model's training range."""
+        self.memo_misses += 1
+        if len(self._row_cache) >= MAX_MEMO_CELLS:
+            self._row_cache.clear()
+        mkey, shape, cell = memo_key
+        row = query.cell_row(shape, cell)
+        x = query.feature_row(row) if self._scalar_ok else self._row_features(query, row)[0]
+        compiled, lo, hi = self._compiled_for(mkey)
+        y = (compiled.predict_row(x) if compiled is not None
+             else float(self.models[mkey].predict(np.asarray([x]))[0]))
+        hit = self._row_cache[memo_key] = (math.exp(y), any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi)))
+        return hit
+
     def _price_tabled(self, op, token_column: str, timing_mode: str) -> tuple[float, bool]:
-        """(seconds, out of range) of one op from its shape's token table (unquantized features)."""
-        row = F.canon_row_from_op(op)[1]
-        tokens = int(row[token_column])
-        shape = tuple(v for c, v in row.items() if c != token_column)
-        key = self._key_cache.get(shape)
-        if key is None:
-            key = self._key_cache[shape] = str(self.submodel_keys(F.canon_from_records([row], self.family))[0])
-        mkey, shift = self._model_for(timing_mode, key)
+        """(seconds, out of range) of one op from its shape's token table (unquantized features).
+        The op's fields other than its token count (TOKEN_FIELDS) key its canonical row, sub-model
+        and shape, computed once per shape."""
+        token_field = TOKEN_FIELDS[self.family]
+        tokens = getattr(op, token_field)
+        shape_key = (timing_mode, type(op), _shape_fields(type(op), token_field)(op))
+        entry = self._shape_cache.get(shape_key)
+        if entry is None:
+            row = F.canon_row_from_op(op)[1]
+            if row[token_column] != tokens:
+                raise ValueError(f"{type(op).__name__}.{token_field}={tokens!r} is not the canonical "
+                                 f"{token_column}={row[token_column]!r}; TOKEN_FIELDS is stale")
+            shape = tuple(v for c, v in row.items() if c != token_column)
+            key = self._key_cache.get(shape)
+            if key is None:
+                key = self._key_cache[shape] = str(self.submodel_keys(F.canon_from_records([row], self.family))[0])
+            entry = self._shape_cache[shape_key] = (*self._model_for(timing_mode, key), shape, row)
+        mkey, shift, shape, row = entry
         if mkey is None:
             return math.nan, True
         block = (mkey, shape, (tokens - 1) // TABLE_BLOCK)
@@ -457,6 +494,12 @@ def _compiled_model(model):
         return wrapper
     compiled = compile_forest(model)
     return model if compiled is None else compiled
+
+
+@functools.lru_cache(maxsize=None)
+def _shape_fields(op_type: type, token_field: str) -> Callable:
+    """Getter of an op type's field values other than its token count."""
+    return operator.attrgetter(*[f.name for f in dataclasses.fields(op_type) if f.name != token_field])
 
 
 def _check_mode(timing_mode: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from calibration import features as F
 from calibration.predictors import LinearPredictor, make_predictor
-from calibration.predictors.base import DEFAULT_LAUNCH_OVERHEAD_S, TABLE_BLOCK
+from calibration.predictors.base import DEFAULT_LAUNCH_OVERHEAD_S, TABLE_BLOCK, TOKEN_FIELDS, TOKEN_TABLES
 from calibration.predictors.gemm_roofline import roofline_s
 from frontier.ops import ElementwiseOp, GemmOp
 
@@ -87,3 +87,25 @@ def test_elementwise_tables_equal_the_model(latency, choice):
     assert np.abs(got / np.exp(model.predict(X)) - 1).max() <= 1e-12
     assert oor.tolist() == [False] * 5 + [True]
     assert (pred.memo_lookups, pred.memo_misses) == (6, 4)
+
+
+def test_token_fields_are_the_canonical_token_counts():
+    """The op field TOKEN_FIELDS names is the canonical token column, and ops that differ only
+    there share one shape entry; any other field (the op's name, its weight bytes) makes another."""
+    for family, op in (("linear", GemmOp("x", 37, 4096, 4096)), ("elementwise", ElementwiseOp("input_norm", 37, 4096, 8192))):
+        assert F.canon_row_from_op(op)[1][TOKEN_TABLES[family]] == getattr(op, TOKEN_FIELDS[family]) == 37
+    pred = LinearPredictor(n_estimators=2).fit(_rows())
+    pred.predict_s([GemmOp("x", m, 4096, 4096) for m in (1, 700, 5000)] + [GemmOp("x", 3, 28672, 4096)])
+    assert len(pred._shape_cache) == 2
+    pred.predict_s([GemmOp("y", 3, 4096, 4096), GemmOp("x", 3, 4096, 4096, weight_bytes_per_param=1.0)], "launch")
+    assert len(pred._shape_cache) == 4     # by timing mode too; the fp8-weight op has no sub-model: NaN
+    assert [t for t, _ in pred.price_ops([GemmOp("z", 3, 4096, 4096)], "kernel")] == \
+        [t for t, _ in pred.price_ops([GemmOp("x", 3, 4096, 4096)], "kernel")]
+
+
+def test_price_op_names_the_families_it_prices():
+    comm = make_predictor("comm")
+    with pytest.raises(ValueError, match=r"price_op prices \['attention', 'elementwise', 'linear', 'moe'\] ops, not 'comm'"):
+        comm.price_op(None, "kernel")
+    with pytest.raises(ValueError, match="timing_mode='graph'"):
+        LinearPredictor(n_estimators=2).fit(_rows()).price_op(GemmOp("x", 3, 4096, 4096), "graph")
