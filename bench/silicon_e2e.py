@@ -51,7 +51,7 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   wave. Frontier costs ~8 us of CPU per output token: rows take < ~20 s except the three
   512-concurrency x 8192-osl rows (one wave, 35-55 s). The primary ("bench") estimate re-weights
   the simulated first wave and later waves to N prompts (``score``); "raw" and "steady" (first
-  wave dropped) are reported too.
+  wave dropped) are reported too. The aic rows (below) use aiperf's N = 20 x concurrency.
 * Lengths per harness (``--lengths harness``, the default). The rows come from two harnesses,
   told apart by ``silicon_data_source``. InferenceMAX rows (``workflow_run_id=`` of its GitHub
   workflow, or its dated result files ``source_file=2026-04-06.csv; model=...``: gpt-oss-120b,
@@ -60,9 +60,25 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   script's ``sample_random_requests``: lengths uniform integers in [int(0.8 L), L] (mean 0.9 L),
   input and output; simulated as a trace with those lengths (``imax_lengths``). This setting is
   taken from InferenceMAX's public harness as we know it, not from this data, which does not
-  state it. The other rows (AIC's own gap-analysis runs: Qwen3-32B, Qwen3-235B, Llama-3.1-8B and
-  15 Kimi-K2.5 rows) name no harness; they keep the fixed lengths the rows state. ``--lengths fixed`` runs every
-  row at fixed lengths (the former default).
+  state it. The other rows ("aic": AIC's own gap-analysis runs, Qwen3-32B, Qwen3-235B,
+  Llama-3.1-8B and 15 Kimi-K2.5 rows, e.g. ``source_file=.../aic-auto-gap-analysis/data/h100_sxm/
+  vllm/0.12.0/Qwen_Qwen3-32B.csv``) name no harness; they keep the fixed lengths the rows state.
+  ``--lengths fixed`` runs every row at fixed lengths (the former default).
+* Launch flags and request count of the aic rows (``--aic-runs benchmark``, the default). The data
+  README calls the silicon rows measured deployments (Dynamo plus the framework) that NVIDIA uses
+  to calibrate and track AIC; AIConfigurator 0.12.0's own generator has a "benchmark" rule set
+  for exactly that (``generator/rule_plugin/benchmark/vllm.rule``, agg): ``--max-num-seqs
+  batch_size``, ``--max-num-batched-tokens batch_size + isl + 1500``, ``--max-model-len isl + osl +
+  1500``, ``--cudagraph-capture-sizes 1 .. batch_size``, and its benchmark script
+  (``generator/config/backend_templates/benchmark/bench_run.sh.j2``) runs aiperf with fixed
+  lengths (``--isl-stddev 0``), ``ignore_eos``, ``--concurrency c``, ``--num-requests 20 c``
+  after ``2 c`` warm-up requests. These rows are simulated so (AIC_* constants); it is an
+  assumption about runs the data does not describe. The measured TTFTs agree with it: vLLM's
+  default 8192-token budget admits a whole wave of c x isl <= 8192 tokens in one step, and the
+  simulated batch stays locked in such waves (Qwen3-32B tp2 c8 1024/1024: 436 ms simulated, 154
+  ms measured); with the rule's 2,532-token budget the wave splits into steps and the requests
+  stay staggered (172 ms). ``--aic-runs vllm-defaults`` runs them with vLLM's default flags and
+  10 x concurrency prompts (the former run).
 * MoE routing (``--moe-routing``, default ``random``, not the simulator's ``balanced``): each
   token picks its top-k experts at random, so a decode step touches E(1 - (1 - k/E)^T) experts
   rather than balanced's min(E, T k); the weights read follow. The measured TPOT shows it:
@@ -155,6 +171,15 @@ LENGTH_POLICIES = ("harness", "fixed")
 # cause; a FIFO wait for a connection counts in TTFT exactly as a server-side queue does, so the
 # cap is simulated as max_num_seqs.
 IMAX_2025_IN_SERVICE_CAP = 100
+# AIC's own gap-analysis runs (harness "aic"; assumed, see the module doc): launched as
+# AIConfigurator 0.12.0's generator launches vLLM for a benchmark (generator/rule_plugin/benchmark/
+# vllm.rule, agg): --max-num-seqs batch_size, --max-num-batched-tokens batch_size + isl + 1500,
+# --max-model-len isl + osl + 1500, --cudagraph-capture-sizes 1..batch_size; measured by its
+# bench_run.sh.j2: aiperf, fixed isl / osl (stddev 0), ignore_eos, --concurrency c,
+# --num-requests 20 c after 2 c warm-up requests.
+AIC_EXTRA_TOKENS = 1500
+AIC_REQUESTS_PER_SLOT = 20
+AIC_RUN_POLICIES = ("benchmark", "vllm-defaults")
 # MoE routing of the real deployments: every token's top-k experts at random (see the module doc)
 MOE_ROUTING = "random"
 
@@ -186,9 +211,14 @@ class Deployment:
     quant_method: str
     ttft_meas_ms: float
     tpot_meas_ms: float
-    harness: str = "unknown"  # "inferencemax" (lengths in [int(0.8 L), L]) or "unknown" (fixed)
+    harness: str = "aic"      # "inferencemax" (lengths in [int(0.8 L), L]) or "aic" (fixed; AIC's own runs)
     in_service_cap: int | None = None  # requests served at once where the run capped them
                                        # (IMAX_2025_IN_SERVICE_CAP), simulated as max_num_seqs
+    bench_prompts: int | None = None   # the measured benchmark's request count (None: target_prompts)
+    max_num_seqs: int | None = None    # vllm serve flags of the run where known (aic rows: AIC's
+    max_num_batched_tokens: int | None = None   # benchmark launch); None: vLLM's defaults
+    max_model_len: int | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
     quantization: str | None = None    # --quantization of the served model (Served)
     kv_cache_dtype: str = "auto"       # --kv-cache-dtype of the served model (Served)
     ep_inferred: bool = False          # the row says moe_tp = tp*dp, which vLLM refuses for this checkpoint
@@ -229,9 +259,10 @@ def load_rows(path: Path = SILICON_CSV, systems: tuple[str, ...] = tuple(SYSTEM_
 
 
 def harness_of(row: dict[str, str]) -> str:
-    """Which benchmark harness measured the row: "inferencemax" or "unknown"."""
+    """Which benchmark harness measured the row: "inferencemax" (its source names InferenceMAX's
+    workflow or result files) or "aic" (every other row: AIC's own runs, assumed)."""
     source = row.get("silicon_data_source") or ""
-    return "inferencemax" if INFERENCEMAX_SOURCE.search(source) else "unknown"
+    return "inferencemax" if INFERENCEMAX_SOURCE.search(source) else "aic"
 
 
 def imax_lengths(isl: int, osl: int, num_prompts: int, seed: int) -> tuple[list[int], list[int]]:
@@ -248,8 +279,10 @@ def imax_lengths(isl: int, osl: int, num_prompts: int, seed: int) -> tuple[list[
     return [int(x) for x in ins], [max(int(x), 1) for x in outs]
 
 
-def num_prompts_for(concurrency: int, osl: int) -> int:
-    n = max(PROMPTS_PER_SLOT * concurrency, MIN_PROMPTS)
+def num_prompts_for(concurrency: int, osl: int, target: int | None = None) -> int:
+    """Prompts to simulate: ``target`` (default ``target_prompts``) capped by the output-token
+    budget, with the floors of the module doc."""
+    n = target_prompts(concurrency) if target is None else target
     n = min(n, max(MAX_OUTPUT_TOKENS // osl, 1))
     floor = min(2 * concurrency, max(concurrency, FLOOR_OUTPUT_TOKENS // osl))
     return max(n, floor)
@@ -283,8 +316,9 @@ def served_as(model_path: str, precision: str, system: str) -> Served:
             or Served(model_path))
 
 
-def map_row(row: dict[str, str]) -> Deployment | Skip:
-    """Row of silicon_sample.csv -> Deployment, or Skip with the reason."""
+def map_row(row: dict[str, str], aic_runs: str = "benchmark") -> Deployment | Skip:
+    """Row of silicon_sample.csv -> Deployment, or Skip with the reason. ``aic_runs``: how the
+    "aic" rows were launched and measured (AIC_RUN_POLICIES; the module doc)."""
     rid, model_path, system = row["id"], row["model_path"], row["system"]
 
     def skip(reason: str, detail: str) -> Skip:
@@ -355,12 +389,19 @@ def map_row(row: dict[str, str]) -> Deployment | Skip:
     measured = re.search(r"measured=(\d{4})", row.get("silicon_data_source") or "")
     cap = (IMAX_2025_IN_SERVICE_CAP if harness == "inferencemax" and measured and measured.group(1) == "2025"
            and concurrency > IMAX_2025_IN_SERVICE_CAP else None)
+    launch: dict[str, Any] = {}
+    if harness == "aic" and aic_runs == "benchmark":
+        launch = dict(bench_prompts=AIC_REQUESTS_PER_SLOT * concurrency, max_num_seqs=bs,
+                      max_num_batched_tokens=bs + isl + AIC_EXTRA_TOKENS,
+                      max_model_len=isl + osl + AIC_EXTRA_TOKENS, cudagraph_capture_sizes=tuple(range(1, bs + 1)))
+    elif aic_runs not in AIC_RUN_POLICIES:
+        raise ValueError(f"aic_runs={aic_runs!r}; valid: {', '.join(AIC_RUN_POLICIES)}")
     return Deployment(
         row_id=rid, model_path=model_path, model=model, system=system, gpu=SYSTEM_TO_GPU[system],
         tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,
-        concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl), quant_method=method,
-        ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap,
-        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype, ep_inferred=ep_inferred)
+        concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl, launch.get("bench_prompts")),
+        quant_method=method, ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap,
+        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype, ep_inferred=ep_inferred, **launch)
 
 
 def check_deployment(dep: Deployment) -> str | None:
@@ -387,13 +428,16 @@ def _engine_args(dep: Deployment) -> Any:
     # max_model_len: vLLM's default is the model's max_position_embeddings; the KV check in
     # run_simulation needs a whole max_model_len sequence to fit, which the tightest rows
     # (70B fp8 on one H100) do not meet with the 128k default, so use isl + osl rounded up.
+    # The run's own flags where known (aic rows: AIC's benchmark launch).
     spec = _model_spec(dep.model)
     need = dep.isl + dep.osl
-    max_len = min(spec.max_position_embeddings, max(need, 8192))
+    max_len = dep.max_model_len or min(spec.max_position_embeddings, max(need, 8192))
     return EngineArgs(model=dep.model, gpu=dep.gpu, tensor_parallel_size=dep.tp,
                       pipeline_parallel_size=dep.pp, data_parallel_size=dep.dp,
                       enable_expert_parallel=dep.enable_expert_parallel, max_model_len=max_len,
-                      max_num_seqs=dep.in_service_cap, quantization=dep.quantization,
+                      max_num_seqs=dep.max_num_seqs or dep.in_service_cap,
+                      max_num_batched_tokens=dep.max_num_batched_tokens,
+                      cudagraph_capture_sizes=dep.cudagraph_capture_sizes, quantization=dep.quantization,
                       kv_cache_dtype=dep.kv_cache_dtype)
 
 
@@ -480,12 +524,14 @@ def score(dep: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     raw:    means over the simulated requests (num_prompts of the row, after the wall-time cap).
     steady: means over the requests after the first wave (NaN when only one wave ran).
     bench:  the primary one. The simulated first-wave and later-wave means, re-weighted to the
-            assumed real prompt count N = target_prompts(c): (c * first + (N - c) * later) / N.
+            assumed real prompt count N (the row's bench_prompts, else target_prompts(c)):
+            (c * first + (N - c) * later) / N.
             Equals raw when the run already has N prompts or only one wave ran.
     """
     if "error" in r:
         return r
-    c, n, target = dep["concurrency"], r["completed"], target_prompts(dep["concurrency"])
+    c, n = dep["concurrency"], r["completed"]
+    target = dep.get("bench_prompts") or target_prompts(c)
     for what in ("ttft", "tpot"):
         raw, steady = r[f"{what}_ms"], r[f"{what}_ms_steady"]
         bench = raw
@@ -549,8 +595,8 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
             return _mape([(r[key][f"{what}_ms_bench"] / r["deployment"][f"{what}_meas_ms"] - 1) * 100 for r in rs])
 
         by_harness: dict[str, list[dict[str, Any]]] = {}
-        for r in ok:   # reports written before the harness field count as "unknown"
-            by_harness.setdefault(r["deployment"].get("harness", "unknown"), []).append(r)
+        for r in ok:   # reports written before the harness field count as "aic"
+            by_harness.setdefault(r["deployment"].get("harness", "aic"), []).append(r)
         per_model: dict[str, Any] = OrderedDict()
         for r in ok:
             per_model.setdefault(f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}', []).append(r)
@@ -637,14 +683,14 @@ def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[
             p(f"        e.g. {s.row_id}: {s.detail}")
 
 
-def plan(rows: list[dict[str, str]], models: list[str] | None, limit: int | None
-         ) -> tuple[list[Deployment], list[Skip]]:
+def plan(rows: list[dict[str, str]], models: list[str] | None, limit: int | None,
+         aic_runs: str = "benchmark") -> tuple[list[Deployment], list[Skip]]:
     deps: list[Deployment] = []
     skips: list[Skip] = []
     for row in rows:
         if models and not any(m.lower() in row["model_path"].lower() for m in models):
             continue
-        m = map_row(row)
+        m = map_row(row, aic_runs)
         if isinstance(m, Deployment):
             why = check_deployment(m)
             if why:
@@ -667,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default="harness", choices=LENGTH_POLICIES,
                     help="harness: InferenceMAX rows draw lengths in [int(0.8 L), L] as its benchmark does, "
                          "the others fixed (default); fixed: every row at the ISL/OSL it states")
+    ap.add_argument("--aic-runs", default="benchmark", choices=AIC_RUN_POLICIES,
+                    help="benchmark: the aic rows run with AIC's benchmark launch flags and aiperf's 20 x "
+                         "concurrency requests (default); vllm-defaults: vLLM's default flags, 10 x concurrency")
     ap.add_argument("--range-ratio", type=float, default=0.0,
                     help="random_range_ratio (vLLM 0.33 semantics) of the fixed-length rows (0 = the stated ISL/OSL)")
     ap.add_argument("--both-jitter", action="store_true",
@@ -700,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     models = [m.strip() for m in args.models.split(",")] if args.models else None
     rows = load_rows(args.csv, systems)
-    deps, skips = plan(rows, models, args.limit)
+    deps, skips = plan(rows, models, args.limit, args.aic_runs)
     if args.both_jitter:
         jitters: tuple[float, ...] = (0.0, args.step_jitter or 0.05)
     else:

@@ -63,9 +63,12 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
           isl=8192, osl=1024, concurrency=4, num_prompts=100, quant_method="int4_wo")),
     ("qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_vllm_agg_2000x500_c16_tp2_epnone_16",
      dict(model="Qwen/Qwen3-235B-A22B-FP8", gpu="H200", tp=2, dp=1, enable_expert_parallel=True,
-          concurrency=16, num_prompts=160, quant_method="fp8_block", harness="unknown")),
+          concurrency=16, num_prompts=300, quant_method="fp8_block", harness="aic", max_num_seqs=16,
+          max_num_batched_tokens=16 + 2000 + 1500, max_model_len=2000 + 500 + 1500,
+          cudagraph_capture_sizes=tuple(range(1, 17)), bench_prompts=320)),
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1",  # no precision: bf16 checkpoint
-     dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, concurrency=8, num_prompts=100, quant_method="none")),
+     dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, concurrency=8, num_prompts=160, quant_method="none",
+          max_num_batched_tokens=8 + 1024 + 1500)),
 ])
 def test_known_rows_map_exactly(rows: dict[str, dict[str, str]], row_id: str, expect: dict) -> None:
     dep = e2e.map_row(rows[row_id])
@@ -74,6 +77,25 @@ def test_known_rows_map_exactly(rows: dict[str, dict[str, str]], row_id: str, ex
         assert getattr(dep, key) == value, (key, getattr(dep, key), value)
     assert dep.ttft_meas_ms == float(rows[row_id]["silicon_ttft_ms"])
     assert e2e.check_deployment(dep) is None
+
+
+@needs_data
+def test_aic_rows_run_as_aics_benchmark_or_with_vllm_defaults(rows: dict[str, dict[str, str]]) -> None:
+    row = rows["qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1"]
+    bench = e2e.map_row(row)
+    assert isinstance(bench, e2e.Deployment) and bench.harness == "aic"
+    args = e2e._engine_args(bench)      # AIC's benchmark rule: bs, bs + isl + 1500, isl + osl + 1500, 1..bs
+    assert (args.max_num_seqs, args.max_num_batched_tokens, args.max_model_len) == (8, 2532, 2652)
+    assert args.cudagraph_capture_sizes == (1, 2, 3, 4, 5, 6, 7, 8) and bench.bench_prompts == 160
+    plain = e2e.map_row(row, "vllm-defaults")
+    assert isinstance(plain, e2e.Deployment) and plain.num_prompts == 100 and plain.bench_prompts is None
+    args = e2e._engine_args(plain)
+    assert (args.max_num_seqs, args.max_num_batched_tokens, args.max_model_len, args.cudagraph_capture_sizes) == \
+        (None, None, 8192, None)
+    imax = e2e.map_row(rows["2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_260"])
+    assert isinstance(imax, e2e.Deployment) and imax.max_num_batched_tokens is None and imax.bench_prompts is None
+    with pytest.raises(ValueError, match="aic_runs='x'; valid: benchmark, vllm-defaults"):
+        e2e.map_row(row, "x")
 
 
 @needs_data
@@ -138,6 +160,13 @@ def test_two_rows_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert t["rows_with_aic_estimate"] == 0  # AIC could not load this model offline
 
 
+def test_bench_estimator_reweights_to_the_rows_request_count() -> None:
+    dep = {"concurrency": 10, "ttft_meas_ms": 100.0, "tpot_meas_ms": 10.0, "bench_prompts": 200}
+    r = {"completed": 20, "ttft_ms": 200.0, "ttft_ms_steady": 100.0, "tpot_ms": 10.0, "tpot_ms_steady": 10.0}
+    e2e.score(dep, r)
+    assert r["ttft_ms_bench"] == pytest.approx((10 * 300 + 190 * 100) / 200)
+
+
 def test_bench_estimator_reweights_first_wave() -> None:
     dep = {"concurrency": 10, "ttft_meas_ms": 100.0, "tpot_meas_ms": 10.0}
     # 20 simulated requests: first wave TTFT 300 ms, second wave 100 ms -> raw mean 200 ms.
@@ -171,7 +200,7 @@ def test_harness_from_source() -> None:
     other = ["source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; "
              "silicon_concurrency=8", "source_file=kimi-k2.5-gap-analysis.csv; silicon_concurrency=4", ""]
     assert [e2e.harness_of({"silicon_data_source": s}) for s in imax] == ["inferencemax"] * 3
-    assert [e2e.harness_of({"silicon_data_source": s}) for s in other] == ["unknown"] * 3
+    assert [e2e.harness_of({"silicon_data_source": s}) for s in other] == ["aic"] * 3
 
 
 def test_imax_lengths_follow_the_old_benchmark_sampler() -> None:
