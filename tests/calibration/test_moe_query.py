@@ -2,6 +2,7 @@
 statistics (sklearn on the cell's row, the cell's out-of-range flag) and, at a fine grid, the
 unquantized sklearn prediction, in both timing modes."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -87,3 +88,16 @@ def test_fine_grid_query_equals_unquantized_sklearn(monkeypatch):
         rows = [MQ.canon_row(op) for op in ops]
         want, _ = _sklearn(pred, mode, rows, [MQ.reference_row(r) for r in rows])
         assert np.abs(got / want - 1).max() <= 1e-9
+
+
+def test_a_shape_is_derived_once_per_op_shape():
+    """cell_parts derives the SHAPE_COLUMNS values from the op's fields other than tokens,
+    routed pairs and per-expert loads, once; the reference time is reference_row's."""
+    MQ._SHAPES.clear()
+    a, b = OPS[4], dataclasses.replace(OPS[4], tokens=28, routed_pairs=224, tokens_per_expert=(14,) * 16)
+    (sa, _, ra), = MQ.cell_parts(a)
+    (sb, _, rb), = MQ.cell_parts(b)
+    assert sa == sb == tuple(MQ.canon_row(a)[c] for c in MQ.SHAPE_COLUMNS) and len(MQ._SHAPES) == 1
+    assert ra == MQ.reference_row(MQ.canon_row(a)) and rb == MQ.reference_row(MQ.canon_row(b))
+    MQ.cell_parts(dataclasses.replace(a, moe_tp=2))
+    assert len(MQ._SHAPES) == 2
