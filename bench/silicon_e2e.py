@@ -77,7 +77,7 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   default 8192-token budget admits a whole wave of c x isl <= 8192 tokens in one step, and the
   simulated batch stays locked in such waves (Qwen3-32B tp2 c8 1024/1024: 436 ms simulated, 154
   ms measured); with the rule's 2,532-token budget the wave splits into steps and the requests
-  stay staggered (172 ms). ``--aic-runs vllm-defaults`` runs them with vLLM's default flags and
+  stay staggered (208 ms). ``--aic-runs vllm-defaults`` runs them with vLLM's default flags and
   10 x concurrency prompts (the former run).
 * MoE routing (``--moe-routing``, default ``random``, not the simulator's ``balanced``): each
   token picks its top-k experts at random, so a decode step touches E(1 - (1 - k/E)^T) experts
