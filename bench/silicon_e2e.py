@@ -60,9 +60,12 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   script's ``sample_random_requests``: lengths uniform integers in [int(0.8 L), L] (mean 0.9 L),
   input and output; simulated as a trace with those lengths (``imax_lengths``). This setting is
   taken from InferenceMAX's public harness as we know it, not from this data, which does not
-  state it. The other rows ("aic": AIC's own gap-analysis runs, Qwen3-32B, Qwen3-235B,
-  Llama-3.1-8B and 15 Kimi-K2.5 rows, e.g. ``source_file=.../aic-auto-gap-analysis/data/h100_sxm/
-  vllm/0.12.0/Qwen_Qwen3-32B.csv``) name no harness; they keep the fixed lengths the rows state.
+  state it. Rows named otherwise whose deployment and measured means equal an InferenceMAX row's
+  are that measurement copied (``imax_copies``: the 15 rows of ``kimi-k2.5-gap-analysis.csv`` are
+  the 2026-04-06 InferenceMAX Kimi-K2.5 rows rounded to 0.01 ms) and run as InferenceMAX rows.
+  The other rows ("aic": AIC's own gap-analysis runs of vLLM 0.12.0, Qwen3-32B, Qwen3-235B and
+  Llama-3.1-8B, e.g. ``source_file=.../aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/
+  Qwen_Qwen3-32B.csv``) name no harness; they keep the fixed lengths the rows state.
   ``--lengths fixed`` runs every row at fixed lengths (the former default).
 * Launch flags and request count of the aic rows (``--aic-runs benchmark``, the default). The data
   README calls the silicon rows measured deployments (Dynamo plus the framework) that NVIDIA uses
@@ -260,9 +263,30 @@ def load_rows(path: Path = SILICON_CSV, systems: tuple[str, ...] = tuple(SYSTEM_
 
 def harness_of(row: dict[str, str]) -> str:
     """Which benchmark harness measured the row: "inferencemax" (its source names InferenceMAX's
-    workflow or result files) or "aic" (every other row: AIC's own runs, assumed)."""
+    workflow or result files) or "aic" (every other row: AIC's own runs, assumed). ``imax_copies``
+    finds the "aic" rows that are InferenceMAX measurements copied."""
     source = row.get("silicon_data_source") or ""
     return "inferencemax" if INFERENCEMAX_SOURCE.search(source) else "aic"
+
+
+def _measurement_key(row: dict[str, str]) -> tuple | None:
+    """(model, system, isl, osl, batch size, tp, TTFT and TPOT to 0.01 ms), or None (a non-number)."""
+    try:
+        nums = [_num(row[c]) for c in ("isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")]
+    except ValueError:
+        return None
+    if None in nums:
+        return None
+    return (row["model_path"], row["system"], *nums[:4], round(nums[4], 2), round(nums[5], 2))
+
+
+def imax_copies(rows: list[dict[str, str]]) -> set[str]:
+    """Ids of the rows not named InferenceMAX's whose deployment and measured TTFT / TPOT (to
+    0.01 ms) equal an InferenceMAX row's: the same measurement copied into another file (the 15
+    rows of ``kimi-k2.5-gap-analysis.csv`` are the 2026-04-06 InferenceMAX Kimi-K2.5 rows rounded
+    to two decimals). They are simulated as InferenceMAX runs."""
+    imax = {_measurement_key(r) for r in rows if harness_of(r) == "inferencemax"} - {None}
+    return {r["id"] for r in rows if harness_of(r) != "inferencemax" and _measurement_key(r) in imax}
 
 
 def imax_lengths(isl: int, osl: int, num_prompts: int, seed: int) -> tuple[list[int], list[int]]:
@@ -316,9 +340,10 @@ def served_as(model_path: str, precision: str, system: str) -> Served:
             or Served(model_path))
 
 
-def map_row(row: dict[str, str], aic_runs: str = "benchmark") -> Deployment | Skip:
+def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | None = None) -> Deployment | Skip:
     """Row of silicon_sample.csv -> Deployment, or Skip with the reason. ``aic_runs``: how the
-    "aic" rows were launched and measured (AIC_RUN_POLICIES; the module doc)."""
+    "aic" rows were launched and measured (AIC_RUN_POLICIES; the module doc). ``harness``: the
+    row's harness when known otherwise (``imax_copies``), else ``harness_of(row)``."""
     rid, model_path, system = row["id"], row["model_path"], row["system"]
 
     def skip(reason: str, detail: str) -> Skip:
@@ -385,7 +410,7 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark") -> Deployment | Sk
     if ttft is None or tpot is None:
         return skip("no measured TTFT/TPOT", "")
     concurrency = bs * dp
-    harness = harness_of(row)
+    harness = harness or harness_of(row)
     measured = re.search(r"measured=(\d{4})", row.get("silicon_data_source") or "")
     cap = (IMAX_2025_IN_SERVICE_CAP if harness == "inferencemax" and measured and measured.group(1) == "2025"
            and concurrency > IMAX_2025_IN_SERVICE_CAP else None)
@@ -687,10 +712,11 @@ def plan(rows: list[dict[str, str]], models: list[str] | None, limit: int | None
          aic_runs: str = "benchmark") -> tuple[list[Deployment], list[Skip]]:
     deps: list[Deployment] = []
     skips: list[Skip] = []
+    copies = imax_copies(rows)
     for row in rows:
         if models and not any(m.lower() in row["model_path"].lower() for m in models):
             continue
-        m = map_row(row, aic_runs)
+        m = map_row(row, aic_runs, "inferencemax" if row["id"] in copies else None)
         if isinstance(m, Deployment):
             why = check_deployment(m)
             if why:

@@ -203,6 +203,23 @@ def test_harness_from_source() -> None:
     assert [e2e.harness_of({"silicon_data_source": s}) for s in other] == ["aic"] * 3
 
 
+@needs_data
+def test_copies_of_inferencemax_measurements_run_as_inferencemax(rows: dict[str, dict[str, str]]) -> None:
+    copies = e2e.imax_copies(list(rows.values()))
+    assert len(copies) == 15 and all("kimi-k2.5-gap-analysis" in rows[i]["silicon_data_source"] for i in copies)
+    deps, _ = e2e.plan(list(rows.values()), ["Kimi-K2.5"], None)
+    assert len(deps) == 45 and {d.harness for d in deps} == {"inferencemax"}
+    assert all(d.max_num_batched_tokens is None for d in deps)
+
+
+def test_a_copy_needs_the_same_deployment_and_means() -> None:
+    imax = _row(id="i", silicon_data_source="workflow_run_id=1", silicon_ttft_ms="100.004", silicon_tpot_ms="10.0")
+    copy = _row(id="c", silicon_data_source="x.csv", silicon_ttft_ms="100.0", silicon_tpot_ms="10.0")
+    other = _row(id="o", silicon_data_source="x.csv", silicon_ttft_ms="100.0", silicon_tpot_ms="10.0", tp_size="8")
+    bad = _row(id="b", silicon_data_source="x.csv", isl="n/a")
+    assert e2e.imax_copies([imax, copy, other, bad]) == {"c"}
+
+
 def test_imax_lengths_follow_the_old_benchmark_sampler() -> None:
     ins, outs = e2e.imax_lengths(1024, 8192, 2000, seed=0)
     assert len(ins) == len(outs) == 2000
