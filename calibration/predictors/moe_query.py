@@ -33,6 +33,7 @@ fixed shape the op is not a function of the token count alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 
@@ -75,15 +76,9 @@ def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, f
     the grid indices (``grid.index``) of its token count, routed pairs, largest expert load and load
     standard deviation; the reference time is the row's exact one (has_mixed: interface only).
     The shape comes from ``canon_row`` once per op shape (every field but the three that vary
-    with the routed tokens, ``_VARYING``); ~8 us for 128 local experts, half of it the load
+    with the routed tokens, ``_VARYING``: ``_shape_of``); ~8 us for 128 local experts, half of it the load
     variance (CPU, replayed)."""
-    static = _static_fields(op)
-    shape = _SHAPES.get(static)
-    if shape is None:
-        if len(_SHAPES) >= _MAX_SHAPES:
-            _SHAPES.clear()
-        row = canon_row(op)
-        shape = _SHAPES[static] = tuple(row[c] for c in SHAPE_COLUMNS)
+    shape = _shape_of(_static_fields(op))
     mx, var = _load_stats(op)
     pairs, idx, cells = op.routed_pairs, grid.index, QUERY_CELLS
     cell = (idx(op.tokens, cells), idx(pairs, cells), idx(mx, cells), idx(math.sqrt(max(var, 0.0)), cells))
@@ -91,11 +86,18 @@ def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, f
 
 
 # The MoeOp fields a MoE query's shape does not depend on: ``cell_parts`` derives its
-# SHAPE_COLUMNS values from the other fields once (``_SHAPES``, cleared at _MAX_SHAPES entries).
+# SHAPE_COLUMNS values from the other fields, once per distinct value (``_shape_of``).
 _VARYING = ("tokens", "routed_pairs", "tokens_per_expert")
-_static_fields = operator.attrgetter(*[f.name for f in dataclasses.fields(MoeOp) if f.name not in _VARYING])
-_SHAPES: dict[tuple, tuple] = {}
-_MAX_SHAPES = 4096
+_STATIC = tuple(f.name for f in dataclasses.fields(MoeOp) if f.name not in _VARYING)
+_static_fields = operator.attrgetter(*_STATIC)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_of(static: tuple) -> tuple:
+    """SHAPE_COLUMNS values of the MoE ops whose fields other than _VARYING are ``static``
+    (``canon_row`` of one such op: one token routed to one expert)."""
+    row = canon_row(MoeOp(**dict(zip(_STATIC, static)), tokens=1, routed_pairs=1))
+    return tuple(row[c] for c in SHAPE_COLUMNS)
 
 
 def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:

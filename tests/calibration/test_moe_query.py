@@ -93,11 +93,13 @@ def test_fine_grid_query_equals_unquantized_sklearn(monkeypatch):
 def test_a_shape_is_derived_once_per_op_shape():
     """cell_parts derives the SHAPE_COLUMNS values from the op's fields other than tokens,
     routed pairs and per-expert loads, once; the reference time is reference_row's."""
-    MQ._SHAPES.clear()
+    MQ._shape_of.cache_clear()
     a, b = OPS[4], dataclasses.replace(OPS[4], tokens=28, routed_pairs=224, tokens_per_expert=(14,) * 16)
     (sa, _, ra), = MQ.cell_parts(a)
     (sb, _, rb), = MQ.cell_parts(b)
-    assert sa == sb == tuple(MQ.canon_row(a)[c] for c in MQ.SHAPE_COLUMNS) and len(MQ._SHAPES) == 1
+    assert sa == sb == tuple(MQ.canon_row(a)[c] for c in MQ.SHAPE_COLUMNS)
+    assert MQ._shape_of.cache_info().misses == 1
     assert ra == MQ.reference_row(MQ.canon_row(a)) and rb == MQ.reference_row(MQ.canon_row(b))
-    MQ.cell_parts(dataclasses.replace(a, moe_tp=2))
-    assert len(MQ._SHAPES) == 2
+    for other in (dataclasses.replace(a, moe_tp=2), OPS[5], OPS[6]):     # sharding, fp8, fp8 block
+        assert MQ.cell_parts(other)[0][0] == tuple(MQ.canon_row(other)[c] for c in MQ.SHAPE_COLUMNS)
+    assert MQ._shape_of.cache_info().misses == 4
