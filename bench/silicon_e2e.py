@@ -344,6 +344,8 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
     """Row of silicon_sample.csv -> Deployment, or Skip with the reason. ``aic_runs``: how the
     "aic" rows were launched and measured (AIC_RUN_POLICIES; the module doc). ``harness``: the
     row's harness when known otherwise (``imax_copies``), else ``harness_of(row)``."""
+    if aic_runs not in AIC_RUN_POLICIES:
+        raise ValueError(f"aic_runs={aic_runs!r}; valid: {', '.join(AIC_RUN_POLICIES)}")
     rid, model_path, system = row["id"], row["model_path"], row["system"]
 
     def skip(reason: str, detail: str) -> Skip:
@@ -419,8 +421,6 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
         launch = dict(bench_prompts=AIC_REQUESTS_PER_SLOT * concurrency, max_num_seqs=bs,
                       max_num_batched_tokens=bs + isl + AIC_EXTRA_TOKENS,
                       max_model_len=isl + osl + AIC_EXTRA_TOKENS, cudagraph_capture_sizes=tuple(range(1, bs + 1)))
-    elif aic_runs not in AIC_RUN_POLICIES:
-        raise ValueError(f"aic_runs={aic_runs!r}; valid: {', '.join(AIC_RUN_POLICIES)}")
     return Deployment(
         row_id=rid, model_path=model_path, model=model, system=system, gpu=SYSTEM_TO_GPU[system],
         tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,

@@ -102,7 +102,7 @@ def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, flo
     if op.prefill_new:
         new = op.prefill_new
         s = sorted(new)
-        npre, ptok = len(s), sum(s)
+        npre, ptok = float(len(s)), float(sum(s))
         pmean = ptok / npre
         pairs = float(sum(k * c + k * (k + 1) / 2 for k, c in zip(new, op.prefill_ctx)))
         pre = (idx(npre, cells), idx(s[0], cells), idx(s[-1], cells), idx(pmean, cells),
@@ -110,22 +110,18 @@ def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, flo
                idx(pairs, cells))
     if op.decode_ctx:
         s = sorted(op.decode_ctx)              # the schema's context counts the new token: + 1
-        nd = len(s)
+        nd = float(len(s))
         dmean = sum(s) / nd + 1.0
         dec = (idx(nd, cells), idx(s[0] + 1, cells), idx(s[-1] + 1, cells), idx(dmean, cells),
                idx(_quantile(s, 0.5) + 1.0, cells), idx(_quantile(s, 0.9) + 1.0, cells))
-    if pre and dec:
-        if has_mixed:
-            ref = _reference_s(heads, kvh, hd, 0.0, kvb, float(nd), dmean, float(npre), pmean, pairs, float(ptok))
-            return [(shape, ("mixed", pre, dec), ref)]
-        return [(shape, ("context", pre, ()),
-                 _reference_s(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, float(npre), pmean, pairs, float(ptok))),
-                (shape, ("generation", (), dec),
-                 _reference_s(heads, kvh, hd, 0.0, kvb, float(nd), dmean, 0.0, 0.0, 0.0, 0.0))]
+    if pre and dec and has_mixed:
+        return [(shape, ("mixed", pre, dec), _reference_s(heads, kvh, hd, 0.0, kvb, nd, dmean, npre, pmean, pairs, ptok))]
+    parts = []
     if pre:
-        return [(shape, ("context", pre, ()),
-                 _reference_s(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, float(npre), pmean, pairs, float(ptok)))]
-    return [(shape, ("generation", (), dec), _reference_s(heads, kvh, hd, 0.0, kvb, float(nd), dmean, 0.0, 0.0, 0.0, 0.0))]
+        parts.append((shape, ("context", pre, ()), _reference_s(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, npre, pmean, pairs, ptok)))
+    if dec or not pre:
+        parts.append((shape, ("generation", (), dec), _reference_s(heads, kvh, hd, 0.0, kvb, nd, dmean, 0.0, 0.0, 0.0, 0.0)))
+    return parts
 
 
 def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:

@@ -188,7 +188,9 @@ class FamilyPredictor:
         self._row_cache: dict[tuple, float] = {}
         self._op_cache: dict[tuple, tuple[float, bool]] = {}
         self._key_cache: dict[tuple, str] = {}
-        self._shape_cache: dict[tuple, tuple] = {}   # (mode, op shape) -> sub-model and shape (see price_op)
+        # price_op's per-shape entries: (mode, KEY_COLUMNS values) -> (sub-model, shift) for cells;
+        # (mode, op type, op fields but the token count) -> (sub-model, shift, shape, row) for tables
+        self._shape_cache: dict[tuple, tuple] = {}
         self._tables: dict[tuple, tuple[int, list[float], list[bool]]] = {}
         self._scalar_ok: bool | None = None   # scalar query features agree with features (checked once)
         self.reset_counters()
@@ -317,8 +319,7 @@ class FamilyPredictor:
         """(seconds, out of range) of one op of a TOKEN_TABLES or SCALAR_QUERIES family (the
         simulator's query, op by op): exact per-token-count tables (GEMM, elementwise) or memo
         cells on the rows' statistics (attention, MoE)."""
-        if timing_mode != "kernel" and timing_mode != "launch":
-            _check_mode(timing_mode)
+        _check_mode(timing_mode)
         token_column = TOKEN_TABLES.get(self.family)
         if token_column is not None:
             return self._price_tabled(op, token_column, timing_mode)
