@@ -593,6 +593,7 @@ def predict(
 
     from calibration.bundle import load_bundle
     from calibration.features import canon_from_rows
+    from frontier.profile_schema import check_operator_rows
     try:
         b = load_bundle(bundle)
         if not input.is_file():
@@ -608,8 +609,14 @@ def predict(
             df["timing_mode"] = "kernel"
         pred = np.full(len(df), np.nan)
         oor = np.ones(len(df), dtype=bool)
+        lines = df.set_axis(np.arange(2, len(df) + 2))     # index = the row's line in the CSV
+        for col, valid in (("family", "a bundle family, e.g. linear"), ("timing_mode", "kernel, launch")):
+            empty = lines.index[lines[col].isna()]
+            if len(empty):
+                raise ValueError(f"{input} line {empty[0]}: {col} is empty; valid: {valid}")
         for (fam, mode), idx in df.groupby(["family", "timing_mode"]).indices.items():
             predictor = b.predictor(fam)      # unknown family: ValueError naming the bundle's families
+            check_operator_rows(lines.iloc[idx], fam, where=f"{input} line")
             try:
                 canon = canon_from_rows(df.iloc[idx], fam)
                 pred[idx], oor[idx] = predictor.predict_canon(canon, mode)
@@ -622,11 +629,16 @@ def predict(
         return
     df["predicted_latency_s"] = pred
     df["out_of_range"] = oor
+    unpriced = int(np.isnan(pred).sum())
+    note = (f"{unpriced} {'row has' if unpriced == 1 else 'rows have'} no sub-model in {bundle} (a dtype or "
+            f"kernel it has no measured rows for): predicted_latency_s empty, out_of_range true" if unpriced else "")
     if output is None:
         typer.echo(df.to_csv(index=False), nl=False)
+        if note:
+            typer.echo(f"note: {note}", err=True)
     else:
         df.to_csv(output, index=False)
-        typer.echo(f"wrote {output} ({len(df)} rows, {int(oor.sum())} out of range)")
+        typer.echo(f"wrote {output} ({len(df)} rows, {int(oor.sum())} out of range{'; ' + note if note else ''})")
 
 
 @app.command()

@@ -269,3 +269,60 @@ def read_profiles(root: str | Path, family: str | None = None, gpu: str | None =
     df = pd.concat(frames, ignore_index=True)
     validate(df, family)
     return df
+
+
+# Operator columns an operator row (a query, not a measurement) must hold with a value, and
+# the smallest valid value of each numeric one (token counts and shapes >= 1, batch
+# composition >= 0). Columns the predictors treat as optional (attention prefill_ctx_max,
+# window_size, is_mla; MoE distribution and load statistics) may be empty.
+OPERATOR_MINIMUM: dict[str, dict[str, float]] = {
+    "linear": {"m": 1, "n": 1, "k": 1},
+    "attention": {"batch_size": 1, "num_prefill": 0, "num_decode": 0, "prefill_tokens": 0,
+                  "prefill_len_min": 0, "prefill_len_max": 0, "prefill_len_mean": 0, "prefill_len_p50": 0,
+                  "prefill_len_p90": 0, "decode_ctx_min": 0, "decode_ctx_max": 0, "decode_ctx_mean": 0,
+                  "decode_ctx_p50": 0, "decode_ctx_p90": 0, "num_heads": 1, "num_kv_heads": 1, "head_dim": 1},
+    "moe": {"num_tokens": 1, "hidden_size": 1, "inter_size": 1, "topk": 1, "num_experts": 1,
+            "moe_tp_size": 1, "moe_ep_size": 1},
+    "elementwise": {"num_tokens": 1, "hidden_size": 1},
+    "comm": {"message_bytes": 1, "num_gpus": 1},
+}
+OPERATOR_OPTIONAL_MINIMUM: dict[str, dict[str, float]] = {
+    "attention": {"prefill_ctx_max": 0, "window_size": 0},
+    "moe": {"max_tokens_per_expert": 0, "var_tokens_per_expert": 0},
+}
+OPERATOR_ENUMS: dict[str, tuple[str, ...]] = {
+    "linear": ("dtype",), "attention": ("kv_dtype",), "moe": ("moe_dtype",),
+    "elementwise": ("op_name", "dtype"), "comm": ("op_name", "link"),
+}
+
+
+def check_operator_rows(df: pd.DataFrame, family: str, where: str = "row") -> None:
+    """Raise ValueError (one line, naming ``where`` and the row's index label, the column, the
+    value and what is valid) unless every row of ``df`` is a well-formed operator query of
+    ``family``: required values present, numbers finite and at least their minimum
+    (``OPERATOR_MINIMUM``), integer columns whole, names among the schema's values. Missing
+    columns are the caller's to report (the predictors name them)."""
+    _check_family(family)
+    types = {f.name: f.type for f in FAMILY_COLUMNS[family]}
+    columns = {**{c: (m, True) for c, m in OPERATOR_MINIMUM[family].items()},
+               **{c: (m, False) for c, m in OPERATOR_OPTIONAL_MINIMUM.get(family, {}).items()}}
+    for col, (minimum, required) in columns.items():
+        if col not in df.columns:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        for label, raw, v in zip(df.index, df[col], values):
+            if pd.isna(raw):
+                if required:
+                    raise ValueError(f"{where} {label}: {family} column {col!r} is empty; give a number >= {minimum:g}")
+                continue
+            whole = types[col] == _I
+            if pd.isna(v) or not (v >= minimum) or v == float("inf") or (whole and v != int(v)):
+                kind = "a whole number" if whole else "a finite number"
+                raise ValueError(f"{where} {label}: {family} column {col}={raw!r}; valid: {kind} >= {minimum:g}")
+    for col in OPERATOR_ENUMS[family]:
+        if col not in df.columns:
+            continue
+        valid = DTYPES if col in ("dtype", "kv_dtype", "moe_dtype") else _ENUMS[family][col]
+        for label, v in zip(df.index, df[col]):
+            if v not in valid:
+                raise ValueError(f"{where} {label}: {family} column {col}={v!r}; valid: {', '.join(valid)}")

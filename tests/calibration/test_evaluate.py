@@ -124,14 +124,24 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     assert got.out_of_range.tolist() == [False, False, False, True]
     assert got.predicted_latency_s[1] > got.predicted_latency_s[0] > 0
     assert np.isnan(got.predicted_latency_s[3])
+    assert res.output == (f"wrote {priced} (4 rows, 1 out of range; 1 row has no sub-model in {out} (a dtype "
+                          f"or kernel it has no measured rows for): predicted_latency_s empty, out_of_range true)\n")
 
     bad = {"missing.csv": None, "empty.csv": "",
            "family.csv": "family,m,n,k,dtype\nfoo,1,2,3,bf16\n",
            "mode.csv": "family,m,n,k,dtype,timing_mode\nlinear,1,4096,4096,bf16,fast\n",
-           "number.csv": "family,m,n,k,dtype\nlinear,abc,4096,4096,bf16\n"}
+           "number.csv": "family,m,n,k,dtype\nlinear,abc,4096,4096,bf16\n",
+           "zero.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\nlinear,0,4096,4096,bf16\n",
+           "blank.csv": "family,m,n,k,dtype\nlinear,,4096,4096,bf16\n",
+           "dtype.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,int3\n",
+           "nofamily.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\n,16,4096,4096,bf16\n"}
     want = {"missing.csv": "missing.csv does not exist", "empty.csv": "empty.csv is empty",
             "family.csv": "has no 'foo' predictor; has ['comm', 'linear']",
-            "mode.csv": "linear rows in", "number.csv": "could not convert string to float: 'abc'"}
+            "mode.csv": "linear rows in", "number.csv": "number.csv line 2: linear column m='abc'; valid: a whole number >= 1",
+            "zero.csv": "zero.csv line 3: linear column m=0; valid: a whole number >= 1",
+            "blank.csv": "blank.csv line 2: linear column 'm' is empty; give a number >= 1",
+            "dtype.csv": "dtype.csv line 2: linear column dtype='int3'; valid: fp32, fp16, bf16,",
+            "nofamily.csv": "nofamily.csv line 3: family is empty; valid: a bundle family, e.g. linear"}
     for name, text in bad.items():
         path = tmp_path / name
         if text is not None:

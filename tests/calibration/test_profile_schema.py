@@ -118,3 +118,42 @@ def test_empty_marker_left_by_a_killed_writer_falls_back_to_the_parts(tmp_path):
     assert (tmp_path / "_schema_version").read_text() == "1\n"
     assert not list(tmp_path.rglob(".tmp-*"))
     assert ps.root_schema_version(tmp_path / "nothing-here") is None
+
+
+def test_check_operator_rows_names_the_row_column_and_what_is_valid():
+    ok = pd.DataFrame({"m": [1, 4096], "n": [4096, 1], "k": [4096, 14336], "dtype": ["bf16", "fp8_block"]},
+                      index=[2, 3])
+    ps.check_operator_rows(ok, "linear")                 # valid rows pass
+    cases = [({"m": 0}, "row 3: linear column m=0; valid: a whole number >= 1"),
+             ({"m": -5}, "row 3: linear column m=-5; valid: a whole number >= 1"),
+             ({"m": 16.5}, "row 3: linear column m=16.5; valid: a whole number >= 1"),
+             ({"m": "abc"}, "row 3: linear column m='abc'; valid: a whole number >= 1"),
+             ({"m": float("inf")}, "row 3: linear column m=inf; valid: a whole number >= 1"),
+             ({"k": None}, "row 3: linear column 'k' is empty; give a number >= 1"),
+             ({"dtype": "int3"}, "row 3: linear column dtype='int3'; valid: fp32, fp16, bf16, fp8, fp8_block, ")]
+    for change, message in cases:
+        bad = ok.astype(object).copy()
+        for col, value in change.items():
+            bad.loc[3, col] = value
+        with pytest.raises(ValueError) as err:
+            ps.check_operator_rows(bad, "linear")
+        assert str(err.value).startswith(message), str(err.value)
+    # attention: composition may be 0, shapes may not; optional columns may be empty, not negative
+    attn = pd.DataFrame({"batch_size": [32], "num_prefill": [0], "num_decode": [32], "prefill_tokens": [0],
+                         "prefill_len_min": [0], "prefill_len_max": [0], "prefill_len_mean": [0.0],
+                         "prefill_len_p50": [0.0], "prefill_len_p90": [0.0], "decode_ctx_min": [100],
+                         "decode_ctx_max": [2000], "decode_ctx_mean": [1000.5], "decode_ctx_p50": [1000.0],
+                         "decode_ctx_p90": [1800.0], "num_heads": [32], "num_kv_heads": [8], "head_dim": [128],
+                         "kv_dtype": ["bf16"], "window_size": [None]})
+    ps.check_operator_rows(attn, "attention", where="line")
+    with pytest.raises(ValueError, match=r"^line 0: attention column num_kv_heads=0; valid: a whole number >= 1$"):
+        ps.check_operator_rows(attn.assign(num_kv_heads=0), "attention", where="line")
+    with pytest.raises(ValueError, match=r"^row 0: attention column window_size=-1; valid: a whole number >= 0$"):
+        ps.check_operator_rows(attn.assign(window_size=-1), "attention")
+    with pytest.raises(ValueError, match=r"^row 0: attention column decode_ctx_mean=-1.5; valid: a finite number >= 0$"):
+        ps.check_operator_rows(attn.assign(decode_ctx_mean=-1.5), "attention")
+    with pytest.raises(ValueError, match=r"^row 0: attention column 'decode_ctx_p90' is empty; give a number >= 0$"):
+        ps.check_operator_rows(attn.assign(decode_ctx_p90=float("nan")), "attention")
+    comm = pd.DataFrame({"op_name": ["all_gather"], "message_bytes": [1 << 20], "num_gpus": [8], "link": ["nvl"]})
+    with pytest.raises(ValueError, match=r"column link='nvl'; valid: nvlink, network, pcie$"):
+        ps.check_operator_rows(comm, "comm")
