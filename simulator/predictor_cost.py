@@ -46,6 +46,7 @@ Two op -> table rules follow what the measured rows contain, not the op's name a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Sequence
 
@@ -110,9 +111,12 @@ class PredictorCostModel:
                 "cost_queries_roofline": self.num_fallback}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def as_per_tensor_fp8(op: GemmOp) -> GemmOp:
     """A block-scaled fp8 GEMM (fp8 compute, > 1 weight byte per parameter with its scales)
-    as the per-tensor fp8 GEMM of the same shape (1 byte per parameter); other ops unchanged."""
+    as the per-tensor fp8 GEMM of the same shape (1 byte per parameter); other ops unchanged.
+    Cached per op (a simulation repeats its GEMM shapes every step): ``dataclasses.replace``
+    costs ~4 us a call, a cache hit ~0.4 us."""
     if op.compute_dtype == "fp8" and op.weight_bytes_per_param > 1.0:
         return dataclasses.replace(op, weight_bytes_per_param=1.0)
     return op
