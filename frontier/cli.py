@@ -607,6 +607,8 @@ def predict(
             raise ValueError(f"{input} has no `family` column")
         if "timing_mode" not in df.columns:
             df["timing_mode"] = "kernel"
+        # the rows as written (text), echoed back with the two new columns: no 16 -> 16.0
+        echo = pd.read_csv(input, dtype=str, keep_default_na=False).assign(timing_mode=df["timing_mode"])
         pred = np.full(len(df), np.nan)
         oor = np.ones(len(df), dtype=bool)
         lines = df.set_axis(np.arange(2, len(df) + 2))     # index = the row's line in the CSV
@@ -627,8 +629,7 @@ def predict(
     except (ValueError, pd.errors.ParserError) as exc:
         _fail(str(exc))
         return
-    df["predicted_latency_s"] = pred
-    df["out_of_range"] = oor
+    df = echo.assign(predicted_latency_s=pred, out_of_range=oor)
     unpriced = int(np.isnan(pred).sum())
     note = (f"{unpriced} {'row has' if unpriced == 1 else 'rows have'} no sub-model in {bundle} (a dtype or "
             f"kernel it has no measured rows for): predicted_latency_s empty, out_of_range true" if unpriced else "")

@@ -122,10 +122,21 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     assert res.exit_code == 0, res.output
     got = pd.read_csv(priced)
     assert got.out_of_range.tolist() == [False, False, False, True]
+    lines = priced.read_text().splitlines()     # the input's cells come back as written (100, not 100.0)
+    assert [line.rsplit(",", 2)[0] for line in lines] == [
+        "family,m,n,k,dtype,op_name,message_bytes,num_gpus,link,timing_mode",
+        "linear,100,4096,4096,bf16,,,,,kernel", "linear,100,4096,4096,bf16,,,,,launch",
+        "comm,,,,,all_reduce,1048576,8,nvlink,kernel", "linear,100,4096,4096,fp8,,,,,kernel"]
     assert got.predicted_latency_s[1] > got.predicted_latency_s[0] > 0
     assert np.isnan(got.predicted_latency_s[3])
     assert res.output == (f"wrote {priced} (4 rows, 1 out of range; 1 row has no sub-model in {out} (a dtype "
                           f"or kernel it has no measured rows for): predicted_latency_s empty, out_of_range true)\n")
+
+    plain = tmp_path / "plain.csv"                # no timing_mode column: kernel, and the column says so
+    plain.write_text("family,m,n,k,dtype\nlinear,100,4096,4096,bf16\n")
+    res = runner.invoke(app, ["predict", "--bundle", str(out), "--input", str(plain)])
+    assert res.exit_code == 0 and res.output.splitlines()[0] == "family,m,n,k,dtype,timing_mode,predicted_latency_s,out_of_range"
+    assert res.output.splitlines()[1] == f"linear,100,4096,4096,bf16,kernel,{float(got.predicted_latency_s[0])!r},False"
 
     bad = {"missing.csv": None, "empty.csv": "",
            "family.csv": "family,m,n,k,dtype\nfoo,1,2,3,bf16\n",
