@@ -98,7 +98,8 @@ def _select_gpus(systems: Path, wanted, skipped: list[str]) -> list[str]:
         keys = {_key(w) for w in wanted} | {k for k in map(_catalogue_key, wanted) if k}   # aliases: "H100"
         chosen = [g for g in have if _key(g) in keys or _catalogue_key(g) in keys]
         if not chosen:
-            raise ValueError(f"no AIC vllm data for GPUs {list(wanted)}; valid: {', '.join(have)}")
+            names = [f"{g} ({_catalogue_name(g) or 'no catalogue GPU'})" for g in have]
+            raise ValueError(f"no AIC vllm data for GPUs {list(wanted)}; valid: {', '.join(names)}")
         have = chosen
     out = []
     for g in have:
@@ -114,11 +115,16 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", str(name).lower())
 
 
-def _catalogue_key(name: str) -> str | None:
+def _catalogue_name(name: str) -> str | None:
     try:
-        return _key(get_gpu(name).name)
+        return get_gpu(name).name
     except ValueError:
         return None
+
+
+def _catalogue_key(name: str) -> str | None:
+    found = _catalogue_name(name)
+    return None if found is None else _key(found)
 
 
 def _version_key(v: str) -> tuple:

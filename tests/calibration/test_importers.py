@@ -96,7 +96,7 @@ def test_h100_counts_and_filters(tmp_path):
 def test_aic_errors_and_skips(tmp_path):
     with pytest.raises(ValueError, match="unknown AIC families \\['gemm'\\]"):
         import_aiconfigurator(AIC, tmp_path, families=["gemm"])
-    with pytest.raises(ValueError, match="no AIC vllm data for GPUs \\['h20'\\]; valid: a100_sxm"):
+    with pytest.raises(ValueError, match="no AIC vllm data for GPUs \\['h20'\\]; valid: a100_sxm \\(A100-80GB\\), "):
         import_aiconfigurator(AIC, tmp_path, gpus=["h20"])
     with pytest.raises(ValueError, match="no AIC systems/data folder"):
         import_aiconfigurator(tmp_path, tmp_path)
