@@ -326,3 +326,31 @@ def check_operator_rows(df: pd.DataFrame, family: str, where: str = "row") -> No
         for label, v in zip(df.index, df[col]):
             if v not in valid:
                 raise ValueError(f"{where} {label}: {family} column {col}={v!r}; valid: {', '.join(valid)}")
+    numbers = df[[c for c in columns if c in df.columns]].apply(pd.to_numeric)
+    for label, row in zip(df.index, numbers.to_dict("records")):
+        problem = _inconsistency(row, family)
+        if problem:
+            raise ValueError(f"{where} {label}: {family} row has {problem}")
+
+
+def _inconsistency(row: dict, family: str) -> str:
+    """What contradicts itself in one operator row (values already checked one by one), or ""."""
+    if family == "moe" and {"topk", "num_experts", "moe_ep_size"} <= row.keys():
+        if row["topk"] > row["num_experts"]:
+            return f"topk={row['topk']} > num_experts={row['num_experts']}"
+        if row["moe_ep_size"] > row["num_experts"]:
+            return f"moe_ep_size={row['moe_ep_size']} > num_experts={row['num_experts']}"
+    if family != "attention" or not set(OPERATOR_MINIMUM["attention"]) <= row.keys():
+        return ""
+    npre, ndec = row["num_prefill"], row["num_decode"]
+    if row["batch_size"] != npre + ndec:
+        return f"batch_size={row['batch_size']} != num_prefill + num_decode = {npre + ndec}"
+    for part, count in (("prefill_len", npre), ("decode_ctx", ndec)):
+        lo, mean, p50, p90, hi = (row[f"{part}_{s}"] for s in ("min", "mean", "p50", "p90", "max"))
+        if count == 0 and (lo, mean, p50, p90, hi) != (0, 0, 0, 0, 0):
+            return f"no {part.split('_')[0]} requests but {part}_* statistics other than 0"
+        if count > 0 and not (lo <= p50 <= p90 <= hi and lo <= mean <= hi):
+            return f"{part}_min <= p50 <= p90 <= max and min <= mean <= max violated ({lo}, {p50}, {p90}, {hi}; mean {mean})"
+    if abs(row["prefill_tokens"] - npre * row["prefill_len_mean"]) > 0.5:
+        return f"prefill_tokens={row['prefill_tokens']} != num_prefill x prefill_len_mean = {npre * row['prefill_len_mean']:g}"
+    return ""

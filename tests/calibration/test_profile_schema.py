@@ -157,3 +157,31 @@ def test_check_operator_rows_names_the_row_column_and_what_is_valid():
     comm = pd.DataFrame({"op_name": ["all_gather"], "message_bytes": [1 << 20], "num_gpus": [8], "link": ["nvl"]})
     with pytest.raises(ValueError, match=r"column link='nvl'; valid: nvlink, network, pcie$"):
         ps.check_operator_rows(comm, "comm")
+
+
+def test_check_operator_rows_refuses_self_contradicting_rows():
+    attn = pd.DataFrame({"batch_size": [3], "num_prefill": [1], "num_decode": [2], "prefill_tokens": [512],
+                         "prefill_len_min": [512], "prefill_len_max": [512], "prefill_len_mean": [512.0],
+                         "prefill_len_p50": [512.0], "prefill_len_p90": [512.0], "decode_ctx_min": [100],
+                         "decode_ctx_max": [300], "decode_ctx_mean": [200.0], "decode_ctx_p50": [200.0],
+                         "decode_ctx_p90": [280.0], "num_heads": [32], "num_kv_heads": [8], "head_dim": [128],
+                         "kv_dtype": ["bf16"]}, index=[7])
+    ps.check_operator_rows(attn, "attention")
+    cases = [({"batch_size": 4}, "batch_size=4 != num_prefill + num_decode = 3"),
+             ({"decode_ctx_p90": 400.0}, "decode_ctx_min <= p50 <= p90 <= max and min <= mean <= max violated "
+                                         "(100, 200.0, 400.0, 300; mean 200.0)"),
+             ({"decode_ctx_mean": 50.0}, "decode_ctx_min <= p50 <= p90 <= max and min <= mean <= max violated"),
+             ({"prefill_tokens": 500}, "prefill_tokens=500 != num_prefill x prefill_len_mean = 512"),
+             ({"num_prefill": 0, "batch_size": 2, "prefill_tokens": 0},
+              "no prefill requests but prefill_len_* statistics other than 0")]
+    for change, message in cases:
+        with pytest.raises(ValueError) as err:
+            ps.check_operator_rows(attn.assign(**change), "attention")
+        assert str(err.value).startswith(f"row 7: attention row has {message}"), str(err.value)
+    moe = pd.DataFrame({"num_tokens": [64], "hidden_size": [4096], "inter_size": [1536], "topk": [8],
+                        "num_experts": [128], "moe_tp_size": [1], "moe_ep_size": [8], "moe_dtype": ["fp8_block"]})
+    ps.check_operator_rows(moe, "moe")
+    with pytest.raises(ValueError, match=r"^row 0: moe row has topk=8 > num_experts=4$"):
+        ps.check_operator_rows(moe.assign(num_experts=4, moe_ep_size=1), "moe")
+    with pytest.raises(ValueError, match=r"^row 0: moe row has moe_ep_size=256 > num_experts=128$"):
+        ps.check_operator_rows(moe.assign(moe_ep_size=256), "moe")
