@@ -300,8 +300,9 @@ def check_operator_rows(df: pd.DataFrame, family: str, where: str = "row") -> No
     """Raise ValueError (one line, naming ``where`` and the row's index label, the column, the
     value and what is valid) unless every row of ``df`` is a well-formed operator query of
     ``family``: required values present, numbers finite and at least their minimum
-    (``OPERATOR_MINIMUM``), integer columns whole, names among the schema's values. Missing
-    columns are the caller's to report (the predictors name them)."""
+    (``OPERATOR_MINIMUM``), integer columns whole, names among the schema's values, and no
+    statistics that contradict each other (``_inconsistency``). Missing columns are the
+    caller's to report (the predictors name them)."""
     _check_family(family)
     types = {f.name: f.type for f in FAMILY_COLUMNS[family]}
     columns = {**{c: (m, True) for c, m in OPERATOR_MINIMUM[family].items()},
