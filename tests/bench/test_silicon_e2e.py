@@ -37,8 +37,10 @@ def _row(**over: str) -> dict[str, str]:
 
 @needs_data
 def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
-    assert len(rows) == 573  # README: vLLM agg h200 336 + h100 237
-    assert {r["system"] for r in rows.values()} == {"h100_sxm", "h200_sxm"}
+    systems = [r["system"] for r in rows.values()]   # vLLM agg rows of every mapped system
+    assert {s: systems.count(s) for s in set(systems)} == {"h100_sxm": 237, "h200_sxm": 336, "b200_sxm": 623,
+                                                          "b300_sxm": 132}
+    assert len(e2e.load_rows(systems=("h100_sxm", "h200_sxm"))) == 573   # the H100 / H200 rows
 
 
 @needs_data
@@ -66,6 +68,14 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
           concurrency=16, num_prompts=300, quant_method="fp8_block", harness="aic", max_num_seqs=16,
           max_num_batched_tokens=16 + 2000 + 1500, max_model_len=2000 + 500 + 1500,
           cudagraph_capture_sizes=tuple(range(1, 17)), bench_prompts=320)),
+    ("minimaxm2_5_b200_vllm_fp4_agg_8192x1024_c32_cfg701",   # fp4 on Blackwell: NVIDIA's NVFP4 checkpoint
+     dict(model="nvidia/MiniMax-M2.5-NVFP4", gpu="B200", tp=1, quant_method="nvfp4", harness="inferencemax")),
+    ("kimik2_5_b300_vllm_fp4_agg_8192x1024_c4_cfg813",
+     dict(model="nvidia/Kimi-K2.5-NVFP4", gpu="B300", tp=4, quant_method="nvfp4")),
+    ("2026_04_06_llama_3_1_70b_b200_sxm_vllm_fp4_agg_1024x1024_c64_tp8_ep1_262",
+     dict(model="nvidia/Llama-3.3-70B-Instruct-FP4", gpu="B200", tp=8, quant_method="nvfp4", kv_cache_dtype="auto")),
+    ("2026_04_06_llama_3_1_70b_b200_sxm_vllm_fp8_agg_1024x1024_c8_tp4_ep1_259",
+     dict(model="nvidia/Llama-3.3-70B-Instruct-FP8", gpu="B200", tp=4, quant_method="fp8", kv_cache_dtype="auto")),
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1",  # no precision: bf16 checkpoint
      dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, concurrency=8, num_prompts=160, quant_method="none",
           max_num_batched_tokens=8 + 1024 + 1500)),
@@ -119,7 +129,7 @@ def test_attention_dp_concurrency_is_per_worker(rows: dict[str, dict[str, str]])
     (dict(precision="int4"), "checkpoint quantization disagrees"),
     (dict(model_path="MiniMaxAI/MiniMax-M3"), "model_type 'minimax_m3' not supported"),
     (dict(model_path="nobody/NoSuchModel-1B"), "model not in the catalogue"),
-    (dict(system="b200_sxm"), "system not mapped"),
+    (dict(system="gb200"), "system not mapped"),
 ])
 def test_skips_carry_reasons(over: dict[str, str], reason: str) -> None:
     m = e2e.map_row(_row(**over))
@@ -206,10 +216,14 @@ def test_harness_from_source() -> None:
 @needs_data
 def test_copies_of_inferencemax_measurements_run_as_inferencemax(rows: dict[str, dict[str, str]]) -> None:
     copies = e2e.imax_copies(list(rows.values()))
-    assert len(copies) == 15 and all("kimi-k2.5-gap-analysis" in rows[i]["silicon_data_source"] for i in copies)
+    assert all("kimi-k2.5-gap-analysis" in rows[i]["silicon_data_source"] for i in copies)
+    assert sorted(rows[i]["system"] for i in copies) == ["b200_sxm"] * 17 + ["h200_sxm"] * 15
     deps, _ = e2e.plan(list(rows.values()), ["Kimi-K2.5"], None)
-    assert len(deps) == 45 and {d.harness for d in deps} == {"inferencemax"}
-    assert all(d.max_num_batched_tokens is None for d in deps)
+    h200 = [d for d in deps if d.system == "h200_sxm"]
+    assert len(h200) == 45 and {d.harness for d in h200} == {"inferencemax"}
+    assert all(d.max_num_batched_tokens is None for d in h200)
+    # the 15 B200 gap-analysis rows that copy no InferenceMAX row stay "aic" runs
+    assert sorted((d.system, d.harness) for d in deps if d.harness == "aic") == [("b200_sxm", "aic")] * 15
 
 
 def test_a_copy_needs_the_same_deployment_and_means() -> None:
