@@ -70,6 +70,8 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
           cudagraph_capture_sizes=tuple(range(1, 17)), bench_prompts=320)),
     ("minimaxm2_5_b200_vllm_fp4_agg_8192x1024_c32_cfg701",   # fp4 on Blackwell: NVIDIA's NVFP4 checkpoint
      dict(model="nvidia/MiniMax-M2.5-NVFP4", gpu="B200", tp=1, quant_method="nvfp4", harness="inferencemax")),
+    ("minimaxm2_5_b300_vllm_fp8_agg_8192x1024_c128_cfg733",   # fp8 on Blackwell: FP8 KV cache (queueing)
+     dict(model="MiniMaxAI/MiniMax-M2.5", gpu="B300", tp=4, quant_method="fp8_block", kv_cache_dtype="fp8")),
     ("kimik2_5_b300_vllm_fp4_agg_8192x1024_c4_cfg813",
      dict(model="nvidia/Kimi-K2.5-NVFP4", gpu="B300", tp=4, quant_method="nvfp4")),
     ("2026_04_06_llama_3_1_70b_b200_sxm_vllm_fp4_agg_1024x1024_c64_tp8_ep1_262",
