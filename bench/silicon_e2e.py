@@ -35,10 +35,10 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   the hub repo, as the FP8 one); gpt-oss-120b fp4 runs its MXFP4 checkpoint. Llama-3.1-70B fp8 on
   B200 -> the FP8 checkpoint with its FP8 KV cache (``auto``), as on the H200 (no queueing
   evidence either way on 180 GB). MiniMax-M2.5 fp8 on B200 / B300 -> ``--kv-cache-dtype fp8``:
-  with the checkpoint's bf16 KV cache the simulated runs queue where the measured ones do not
-  (B300 tp2 8k/1k c256: 40.4 s simulated, 2.2 s measured; B200 tp2 1k/1k c512: 17.1 s, 1.3 s),
-  with an FP8 one those rows fall in line with the rest (2.1 s, 0.55 s), as the KV capacity
-  brackets say (bench/README.md, Blackwell rows).
+  with the checkpoint's bf16 KV cache 17 of its 250 rows queue in the simulation where the
+  measured runs do not (B300 tp2 8k/1k c256: 40.4 s simulated, 2.2 s measured; B200 tp2 1k/1k
+  c512: 17.1 s, 1.3 s); with an FP8 one they fall in line with the rest (2.1 s, 0.55 s)
+  (bench/README.md, Blackwell rows).
 * GPU: h100_sxm -> "H100", h200_sxm -> "H200", b200_sxm -> "B200", b300_sxm -> "B300".
 * Parallelism: ``tensor_parallel_size = tp_size``, ``pipeline_parallel_size = pp_size``,
   ``data_parallel_size = attention_dp_size`` (empty -> 1). MoE: vLLM builds exactly two layouts
