@@ -170,6 +170,10 @@ def test_two_rows_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     t = report["totals"]["jitter=0"]
     assert t["rows_simulated"] == 2 and t["bench"]["ttft_mape"] is not None and t["raw"]["tpot_mape"] is not None
     assert t["rows_with_aic_estimate"] == 0  # AIC could not load this model offline
+    apes = [r["jitter=0"]["ttft_ape_bench"] for r in report["rows"]]
+    assert t["per_system"] == {"h200_sxm": {**t["per_system"]["h200_sxm"], "rows": 2,
+                                            "ttft_mape": sum(apes) / 2}}   # both rows: Llama-8B on H200
+    assert t["per_harness"]["aic"]["rows"] == 2 and "system h200_sxm" in text
 
 
 def test_bench_estimator_reweights_to_the_rows_request_count() -> None:
