@@ -303,7 +303,7 @@ def check_operator_rows(df: pd.DataFrame, family: str, where: str = "row") -> No
     ``family``: required values present, numbers finite and at least their minimum
     (``OPERATOR_MINIMUM``), integer columns whole, names among the schema's values, and no
     statistics that contradict each other (``_inconsistency``). Missing columns are the
-    caller's to report (the predictors name them). Vectorized: ~0.1 s per 100k rows."""
+    caller's to report (the predictors name them). Vectorized: 0.11 s for 200k attention rows."""
     _check_family(family)
     types = {f.name: f.type for f in FAMILY_COLUMNS[family]}
     columns = {**{c: (m, True) for c, m in OPERATOR_MINIMUM[family].items()},
@@ -318,10 +318,10 @@ def check_operator_rows(df: pd.DataFrame, family: str, where: str = "row") -> No
             raise ValueError(f"{where} {label}: {family} column {col!r} is empty; give a number >= {minimum:g}")
         v = numbers[col]
         whole = types[col] == _I
-        valid = (v >= minimum) & np.isfinite(v)
+        ok = (v >= minimum) & np.isfinite(v)
         if whole:
-            valid &= v == np.floor(v)
-        bad = ~empty & ~valid
+            ok &= v == np.floor(v)
+        bad = ~empty & ~ok
         if bad.any():
             label = bad.idxmax()
             kind = "a whole number" if whole else "a finite number"
