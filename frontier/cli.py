@@ -479,6 +479,9 @@ CAL_HELP = "Calibration"
 def _resolve_profile_gpu(root: Path, gpu: str, imported: bool = False) -> str:
     """The partition name of `gpu` under a profile root (catalogue name or as written).
     `imported`: the root was just imported for `gpu` alone, so its one partition is it."""
+    if not root.is_dir():
+        raise ValueError(f"--profiles {root} is not a directory (a profile root: family=*/gpu=*/part-*.parquet, "
+                         f"as `frontier import-profiles` or `frontier profile` write it)")
     parts = sorted(p.name.split("=", 1)[1] for p in root.glob("family=*/gpu=*"))
     if gpu in parts:
         return gpu
@@ -491,7 +494,8 @@ def _resolve_profile_gpu(root: Path, gpu: str, imported: bool = False) -> str:
         return name
     if imported and len(set(parts)) == 1:
         return parts[0]
-    raise ValueError(f"no profiles for gpu {gpu!r} under {root}; found {sorted(set(parts))}")
+    found = ", ".join(sorted(set(parts))) or "none (no family=*/gpu=* folders)"
+    raise ValueError(f"no profiles for gpu {gpu!r} under {root}; found gpus: {found}")
 
 
 @app.command()

@@ -176,6 +176,11 @@ def test_cli_refuses_corrupt_bundle(small_root, tmp_path):
     assert "does not match its manifest" in res.output and res.output.count("\n") == 1
     res = runner.invoke(app, ["calibrate", "--gpu", "H100-SXM", "--out", str(out)])
     assert res.exit_code == 2 and "exactly one of --profiles" in res.output
+    res = runner.invoke(app, ["calibrate", "--profiles", str(tmp_path / "none"), "--gpu", "H100-SXM", "--out", str(out)])
+    assert res.exit_code == 2 and f"--profiles {tmp_path / 'none'} is not a directory" in res.output
+    res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H200", "--out", str(out)])
+    assert res.exit_code == 2 and res.output.startswith("error: no profiles for gpu 'H200' under ")
+    assert res.output.rstrip().endswith("; found gpus: H100-SXM") and res.output.count("\n") == 1
     res = runner.invoke(app, ["calibrate", "--profiles", str(small_root), "--gpu", "H100-SXM",
                               "--out", str(out), "--holdout-by", "shapes"])
     assert res.exit_code == 2 and "unknown --holdout-by 'shapes'; valid: rows, token-points" in res.output
