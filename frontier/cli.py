@@ -613,16 +613,16 @@ def predict(
             df["timing_mode"] = "kernel"
         # the rows as written (text), echoed back with the two new columns: no 16 -> 16.0
         echo = pd.read_csv(input, dtype=str, keep_default_na=False).assign(timing_mode=df["timing_mode"])
+        df.index = np.arange(2, len(df) + 2)      # the row's line in the CSV, for messages
         pred = np.full(len(df), np.nan)
         oor = np.ones(len(df), dtype=bool)
-        lines = df.set_axis(np.arange(2, len(df) + 2))     # index = the row's line in the CSV
         for col, valid in (("family", "a bundle family, e.g. linear"), ("timing_mode", "kernel, launch")):
-            empty = lines.index[lines[col].isna()]
+            empty = df.index[df[col].isna()]
             if len(empty):
                 raise ValueError(f"{input} line {empty[0]}: {col} is empty; valid: {valid}")
         for (fam, mode), idx in df.groupby(["family", "timing_mode"]).indices.items():
             predictor = b.predictor(fam)      # unknown family: ValueError naming the bundle's families
-            check_operator_rows(lines.iloc[idx], fam, where=f"{input} line")
+            check_operator_rows(df.iloc[idx], fam, where=f"{input} line")
             try:
                 canon = canon_from_rows(df.iloc[idx], fam)
                 pred[idx], oor[idx] = predictor.predict_canon(canon, mode)
