@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
+from frontier.power_law_routing import power_law_loads
 
 Canon = dict[str, np.ndarray]
 
@@ -167,35 +168,21 @@ def power_law_rank_stats(tokens: int, experts: int, topk: int, ep: int, alpha: f
     """(max, variance) of tokens per local expert on the busiest EP rank of AIC's power-law rows,
     averaged over POWER_LAW_DRAWS seeded draws (deterministic).
 
-    AIC's collector is not in the aiconfigurator-core wheel; this reconstructs its sampler as
-    AIConfigurator's open-source collector describes it (power_law_logits_v3, from memory, not
-    checked against its code): per-expert weights drawn i.i.d. from p(x) ~ x^-alpha on
-    [1, 0.8 T] when T k > E, else on [0.01, 2]; scaled to T k pairs and rounded (the rounding
-    deficit added to the largest experts, a surplus taken from the smallest); experts capped at
-    T; the EP rank with the most pairs is the one measured. Chosen by held-out error, not by
-    its provenance: against the former proxy (Zipf shares, the hottest E/ep experts local) the
-    MoE p95 (``frontier calibrate`` split, 20 %, seed 0) goes 13.4 -> 12.5 % (H200) and
-    12.9 -> 12.3 % (H100) by rows, 15.2 -> 14.7 % and 14.7 -> 14.7 % by token points; in a
-    scratch comparison on H200 rows (unquantized forests) the proxy gave 13.04 %, this sampler
-    12.10 %, the simulator router's reading (simulator.moe_routing: [1, T], water-filled) 12.90 %.
+    One draw is ``frontier.power_law_routing.power_law_loads``, our reconstruction of AIC's
+    sampler (the simulator's ``--moe-routing power_law:ALPHA`` draws with it too); the EP rank
+    with the most pairs is the one measured. Chosen by held-out error, not by its provenance:
+    against the former proxy (Zipf shares, the hottest E/ep experts local) the MoE p95
+    (``frontier calibrate`` split, 20 %, seed 0) goes 13.4 -> 12.5 % (H200) and 12.9 -> 12.3 %
+    (H100) by rows, 15.2 -> 14.7 % and 14.7 -> 14.7 % by token points; in a scratch comparison on
+    H200 rows (unquantized forests) the proxy gave 13.04 %, this sampler 12.10 %, the simulator
+    router's former reading (weights on [1, T], water-filled) 12.90 %.
     routed_pairs stays the mean rank's share T k / ep (the busiest rank's sum measured worse).
     """
-    lo, hi = (1.0, 0.8 * tokens) if tokens * topk > experts else (0.01, 2.0)
-    hi = max(hi, lo * 1.0001)
-    pairs, a = tokens * topk, 1.0 - alpha
     rng = np.random.default_rng([tokens, experts, topk, ep, round(alpha * 1000)])
     got = np.empty((POWER_LAW_DRAWS, 2))
     for j in range(POWER_LAW_DRAWS):
-        x = ((hi ** a - lo ** a) * rng.random(experts) + lo ** a) ** (1.0 / a)
-        load = np.round(x / x.sum() * pairs)
-        delta = int(pairs - load.sum())
-        order = np.argsort(-load, kind="stable")
-        if delta > 0:
-            load[order[:delta]] += 1
-        for i in range(-delta):                      # surplus: take from the smallest experts
-            m = order[-(i % experts) - 1]
-            load[m if load[m] > 0 else int(np.argmax(load))] -= 1
-        ranks = np.minimum(load, tokens).reshape(ep, experts // ep)
+        load = power_law_loads(rng, tokens, experts, topk, alpha)
+        ranks = load.reshape(ep, experts // ep)
         busiest = ranks[int(np.argmax(ranks.sum(axis=1)))]
         got[j] = busiest.max(), busiest.var()
     mean = got.mean(axis=0)
@@ -252,7 +239,15 @@ def _load_stats(op: MoeOp) -> tuple[float, float]:
 
 def moe_canon_row(op: MoeOp, load_stats=_load_stats) -> dict[str, object]:
     """One canonical MoE row of an op (see the module docstring for the mapping). `load_stats`:
-    (max, variance) of its per-expert loads (the query path passes a pure-Python twin)."""
+    (max, variance) of its per-expert loads (the query path passes a pure-Python twin).
+
+    ``routed_pairs`` is the mean EP rank's share T k / ep, as on every training row
+    (``_moe_rows``), not the op's own ``routed_pairs`` (the pairs its rank receives, which the
+    roofline prices): a skewed router's rank differs from the mean in its load statistics,
+    which the rows describe by the busiest rank's max and variance. Before 2026-11-30 (stop
+    16) queries passed the rank's own sum, so a skewed EP rank looked like a larger step than
+    any row of its size (Kimi-K2.5 NVFP4, B200, tp4 x ep4, 4 decode tokens: 32 pairs on one
+    rank under power-law routing read as 32 pairs per rank: 135 us instead of ~35 us)."""
     mx, var = load_stats(op)
     if op.quant_method is not None:
         dtype = MOE_DTYPES[op.quant_method]
@@ -262,7 +257,7 @@ def moe_canon_row(op: MoeOp, load_stats=_load_stats) -> dict[str, object]:
     ep = op.moe_ep if op.moe_ep is not None else max(1, round(op.num_experts / op.num_local_experts))
     return {"num_tokens": op.tokens, "hidden_size": op.hidden, "inter_size": op.inter * op.moe_tp,
             "topk": op.topk, "num_experts": op.num_experts, "moe_tp_size": op.moe_tp,
-            "moe_ep_size": ep, "moe_dtype": dtype, "routed_pairs": op.routed_pairs,
+            "moe_ep_size": ep, "moe_dtype": dtype, "routed_pairs": op.tokens * op.topk / ep,
             "max_tokens_per_expert": mx, "var_tokens_per_expert": var}
 
 

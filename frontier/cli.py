@@ -225,7 +225,7 @@ def simulate(
     step_jitter: Optional[float] = typer.Option(None, help="Relative std-dev of seeded per-step time noise (default 0).", rich_help_panel=ENGINE_HELP),
     predictor_bundle: Optional[str] = typer.Option(None, help="Calibrated operator costs: a bundle path, or auto (the cached bundle for --gpu, fitted from measured vLLM tables on first use). Default: roofline.", rich_help_panel=ENGINE_HELP),
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
-    moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (e.g. power_law:1.2) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
+    moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
     prefill_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),

@@ -29,7 +29,7 @@ Approximations (stated, to be replaced by measured data / later models):
   lm_head and sampler on the last stage, each p2p send on its sending stage) so the
   replica can overlap steps across stages (``simulator.pipeline``).
 - MoE routing: balanced unless a skewed `MoeRouter` is given (simulator/moe_routing.py):
-  then every EP rank's load is priced and the slowest rank's MoeOp kept. With DP>1 all DP
+  then every distinct load of an EP rank that has pairs is priced and the slowest rank's MoeOp kept. With DP>1 all DP
   ranks' tokens reach the experts: all2all_backend "allgather_reducescatter" (vLLM's
   default: all_gather + reduce_scatter over TP x DP) or "all_to_all" (DeepEP-style
   dispatch + combine of the busiest rank's routed tokens over the EP group; EP > 1).
@@ -343,9 +343,9 @@ class BatchEngine:
             pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
             experts = MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(pairs, 1), wb, ab, dtype,
                             **shard)
-        else:                                    # price every distinct rank load, keep the slowest
-            ranks = [MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(sum(r), 1), wb, ab, dtype, r,
-                           **shard) for r in dict.fromkeys(router.rank_loads(tokens))]
+        else:   # price every distinct load of a rank that has pairs (an idle rank is not the slowest)
+            ranks = [MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, sum(r), wb, ab, dtype, r,
+                           **shard) for r in dict.fromkeys(router.rank_loads(tokens)) if any(r)]
             times = self.cost_model.op_times_s(ranks, "kernel")
             experts = ranks[max(range(len(ranks)), key=times.__getitem__)]
             pairs = max(op.routed_pairs for op in ranks)   # the busiest receiver of the all_to_all

@@ -22,10 +22,12 @@ Distributions (`--moe-routing`):
   ``balanced``'s min(E, T k) (gpt-oss at 32 decode tokens: 81.5 of 128). Exact draws up to
   RANDOM_EXACT_PAIRS pairs; above, a multinomial over the experts (a token may then repeat an
   expert; every expert is active long before that size).
-* ``power_law:ALPHA`` — expert weights drawn i.i.d. from the bounded power law
-  p(x) ~ x^-ALPHA on [1, tokens] (the shape AIConfigurator's ``power_law_1.2`` tables are
-  named after; its collector is not shipped, so this is our reading of it), then pairs
-  allocated in proportion, capped at `tokens` per expert.
+* ``power_law:ALPHA`` — our reconstruction of AIConfigurator's power-law sampler
+  (``frontier.power_law_routing``: expert weights i.i.d. from p(x) ~ x^-ALPHA on [1, 0.8 T]
+  when T k > E, else on [0.01, 2], scaled to the pairs and rounded, experts capped at T), the
+  same draw calibration uses to featurize AIC's ``power_law_<ALPHA>`` table rows, so a
+  calibrated query of a step routed so meets the rows measured so. ``power_law:1.01`` is
+  AIC's own default routing assumption (its estimator prices MoE layers from those rows).
 * ``trace:PATH`` — fixed expert weights from a file: JSON list (or {"expert_load": [...]}),
   .npy, or text/CSV numbers; one non-negative weight per expert (e.g. an expert-load dump).
 
@@ -41,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from frontier.power_law_routing import power_law_loads
 
 ROUTING_KINDS = ("balanced", "random", "power_law", "trace")
 RANDOM_EXACT_PAIRS = 4096      # random routing: exact distinct top-k draws up to this many pairs
@@ -162,7 +166,7 @@ class MoeRouter:
                 picks = np.argpartition(rng.random((tokens, e)), self.topk - 1, axis=1)[:, :self.topk]
                 return np.bincount(picks.ravel(), minlength=e).astype(np.int64)
             return allocate_pairs(rng.multinomial(pairs, np.full(e, 1.0 / e)).astype(float), pairs, tokens)
-        return allocate_pairs(_bounded_power_law(rng, e, self.spec.alpha, max(tokens, 2)), pairs, tokens)
+        return power_law_loads(rng, tokens, e, self.topk, self.spec.alpha).astype(np.int64)
 
     def rank_pairs(self, tokens: int) -> np.ndarray:
         """Pairs per EP rank."""
@@ -183,15 +187,6 @@ class MoeRouter:
         """Tokens per local expert on the rank with the most pairs (ties: more active experts)."""
         loads = self.rank_loads(tokens)
         return max(loads, key=lambda r: (sum(r), sum(1 for c in r if c)))
-
-
-def _bounded_power_law(rng: np.random.Generator, n: int, alpha: float, x_max: float) -> np.ndarray:
-    """n samples of p(x) ~ x^-alpha on [1, x_max] by inverse CDF."""
-    u = rng.random(n)
-    if abs(alpha - 1.0) < 1e-9:
-        return x_max ** u
-    a = 1.0 - alpha
-    return (1.0 + u * (x_max ** a - 1.0)) ** (1.0 / a)
 
 
 def make_router(routing: str, model, parallel, seed: int = 0) -> MoeRouter | None:

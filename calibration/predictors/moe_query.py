@@ -80,7 +80,7 @@ def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, f
     variance (CPU, replayed)."""
     shape = _shape_of(_static_fields(op))
     mx, var = _load_stats(op)
-    pairs, idx, cells = op.routed_pairs, grid.index, QUERY_CELLS
+    pairs, idx, cells = op.tokens * op.topk / shape[5], grid.index, QUERY_CELLS   # canon_row's routed_pairs
     cell = (idx(op.tokens, cells), idx(pairs, cells), idx(mx, cells), idx(math.sqrt(max(var, 0.0)), cells))
     return [(shape, cell, _reference_s(shape, float(pairs)))]
 

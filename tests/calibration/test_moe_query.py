@@ -71,11 +71,13 @@ def test_query_is_sklearn_on_the_cell_rows():
             [False, False, False, True, False]                                               # 3000 > 2048 tokens
     again = pred.predict_s(OPS[:4], "launch")          # the same cells: no new model walk
     assert pred.memo_misses == 5 and np.array_equal(again, got[:4])
-    # a cell is the grid index of tokens, routed pairs, max load and load std (1/16 in log2)
+    # a cell is the grid index of tokens, routed pairs (the mean EP rank's share T k / ep, as on
+    # the training rows, not the rank's own 462), max load and load std (1/16 in log2)
     q = lambda x: round(math.log2(1 + x) * 16)        # noqa: E731
     op = OPS[4]
     std = math.sqrt(np.var(op.tokens_per_expert))
-    assert MQ.cell_parts(op)[0][1] == (q(64), q(sum(op.tokens_per_expert)), q(40), q(std))
+    assert MQ.cell_parts(op)[0][1] == (q(64), q(64 * 8 / 8), q(40), q(std))
+    assert MQ.canon_row(op)["routed_pairs"] == 64.0 and op.routed_pairs == 462
 
 
 def test_fine_grid_query_equals_unquantized_sklearn(monkeypatch):

@@ -158,8 +158,8 @@ def test_tiling_and_block_features_are_exact():
     assert col["k_div128"] == [1.0, 0.0] and col["n_div128"] == [1.0, 0.0]
     # 2 x 32 = 64 output tiles of 128 x 128 -> one wave on 132 SMs; log2(1 + waves)
     assert col["lg_waves128"] == [1.0, 1.0] and col["lg_waves256"] == [1.0, 1.0]
-    fam, row = F.canon_row_from_op(MoeOp(tokens=64, num_experts=128, num_local_experts=16, topk=8, hidden=4096,
-                                         inter=768, routed_pairs=200))
+    fam, row = F.canon_row_from_op(MoeOp(tokens=200, num_experts=128, num_local_experts=16, topk=8, hidden=4096,
+                                         inter=768, routed_pairs=200))     # 200 x 8 / ep 8 = 200 pairs per rank
     Xm = F.featurize(F.canon_from_records([row], "moe"), "moe")[0]
     m = dict(zip(F.FEATURE_NAMES["moe"], Xm.tolist()))
     # 200 pairs over 16 active experts: 12.5 each -> 1 block of 16 / 64 / 128 rows per expert

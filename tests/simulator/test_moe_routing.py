@@ -52,6 +52,22 @@ def test_power_law_max_load_exceeds_balanced_and_respects_caps():
         assert sum(skew.slowest_rank(tokens)) == skew.rank_pairs(tokens).max()
 
 
+def test_power_law_draws_are_the_ones_calibration_featurizes():
+    """The router draws with the sampler calibration uses for AIC's power_law rows, so the busiest
+    rank's (max, variance) over seeds averages to the rows' features (features.power_law_rank_stats)."""
+    from calibration.features import power_law_rank_stats
+    for tokens, experts, topk, ep in ((1024, 128, 4, 1), (64, 256, 8, 8), (4, 256, 8, 1)):
+        busiest = [np.array(max(MoeRouter(RoutingSpec("power_law", alpha=1.01), experts, topk, ep, seed=s)
+                                .rank_loads(tokens), key=sum), dtype=float) for s in range(64)]
+        mx, var = np.mean([(b.max(), b.var()) for b in busiest], axis=0)
+        want_mx, want_var = power_law_rank_stats(tokens, experts, topk, ep, 1.01)
+        assert abs(mx / want_mx - 1) < 0.04 and abs(var / want_var - 1) < 0.06
+    counts = MoeRouter(RoutingSpec("power_law", alpha=1.01), 128, 4, 1, seed=0).expert_counts(1024)
+    assert (int(counts.sum()), int(counts.max()), int((counts > 0).sum())) == (4096, 203, 116)
+    flat = MoeRouter(RoutingSpec("power_law", alpha=1.0), 128, 4, 2, seed=0).expert_counts(300)  # log-uniform
+    assert (int(flat.sum()), int(flat.max()), int((flat > 0).sum())) == (1200, 46, 101)
+
+
 def test_random_routing_picks_distinct_experts_per_token():
     r = MoeRouter(RoutingSpec("random"), 128, 4, ep=4, seed=0)
     for tokens in (1, 32, 64):       # exact draws: k distinct experts per token
@@ -118,6 +134,26 @@ def test_ep_step_is_priced_on_the_slowest_rank():
     balanced = _engine(par).step_cost(batch).duration_s
     assert _engine(par, MoeRouter(BALANCED, 128, 8, par.ep)).step_cost(batch).duration_s == balanced
     assert _engine(par, skew).step_cost(batch).duration_s > balanced
+
+
+def test_an_idle_ep_rank_is_not_priced(tmp_path):
+    """A rank no pair reaches does no expert work: the engine prices only the loads of ranks with
+    pairs (a calibrated model, asked about an empty rank, answers out of its rows' range)."""
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps([1.0] * 64 + [0.0] * 64))    # experts 64..127 (ranks 4..7 of 8) never chosen
+    par = ParallelSpec.from_vllm(tp=8, enable_expert_parallel=True)
+    router = MoeRouter(RoutingSpec.parse(f"trace:{path}"), 128, 8, par.ep)
+    assert sum(map(any, router.rank_loads(16))) == 4
+    seen = []
+
+    class Recording(RooflineCostModel):
+        def op_times_s(self, ops, timing_mode):
+            seen.extend(op for op in ops if isinstance(op, MoeOp))
+            return super().op_times_s(ops, timing_mode)
+
+    cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
+    BatchEngine(MOE, par, H100, Recording(H100), cg, moe_router=router).step_cost(BatchShape((16,), (0,)))
+    assert seen and all(op.routed_pairs == sum(op.tokens_per_expert) > 0 for op in seen)
 
 
 def test_dp_ep_dispatch_and_combine_go_through_the_comm_backend():
