@@ -95,14 +95,18 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   ms measured); with the rule's 2,532-token budget the wave splits into steps and the requests
   stay staggered (208 ms). ``--aic-runs vllm-defaults`` runs them with vLLM's default flags and
   10 x concurrency prompts (the former run).
-* MoE routing (``--moe-routing``, default ``random``, not the simulator's ``balanced``): each
-  token picks its top-k experts at random, so a decode step touches E(1 - (1 - k/E)^T) experts
-  rather than balanced's min(E, T k); the weights read follow. The measured TPOT shows it:
-  with ``balanced`` the simulated / measured TPOT of gpt-oss-120b (InferenceMAX rows, mean per
-  concurrency) is 0.94 / 0.97 / 1.09 / 1.24 / 0.99 at 4 / 8 / 16 / 32 / 64, a bump where
-  balanced routing first touches every expert (32 x 4 = 128) and random routing about 82 of
-  them; with ``random`` 0.95 / 0.96 / 1.02 / 1.00 / 0.87 (MiniMax-M2.5's bump at 32, 1.05 among
-  0.8-0.9, flattens too). bench/README.md has the per-model effect.
+* MoE routing (``--moe-routing``, default ``power_law:1.01``, not the simulator's ``balanced``):
+  AIConfigurator's own assumption about real routing (its estimator prices MoE layers from its
+  ``power_law_1.01`` rows: ``workload_distribution = "power_law"``, alpha 1.01), drawn with the
+  sampler calibration featurizes those rows with (``frontier.power_law_routing``). Routing
+  matters twice: a decode step touches fewer experts than balanced's min(E, T k) (the weights
+  read follow), and a prefill's experts are unevenly loaded (AIC's H200 gpt-oss table at 1,024
+  tokens, tp1: 0.84 ms balanced, 1.34 ms power_law_1.01). Until 2026-11-30 (stop 16) the
+  default was ``random`` (each token's top-k experts uniformly at random), chosen on the
+  measured TPOT: with ``balanced`` the simulated / measured TPOT of gpt-oss-120b (InferenceMAX
+  rows, mean per concurrency) is 0.94 / 0.97 / 1.09 / 1.24 / 0.99 at 4 / 8 / 16 / 32 / 64, a bump
+  where balanced routing first touches every expert (32 x 4 = 128) and random routing about 82
+  of them; with ``random`` 0.95 / 0.96 / 1.02 / 1.00 / 0.87. bench/README.md has both runs.
 * ``--range-ratio`` (default 0) applies to the fixed-length rows: with identical lengths the
   simulated batch stays phase-locked (a wave of requests finishes in one step and the next wave's
   prefills queue behind each other in one or a few steps); a small spread (0.1) dissolves the
@@ -202,8 +206,8 @@ IMAX_2025_IN_SERVICE_CAP = 100
 AIC_EXTRA_TOKENS = 1500
 AIC_REQUESTS_PER_SLOT = 20
 AIC_RUN_POLICIES = ("benchmark", "vllm-defaults")
-# MoE routing of the real deployments: every token's top-k experts at random (see the module doc)
-MOE_ROUTING = "random"
+# MoE routing of the real deployments: AIConfigurator's default assumption, power law 1.01 (module doc)
+MOE_ROUTING = "power_law:1.01"
 
 PROMPTS_PER_SLOT = 10
 MIN_PROMPTS = 100
