@@ -101,7 +101,7 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   sampler calibration featurizes those rows with (``frontier.power_law_routing``). Routing
   matters twice: a decode step touches fewer experts than balanced's min(E, T k) (the weights
   read follow), and a prefill's experts are unevenly loaded (AIC's H200 gpt-oss table at 1,024
-  tokens, tp1: 0.84 ms balanced, 1.34 ms power_law_1.01). Until 2026-11-30 (stop 16) the
+  tokens, tp1: 0.84 ms balanced, 1.34 ms power_law_1.01). Until 2026-11-30 (seventh stop) the
   default was ``random`` (each token's top-k experts uniformly at random), chosen on the
   measured TPOT: with ``balanced`` the simulated / measured TPOT of gpt-oss-120b (InferenceMAX
   rows, mean per concurrency) is 0.94 / 0.97 / 1.09 / 1.24 / 0.99 at 4 / 8 / 16 / 32 / 64, a bump

@@ -244,8 +244,8 @@ def moe_canon_row(op: MoeOp, load_stats=_load_stats) -> dict[str, object]:
     ``routed_pairs`` is the mean EP rank's share T k / ep, as on every training row
     (``_moe_rows``), not the op's own ``routed_pairs`` (the pairs its rank receives, which the
     roofline prices): a skewed router's rank differs from the mean in its load statistics,
-    which the rows describe by the busiest rank's max and variance. Before 2026-11-30 (stop
-    16) queries passed the rank's own sum, so a skewed EP rank looked like a larger step than
+    which the rows describe by the busiest rank's max and variance. Before 2026-11-30 (seventh
+    stop) queries passed the rank's own sum, so a skewed EP rank looked like a larger step than
     any row of its size (Kimi-K2.5 NVFP4, B200, tp4 x ep4, 4 decode tokens: 32 pairs on one
     rank under power-law routing read as 32 pairs per rank: 135 us instead of ~35 us)."""
     mx, var = load_stats(op)

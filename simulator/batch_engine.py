@@ -29,10 +29,11 @@ Approximations (stated, to be replaced by measured data / later models):
   lm_head and sampler on the last stage, each p2p send on its sending stage) so the
   replica can overlap steps across stages (``simulator.pipeline``).
 - MoE routing: balanced unless a skewed `MoeRouter` is given (simulator/moe_routing.py):
-  then every distinct load of an EP rank that has pairs is priced and the slowest rank's MoeOp kept. With DP>1 all DP
-  ranks' tokens reach the experts: all2all_backend "allgather_reducescatter" (vLLM's
-  default: all_gather + reduce_scatter over TP x DP) or "all_to_all" (DeepEP-style
-  dispatch + combine of the busiest rank's routed tokens over the EP group; EP > 1).
+  then every distinct load of an EP rank that receives pairs is priced and the slowest
+  rank's MoeOp kept. With DP>1 all DP ranks' tokens reach the experts: all2all_backend
+  "allgather_reducescatter" (vLLM's default: all_gather + reduce_scatter over TP x DP) or
+  "all_to_all" (DeepEP-style dispatch + combine of the busiest rank's routed tokens over
+  the EP group; EP > 1).
 - Collectives run over packed groups (ranks fill a node first); larger ones go hierarchical.
 - MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
   (latent dims); the kv_b up-projection of prefill context is not priced.
