@@ -81,6 +81,10 @@ class ModelSpec:
     v_head_dim: int = 0
     sliding_window: int = 0
     num_sliding_layers: int = 0
+    # q/k RMSNorm over the whole TP-sharded projection (MiniMax-M2): vLLM's
+    # MiniMaxText01RMSNormTP all-reduces each token's q and k variances ([T, 2] fp32) across
+    # the TP group in every layer
+    qk_norm_all_reduce: bool = False
     quant: QuantSpec = field(default_factory=QuantSpec)
 
     def __post_init__(self) -> None:
@@ -312,6 +316,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0) if kv_lora else 0,
         v_head_dim=int(cfg.get("v_head_dim") or 0) if kv_lora else 0,
         sliding_window=window, num_sliding_layers=sliding_layers, quant=quant,
+        qk_norm_all_reduce=model_type == "minimax_m2",
     )
 
 

@@ -5,7 +5,8 @@ tokens, so weights are read once per step; attention sees each request's own new
 tokens and context. The step is priced as the op list of ONE rank:
 
     per decoder layer (ops built once per layer *type*, then multiplied by the layer count):
-      input_norm, rotary, QKV GEMM(s), attention, o_proj, [TP all-reduce], post_norm,
+      input_norm, QKV GEMM(s), [q/k-norm variance all-reduce: MiniMax-M2 at TP > 1], rotary,
+      attention, o_proj, [TP all-reduce], post_norm,
       dense MLP (gate_up, act, down) | MoE (router, routed experts, shared experts,
       [dispatch/combine when DP>1]), [TP all-reduce]
     once: embedding, final_norm; lm_head + sampler over the sampled rows (eager).
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from simulator.moe_routing import MoeRouter
 
 BF16 = 2.0
+FP32 = 4.0
 VOCAB_PADDING = 64            # vLLM DEFAULT_VOCAB_PADDING_SIZE
 SAMPLER_FP32_PASSES = 3       # logits -> fp32, softmax/probs, sample: ~3 passes over rows x vocab fp32
 MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
@@ -306,9 +308,12 @@ class BatchEngine:
         if not mdl.is_mla:
             kv = max(1, mdl.num_kv_heads // self._tp)
             d = mdl.head_dim
-            return [self._gemm("qkv_proj", m, (heads + 2 * kv) * d, h, "attention"),
-                    ElementwiseOp("rotary", m, h, 2 * (heads + kv) * d * ab),
-                    self._gemm("o_proj", m, h, heads * d, "attention")]
+            ops = [self._gemm("qkv_proj", m, (heads + 2 * kv) * d, h, "attention"),
+                   ElementwiseOp("rotary", m, h, 2 * (heads + kv) * d * ab),
+                   self._gemm("o_proj", m, h, heads * d, "attention")]
+            if mdl.qk_norm_all_reduce and self._tp > 1:   # each token's q and k variance, fp32
+                ops.insert(1, self._comm("all_reduce", m * 2 * FP32, self._tp))
+            return ops
         qk = mdl.qk_nope_head_dim + mdl.qk_rope_head_dim
         ops: list[object] = []
         if mdl.q_lora_rank:

@@ -226,3 +226,5 @@ def test_minimax_m2_5_is_a_mixtral_style_fp8_block_moe():
     assert m.kv_bytes_per_token_per_rank(ParallelSpec(tp=4)) == 253952 // 4
     # ~229e9 params in fp8 (128x128 block scales) + bf16 embeddings, LM head, norms, router
     assert m.weight_bytes_per_rank(ParallelSpec()) == 230023160832
+    # its q/k RMSNorm spans the whole TP-sharded projection (vLLM's MiniMaxText01RMSNormTP)
+    assert m.qk_norm_all_reduce and not load_model_spec("Qwen/Qwen3-32B").qk_norm_all_reduce

@@ -156,6 +156,20 @@ def test_an_idle_ep_rank_is_not_priced(tmp_path):
     assert seen and all(op.routed_pairs == sum(op.tokens_per_expert) > 0 for op in seen)
 
 
+def test_minimax_qk_norm_all_reduces_the_variances_at_tp_above_1():
+    """MiniMax-M2's q/k RMSNorm spans the TP-sharded projection: vLLM all-reduces each token's
+    q and k variance (fp32, [T, 2]) across TP every layer; at TP 1 there is nothing to reduce."""
+    import dataclasses
+    mm = dataclasses.replace(MOE, qk_norm_all_reduce=True)
+    cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
+
+    def comms(model, tp):
+        eng = BatchEngine(model, ParallelSpec(tp=tp), H100, RooflineCostModel(H100), cg)
+        return [(op.bytes, n) for op, n in eng.layer_ops(64) if isinstance(op, CommOp)]
+    assert comms(mm, 4) == [(64 * 2 * 4, 48), (64 * 2048 * 2, 96)]      # + the two hidden-state all-reduces
+    assert comms(MOE, 4) == [(64 * 2048 * 2, 96)] and comms(mm, 1) == []
+
+
 def test_dp_ep_dispatch_and_combine_go_through_the_comm_backend():
     par = ParallelSpec.from_vllm(tp=1, dp=16, enable_expert_parallel=True)     # 2 nodes of 8
     default = [op for op, _ in _engine(par).layer_ops(64) if isinstance(op, CommOp)]
