@@ -51,6 +51,15 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   into whole 128x128 blocks (``validate_fp8_block_shape_moe``), which MiniMax-M2.5's 1536-wide
   experts over 8 ranks (192) do not, so its tp8 rows (stated moe_tp 8, moe_ep 1) were served
   with ``--enable-expert-parallel``, the only other layout vLLM builds over those GPUs.
+* InferenceMAX's attention-DP rows (``attention_dp_size`` > 1: MiniMax-M2.5 on H100 / B200 / B300,
+  Kimi-K2.5 on B200; tp 4 x adp 4 and tp 2 x adp 2) run on ``tp_size`` GPUs, not tp x adp: vLLM
+  ``--tensor-parallel-size tp/adp --data-parallel-size adp --enable-expert-parallel`` (``dp_in_tp``).
+  The rows' own InferenceMAX labels say so (``..._tp4_ep4_1323``: EP 4, where the CSV's moe_ep says
+  16), InferenceMAX's agg runs are single-node (16 GPUs would be two 8-GPU nodes), and the
+  measured TPOT equals that of the same tp_size's non-DP expert-parallel runs (H100 MiniMax tp4,
+  1k/1k, c4-c64: 10.1 / 12.5 / 15.5 / 20.0 / 25.7 ms both; B200 tp2: 9.6 / 11.1 / 13.7 / 18.2 /
+  22.4 against 9.6 / 11.1 / 13.6 / 18.0 / 22.3) where 4x the GPUs would cut it at high load.
+  Until 2026-11-30 (seventh stop) they ran on tp x adp GPUs.
 * Workload (``vllm bench serve`` random dataset): ``random_input_len = isl``,
   ``random_output_len = osl``, range ratio 0 (fixed lengths, as the rows state), request rate inf,
   ``max_concurrency = batch_size * attention_dp_size``: the README defines batch_size as
@@ -249,6 +258,8 @@ class Deployment:
     kv_cache_dtype: str = "auto"       # --kv-cache-dtype of the served model (Served)
     ep_inferred: bool = False          # the row says moe_tp = tp*dp, which vLLM refuses for this checkpoint
                                        # (block-quantized experts split mid-block): run as EP
+    dp_in_tp: bool = False             # InferenceMAX attention-DP row: its dp ranks split the row's tp_size
+                                       # GPUs (tp = tp_size / adp per rank), experts EP over them
 
 
 @dataclass(frozen=True)
@@ -412,6 +423,14 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
         return skip("non-integer field", str(exc))
     if not (tp and pp and dp and isl and osl and bs):
         return skip("missing field", f"tp={tp} pp={pp} dp={dp} isl={isl} osl={osl} bs={bs}")
+    harness = harness or harness_of(row)
+    dp_in_tp = harness == "inferencemax" and dp > 1
+    if dp_in_tp:   # InferenceMAX's attention DP: dp ranks over the tp_size GPUs of one node (module doc)
+        if tp % dp:
+            return skip("attention DP does not divide tp_size", f"tp={tp} adp={dp}")
+        tp = tp // dp
+        if spec.is_moe:
+            moe_tp, moe_ep = 1, tp * dp        # its label's ep (the CSV's moe_ep counts tp_size x adp GPUs)
     width = tp * dp
     ep_flag = ep_inferred = False
     if spec.is_moe:
@@ -435,7 +454,6 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
     if ttft is None or tpot is None:
         return skip("no measured TTFT/TPOT", "")
     concurrency = bs * dp
-    harness = harness or harness_of(row)
     measured = re.search(r"measured=(\d{4})", row.get("silicon_data_source") or "")
     cap = (IMAX_2025_IN_SERVICE_CAP if harness == "inferencemax" and measured and measured.group(1) == "2025"
            and concurrency > IMAX_2025_IN_SERVICE_CAP else None)
@@ -449,7 +467,8 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
         tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep_flag, isl=isl, osl=osl, batch_size=bs,
         concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl, launch.get("bench_prompts")),
         quant_method=method, ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap,
-        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype, ep_inferred=ep_inferred, **launch)
+        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype, ep_inferred=ep_inferred,
+        dp_in_tp=dp_in_tp, **launch)
 
 
 def check_deployment(dep: Deployment) -> str | None:

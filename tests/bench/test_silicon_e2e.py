@@ -78,6 +78,12 @@ def test_selection_counts(rows: dict[str, dict[str, str]]) -> None:
      dict(model="nvidia/Llama-3.3-70B-Instruct-FP4", gpu="B200", tp=8, quant_method="nvfp4", kv_cache_dtype="auto")),
     ("2026_04_06_llama_3_1_70b_b200_sxm_vllm_fp8_agg_1024x1024_c8_tp4_ep1_259",
      dict(model="nvidia/Llama-3.3-70B-Instruct-FP8", gpu="B200", tp=4, quant_method="fp8", kv_cache_dtype="auto")),
+    ("2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_8192x1024_c4_tp4_ep4_1323",   # CSV: tp 4, adp 4, moe_ep 16
+     dict(model="MiniMaxAI/MiniMax-M2.5", gpu="H100", tp=1, dp=4, enable_expert_parallel=True, dp_in_tp=True,
+          batch_size=1, concurrency=4, harness="inferencemax")),        # attention DP 4 over the label's 4 GPUs
+    ("minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg690",                          # CSV: tp 2, adp 2, moe_ep 4
+     dict(model="MiniMaxAI/MiniMax-M2.5", gpu="B200", tp=1, dp=2, enable_expert_parallel=True, dp_in_tp=True,
+          batch_size=32, concurrency=64)),
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1",  # no precision: bf16 checkpoint
      dict(model="Qwen/Qwen3-32B", gpu="H100", tp=2, concurrency=8, num_prompts=160, quant_method="none",
           max_num_batched_tokens=8 + 1024 + 1500)),
@@ -117,11 +123,14 @@ def test_attention_dp_concurrency_is_per_worker(rows: dict[str, dict[str, str]])
     assert "silicon_concurrency=32" in r["silicon_data_source"] and float(r["batch_size"]) == 8
     m = e2e.map_row(r)
     assert isinstance(m, e2e.Deployment)
-    assert (m.tp, m.dp, m.enable_expert_parallel, m.concurrency) == (4, 4, True, 32)
-    # Same layout on another MoE model: total concurrency = batch_size * attention_dp.
+    # InferenceMAX's attention DP splits the label's 4 GPUs (tp4_ep4) into 4 DP ranks of TP 1
+    assert (m.tp, m.dp, m.enable_expert_parallel, m.concurrency, m.dp_in_tp) == (1, 4, True, 32, True)
+    # A row of no known harness keeps the CSV's layout, tp x adp GPUs; concurrency = batch_size * attention_dp.
     dep = e2e.map_row(_row(tp_size="4", attention_dp_size="4", moe_tp_size="1", moe_ep_size="16", batch_size="8"))
-    assert isinstance(dep, e2e.Deployment)
-    assert (dep.tp, dep.dp, dep.enable_expert_parallel, dep.concurrency) == (4, 4, True, 32)
+    assert isinstance(dep, e2e.Deployment) and dep.harness == "aic"
+    assert (dep.tp, dep.dp, dep.enable_expert_parallel, dep.concurrency, dep.dp_in_tp) == (4, 4, True, 32, False)
+    bad = e2e.map_row(dict(r, tp_size="2", attention_dp_size="4"))
+    assert isinstance(bad, e2e.Skip) and bad.reason == "attention DP does not divide tp_size"
 
 
 @pytest.mark.parametrize("over, reason", [
