@@ -62,8 +62,9 @@ class RoutingSpec:
     def __post_init__(self) -> None:
         if self.kind not in ROUTING_KINDS:
             raise ValueError(f"--moe-routing kind {self.kind!r}; valid: balanced, random, power_law:ALPHA, trace:PATH")
-        if self.kind == "power_law" and not self.alpha > 0:
-            raise ValueError(f"--moe-routing power_law needs an exponent > 0, got {self.alpha!r}")
+        if self.kind == "power_law" and not 0 < self.alpha < float("inf"):
+            raise ValueError(f"--moe-routing power_law:{self.alpha!r}: the exponent must be a finite number > 0, "
+                             "e.g. power_law:1.01")
         if self.kind == "trace" and not self.path:
             raise ValueError("--moe-routing trace needs a path: trace:PATH")
 
@@ -72,9 +73,10 @@ class RoutingSpec:
         kind, _, arg = str(text).partition(":")
         if kind == "power_law":
             try:
-                return cls("power_law", alpha=float(arg))
+                alpha = float(arg)
             except ValueError:
                 raise ValueError(f"--moe-routing {text!r}: power_law:ALPHA needs a number, e.g. power_law:1.2") from None
+            return cls("power_law", alpha=alpha)
         if kind == "trace":
             return cls("trace", path=arg)
         if arg or kind not in ("balanced", "random"):

@@ -32,6 +32,11 @@ def test_parse():
     for bad in ("zipf", "power_law", "power_law:-1", "balanced:2", "trace:", "random:1"):
         with pytest.raises(ValueError, match="moe-routing"):
             RoutingSpec.parse(bad)
+    for bad, shown in (("power_law:0", "0.0"), ("power_law:inf", "inf"), ("power_law:nan", "nan")):
+        with pytest.raises(ValueError, match=rf"power_law:{shown}: the exponent must be a finite number > 0"):
+            RoutingSpec.parse(bad)                      # numbers, out of range
+    with pytest.raises(ValueError, match="needs a number"):
+        RoutingSpec.parse("power_law:x")
 
 
 def test_balanced_gives_equal_loads():
