@@ -134,13 +134,20 @@ def _moe_rows(df: pd.DataFrame) -> Canon:
     out = {c: df[c].to_numpy() for c in CANON_COLUMNS["moe"] if c in df.columns and c != "routed_pairs"}
     tok, k = df["num_tokens"].to_numpy(float), df["topk"].to_numpy(float)
     e, ep = df["num_experts"].to_numpy(float), df["moe_ep_size"].to_numpy(float)
-    out["routed_pairs"] = tok * k / ep            # rank 0's share of the (token, expert) pairs
+    out["routed_pairs"] = mean_rank_pairs(tok, k, ep)
     mx, var = _load_stats_from_distribution(_col(df, "distribution", "balanced").to_numpy(), tok, k, e, ep)
     given_mx = _col(df, "max_tokens_per_expert", np.nan).to_numpy(float)
     given_var = _col(df, "var_tokens_per_expert", np.nan).to_numpy(float)
     out["max_tokens_per_expert"] = np.where(np.isnan(given_mx), mx, given_mx)
     out["var_tokens_per_expert"] = np.where(np.isnan(given_var), var, given_var)
     return out
+
+
+def mean_rank_pairs(tokens, topk, ep):
+    """The ``routed_pairs`` of a canonical MoE row: the mean EP rank's share T k / ep of the
+    (token, expert) pairs, on training rows and queries alike (``moe_canon_row``; numbers or
+    numpy arrays)."""
+    return tokens * topk / ep
 
 
 def _load_stats_from_distribution(dist: np.ndarray, tokens: np.ndarray, topk: np.ndarray, experts: np.ndarray,
@@ -257,7 +264,7 @@ def moe_canon_row(op: MoeOp, load_stats=_load_stats) -> dict[str, object]:
     ep = op.moe_ep if op.moe_ep is not None else max(1, round(op.num_experts / op.num_local_experts))
     return {"num_tokens": op.tokens, "hidden_size": op.hidden, "inter_size": op.inter * op.moe_tp,
             "topk": op.topk, "num_experts": op.num_experts, "moe_tp_size": op.moe_tp,
-            "moe_ep_size": ep, "moe_dtype": dtype, "routed_pairs": op.tokens * op.topk / ep,
+            "moe_ep_size": ep, "moe_dtype": dtype, "routed_pairs": mean_rank_pairs(op.tokens, op.topk, ep),
             "max_tokens_per_expert": mx, "var_tokens_per_expert": var}
 
 

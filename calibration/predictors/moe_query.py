@@ -43,6 +43,7 @@ from frontier.ops import MoeOp
 
 KEY_COLUMNS = ("moe_dtype",)
 SHAPE_COLUMNS = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "moe_dtype")
+_EP = SHAPE_COLUMNS.index("moe_ep_size")
 QUERY_CELLS = 16.0      # memo cells are keyed by grid index: whoever changes it must reset the memos
 _DB = F._DTYPE_BYTES
 
@@ -80,7 +81,7 @@ def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, f
     variance (CPU, replayed)."""
     shape = _shape_of(_static_fields(op))
     mx, var = _load_stats(op)
-    pairs, idx, cells = op.tokens * op.topk / shape[5], grid.index, QUERY_CELLS   # canon_row's routed_pairs
+    pairs, idx, cells = F.mean_rank_pairs(op.tokens, op.topk, shape[_EP]), grid.index, QUERY_CELLS
     cell = (idx(op.tokens, cells), idx(pairs, cells), idx(mx, cells), idx(math.sqrt(max(var, 0.0)), cells))
     return [(shape, cell, _reference_s(shape, float(pairs)))]
 
