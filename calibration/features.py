@@ -199,6 +199,8 @@ def power_law_rank_stats(tokens: int, experts: int, topk: int, ep: int, alpha: f
 # ---------------------------------------------------------------- ops -> canonical
 
 def gemm_dtype(op: GemmOp) -> str:
+    if op.compute_dtype == "fp32":
+        return "fp32"
     if op.compute_dtype == "fp8":
         return "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8"
     if op.compute_dtype == "fp4":

@@ -1,7 +1,8 @@
 """`GpuSpec`: one accelerator's capacity, speeds and price, from frontier/catalogue/gpus.json.
 
 Every catalogue entry carries a `source` string (datasheet / aiconfigurator systems yaml /
-price source). Conventions: FLOP/s are dense tensor-core peaks (no 2:4 sparsity);
+price source). Conventions: FLOP/s are dense tensor-core peaks (no 2:4 sparsity), except
+`fp32_flops`, the non-tensor (CUDA-core) FP32 peak;
 bandwidths are bytes/s per GPU, one direction; `memory_bytes` is the total nvidia-smi
 reports (e.g. H100 SXM 81559 MiB), not the marketing size. GPUs without NVLink list
 their PCIe peer bandwidth as `nvlink_bw_bytes_per_s`.
@@ -26,6 +27,7 @@ class GpuSpec:
     bf16_flops: float
     fp8_flops: float  # 0 when the GPU has no FP8 tensor cores
     fp4_flops: float  # 0 when the GPU has no FP4 tensor cores
+    fp32_flops: float  # non-tensor FP32 peak (CUDA cores): fp32 GEMMs such as MiniMax-M2's router
     nvlink_bw_bytes_per_s: float  # per GPU, one direction
     network_bw_bytes_per_s: float  # per GPU NIC, one direction (400 Gb/s = 50e9)
     gpus_per_node: int
@@ -34,7 +36,7 @@ class GpuSpec:
     source: str
 
     def __post_init__(self) -> None:
-        for f in ("memory_bytes", "hbm_bw_bytes_per_s", "bf16_flops", "nvlink_bw_bytes_per_s",
+        for f in ("memory_bytes", "hbm_bw_bytes_per_s", "bf16_flops", "fp32_flops", "nvlink_bw_bytes_per_s",
                   "network_bw_bytes_per_s", "gpus_per_node", "sm_version"):
             if not getattr(self, f) > 0:
                 raise ValueError(f"GpuSpec {self.name}: {f}={getattr(self, f)} must be > 0")

@@ -85,6 +85,9 @@ class ModelSpec:
     # MiniMaxText01RMSNormTP all-reduces each token's q and k variances ([T, 2] fp32) across
     # the TP group in every layer
     qk_norm_all_reduce: bool = False
+    # dtype of the MoE router's weights and product: "bf16", or "fp32" (MiniMax-M2: vLLM keeps its
+    # gate in fp32 and multiplies in fp32; see BatchEngine._router_ops)
+    router_dtype: str = "bf16"
     quant: QuantSpec = field(default_factory=QuantSpec)
 
     def __post_init__(self) -> None:
@@ -94,6 +97,8 @@ class ModelSpec:
         if self.num_experts and (self.num_experts_per_tok <= 0 or self.moe_intermediate_size <= 0):
             raise ValueError(f"MoE model {self.name}: num_experts_per_tok={self.num_experts_per_tok} and "
                              f"moe_intermediate_size={self.moe_intermediate_size} must be > 0")
+        if self.router_dtype not in ROUTER_DTYPES:
+            raise ValueError(f"ModelSpec.router_dtype={self.router_dtype!r} ({self.name}); valid: {ROUTER_DTYPES}")
         if not 0 <= self.num_dense_layers <= self.num_layers:
             raise ValueError(f"num_dense_layers={self.num_dense_layers} must be in [0, {self.num_layers}]")
         if self.num_dense_layers and self.intermediate_size <= 0:
@@ -195,6 +200,7 @@ class ModelSpec:
 
 # ---- loading ------------------------------------------------------------------------------
 
+ROUTER_DTYPES = ("bf16", "fp32")
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text", "minimax_m2",
@@ -317,6 +323,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         v_head_dim=int(cfg.get("v_head_dim") or 0) if kv_lora else 0,
         sliding_window=window, num_sliding_layers=sliding_layers, quant=quant,
         qk_norm_all_reduce=model_type == "minimax_m2",
+        router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )
 
 

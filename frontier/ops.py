@@ -18,6 +18,8 @@ from typing import ClassVar, Union
 from frontier.quant import METHODS as QUANT_METHODS
 
 COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
+# a GEMM may also run in fp32 on CUDA cores (MiniMax-M2's router: fp32 weights, vLLM F.linear in fp32)
+GEMM_COMPUTE_DTYPES = COMPUTE_DTYPES + ("fp32",)
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 COMM_LINKS = ("nvlink", "pcie", "network")
 
@@ -33,7 +35,8 @@ class GemmOp:
     """Y[m, n] = X[m, k] @ W[k, n] on one rank; m tokens, n and k already sharded.
 
     `weight_bytes_per_param` covers quantized weights (incl. scales); `compute_dtype`
-    selects the tensor-core rate ("fp8" for fp8 W8A8 models, "bf16" for weight-only).
+    selects the tensor-core rate ("fp8" for fp8 W8A8 models, "bf16" for weight-only), or
+    "fp32" for an fp32 GEMM on CUDA cores (MiniMax-M2's router).
     """
 
     family: ClassVar[str] = "linear"
@@ -48,8 +51,8 @@ class GemmOp:
     def __post_init__(self) -> None:
         _check_positive("GemmOp", m=self.m, n=self.n, k=self.k,
                         weight_bytes_per_param=self.weight_bytes_per_param, act_bytes=self.act_bytes)
-        if self.compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"GemmOp.compute_dtype={self.compute_dtype!r}; valid: {COMPUTE_DTYPES}")
+        if self.compute_dtype not in GEMM_COMPUTE_DTYPES:
+            raise ValueError(f"GemmOp.compute_dtype={self.compute_dtype!r}; valid: {GEMM_COMPUTE_DTYPES}")
 
     @property
     def flops(self) -> float:

@@ -613,8 +613,7 @@ class AfdEngine:
                 per_rank = [times[r] for r in loads]
                 expert_t = max(per_rank)
                 wait = expert_t - sum(per_rank) / len(per_rank)
-            from frontier.ops import GemmOp
-            ops2: list[tuple[object, int]] = [(GemmOp("router", m, n_e, h, BF16, ab), 1)]
+            ops2: list[tuple[object, int]] = [(op, 1) for op in e._router_ops(m)]
             shared = mdl.num_shared_experts * mdl.shared_expert_intermediate_size
             if shared:   # each EP rank runs the shared experts of its share of the tokens
                 ops2 += [(op, 1) for op in e._mlp_ops("shared_experts", "shared", _cdiv(m, ep), _cdiv(shared, tp))]

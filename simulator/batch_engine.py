@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 BF16 = 2.0
 FP32 = 4.0
 VOCAB_PADDING = 64            # vLLM DEFAULT_VOCAB_PADDING_SIZE
+FP32_ROUTER_MAX_TOKENS = 32   # vLLM 0.33 GateLinear.FP32_MAX_TOKENS: the dedicated fp32 router kernel
 SAMPLER_FP32_PASSES = 3       # logits -> fp32, softmax/probs, sample: ~3 passes over rows x vocab fp32
 MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
 # ... and a bound on the requests its BatchShape keys hold: decode shapes (context lengths grow
@@ -355,7 +356,7 @@ class BatchEngine:
             times = self.cost_model.op_times_s(ranks, "kernel")
             experts = ranks[max(range(len(ranks)), key=times.__getitem__)]
             pairs = max(op.routed_pairs for op in ranks)   # the busiest receiver of the all_to_all
-        ops: list[object] = [GemmOp("router", m, e, h, BF16, ab), experts]
+        ops: list[object] = [*self._router_ops(m), experts]
         shared = mdl.num_shared_experts * mdl.shared_expert_intermediate_size
         if shared:
             ops += self._mlp_ops("shared_experts", "shared", m, _cdiv(shared, self._tp))
@@ -367,6 +368,30 @@ class BatchEngine:
             ops += [self._comm("all_gather", tokens * h * ab, group),
                     self._comm("reduce_scatter", tokens * h * ab, group)]
         return ops
+
+    def _router_ops(self, m: int) -> list[object]:
+        """The MoE router GEMM over m tokens as vLLM 0.33's ``GateLinear`` runs it.
+
+        A bf16 router is one bf16 GEMM. An fp32 router (MiniMax-M2: fp32 weights, fp32 logits)
+        takes, up to ``FP32_ROUTER_MAX_TOKENS`` tokens on sm_90 and sm_100-family GPUs, a
+        dedicated fp32 kernel (memory bound: the fp32 weights read once); above that the
+        sm_100 family (B200, B300, GB200) runs the bf16x3 CuteDSL GEMM (three bf16 products of
+        the split operands on tensor cores: priced as one bf16 GEMM three times as wide), and
+        every other GPU casts the tokens to fp32 and runs ``F.linear`` in fp32: an SGEMM on CUDA
+        cores (vLLM sets float32 matmul precision "highest": no TF32), which is what a prefill
+        chunk pays on Hopper (8,192 tokens of MiniMax-M2: 12.9 GFLOP per layer, ~0.26 ms on an
+        H200). vLLM 0.16-0.19 run the cast and the SGEMM at every size on every GPU
+        (``self.gate(hidden_states.to(torch.float32))``)."""
+        mdl, ab = self.model, self._ab
+        h, e = mdl.hidden_size, mdl.num_experts
+        if mdl.router_dtype == "bf16":
+            return [GemmOp("router", m, e, h, BF16, ab)]
+        sm100 = self.gpu.sm_version // 10 == 10
+        if (sm100 or self.gpu.sm_version == 90) and m <= FP32_ROUTER_MAX_TOKENS:
+            return [GemmOp("router", m, e, h, FP32, ab, "fp32")]
+        if sm100:
+            return [GemmOp("router_bf16x3", m, 3 * e, h, BF16, ab)]
+        return [ElementwiseOp("router_cast", m, h, (ab + FP32) * h), GemmOp("router", m, e, h, FP32, FP32, "fp32")]
 
     def _comm(self, kind: str, nbytes: float, size: int) -> CommOp:
         """A collective over `size` consecutive ranks: flat in one node, else hierarchical."""

@@ -31,7 +31,8 @@ from simulator.comm.group import CommGroup
 TIMING_MODES = ("kernel", "launch")
 
 # --- efficiency factors (fraction of datasheet peak actually reached) ---------------
-# cuBLAS/cuBLASLt bf16/fp8 GEMMs reach ~70-80 % of dense tensor peak on large shapes (H100).
+# cuBLAS/cuBLASLt bf16/fp8 GEMMs reach ~70-80 % of dense tensor peak on large shapes (H100);
+# an fp32 GEMM (SGEMM, CUDA cores, `GpuSpec.fp32_flops`) is taken at the same share of its peak.
 GEMM_COMPUTE_EFF = 0.75
 # Skinny (decode) GEMMs stream weights at ~80 % of HBM bandwidth.
 GEMM_MEMORY_EFF = 0.80
@@ -107,7 +108,7 @@ class RooflineCostModel:
         self.gpu = gpu
         fp8 = gpu.fp8_flops if gpu.fp8_flops > 0 else gpu.bf16_flops
         fp4 = gpu.fp4_flops if gpu.fp4_flops > 0 else fp8
-        self._flops_rate = {"bf16": gpu.bf16_flops, "fp8": fp8, "fp4": fp4}
+        self._flops_rate = {"bf16": gpu.bf16_flops, "fp8": fp8, "fp4": fp4, "fp32": gpu.fp32_flops}
         self.comm: CommBackend = comm if comm is not None else AnalyticalCommBackend(gpu)
 
     def op_times_s(self, ops: Sequence[OpSpec], timing_mode: str) -> list[float]:
@@ -126,7 +127,7 @@ class RooflineCostModel:
         """GPU time of one op (fixed kernel latency + roofline), no launch overhead."""
         bw = self.gpu.hbm_bw_bytes_per_s
         if isinstance(op, GemmOp):
-            kernels = 1 if op.compute_dtype == "bf16" else 2
+            kernels = 2 if op.compute_dtype in ("fp8", "fp4") else 1   # + the activation quantization
             return kernels * KERNEL_LATENCY_S + max(
                 op.flops / (self._flops_rate[op.compute_dtype] * GEMM_COMPUTE_EFF),
                 op.bytes_moved / (bw * GEMM_MEMORY_EFF))

@@ -10,7 +10,8 @@ silently mixed in:
   imported from AIConfigurator, and collectives, which the communication model
   in ``simulator.comm`` prices);
 * elementwise ops no profiled kernel stands for (embedding, sampler: NaN);
-* ops whose sub-model is missing (e.g. a dtype without measured rows: NaN).
+* ops whose sub-model is missing (e.g. a dtype without measured rows: NaN; AIC times
+  no fp32 GEMM, so MiniMax-M2's fp32 router goes to the roofline).
 
 Queries outside the training range are priced by the predictor (trees do not
 extrapolate) and flagged: ``num_out_of_range`` counts them and the summary

@@ -24,6 +24,7 @@ def test_exact_values():
     assert get_gpu("a100-40gb").fp8_flops == 0 and get_gpu("A100").name == "A100-80GB"
     assert get_gpu("B200").fp4_flops == 9e15 and get_gpu("h800").nvlink_bw_bytes_per_s == 200e9
     assert get_gpu("L40S").memory_bytes == 46068 * 2**20
+    assert (h100.fp32_flops, get_gpu("B200").fp32_flops, get_gpu("A100-80GB").fp32_flops) == (67e12, 75e12, 19.5e12)
 
 
 def test_every_entry_has_a_source_and_price():
@@ -40,4 +41,4 @@ def test_unknown_gpu_lists_valid_names():
 
 def test_validation():
     with pytest.raises(ValueError, match="memory_bytes=0 must be > 0"):
-        GpuSpec("x", 0, 1.0, 1.0, 0, 0, 1.0, 1.0, 8, 1.0, 90, "test")
+        GpuSpec("x", 0, 1.0, 1.0, 0, 0, 1.0, 1.0, 1.0, 8, 1.0, 90, "test")

@@ -12,7 +12,7 @@ from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 
 H100 = GpuSpec(name="H100-SXM", memory_bytes=85520809984, hbm_bw_bytes_per_s=3.35e12, bf16_flops=989e12,
-               fp8_flops=1979e12, fp4_flops=0, nvlink_bw_bytes_per_s=450e9, network_bw_bytes_per_s=50e9,
+               fp8_flops=1979e12, fp4_flops=0, fp32_flops=67e12, nvlink_bw_bytes_per_s=450e9, network_bw_bytes_per_s=50e9,
                gpus_per_node=8, price_per_hour_usd=0.0, sm_version=90, source="test")
 LLAMA_8B = ModelSpec(name="llama-3.1-8b", architecture="LlamaForCausalLM", hidden_size=4096, num_layers=32,
                      num_attention_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,

@@ -95,6 +95,21 @@ def test_fp8_block_gemm_priced_from_the_fp8_row(gemm_rows):
         pytest.approx(float(block_only.predict_canon(block_row)[0][0]), rel=1e-12)
 
 
+def test_fp32_router_gemm_goes_to_the_roofline(gemm_rows):
+    """No AIC table times an fp32 GEMM: MiniMax-M2's router SGEMM (a 1,024-token prefill on an
+    H200) is priced by the roofline at the fp32 CUDA-core rate, and counted as such."""
+    linear = LinearPredictor(n_estimators=4).fit(gemm_rows)
+    roofline = RooflineCostModel(H200)
+    cost = PredictorCostModel(Bundle({"linear": linear}, {"gpu": "H200"}), roofline)
+    cast, sgemm = [op for op, _ in _engine("MiniMaxAI/MiniMax-M2.5", cost).layer_ops(1024)
+                   if getattr(op, "name", "").startswith("router")]
+    assert (cast.name, sgemm.name, sgemm.m, sgemm.n, sgemm.k, F.gemm_dtype(sgemm)) == \
+        ("router_cast", "router", 1024, 256, 3072, "fp32")
+    assert cost.op_times_s([sgemm], "kernel") == roofline.op_times_s([sgemm], "kernel")
+    assert (cost.num_predicted, cost.num_fallback) == (0, 1)
+    assert roofline.op_times_s([sgemm], "kernel")[0] == pytest.approx(2.5e-6 + 2 * 1024 * 256 * 3072 / (0.75 * 67e12))
+
+
 def test_mla_module_rows_price_nothing(mla_rows):
     attn = AttentionPredictor(n_estimators=4).fit(mla_rows)
     assert attn.module_keys == ("mla:bf16",)

@@ -13,7 +13,7 @@ from simulator.comm.calibrated import SHARED_AIC_DIR, custom_ar_max_bytes, vllm_
 from simulator.cost_model import RooflineCostModel
 
 GPU = GpuSpec(name="toy", memory_bytes=80 << 30, hbm_bw_bytes_per_s=2e12, bf16_flops=1e15, fp8_flops=2e15,
-              fp4_flops=0, nvlink_bw_bytes_per_s=4e11, network_bw_bytes_per_s=5e10, gpus_per_node=8,
+              fp4_flops=0, fp32_flops=67e12, nvlink_bw_bytes_per_s=4e11, network_bw_bytes_per_s=5e10, gpus_per_node=8,
               price_per_hour_usd=0.0, sm_version=90, source="test")
 NV, NET = 4e11 * 0.80, 5e10 * 0.85          # effective link rates (LINK_EFF)
 MIB = 1 << 20

@@ -8,7 +8,7 @@ from simulator import cost_model as cm
 from simulator.cost_model import RooflineCostModel
 
 GPU = GpuSpec(name="toy", memory_bytes=80 << 30, hbm_bw_bytes_per_s=2e12, bf16_flops=1e15, fp8_flops=2e15,
-              fp4_flops=0, nvlink_bw_bytes_per_s=4e11, network_bw_bytes_per_s=5e10, gpus_per_node=8,
+              fp4_flops=0, fp32_flops=67e12, nvlink_bw_bytes_per_s=4e11, network_bw_bytes_per_s=5e10, gpus_per_node=8,
               price_per_hour_usd=0.0, sm_version=90, source="test")
 
 

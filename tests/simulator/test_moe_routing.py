@@ -16,7 +16,7 @@ from simulator.moe_routing import MoeRouter, RoutingSpec, allocate_pairs, make_r
 from simulator.simulation import SimulationSpec
 
 H100 = GpuSpec(name="H100-SXM", memory_bytes=85520809984, hbm_bw_bytes_per_s=3.35e12, bf16_flops=989e12,
-               fp8_flops=1979e12, fp4_flops=0, nvlink_bw_bytes_per_s=450e9, network_bw_bytes_per_s=50e9,
+               fp8_flops=1979e12, fp4_flops=0, fp32_flops=67e12, nvlink_bw_bytes_per_s=450e9, network_bw_bytes_per_s=50e9,
                gpus_per_node=8, price_per_hour_usd=0.0, sm_version=90, source="test")
 MOE = ModelSpec(name="toy-moe", architecture="Qwen3MoeForCausalLM", hidden_size=2048, num_layers=48,
                 num_attention_heads=32, num_kv_heads=4, head_dim=128, intermediate_size=0, vocab_size=151936,
@@ -173,6 +173,32 @@ def test_minimax_qk_norm_all_reduces_the_variances_at_tp_above_1():
         return [(op.bytes, n) for op, n in eng.layer_ops(64) if isinstance(op, CommOp)]
     assert comms(mm, 4) == [(64 * 2 * 4, 48), (64 * 2048 * 2, 96)]      # + the two hidden-state all-reduces
     assert comms(MOE, 4) == [(64 * 2048 * 2, 96)] and comms(mm, 1) == []
+
+
+def test_fp32_router_runs_as_vllm_gate_linear_runs_it():
+    """MiniMax-M2's router holds fp32 weights. vLLM 0.33's GateLinear: up to 32 tokens a dedicated
+    fp32 kernel on sm_90 / sm_100-family GPUs; above that the bf16x3 GEMM on the sm_100 family and,
+    elsewhere (Hopper included), a cast to fp32 and an fp32 F.linear (SGEMM on CUDA cores)."""
+    import dataclasses
+
+    from frontier.ops import ElementwiseOp, GemmOp
+    mm = dataclasses.replace(MOE, router_dtype="fp32")
+    h, e = MOE.hidden_size, MOE.num_experts
+
+    def router(model, gpu, m):
+        cg = CudaGraphConfig.from_vllm(256, 8192, False, gpu.sm_version)
+        eng = BatchEngine(model, ParallelSpec(tp=2), gpu, RooflineCostModel(gpu), cg)
+        return [op for op, n in eng.layer_ops(m) if getattr(op, "name", "").startswith("router")]
+    b200, a100 = dataclasses.replace(H100, sm_version=100), dataclasses.replace(H100, sm_version=80)
+    assert router(MOE, H100, 64) == [GemmOp("router", 64, e, h, 2.0, 2.0, "bf16")]
+    assert router(mm, H100, 32) == [GemmOp("router", 32, e, h, 4.0, 2.0, "fp32")]
+    assert router(mm, b200, 32) == [GemmOp("router", 32, e, h, 4.0, 2.0, "fp32")]
+    assert router(mm, H100, 33) == [ElementwiseOp("router_cast", 33, h, 6 * h), GemmOp("router", 33, e, h, 4.0, 4.0, "fp32")]
+    assert router(mm, a100, 8) == [ElementwiseOp("router_cast", 8, h, 6 * h), GemmOp("router", 8, e, h, 4.0, 4.0, "fp32")]
+    assert router(mm, b200, 33) == [GemmOp("router_bf16x3", 33, 3 * e, h, 2.0, 2.0, "bf16")]
+    # the SGEMM at the fp32 CUDA-core rate: 8,192 tokens, 2 x 8192 x 128 x 2048 FLOP at 0.75 x 67 TFLOP/s
+    sgemm = router(mm, H100, 8192)[1]
+    assert RooflineCostModel(H100).kernel_time_s(sgemm) == pytest.approx(2.5e-6 + 2 * 8192 * e * h / (0.75 * 67e12), rel=1e-12)
 
 
 def test_dp_ep_dispatch_and_combine_go_through_the_comm_backend():
