@@ -323,6 +323,40 @@ def imax_copies(rows: list[dict[str, str]]) -> set[str]:
     return {r["id"] for r in rows if harness_of(r) != "inferencemax" and _measurement_key(r) in imax}
 
 
+# the columns that name one deployment of the CSV (what ``repeat_runs`` groups runs by)
+DEPLOYMENT_COLUMNS = ("system", "model_path", "precision", "tp_size", "pp_size", "attention_dp_size",
+                      "moe_tp_size", "moe_ep_size", "isl", "osl", "batch_size")
+
+
+def repeat_runs(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
+    """The data's own repeatability, per row id: for a deployment measured more than once (the
+    same DEPLOYMENT_COLUMNS, distinct TTFT / TPOT to 0.01 ms: a copied measurement counts once,
+    as its first row), each run's absolute percentage error of TTFT and TPOT when the mean of the
+    deployment's other runs stands for it (``_ape(mean of the others, this run)``). A simulator
+    that predicted every deployment's mean run exactly would miss these rows by about this much.
+    Rows with a missing or zero mean are left out."""
+    groups: dict[tuple, dict[tuple, tuple[str, float, float]]] = {}
+    for r in rows:
+        try:
+            ttft, tpot = _num(r["silicon_ttft_ms"]), _num(r["silicon_tpot_ms"])
+        except ValueError:
+            continue
+        if not ttft or not tpot:
+            continue
+        runs = groups.setdefault(tuple(r[c] for c in DEPLOYMENT_COLUMNS), {})
+        runs.setdefault((round(ttft, 2), round(tpot, 2)), (r["id"], ttft, tpot))
+    out: dict[str, tuple[float, float]] = {}
+    for runs in groups.values():
+        found = list(runs.values())
+        if len(found) < 2:
+            continue
+        for i, (row_id, ttft, tpot) in enumerate(found):
+            others = found[:i] + found[i + 1:]
+            out[row_id] = (_ape(sum(o[1] for o in others) / len(others), ttft),
+                           _ape(sum(o[2] for o in others) / len(others), tpot))
+    return out
+
+
 def imax_lengths(isl: int, osl: int, num_prompts: int, seed: int) -> tuple[list[int], list[int]]:
     """(input, output) lengths as InferenceMAX's benchmark_serving draws them with range ratio 0.8.
 
@@ -644,7 +678,10 @@ def _mape(values: list[float]) -> float | None:
 
 
 def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, Any]],
-                      jitters: tuple[float, ...]) -> dict[str, Any]:
+                      jitters: tuple[float, ...],
+                      repeats: dict[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+    """Totals per jitter setting; with ``repeats`` (``repeat_runs`` of the CSV), also the data's
+    own run-to-run error on the simulated rows measured more than once, beside ours there."""
     totals: dict[str, Any] = {}
     for j in jitters:
         key = f"jitter={j:g}"
@@ -691,6 +728,13 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
                               "aic_tpot_mape": _mape([aic_ape(r, "tpot") for r in rs if r in both])}
                           for m, rs in per_model.items()},
         }
+        if repeats is not None:
+            rep = [r for r in ok if r["deployment"]["row_id"] in repeats]
+            totals[key]["repeated_runs"] = {
+                "rows": len(rep),
+                "data_ttft_mape": _mape([repeats[r["deployment"]["row_id"]][0] for r in rep]),
+                "data_tpot_mape": _mape([repeats[r["deployment"]["row_id"]][1] for r in rep]),
+                "ours_ttft_mape": mape(rep, "ttft", "bench"), "ours_tpot_mape": mape(rep, "tpot", "bench")}
     return totals
 
 
@@ -732,6 +776,12 @@ def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[
         p(f"  on the {t['rows_with_aic_estimate']} rows AIC estimates: ours (bench) TTFT {_fmt(t['ours_on_aic_rows']['ttft_mape'])}% "
           f"TPOT {_fmt(t['ours_on_aic_rows']['tpot_mape'])}%  |  AIC TTFT {_fmt(t['aic_on_same_rows']['ttft_mape'])}% "
           f"TPOT {_fmt(t['aic_on_same_rows']['tpot_mape'])}%")
+        rep = t.get("repeated_runs")
+        if rep and rep["rows"]:
+            p(f"  {rep['rows']} rows are runs of a deployment measured more than once: one run against the mean of "
+              f"the others (the data's repeatability) TTFT {_fmt(rep['data_ttft_mape'])}% TPOT "
+              f"{_fmt(rep['data_tpot_mape'])}%  |  ours there TTFT {_fmt(rep['ours_ttft_mape'])}% "
+              f"TPOT {_fmt(rep['ours_tpot_mape'])}%")
         for group in ("harness", "system"):
             for h, v in t.get(f"per_{group}", {}).items():
                 p(f"  {group} {h:<{20 - len(group)}} {v['rows']:>4} rows: TTFT MAPE {_fmt(v['ttft_mape'])}% "
@@ -813,7 +863,8 @@ def main(argv: list[str] | None = None) -> int:
             for j in jitters:
                 score(r["deployment"], r[f"jitter={j:g}"])
         aic = load_aic(args.aic_csv)
-        report["totals"] = summarize_results(report["rows"], aic, jitters)
+        repeats = repeat_runs(load_rows(args.csv)) if args.csv.is_file() else None
+        report["totals"] = summarize_results(report["rows"], aic, jitters, repeats)
         if args.out:
             args.out.write_text(json.dumps(report, indent=1, default=str))
         print_report(report["rows"], [Skip(**k) for k in report["skipped"]], report["totals"], aic, jitters)
@@ -857,7 +908,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [done[i] for i in range(len(items))]
     wall = time.perf_counter() - t0
     aic = load_aic(args.aic_csv)
-    totals = summarize_results(results, aic, jitters)
+    totals = summarize_results(results, aic, jitters, repeat_runs(rows))
     report = {"source": str(args.csv), "selected_rows": len(rows), "wall_s": wall, "jobs": args.jobs,
               "cost_model": {"predictor_bundle": bundles, "comm_model": args.comm_model,
                              "moe_routing": args.moe_routing}, "workload_policy": {
