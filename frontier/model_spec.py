@@ -83,8 +83,8 @@ class ModelSpec:
     num_sliding_layers: int = 0
     # q/k RMSNorm over the whole TP-sharded projection (MiniMax-M2): vLLM's
     # MiniMaxText01RMSNormTP all-reduces each token's q and k variances ([T, 2] fp32) across
-    # the TP group in every layer
-    qk_norm_all_reduce: bool = False
+    # the TP group in every layer, with kernels of its own (BatchEngine._tp_wide_qk_norm_ops)
+    tp_wide_qk_norm: bool = False
     # dtype of the MoE router's weights and product: "bf16", or "fp32" (MiniMax-M2: vLLM keeps its
     # gate in fp32 and multiplies in fp32; see BatchEngine._router_ops)
     router_dtype: str = "bf16"
@@ -322,7 +322,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0) if kv_lora else 0,
         v_head_dim=int(cfg.get("v_head_dim") or 0) if kv_lora else 0,
         sliding_window=window, num_sliding_layers=sliding_layers, quant=quant,
-        qk_norm_all_reduce=model_type == "minimax_m2",
+        tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )
 

@@ -62,6 +62,7 @@ BF16 = 2.0
 FP32 = 4.0
 VOCAB_PADDING = 64            # vLLM DEFAULT_VOCAB_PADDING_SIZE
 FP32_ROUTER_MAX_TOKENS = 32   # vLLM 0.33 GateLinear.FP32_MAX_TOKENS: the dedicated fp32 router kernel
+MINIMAX_QK_NORM_MAX_TOKENS = 2048   # vLLM 0.33 MINIMAX_QK_NORM_MAX_TOKEN_NUM: the fused AR + q/k norm kernel
 SAMPLER_FP32_PASSES = 3       # logits -> fp32, softmax/probs, sample: ~3 passes over rows x vocab fp32
 MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
 # ... and a bound on the requests its BatchShape keys hold: decode shapes (context lengths grow
@@ -312,8 +313,8 @@ class BatchEngine:
             ops = [self._gemm("qkv_proj", m, (heads + 2 * kv) * d, h, "attention"),
                    ElementwiseOp("rotary", m, h, 2 * (heads + kv) * d * ab),
                    self._gemm("o_proj", m, h, heads * d, "attention")]
-            if mdl.qk_norm_all_reduce and self._tp > 1:   # each token's q and k variance, fp32
-                ops.insert(1, self._comm("all_reduce", m * 2 * FP32, self._tp))
+            if mdl.tp_wide_qk_norm:
+                ops[1:1] = self._tp_wide_qk_norm_ops(m, (heads + kv) * d)
             return ops
         qk = mdl.qk_nope_head_dim + mdl.qk_rope_head_dim
         ops: list[object] = []
@@ -368,6 +369,23 @@ class BatchEngine:
             ops += [self._comm("all_gather", tokens * h * ab, group),
                     self._comm("reduce_scatter", tokens * h * ab, group)]
         return ops
+
+    def _tp_wide_qk_norm_ops(self, m: int, width: int) -> list[object]:
+        """MiniMax-M2's q/k RMSNorm over m tokens, as vLLM 0.33's ``minimax_rms_norm`` runs it
+        (``width``: q and k elements per token on this rank). The norm spans the whole
+        TP-sharded projection, so at TP > 1 each token's q and k variances ([m, 2] fp32) are
+        all-reduced. At TP > 1 and up to ``MINIMAX_QK_NORM_MAX_TOKENS`` tokens one fused Lamport
+        kernel does the reduction and the norm: priced as the all-reduce. Otherwise two Triton
+        kernels run around it: the variances (reads q and k) and the apply (reads them, writes
+        them). (vLLM 0.16-0.19 compute it in torch ops that Inductor compiles, at every size.)"""
+        ops: list[object] = []
+        if self._tp > 1:
+            ops.append(self._comm("all_reduce", m * 2 * FP32, self._tp))
+            if m <= MINIMAX_QK_NORM_MAX_TOKENS:
+                return ops
+        ab = self._ab
+        return [ElementwiseOp("qk_norm_var", m, width, width * ab), *ops,
+                ElementwiseOp("qk_norm_apply", m, width, 2 * width * ab)]
 
     def _router_ops(self, m: int) -> list[object]:
         """The MoE router GEMM over m tokens as vLLM 0.33's ``GateLinear`` runs it.

@@ -227,7 +227,7 @@ def test_minimax_m2_5_is_a_mixtral_style_fp8_block_moe():
     # ~229e9 params in fp8 (128x128 block scales) + bf16 embeddings, LM head, norms, router
     assert m.weight_bytes_per_rank(ParallelSpec()) == 230023160832
     # its q/k RMSNorm spans the whole TP-sharded projection (vLLM's MiniMaxText01RMSNormTP)
-    assert m.qk_norm_all_reduce and not load_model_spec("Qwen/Qwen3-32B").qk_norm_all_reduce
+    assert m.tp_wide_qk_norm and not load_model_spec("Qwen/Qwen3-32B").tp_wide_qk_norm
     # its gate holds fp32 weights and multiplies in fp32 (vLLM: params_dtype / out_dtype fp32)
     assert m.router_dtype == "fp32" and load_model_spec("Qwen/Qwen3-30B-A3B").router_dtype == "bf16"
     with pytest.raises(ValueError, match=r"router_dtype='fp16' \(MiniMaxAI/MiniMax-M2.5\); valid: \('bf16', 'fp32'\)"):

@@ -163,16 +163,28 @@ def test_an_idle_ep_rank_is_not_priced(tmp_path):
 
 def test_minimax_qk_norm_all_reduces_the_variances_at_tp_above_1():
     """MiniMax-M2's q/k RMSNorm spans the TP-sharded projection: vLLM all-reduces each token's
-    q and k variance (fp32, [T, 2]) across TP every layer; at TP 1 there is nothing to reduce."""
+    q and k variance (fp32, [T, 2]) across TP every layer; at TP 1 there is nothing to reduce.
+    vLLM 0.33: up to 2,048 tokens at TP > 1 one fused kernel (priced as the all-reduce), else a
+    variance and an apply kernel around it."""
     import dataclasses
-    mm = dataclasses.replace(MOE, qk_norm_all_reduce=True)
+
+    from frontier.ops import ElementwiseOp
+    mm = dataclasses.replace(MOE, tp_wide_qk_norm=True)
     cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
 
-    def comms(model, tp):
+    def ops(model, tp, m):
         eng = BatchEngine(model, ParallelSpec(tp=tp), H100, RooflineCostModel(H100), cg)
-        return [(op.bytes, n) for op, n in eng.layer_ops(64) if isinstance(op, CommOp)]
-    assert comms(mm, 4) == [(64 * 2 * 4, 48), (64 * 2048 * 2, 96)]      # + the two hidden-state all-reduces
-    assert comms(MOE, 4) == [(64 * 2048 * 2, 96)] and comms(mm, 1) == []
+        return [(op, n) for op, n in eng.layer_ops(m)
+                if isinstance(op, CommOp) or getattr(op, "name", "").startswith("qk_norm")]
+    hidden = lambda m: (CommOp("all_reduce", m * 2048 * 2, 4, "nvlink"), 96)             # noqa: E731
+    qk_ar = lambda m: (CommOp("all_reduce", m * 2 * 4, 4, "nvlink"), 48)                 # noqa: E731
+    assert ops(mm, 4, 2048) == [qk_ar(2048), hidden(2048)]                             # the fused kernel
+    w4, w1 = (32 // 4 + 4 // 4) * 128, (32 + 4) * 128                                  # q + k per rank
+    assert ops(mm, 4, 2049) == [(ElementwiseOp("qk_norm_var", 2049, w4, 2 * w4), 48), qk_ar(2049),
+                                (ElementwiseOp("qk_norm_apply", 2049, w4, 4 * w4), 48), hidden(2049)]
+    assert ops(mm, 1, 64) == [(ElementwiseOp("qk_norm_var", 64, w1, 2 * w1), 48),
+                              (ElementwiseOp("qk_norm_apply", 64, w1, 4 * w1), 48)]
+    assert ops(MOE, 4, 64) == [hidden(64)] and ops(MOE, 1, 64) == []
 
 
 def test_fp32_router_runs_as_vllm_gate_linear_runs_it():
