@@ -161,7 +161,7 @@ def test_an_idle_ep_rank_is_not_priced(tmp_path):
     assert seen and all(op.routed_pairs == sum(op.tokens_per_expert) > 0 for op in seen)
 
 
-def test_minimax_qk_norm_all_reduces_the_variances_at_tp_above_1():
+def test_minimax_tp_wide_qk_norm_all_reduces_the_variances_and_runs_its_kernels():
     """MiniMax-M2's q/k RMSNorm spans the TP-sharded projection: vLLM all-reduces each token's
     q and k variance (fp32, [T, 2]) across TP every layer; at TP 1 there is nothing to reduce.
     vLLM 0.33: up to 2,048 tokens at TP > 1 one fused kernel (priced as the all-reduce), else a
