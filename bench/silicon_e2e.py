@@ -260,6 +260,7 @@ class Deployment:
                                        # (block-quantized experts split mid-block): run as EP
     dp_in_tp: bool = False             # InferenceMAX attention-DP row: its dp ranks split the row's tp_size
                                        # GPUs (tp = tp_size / adp per rank), experts EP over them
+    vllm_version: str = ""             # the CSV's backend_version: the vLLM the run used ("" = not stated)
 
 
 @dataclass(frozen=True)
@@ -502,7 +503,7 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
         concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl, launch.get("bench_prompts")),
         quant_method=method, ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap,
         quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype, ep_inferred=ep_inferred,
-        dp_in_tp=dp_in_tp, **launch)
+        dp_in_tp=dp_in_tp, vllm_version=(row.get("backend_version") or "").strip(), **launch)
 
 
 def check_deployment(dep: Deployment) -> str | None:
@@ -700,9 +701,11 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
 
         by_harness: dict[str, list[dict[str, Any]]] = {}
         by_system: dict[str, list[dict[str, Any]]] = {}
-        for r in ok:   # reports written before the harness field count as "aic"
+        by_version: dict[str, list[dict[str, Any]]] = {}
+        for r in ok:   # reports written before the harness (version) field count as "aic" ("not stated")
             by_harness.setdefault(r["deployment"].get("harness", "aic"), []).append(r)
             by_system.setdefault(r["deployment"]["system"], []).append(r)
+            by_version.setdefault(r["deployment"].get("vllm_version") or "not stated", []).append(r)
         per_model: dict[str, Any] = OrderedDict()
         for r in ok:
             per_model.setdefault(f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}', []).append(r)
@@ -719,7 +722,7 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
                                     "tpot_mape": mape(rs, "tpot", "bench"),
                                     "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot")}
                                 for h, rs in sorted(rows.items())}
-               for group, rows in (("harness", by_harness), ("system", by_system))},
+               for group, rows in (("harness", by_harness), ("system", by_system), ("version", by_version))},
             "per_model": {m: {"rows": len(rs),
                               "ttft_mape": mape(rs, "ttft", "bench"), "tpot_mape": mape(rs, "tpot", "bench"),
                               "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot"),
@@ -782,7 +785,7 @@ def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[
               f"the others (the data's repeatability) TTFT {_fmt(rep['data_ttft_mape'])}% TPOT "
               f"{_fmt(rep['data_tpot_mape'])}%  |  ours there TTFT {_fmt(rep['ours_ttft_mape'])}% "
               f"TPOT {_fmt(rep['ours_tpot_mape'])}%")
-        for group in ("harness", "system"):
+        for group in ("harness", "system", "version"):
             for h, v in t.get(f"per_{group}", {}).items():
                 p(f"  {group} {h:<{20 - len(group)}} {v['rows']:>4} rows: TTFT MAPE {_fmt(v['ttft_mape'])}% "
                   f"(bias {_fmt(v['ttft_bias_pct'])}%)  TPOT MAPE {_fmt(v['tpot_mape'])}% (bias {_fmt(v['tpot_bias_pct'])}%)")
