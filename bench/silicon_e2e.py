@@ -335,7 +335,7 @@ def repeat_runs(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
     as its first row), each run's absolute percentage error of TTFT and TPOT when the mean of the
     deployment's other runs stands for it (``_ape(mean of the others, this run)``). A simulator
     that predicted every deployment's mean run exactly would miss these rows by about this much.
-    Rows with a missing or zero mean are left out."""
+    Rows whose measured TTFT or TPOT is missing or zero are left out."""
     groups: dict[tuple, dict[tuple, tuple[str, float, float]]] = {}
     for r in rows:
         try:
