@@ -45,6 +45,12 @@ class GpuSpec:
                 raise ValueError(f"GpuSpec {self.name}: {f}={getattr(self, f)} must be >= 0")
 
 
+def is_sm100_family(sm_version: int) -> bool:
+    """vLLM's ``is_device_capability_family(100)``: datacenter Blackwell, sm_100..sm_109
+    (B200, GB200, B300), which several of its defaults and kernel choices single out."""
+    return sm_version // 10 == 10
+
+
 def _key(name: str) -> str:
     """Alias key: lower case, 'nvidia' dropped, only letters and digits ("H100-SXM" -> "h100sxm")."""
     return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", ""))

@@ -5,10 +5,10 @@ tokens, so weights are read once per step; attention sees each request's own new
 tokens and context. The step is priced as the op list of ONE rank:
 
     per decoder layer (ops built once per layer *type*, then multiplied by the layer count):
-      input_norm, QKV GEMM(s), [q/k-norm variance all-reduce: MiniMax-M2 at TP > 1], rotary,
-      attention, o_proj, [TP all-reduce], post_norm,
-      dense MLP (gate_up, act, down) | MoE (router, routed experts, shared experts,
-      [dispatch/combine when DP>1]), [TP all-reduce]
+      input_norm, QKV GEMM(s), [MiniMax-M2's TP-wide q/k norm: variance all-reduce at TP > 1
+      and its kernels], rotary, attention, o_proj, [TP all-reduce], post_norm,
+      dense MLP (gate_up, act, down) | MoE (router (fp32 for MiniMax-M2), routed experts,
+      shared experts, [dispatch/combine when DP>1]), [TP all-reduce]
     once: embedding, final_norm; lm_head + sampler over the sampled rows (eager).
 
 Shapes: GEMM/norm/comm ops run at `padded_tokens` when the step hits a CUDA graph
@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from frontier.gpu import is_sm100_family
 from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
 from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
@@ -404,7 +405,7 @@ class BatchEngine:
         h, e = mdl.hidden_size, mdl.num_experts
         if mdl.router_dtype == "bf16":
             return [GemmOp("router", m, e, h, BF16, ab)]
-        sm100 = self.gpu.sm_version // 10 == 10
+        sm100 = is_sm100_family(self.gpu.sm_version)
         if (sm100 or self.gpu.sm_version == 90) and m <= FP32_ROUTER_MAX_TOKENS:
             return [GemmOp("router", m, e, h, FP32, ab, "fp32")]
         if sm100:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-SM100_FAMILY = 100          # datacenter Blackwell (B200/GB200/B300): capture ceiling 1024
+from frontier.gpu import is_sm100_family
+
 DEFAULT_MAX_CAPTURE = 512
-SM100_MAX_CAPTURE = 1024
+SM100_MAX_CAPTURE = 1024    # datacenter Blackwell (B200/GB200/B300): capture ceiling 1024
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"   # -O2, vllm serve's default optimization level
 
@@ -37,7 +38,7 @@ def _grid(max_size: int) -> list[int]:
 def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
                        num_spec_tokens: int = 0) -> tuple[int, ...]:
     """Capture sizes exactly as vLLM 0.33 `_set_cudagraph_sizes` derives the default."""
-    ceiling = SM100_MAX_CAPTURE if sm_version // 10 == SM100_FAMILY // 10 else DEFAULT_MAX_CAPTURE  # sm_100..109
+    ceiling = SM100_MAX_CAPTURE if is_sm100_family(sm_version) else DEFAULT_MAX_CAPTURE
     q = 1 + num_spec_tokens
     max_size = min(max_num_seqs * q * 2, ceiling)
     decode_sizes: list[int] = []

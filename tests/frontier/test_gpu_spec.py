@@ -2,7 +2,7 @@
 
 import pytest
 
-from frontier.gpu import GpuSpec, get_gpu, list_gpus
+from frontier.gpu import GpuSpec, get_gpu, is_sm100_family, list_gpus
 
 REQUIRED = ["A100-40GB", "A100-80GB", "H100-SXM", "H800", "H20", "H200", "B200", "L40S", "L4"]
 
@@ -25,6 +25,8 @@ def test_exact_values():
     assert get_gpu("B200").fp4_flops == 9e15 and get_gpu("h800").nvlink_bw_bytes_per_s == 200e9
     assert get_gpu("L40S").memory_bytes == 46068 * 2**20
     assert (h100.fp32_flops, get_gpu("B200").fp32_flops, get_gpu("A100-80GB").fp32_flops) == (67e12, 75e12, 19.5e12)
+    assert [is_sm100_family(get_gpu(g).sm_version) for g in ("B200", "B300", "GB200", "H100", "L40S", "A100")] == \
+        [True, True, True, False, False, False]
 
 
 def test_every_entry_has_a_source_and_price():
