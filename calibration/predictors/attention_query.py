@@ -18,27 +18,39 @@ agree with it to 1e-12, so the model sees the features it was fitted on:
 The sub-model key is the predictor's own (``submodel_keys``), memoized per head shape
 (KEY_COLUMNS): it must not depend on the batch, only on the kernel.
 
-Memo cells (QUERY_CELLS): a row's counts and length statistics (the canonical row's own
-quantities) are rounded to 1/16 in log2 (``grid.index``, ~4.4 % of a count or length); the cell's
-model output and out-of-range flag are those of its representative row (``cell_row``: every
-statistic at the cell's centre, the integer ones at the nearest integer), computed once; each
-query multiplies the model's ratio by its own exact reference time. A hit thus costs the
-statistics (~4 us for ~32 decodes, replayed), no features. Chosen on the attention queries of two
-simulations (auto H100 bundle, 300 random requests at 20 req/s, ``bench/fidelity_query_cost.py
---grid-study``; added error = |price(grid) / price(~unquantized statistics) - 1|, 2026-11-30):
+Memo cells (QUERY_CELLS, DECODE_CELL_SCALE): a row's counts and length statistics (the
+canonical row's own quantities) are rounded in log2 (``grid.index``): the prefill statistics
+and the decode count to 1/16 (~4.4 % of a count or length), the decode mean to 1/32 and the
+decode min, max, p50 and p90 to 1/4 (~19 %); the cell's model output and out-of-range flag are
+those of its representative row (``cell_row``: every statistic at the cell's centre, the
+integer ones at the nearest integer), computed once; each query multiplies the model's ratio
+by its own exact reference time. A hit thus costs the statistics (~4-5 us for ~32 decodes,
+replayed), no features. Chosen on the attention queries of two simulations (auto H100 bundle,
+300 random requests at 20 req/s, ``bench/fidelity_query_cost.py --grid-study``, which scales
+every statistic's cells with QUERY_CELLS; added error = |price(grid) / price(~unquantized
+statistics) - 1|, 2026-11-30):
 
-    cells per log2        Llama-3.1-8B: hit  p50    p95   max  | Qwen3-30B-A3B: hit  p50    p95   max
+    every statistic at 1/QUERY_CELLS  Llama-3.1-8B: hit  p50    p95   max  | Qwen3-30B-A3B: hit  p50    p95   max
     64                                42.5 %  0.00 %  0.67 % 4.1 % |                31.4 %  0.00 %  0.45 % 2.7 %
     32                                55.1 %  0.00 %  1.53 % 7.1 % |                49.0 %  0.00 %  1.00 % 4.8 %
-    16 (chosen)                       68.1 %  0.00 %  1.88 % 7.1 % |                64.7 %  0.00 %  1.57 % 7.7 %
+    16 (until the ninth stop)         68.1 %  0.00 %  1.88 % 7.1 % |                64.7 %  0.00 %  1.57 % 7.7 %
     8                                 83.5 %  0.28 %  4.26 % 8.6 % |                77.6 %  0.42 %  2.24 % 10.8 %
 
-(The former grid on the 31 features themselves, at 1/16: hits 60 / 54 %, p95 2.0 / 1.9 %,
-max 4.0 / 5.8 %, and every hit paid the features.) 1/8 would add ~12 points of hits for
-twice the p95. The added error stays well below the model's own held-out p95 (~7 %). The
-out-of-range flag is the representative row's, where the model is evaluated: it says whether
-that evaluation extrapolated, so a query within about half a cell (~2 %) of the measured
-range's edge may be flagged either way.
+    decode min, max, p50, p90 at QUERY_CELLS / 4 per log2, decode mean at 2 x QUERY_CELLS:
+    64                                49.8 %  0.00 %  0.39 % 3.1 % |                38.5 %  0.00 %  0.19 % 2.7 %
+    32                                63.1 %  0.00 %  2.14 % 4.1 % |                55.4 %  0.00 %  1.37 % 4.8 %
+    16 (chosen)                       77.5 %  0.00 %  1.84 % 7.1 % |                71.9 %  0.00 %  1.48 % 4.8 %
+    8                                 89.6 %  0.28 %  4.06 % 9.1 % |                83.8 %  0.44 %  2.48 % 10.8 %
+
+Misses came mostly from a decode statistic crossing a 1/16 cell: each of min, max, p50 and p90
+alone at 1/4 added 1-4 points of hits (Llama-3.1-8B) for at most +0.4 points of p95, while the
+count and the mean at 1/4 raised the p95 to 4.3 and 4.9 %; the mean at 1/32 pays back the
+error of the coarse others (p95 1.84 / 1.48 % against 1.88 / 1.57 %). (The former grid on the 31 features themselves, at 1/16: hits
+60 / 54 %, p95 2.0 / 1.9 %, max 4.0 / 5.8 %, and every hit paid the features.) The added error
+stays well below the model's own held-out p95 (~7 %). The out-of-range flag is the
+representative row's, where the model is evaluated: it says whether that evaluation
+extrapolated, so a query within about half a cell (~2 % for the counts, ~10 % for a decode
+min or max) of the measured range's edge may be flagged either way.
 """
 
 from __future__ import annotations
@@ -55,9 +67,15 @@ _DB = F._DTYPE_BYTES
 KEY_COLUMNS = ("num_heads", "num_kv_heads", "head_dim", "window_size", "kv_dtype", "is_mla")
 
 # Memo cells of the per-step query: 16 per log2 unit of every count and length statistic
-# (~4.4 %). Chosen on the queries of two simulations (see the docstring). Memo cells are keyed
-# by grid index, so whoever changes it must reset the predictor's memos.
+# (~4.4 %), scaled per decode statistic by DECODE_CELL_SCALE. Chosen on the queries of two
+# simulations (see the docstring). Memo cells are keyed by grid index, so whoever changes
+# either must reset the predictor's memos.
 QUERY_CELLS = 16.0
+# Cells per log2 unit of each decode statistic (count, min, max, mean, p50, p90) as multiples of
+# QUERY_CELLS: the mean, which sets the reference time, at 32; min, max and the percentiles,
+# which only shape the model's ratio, at 4 (see the docstring's second table).
+DECODE_CELL_SCALE = (1.0, 0.25, 0.25, 2.0, 0.25, 0.25)
+_INTEGER_PREFILL = (0, 1, 2, 6, 7)      # prefill statistics that are integers: count, min, max, context, pairs
 
 
 def _lg(x: float) -> float:
@@ -89,15 +107,17 @@ def canon_row(op: AttentionOp) -> dict[str, object]:
 
 def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
     """(KEY_COLUMNS values, cell, reference seconds) of each row ``query_rows`` gives. The cell
-    holds the row's kind and the grid indices (``grid.index``) of its counts and length
-    statistics, the canonical row's own quantities (``canon_row``: prefill count, min, max,
-    mean, p50, p90 of the new tokens, largest context, attention pairs; decode count, min, max,
-    mean, p50, p90 of the context + 1); ``cell_row`` turns it back into a canonical row. The
-    reference time (``reference_row``, through ``_reference_s`` without a row dict) is the row's
-    exact one. ~4 us for ~32 decodes, ~8 us with prefills (CPU, replayed)."""
-    shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, F._kv_dtype(op.kv_bytes_per_elem), op.is_mla)
-    heads, kvh, hd, kvb = float(op.num_heads), float(op.num_kv_heads), float(op.head_dim), _DB.get(shape[4], 2.0)
-    idx, cells = grid.index, QUERY_CELLS
+    holds the row's kind and the grid indices (``grid.index``: QUERY_CELLS cells per log2 unit
+    for the prefill statistics, ``_decode_cells`` for the decode ones) of its counts and length statistics, the canonical
+    row's own quantities (``canon_row``: prefill count, min, max, mean, p50, p90 of the new
+    tokens, largest context, attention pairs; decode count, min, max, mean, p50, p90 of the
+    context + 1); ``cell_row`` turns it back into a canonical row. The reference time
+    (``reference_row``, through ``_reference_s`` without a row dict) is the row's exact one.
+    ~4 us for ~32 decodes, ~8 us with prefills (CPU, replayed)."""
+    kv_dtype = F._kv_dtype(op.kv_bytes_per_elem)
+    shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, kv_dtype, op.is_mla)
+    heads, kvh, hd, kvb = float(op.num_heads), float(op.num_kv_heads), float(op.head_dim), _DB.get(kv_dtype, 2.0)
+    lg = math.log2
     pre = dec = ()
     if op.prefill_new:
         new = op.prefill_new
@@ -105,15 +125,19 @@ def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, flo
         npre, ptok = float(len(s)), float(sum(s))
         pmean = ptok / npre
         pairs = float(sum(k * c + k * (k + 1) / 2 for k, c in zip(new, op.prefill_ctx)))
-        pre = (idx(npre, cells), idx(s[0], cells), idx(s[-1], cells), idx(pmean, cells),
-               idx(_quantile(s, 0.5), cells), idx(_quantile(s, 0.9), cells), idx(max(op.prefill_ctx), cells),
-               idx(pairs, cells))
+        c = QUERY_CELLS
+        pre = (round(lg(1.0 + npre) * c), round(lg(1.0 + s[0]) * c), round(lg(1.0 + s[-1]) * c),
+               round(lg(1.0 + pmean) * c), round(lg(1.0 + _quantile(s, 0.5)) * c),
+               round(lg(1.0 + _quantile(s, 0.9)) * c), round(lg(1.0 + max(op.prefill_ctx)) * c),
+               round(lg(1.0 + pairs) * c))
     if op.decode_ctx:
         s = sorted(op.decode_ctx)              # the schema's context counts the new token: + 1
         nd = float(len(s))
         dmean = sum(s) / nd + 1.0
-        dec = (idx(nd, cells), idx(s[0] + 1, cells), idx(s[-1] + 1, cells), idx(dmean, cells),
-               idx(_quantile(s, 0.5) + 1.0, cells), idx(_quantile(s, 0.9) + 1.0, cells))
+        cn, cmin, cmax, cmean, c50, c90 = _decode_cells()
+        dec = (round(lg(1.0 + nd) * cn), round(lg(1.0 + (s[0] + 1)) * cmin), round(lg(1.0 + (s[-1] + 1)) * cmax),
+               round(lg(1.0 + dmean) * cmean), round(lg(1.0 + (_quantile(s, 0.5) + 1.0)) * c50),
+               round(lg(1.0 + (_quantile(s, 0.9) + 1.0)) * c90))
     if pre and dec and has_mixed:
         return [(shape, ("mixed", pre, dec), _reference_s(heads, kvh, hd, 0.0, kvb, nd, dmean, npre, pmean, pairs, ptok))]
     parts = []
@@ -124,6 +148,18 @@ def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, flo
     return parts
 
 
+def _decode_cells() -> tuple[float, ...]:
+    """Cells per log2 unit of the decode statistics (count, min, max, mean, p50, p90):
+    QUERY_CELLS x DECODE_CELL_SCALE, computed once per QUERY_CELLS value."""
+    cells = _DECODE_CELLS.get(QUERY_CELLS)
+    if cells is None:
+        cells = _DECODE_CELLS[QUERY_CELLS] = tuple(QUERY_CELLS * k for k in DECODE_CELL_SCALE)
+    return cells
+
+
+_DECODE_CELLS: dict[float, tuple[float, ...]] = {}
+
+
 def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
     """The canonical row at a cell's representative point (every grid index at its centre,
     ``grid.centre``; the integer statistics, counts, min, max, largest context and pairs, at the
@@ -131,11 +167,17 @@ def cell_row(shape: tuple, cell: tuple) -> dict[str, object]:
     is evaluated on."""
     kind, pre, dec = cell
     heads, kvh, hd, window, kv_dtype, is_mla = shape
-    c = lambda i: grid.centre(i, QUERY_CELLS)             # noqa: E731
-    n = lambda i: grid.nearest_integer(i, QUERY_CELLS)    # noqa: E731
-    npre, pmin, pmax, pmean, p50, p90, pctx, pairs = (
-        (*map(n, pre[:3]), *map(c, pre[3:6]), *map(n, pre[6:])) if pre else (0.0,) * 8)
-    nd, dmin, dmax, dmean, d50, d90 = (*map(n, dec[:3]), *map(c, dec[3:])) if dec else (0.0,) * 6
+    c, n = grid.centre, grid.nearest_integer
+    if pre:
+        npre, pmin, pmax, pmean, p50, p90, pctx, pairs = (
+            (n if j in _INTEGER_PREFILL else c)(i, QUERY_CELLS) for j, i in enumerate(pre))
+    else:
+        npre = pmin = pmax = pmean = p50 = p90 = pctx = pairs = 0.0
+    if dec:
+        k = _decode_cells()
+        nd, dmin, dmax, dmean, d50, d90 = ((n if j < 3 else c)(i, k[j]) for j, i in enumerate(dec))
+    else:
+        nd = dmin = dmax = dmean = d50 = d90 = 0.0
     return {"op_name": kind, "batch_size": npre + nd, "num_prefill": npre, "num_decode": nd,
             "prefill_tokens": npre * pmean, "prefill_len_min": pmin, "prefill_len_max": pmax,
             "prefill_len_mean": pmean, "prefill_len_p50": p50, "prefill_len_p90": p90,

@@ -102,16 +102,21 @@ def test_cells_at_a_fine_grid_are_the_canonical_rows(monkeypatch):
 def test_a_cell_is_a_grid_index_per_statistic():
     op = AttentionOp((300, 17), (0, 40), (1023, 99), **KW)
     pre, dec = AQ.cell_parts(op, False)
-    q = lambda x: round(math.log2(1 + x) * 16)     # noqa: E731
+    q = lambda x, cells=16: round(math.log2(1 + x) * cells)     # noqa: E731
     pairs = 300 * 0 + 300 * 301 / 2 + 17 * 40 + 17 * 18 / 2
     assert pre[1] == ("context", (q(2), q(17), q(300), q(158.5), q(158.5), q(271.7), q(40), q(pairs)), ())
-    assert dec[1] == ("generation", (), (q(2), q(100), q(1024), q(562), q(562), q(931.6)))
+    # decode: the count at 1/16 in log2, min, max, p50 and p90 at 1/4, the mean at 1/32
+    assert AQ._decode_cells() == (16.0, 4.0, 4.0, 32.0, 4.0, 4.0)
+    assert dec[1] == ("generation", (), (q(2), q(100, 4), q(1024, 4), q(562, 32), q(562, 4), q(931.6, 4)))
     row = AQ.cell_row(dec[0], dec[1])
     # the representative row: integer statistics at the nearest integer to the cell's centre,
     # the others at the centre
-    assert (row["num_decode"], row["decode_ctx_min"], row["decode_ctx_max"]) == (2.0, 102.0, 1023.0)
-    assert row["decode_ctx_mean"] == pytest.approx(2 ** (q(562) / 16) - 1, rel=1e-15)
-    assert row["decode_ctx_p90"] == pytest.approx(2 ** (q(931.6) / 16) - 1, rel=1e-15)
+    assert (row["num_decode"], row["decode_ctx_min"], row["decode_ctx_max"]) == (2.0, 107.0, 1023.0)
+    assert row["decode_ctx_mean"] == pytest.approx(2 ** (q(562, 32) / 32) - 1, rel=1e-15)
+    assert row["decode_ctx_p90"] == pytest.approx(2 ** (q(931.6, 4) / 4) - 1, rel=1e-15)
+    prow = AQ.cell_row(pre[0], pre[1])
+    assert (prow["num_prefill"], prow["prefill_len_min"], prow["prefill_len_max"]) == (2.0, 17.0, 303.0)   # 1/16: exact below ~23
+    assert prow["prefill_len_mean"] == pytest.approx(2 ** (q(158.5) / 16) - 1, rel=1e-15)
 
 
 def test_submodel_key_is_the_predictors(pred):
@@ -129,7 +134,7 @@ def _at_cell(pred, op, mode="kernel"):
 def test_memo_hits_inside_a_grid_cell(pred):
     pred.reset_cache()
     a = AttentionOp((), (), (1999,) * 16, **KW)        # schema context 2000
-    b = AttentionOp((), (), (1949,) * 16, **KW)        # 1950: the same 1/16-log2 cell on every statistic
+    b = AttentionOp((), (), (1989,) * 16, **KW)        # 1990: the same cell on every statistic
     c = AttentionOp((), (), (2999,) * 16, **KW)        # another cell
     cells = [AQ.cell_parts(op, False)[0][1] for op in (a, b, c)]
     assert cells[0] == cells[1] != cells[2]
