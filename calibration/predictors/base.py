@@ -358,7 +358,7 @@ class FamilyPredictor:
         each query's exact one (seconds = exp(output) x reference + launch shift)."""
         total, flag = 0.0, False
         ratio = self.target == "ratio"
-        for shape, cell, reference_s in query.cell_parts(op, getattr(self, "has_mixed", False)):
+        for shape, cell, reference_s in self._cell_parts(query, op):
             entry = self._shape_cache.get((timing_mode, shape))
             if entry is None:
                 key = self._row_key(query, query.cell_row(shape, cell))
@@ -376,6 +376,10 @@ class FamilyPredictor:
             seconds = scale * reference_s + shift if ratio else scale + shift
             total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
         return total, flag
+
+    def _cell_parts(self, query, op) -> list[tuple[tuple, tuple, float]]:
+        """``query.cell_parts`` of one op (hook: the MoE family hands its fitted roofline on)."""
+        return query.cell_parts(op, getattr(self, "has_mixed", False))
 
     def _evaluate_cell(self, query, memo_key: tuple) -> tuple[float, bool]:
         """Memo entry of a cell (a miss): exp(model output) on the cell's representative row and

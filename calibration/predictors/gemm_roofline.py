@@ -46,6 +46,12 @@ def fit_roofline(terms: np.ndarray, latency_s: np.ndarray) -> np.ndarray:
     return coef
 
 
+def fit_per_key(terms: np.ndarray, latency_s: np.ndarray, keys: np.ndarray) -> dict[str, np.ndarray]:
+    """``fit_roofline`` on the rows of each sub-model key: {key: coefficients} (the linear
+    family's TERMS here; the MoE family's ``moe_roofline.TERMS``)."""
+    return {str(key): fit_roofline(terms[keys == key], latency_s[keys == key]) for key in sorted(set(keys))}
+
+
 def roofline_s(canon: F.Canon, coefs: dict[str, np.ndarray]) -> np.ndarray:
     """Reference seconds per row from the coefficients of its dtype (the linear family's
     sub-model key); NaN for a dtype without a fit."""

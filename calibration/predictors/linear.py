@@ -34,7 +34,7 @@ import pandas as pd
 
 from calibration import features as F
 from calibration.predictors.base import FamilyPredictor
-from calibration.predictors.gemm_roofline import TERMS, fit_roofline, roofline_s, roofline_terms
+from calibration.predictors.gemm_roofline import TERMS, fit_per_key, roofline_s, roofline_terms
 
 
 class LinearPredictor(FamilyPredictor):
@@ -50,10 +50,8 @@ class LinearPredictor(FamilyPredictor):
         self.roofline: dict[str, np.ndarray] = {}
         if self.target == "ratio" and len(df):
             canon = F.canon_from_rows(df, self.family)
-            keys, terms = self.submodel_keys(canon), roofline_terms(canon)
-            latency = df["latency_s_median"].to_numpy(float)
-            self.roofline = {str(key): fit_roofline(terms[keys == key], latency[keys == key])
-                             for key in sorted(set(keys))}
+            self.roofline = fit_per_key(roofline_terms(canon), df["latency_s_median"].to_numpy(float),
+                                        self.submodel_keys(canon))
         return super().fit(df)
 
     def _offset(self, canon: F.Canon) -> np.ndarray:

@@ -1,6 +1,7 @@
 """MoE family: the fused routed-expert MLP on one rank. One extra-trees forest (no
 bootstrap: p95 15.1 % vs 17.8 % with it, token-point split) per MoE dtype, on the "ratio"
-target, over tokens, experts (global and local), top-k, per-rank shapes, TP and EP sizes
+target (log of latency over a roofline fitted per MoE dtype, ``moe_roofline``; features v7,
+was the nominal ``features.reference_s``), over tokens, experts (global and local), top-k, per-rank shapes, TP and EP sizes
 (EP > 1 switches vLLM's fp8 MoE from Triton to FlashInfer-Cutlass), routed pairs, the
 routed load statistics (max and std of tokens per local expert, skew = max / mean) and
 the grouped-GEMM row blocks (each active expert's tokens padded to 16 / 64 / 128 rows).
@@ -8,8 +9,8 @@ AIC's rows name their routing only (balanced, power_law_1.01, power_law_1.2): th
 statistics come from ``features.power_law_rank_stats`` (a reconstruction of AIC's sampler);
 the simulator's ops carry their router's actual loads.
 
-Held-out p95 (features v5, 20 %, seed 0): rows 12.5 % (H200) / 12.3 % (H100), token points
-14.7 % / 14.7 %. Measured but not adopted (H200 rows): leaves of 1 sample 12.3 % at 2.3x the
+Held-out p95 (20 %, seed 0), features v7: rows 10.5 % (H200) / 10.4 % (H100), token points
+12.9 % / 12.8 %; v5-v6 (nominal reference): rows 12.5 % / 12.3 %, token points 14.7 % / 14.7 %. Measured but not adopted (H200 rows): leaves of 1 sample 12.3 % at 2.3x the
 pickled size, 32 trees with leaves of 1 11.9 % at 4.7x (features v4). Gradient boosting (2026-11-30,
 features v6; ``forest(kind="hgb")``, 63 leaves, learning rate 0.1): 300 rounds give rows 10.8 %
 (H200) / 11.0 % (H100), 800 rounds 10.4 / 10.8 %, but by token points 17.4 % against this
@@ -25,11 +26,42 @@ identical work to p95 ~7 % (README, calibration), below which no predictor can g
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
+from calibration import features as F
 from calibration.predictors.base import FamilyPredictor
+from calibration.predictors.gemm_roofline import fit_per_key
+from calibration.predictors.moe_roofline import TERMS, roofline_s, roofline_terms
 
 
 class MoePredictor(FamilyPredictor):
     family = "moe"
     kernels_per_op = 5   # router top-k, align/sort, gate_up, activation, down (+reduce)
+    ratio_reference = "calibration.predictors.moe_roofline (fitted per MoE dtype)"
 
     defaults = {"min_samples_leaf": 2, "max_samples": None, "target": "ratio"}
+
+    def fit(self, df: pd.DataFrame) -> "MoePredictor":
+        """Fit the per-dtype roofline (ratio target) on all rows of a key, then the forests."""
+        df = self.select_rows(df).reset_index(drop=True)
+        self.roofline: dict[str, tuple[float, ...]] = {}   # plain floats: the scalar query multiplies them
+        if self.target == "ratio" and len(df):
+            canon = F.canon_from_rows(df, self.family)
+            fits = fit_per_key(roofline_terms(canon), df["latency_s_median"].to_numpy(float), self.submodel_keys(canon))
+            self.roofline = {key: tuple(map(float, coef)) for key, coef in fits.items()}
+        return super().fit(df)
+
+    def _offset(self, canon: F.Canon) -> np.ndarray:
+        if self.target != "ratio":
+            return super()._offset(canon)
+        return np.log(roofline_s(roofline_terms(canon), self.submodel_keys(canon), self.roofline))
+
+    def _cell_parts(self, query, op) -> list[tuple[tuple, tuple, float]]:
+        """moe_query.cell_parts with the fitted roofline as each query's reference time."""
+        return query.cell_parts(op, roofline=self.roofline)
+
+    def describe(self) -> dict:
+        out = super().describe()
+        out["roofline"] = {key: dict(zip(TERMS, map(float, coef))) for key, coef in self.roofline.items()}
+        return out

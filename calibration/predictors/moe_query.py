@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import math
 import operator
+from typing import Sequence
 
 from calibration import features as F
 from calibration.predictors import grid
@@ -44,6 +45,7 @@ from frontier.ops import MoeOp
 KEY_COLUMNS = ("moe_dtype",)
 SHAPE_COLUMNS = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "moe_dtype")
 _EP = SHAPE_COLUMNS.index("moe_ep_size")
+_DTYPE = SHAPE_COLUMNS.index(F.SUBMODEL_KEY["moe"])     # the sub-model key: the fitted roofline's key
 QUERY_CELLS = 16.0      # memo cells are keyed by grid index: whoever changes it must reset the memos
 _DB = F._DTYPE_BYTES
 
@@ -72,10 +74,13 @@ def query_rows(op: MoeOp, has_mixed: bool = False) -> tuple[dict, ...]:
     return (canon_row(op),)
 
 
-def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, float]]:
+def cell_parts(op: MoeOp, has_mixed: bool = False,
+               roofline: dict[str, Sequence[float]] | None = None) -> list[tuple[tuple, tuple, float]]:
     """[(SHAPE_COLUMNS values, cell, reference seconds)] of the op's canonical row: the cell holds
     the grid indices (``grid.index``) of its token count, routed pairs, largest expert load and load
-    standard deviation; the reference time is the row's exact one (has_mixed: interface only).
+    standard deviation; the reference time is the row's exact one: the fitted roofline
+    (``moe_roofline``; ``roofline``: coefficients per MoE dtype, NaN for a dtype without them)
+    or, without a fit (None or empty), ``reference_row`` (has_mixed: interface only).
     The shape comes from ``canon_row`` once per op shape (every field but the three that vary
     with the routed tokens, ``_VARYING``: ``_shape_of``); ~8 us for 128 local experts, half of it the load
     variance (CPU, replayed)."""
@@ -83,7 +88,12 @@ def cell_parts(op: MoeOp, has_mixed: bool = False) -> list[tuple[tuple, tuple, f
     mx, var = _load_stats(op)
     pairs, idx, cells = F.mean_rank_pairs(op.tokens, op.topk, shape[_EP]), grid.index, QUERY_CELLS
     cell = (idx(op.tokens, cells), idx(pairs, cells), idx(mx, cells), idx(math.sqrt(max(var, 0.0)), cells))
-    return [(shape, cell, _reference_s(shape, float(pairs)))]
+    if roofline:
+        coef = roofline.get(str(shape[_DTYPE]))
+        reference = math.nan if coef is None else _roofline_s(shape, float(pairs), mx, coef)
+    else:
+        reference = _reference_s(shape, float(pairs))
+    return [(shape, cell, reference)]
 
 
 # The MoeOp fields a MoE query's shape does not depend on: ``cell_parts`` derives its
@@ -134,6 +144,25 @@ def feature_row(r: dict) -> list[float]:
 def reference_row(r: dict) -> float:
     """features.reference_s of one canonical MoE row (seconds)."""
     return _reference_s(tuple(r[c] for c in SHAPE_COLUMNS), float(r["routed_pairs"]))
+
+
+def roofline_row_s(r: dict, coef: Sequence[float]) -> float:
+    """The fitted roofline of one canonical MoE row (seconds): ``moe_roofline.roofline_terms``
+    of its table times ``coef`` (``moe_roofline.TERMS`` order)."""
+    return _roofline_s(tuple(r[c] for c in SHAPE_COLUMNS), float(r["routed_pairs"]),
+                       float(r["max_tokens_per_expert"]), coef)
+
+
+def _roofline_s(shape: tuple, pairs: float, max_load: float, coef: Sequence[float]) -> float:
+    """``roofline_row_s`` from a row's SHAPE_COLUMNS values, routed pairs and largest expert load."""
+    hid, inter_size, _topk, experts, tp, ep, dtype = shape
+    hid, inter = float(hid), float(inter_size) / float(tp)
+    local = max(1.0, float(experts) / float(ep))
+    active = min(local, max(pairs, 1.0))
+    wbytes = _DB.get(str(dtype), 2.0)
+    c0, c1, c2, c3, c4 = coef
+    return (c0 + 6 * hid * inter * pairs * c1 + 3 * hid * inter * active * wbytes * c2
+            + pairs * (2 * hid + 3 * inter) * 2 * c3 + 6 * hid * inter * max_load * c4)
 
 
 def _reference_s(shape: tuple, pairs: float) -> float:

@@ -63,7 +63,7 @@ def test_query_is_sklearn_on_the_cell_rows():
         got, oor = pred.predict_s(OPS, mode, return_mask=True)
         assert pred._scalar_ok is True and (pred.memo_lookups, pred.memo_misses) == (5, 5)   # fp8: no sub-model
         assert np.isnan(got[5:]).all() and oor[5:].all()
-        parts = [MQ.cell_parts(op)[0] for op in OPS[:5]]
+        parts = [MQ.cell_parts(op, roofline=pred.roofline)[0] for op in OPS[:5]]
         want, X = _sklearn(pred, mode, [MQ.cell_row(s, c) for s, c, _ in parts], [r for _, _, r in parts])
         assert np.abs(got[:5] / want - 1).max() <= 1e-12
         lo, hi = pred.ranges[("kernel", "bf16")]
@@ -88,7 +88,7 @@ def test_fine_grid_query_equals_unquantized_sklearn(monkeypatch):
         pred.reset_cache()
         got = pred.predict_s(ops, mode)
         rows = [MQ.canon_row(op) for op in ops]
-        want, _ = _sklearn(pred, mode, rows, [MQ.reference_row(r) for r in rows])
+        want, _ = _sklearn(pred, mode, rows, [MQ.roofline_row_s(r, pred.roofline["bf16"]) for r in rows])
         assert np.abs(got / want - 1).max() <= 1e-9
 
 
@@ -105,3 +105,33 @@ def test_a_shape_is_derived_once_per_op_shape():
     for other in (dataclasses.replace(a, moe_tp=2), OPS[5], OPS[6]):     # sharding, fp8, fp8 block
         assert MQ.cell_parts(other)[0][0] == tuple(MQ.canon_row(other)[c] for c in MQ.SHAPE_COLUMNS)
     assert MQ._shape_of.cache_info().misses == 4
+
+
+def test_fitted_roofline_and_its_scalar_twin():
+    """The MoE reference is a roofline fitted per dtype (moe_roofline): on rows that follow such a
+    law exactly the fit recovers it, the scalar twin equals the numpy terms, and a query's
+    reference is that roofline at the query's own pairs and largest load (NaN for a dtype
+    without a fit; no fit at all: the nominal reference_row)."""
+    from calibration.predictors.moe_roofline import TERMS, roofline_terms
+
+    coef = np.array([6e-6, 1 / 3e14, 1 / 2.5e12, 1 / 4e12, 1 / 1e14])
+    rows = _rows()
+    table = F.canon_from_rows(rows, "moe")
+    pred = make_predictor("moe", n_estimators=2).fit(rows.assign(latency_s_median=roofline_terms(table) @ coef))
+    assert list(pred.roofline) == ["bf16"] and pred.roofline["bf16"] == pytest.approx(coef.tolist(), rel=1e-6)
+    assert pred.describe()["roofline"]["bf16"] == dict(zip(TERMS, pred.roofline["bf16"]))
+    for op in OPS + [_op(700, tuple(range(100, 116)))]:
+        (row,) = MQ.query_rows(op)
+        terms = roofline_terms(F.canon_from_records([row], "moe"))[0]
+        assert MQ.roofline_row_s(row, coef) == pytest.approx(float(terms @ coef), rel=1e-12)
+        (shape, _, ref), = MQ.cell_parts(op, roofline={"bf16": tuple(coef), "fp8": tuple(2 * coef)})
+        want = coef if row["moe_dtype"] == "bf16" else 2 * coef if row["moe_dtype"] == "fp8" else None
+        if want is None:
+            assert math.isnan(ref)                                   # fp8 block-scaled: no coefficients
+        else:
+            assert ref == pytest.approx(MQ.roofline_row_s(row, want), rel=1e-12)
+        assert MQ.cell_parts(op, roofline={})[0][2] == MQ.cell_parts(op)[0][2] == MQ.reference_row(row)
+    # skew costs more than its pairs say: the largest-expert term
+    even, skewed = _op(64, (32,) * 16), _op(64, (302,) + (14,) * 15)
+    assert even.routed_pairs == skewed.routed_pairs
+    assert MQ.cell_parts(skewed, roofline=pred.roofline)[0][2] > MQ.cell_parts(even, roofline=pred.roofline)[0][2]
