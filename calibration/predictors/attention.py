@@ -7,8 +7,10 @@ tiles, and per-request work terms (causal pairs per prefill, 128-query tiles per
 128-key tiles per decode, decode CTAs, query heads per KV head). One extra-trees forest
 (randomized split points interpolate between the measured length grid better than
 RandomForest's mid-points: p95 15.9 % vs 16.9 % on H100) per (MHA | MLA module) x KV
-dtype, on the "ratio" target: 8 unbagged trees with leaves of 2 (H100 rows split p95
-8.3 % vs 10.5 % for 16 bagged trees with leaves of 3; 16 MB vs 8.5 MB pickled).
+dtype, on the "ratio" target (log of latency over a roofline fitted per sub-model,
+``attention_roofline``; features v8, was the nominal ``features.reference_s``): 8 unbagged trees
+with leaves of 2 (H100 rows split p95 8.3 % vs 10.5 % for 16 bagged trees with leaves of 3;
+16 MB vs 8.5 MB pickled).
 
 Scope: ``module_keys`` names the sub-models fitted on "module" rows (AIC's MLA tables time the
 whole attention layer, its projections included); ``simulator.predictor_cost`` does not price
@@ -29,12 +31,16 @@ import numpy as np
 import pandas as pd
 
 from calibration import features as F
+from calibration.predictors.attention_roofline import TERMS, roofline_terms
 from calibration.predictors.base import FamilyPredictor
 
 
 class AttentionPredictor(FamilyPredictor):
     family = "attention"
     kernels_per_op = 2   # KV-cache write + attention kernel
+    ratio_reference = "calibration.predictors.attention_roofline (fitted per sub-model)"
+    roofline_terms = staticmethod(roofline_terms)
+    roofline_term_names = TERMS
 
     defaults = {"target": "ratio", "min_samples_leaf": 2, "max_samples": None, "n_estimators": 8}
 

@@ -82,6 +82,7 @@ import pandas as pd
 
 from calibration import features as F
 from calibration.predictors import attention_query, moe_query
+from calibration.predictors.gemm_roofline import fit_per_key, keyed_s
 from calibration.predictors.tree_eval import CompiledForest, compile_forest
 
 DEFAULT_LAUNCH_OVERHEAD_S = 5e-6   # per kernel launch from Python (assumption, not measured here)
@@ -112,6 +113,11 @@ class FamilyPredictor:
     kernels_per_op: int = 1
     target: str = "log"   # "log": log(latency_s); "ratio": log(latency_s / features.reference_s)
     ratio_reference: str = "features.reference_s"   # what "ratio" divides by (a family may fit its own)
+    # A family that sets these divides its "ratio" target by a roofline fitted per sub-model key
+    # instead (``gemm_roofline.fit_per_key``; ``self.roofline``: key -> coefficients):
+    # canon -> rows x terms matrix (a staticmethod), and the terms' names.
+    roofline_terms: Callable | None = None
+    roofline_term_names: tuple[str, ...] = ()
     defaults: dict = {}   # a family's own forest parameters and target (overrides FOREST_DEFAULTS)
 
     def __init__(self, **overrides) -> None:
@@ -144,8 +150,13 @@ class FamilyPredictor:
             raise ValueError(f"no {self.family} rows to fit")
         canon = F.canon_from_rows(df, self.family)
         X = F.featurize(canon, self.family)
-        y = np.log(df["latency_s_median"].to_numpy(float)) - self._offset(canon)
         keys = self.submodel_keys(canon)
+        latency = df["latency_s_median"].to_numpy(float)
+        self.roofline: dict[str, tuple[float, ...]] = {}    # plain floats: the scalar queries multiply them
+        if self.target == "ratio" and self.roofline_terms is not None:
+            fits = fit_per_key(self.roofline_terms(canon), latency, keys)
+            self.roofline = {key: tuple(map(float, coef)) for key, coef in fits.items()}
+        y = np.log(latency) - self._offset(canon)
         modes = df["timing_mode"].astype(str).to_numpy()
         self.models, self.ranges, self.n_rows = {}, {}, {}
         for mode in sorted(set(modes)):
@@ -179,9 +190,12 @@ class FamilyPredictor:
     # ------------------------------------------------------------------ querying
 
     def _offset(self, canon: F.Canon) -> np.ndarray:
-        if self.target == "ratio":
+        """log of the "ratio" target's reference seconds per row (0 for the "log" target)."""
+        if self.target != "ratio":
+            return np.zeros(len(next(iter(canon.values()))))
+        if self.roofline_terms is None:
             return np.log(F.reference_s(canon, self.family))
-        return np.zeros(len(next(iter(canon.values()))))
+        return np.log(keyed_s(self.roofline_terms(canon), self.submodel_keys(canon), self.roofline))
 
     def reset_cache(self) -> None:
         """Forget memoized predictions (and the memo counters)."""
@@ -379,8 +393,10 @@ class FamilyPredictor:
         return total, flag
 
     def _cell_parts(self, query, op) -> list[tuple[tuple, tuple, float]]:
-        """``query.cell_parts`` of one op (hook: the MoE family hands its fitted roofline on)."""
-        return query.cell_parts(op, getattr(self, "has_mixed", False))
+        """``query.cell_parts`` of one op, with the fitted roofline's coefficients when the
+        ratio target divides by one (each part's reference is then that roofline)."""
+        fitted = self.target == "ratio" and self.roofline_terms is not None
+        return query.cell_parts(op, getattr(self, "has_mixed", False), self.roofline if fitted else None)
 
     def _evaluate_cell(self, query, memo_key: tuple) -> tuple[float, bool]:
         """Memo entry of a cell (a miss): exp(model output) on the cell's representative row and
@@ -481,10 +497,14 @@ class FamilyPredictor:
 
     def describe(self) -> dict:
         """JSON-able summary: sub-models, rows, launch overhead."""
-        return {"family": self.family, "features": list(self.feature_names),
-                "submodels": {f"{m}:{k}": n for (m, k), n in self.n_rows.items()},
-                "launch_overhead_s": self.launch_overhead_s,
-                "launch_overhead_source": self.launch_overhead_source}
+        out = {"family": self.family, "features": list(self.feature_names),
+               "submodels": {f"{m}:{k}": n for (m, k), n in self.n_rows.items()},
+               "launch_overhead_s": self.launch_overhead_s,
+               "launch_overhead_source": self.launch_overhead_source}
+        if self.roofline_terms is not None:
+            out["roofline"] = {key: dict(zip(self.roofline_term_names, map(float, coef)))
+                               for key, coef in self.roofline.items()}
+        return out
 
 
 def _compiled_model(model):

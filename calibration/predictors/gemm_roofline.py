@@ -16,9 +16,18 @@ sit on a ~70 us floor that a 2 us fixed term does not describe.
 Measured (AIC vLLM 0.24.0 GEMM tables, 20 % held out, seed 0, p95 APE; fitted on the
 training split only): with the nominal reference the forest reached H200 rows 10.7 %, H100
 token points 13.6 %; with this fitted one 9.8 % and 13.3 % (same features v2, 32 trees).
+Tried (2026-11-30, features v7): a padded-FLOPs term (m rounded up to 64) and a wave term
+(ceil(128 x 128 tiles / 132 SMs) x a tile's FLOPs): rows p95 H200 9.62 -> 9.31 %, H100
+10.96 -> 10.84 %; not adopted for a few tenths of a point.
+
+The fit (``fit_roofline``, ``fit_per_key``) and the keyed evaluation (``keyed_s``) serve every
+family that fits its ratio reference (``FamilyPredictor.roofline_terms``): GEMM here, attention
+(``attention_roofline``) and MoE (``moe_roofline``).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -52,17 +61,21 @@ def fit_per_key(terms: np.ndarray, latency_s: np.ndarray, keys: np.ndarray) -> d
     return {str(key): fit_roofline(terms[keys == key], latency_s[keys == key]) for key in sorted(set(keys))}
 
 
-def roofline_s(canon: F.Canon, coefs: dict[str, np.ndarray]) -> np.ndarray:
-    """Reference seconds per row from the coefficients of its dtype (the linear family's
-    sub-model key); NaN for a dtype without a fit."""
-    dtypes = np.asarray(canon["dtype"]).astype(str)
-    terms = roofline_terms(canon)
-    if len(dtypes) and (dtypes == dtypes[0]).all():       # one dtype (a token table): no masks
-        coef = coefs.get(str(dtypes[0]))
-        return terms @ coef if coef is not None else np.full(len(terms), np.nan)
+def keyed_s(terms: np.ndarray, keys: np.ndarray, coefs: dict[str, Sequence[float]]) -> np.ndarray:
+    """Reference seconds per row: the row's terms times the coefficients of its sub-model key;
+    NaN for a key without a fit."""
+    if len(keys) and (keys == keys[0]).all():            # one key (e.g. a token table): no masks
+        coef = coefs.get(str(keys[0]))
+        return terms @ np.asarray(coef, dtype=float) if coef is not None else np.full(len(terms), np.nan)
     out = np.full(len(terms), np.nan)
-    for dtype in set(dtypes.tolist()):
-        if dtype in coefs:
-            rows = dtypes == dtype
-            out[rows] = terms[rows] @ coefs[dtype]
+    for key in set(keys.tolist()):
+        if key in coefs:
+            rows = keys == key
+            out[rows] = terms[rows] @ np.asarray(coefs[key], dtype=float)
     return out
+
+
+def roofline_s(canon: F.Canon, coefs: dict[str, Sequence[float]]) -> np.ndarray:
+    """Reference seconds per row of a linear canonical table from the coefficients of its dtype
+    (the linear family's sub-model key); NaN for a dtype without a fit."""
+    return keyed_s(roofline_terms(canon), np.asarray(canon["dtype"]).astype(str), coefs)

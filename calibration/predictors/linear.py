@@ -29,37 +29,16 @@ points 13.9 % / 13.6 %; see README for the figures of this version. Tried and dr
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
-from calibration import features as F
 from calibration.predictors.base import FamilyPredictor
-from calibration.predictors.gemm_roofline import TERMS, fit_per_key, roofline_s, roofline_terms
+from calibration.predictors.gemm_roofline import TERMS, roofline_terms
 
 
 class LinearPredictor(FamilyPredictor):
     family = "linear"
     kernels_per_op = 1
     ratio_reference = "calibration.predictors.gemm_roofline (fitted per dtype)"
+    roofline_terms = staticmethod(roofline_terms)
+    roofline_term_names = TERMS
 
     defaults = {"target": "ratio", "n_estimators": 20}
 
-    def fit(self, df: pd.DataFrame) -> "LinearPredictor":
-        """Fit the per-dtype roofline (ratio target) on all rows of a key, then the forests."""
-        df = self.select_rows(df).reset_index(drop=True)
-        self.roofline: dict[str, np.ndarray] = {}
-        if self.target == "ratio" and len(df):
-            canon = F.canon_from_rows(df, self.family)
-            self.roofline = fit_per_key(roofline_terms(canon), df["latency_s_median"].to_numpy(float),
-                                        self.submodel_keys(canon))
-        return super().fit(df)
-
-    def _offset(self, canon: F.Canon) -> np.ndarray:
-        if self.target != "ratio":
-            return super()._offset(canon)
-        return np.log(roofline_s(canon, self.roofline))
-
-    def describe(self) -> dict:
-        out = super().describe()
-        out["roofline"] = {key: dict(zip(TERMS, map(float, coef))) for key, coef in self.roofline.items()}
-        return out

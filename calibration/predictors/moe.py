@@ -26,42 +26,15 @@ identical work to p95 ~7 % (README, calibration), below which no predictor can g
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
-from calibration import features as F
 from calibration.predictors.base import FamilyPredictor
-from calibration.predictors.gemm_roofline import fit_per_key
-from calibration.predictors.moe_roofline import TERMS, roofline_s, roofline_terms
+from calibration.predictors.moe_roofline import TERMS, roofline_terms
 
 
 class MoePredictor(FamilyPredictor):
     family = "moe"
     kernels_per_op = 5   # router top-k, align/sort, gate_up, activation, down (+reduce)
     ratio_reference = "calibration.predictors.moe_roofline (fitted per MoE dtype)"
+    roofline_terms = staticmethod(roofline_terms)
+    roofline_term_names = TERMS
 
     defaults = {"min_samples_leaf": 2, "max_samples": None, "target": "ratio"}
-
-    def fit(self, df: pd.DataFrame) -> "MoePredictor":
-        """Fit the per-dtype roofline (ratio target) on all rows of a key, then the forests."""
-        df = self.select_rows(df).reset_index(drop=True)
-        self.roofline: dict[str, tuple[float, ...]] = {}   # plain floats: the scalar query multiplies them
-        if self.target == "ratio" and len(df):
-            canon = F.canon_from_rows(df, self.family)
-            fits = fit_per_key(roofline_terms(canon), df["latency_s_median"].to_numpy(float), self.submodel_keys(canon))
-            self.roofline = {key: tuple(map(float, coef)) for key, coef in fits.items()}
-        return super().fit(df)
-
-    def _offset(self, canon: F.Canon) -> np.ndarray:
-        if self.target != "ratio":
-            return super()._offset(canon)
-        return np.log(roofline_s(roofline_terms(canon), self.submodel_keys(canon), self.roofline))
-
-    def _cell_parts(self, query, op) -> list[tuple[tuple, tuple, float]]:
-        """moe_query.cell_parts with the fitted roofline as each query's reference time."""
-        return query.cell_parts(op, roofline=self.roofline)
-
-    def describe(self) -> dict:
-        out = super().describe()
-        out["roofline"] = {key: dict(zip(TERMS, map(float, coef))) for key, coef in self.roofline.items()}
-        return out

@@ -80,7 +80,7 @@ def cell_parts(op: MoeOp, has_mixed: bool = False,
     the grid indices (``grid.index``) of its token count, routed pairs, largest expert load and load
     standard deviation; the reference time is the row's exact one: the fitted roofline
     (``moe_roofline``; ``roofline``: coefficients per MoE dtype, NaN for a dtype without them)
-    or, without a fit (None or empty), ``reference_row`` (has_mixed: interface only).
+    or, without a fit (None), ``reference_row`` (has_mixed: interface only).
     The shape comes from ``canon_row`` once per op shape (every field but the three that vary
     with the routed tokens, ``_VARYING``: ``_shape_of``); ~8 us for 128 local experts, half of it the load
     variance (CPU, replayed)."""
@@ -88,7 +88,7 @@ def cell_parts(op: MoeOp, has_mixed: bool = False,
     mx, var = _load_stats(op)
     pairs, idx, cells = F.mean_rank_pairs(op.tokens, op.topk, shape[_EP]), grid.index, QUERY_CELLS
     cell = (idx(op.tokens, cells), idx(pairs, cells), idx(mx, cells), idx(math.sqrt(max(var, 0.0)), cells))
-    if roofline:
+    if roofline is not None:
         coef = roofline.get(str(shape[_DTYPE]))
         reference = math.nan if coef is None else _roofline_s(shape, float(pairs), mx, coef)
     else:

@@ -41,14 +41,3 @@ def roofline_terms(canon: F.Canon) -> np.ndarray:
     max_load = F._f(canon, "max_tokens_per_expert")
     return np.column_stack([np.ones_like(hid), 6 * hid * inter * pairs, 3 * hid * inter * active * wbytes,
                             pairs * (2 * hid + 3 * inter) * 2, 6 * hid * inter * max_load])
-
-
-def roofline_s(terms: np.ndarray, keys: np.ndarray, coefs: dict[str, np.ndarray]) -> np.ndarray:
-    """Reference seconds per row (``roofline_terms`` rows) from the coefficients of its sub-model
-    key; NaN for a key without a fit."""
-    out = np.full(len(terms), np.nan)
-    for key in set(keys.tolist()):
-        if key in coefs:
-            rows = keys == key
-            out[rows] = terms[rows] @ coefs[key]
-    return out

@@ -111,7 +111,7 @@ def test_fitted_roofline_and_its_scalar_twin():
     """The MoE reference is a roofline fitted per dtype (moe_roofline): on rows that follow such a
     law exactly the fit recovers it, the scalar twin equals the numpy terms, and a query's
     reference is that roofline at the query's own pairs and largest load (NaN for a dtype
-    without a fit; no fit at all: the nominal reference_row)."""
+    without coefficients; no fit at all, roofline None: the nominal reference_row)."""
     from calibration.predictors.moe_roofline import TERMS, roofline_terms
 
     coef = np.array([6e-6, 1 / 3e14, 1 / 2.5e12, 1 / 4e12, 1 / 1e14])
@@ -130,7 +130,8 @@ def test_fitted_roofline_and_its_scalar_twin():
             assert math.isnan(ref)                                   # fp8 block-scaled: no coefficients
         else:
             assert ref == pytest.approx(MQ.roofline_row_s(row, want), rel=1e-12)
-        assert MQ.cell_parts(op, roofline={})[0][2] == MQ.cell_parts(op)[0][2] == MQ.reference_row(row)
+        assert MQ.cell_parts(op)[0][2] == MQ.reference_row(row)           # no fit: the nominal reference
+        assert math.isnan(MQ.cell_parts(op, roofline={})[0][2])           # a fit without this dtype
     # skew costs more than its pairs say: the largest-expert term
     even, skewed = _op(64, (32,) * 16), _op(64, (302,) + (14,) * 15)
     assert even.routed_pairs == skewed.routed_pairs
