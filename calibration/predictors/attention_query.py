@@ -9,11 +9,12 @@ agree with it to 1e-12, so the model sees the features it was fitted on:
 
 * ``canon_row(op)``       == ``features.canon_row_from_op(op)[1]``
 * ``feature_row(r)``      == ``features.featurize(<table of r>, "attention")[0]``
-* ``reference_row(r)``    == ``features.reference_s(<table of r>, "attention")[0]``  (seconds)
+* ``reference_row(r)``    == ``features.reference_s(<table of r>, "attention")[0]``  (seconds);
+  ``reference_row(r, coef)`` == ``attention_roofline.roofline_terms(<table of r>)[0] @ coef``
 * ``split_mixed_row(r)``  == ``features.split_mixed(<table of r>)``
-* ``cell_parts(op, m)``   == (KEY_COLUMNS, memo cell, ``reference_row``) of each row of
-  ``query_rows(op, m)``; ``cell_row(shape, cell)`` is the canonical row at the cell's centre
-  (== those rows at a ~exact grid, tested)
+* ``cell_parts(op, m, roofline)`` == (KEY_COLUMNS, memo cell, ``reference_row`` with the row's
+  sub-model coefficients) of each row of ``query_rows(op, m)``; ``cell_row(shape, cell)`` is the
+  canonical row at the cell's centre (== those rows at a ~exact grid, tested)
 
 The sub-model key is the predictor's own (``submodel_keys``), memoized per head shape
 (KEY_COLUMNS): it must not depend on the batch, only on the kernel.

@@ -5,8 +5,8 @@ Contract (every family):
   one regressor per sub-model key (the column that switches kernels: GEMM/MoE dtype,
   attention KV dtype and module scope, collective kind). Target ("target" attribute):
   "log" = log(latency_s), or "ratio" = log(latency_s / features.reference_s), a smooth
-  roofline-style reference, so the forest learns only the efficiency surface (GEMM and MoE
-  divide by a roofline fitted per dtype instead: ``gemm_roofline``, ``moe_roofline``). Chosen per
+  roofline-style reference, so the forest learns only the efficiency surface (GEMM, attention
+  and MoE divide by a roofline fitted per sub-model instead: ``roofline_terms``). Chosen per
   family by held-out error on the H100 AIC tables (features v2, 20 % held out, seed 0, p95 APE):
   GEMM log 13.9 % vs ratio 13.6 % by token points (12.3 vs 11.9 % by rows); attention ratio
   13.6 % by token points, 8.5 % by rows; MoE ratio 14.7 % / 12.9 %. (Features v1, RandomForest:

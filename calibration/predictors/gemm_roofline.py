@@ -56,8 +56,8 @@ def fit_roofline(terms: np.ndarray, latency_s: np.ndarray) -> np.ndarray:
 
 
 def fit_per_key(terms: np.ndarray, latency_s: np.ndarray, keys: np.ndarray) -> dict[str, np.ndarray]:
-    """``fit_roofline`` on the rows of each sub-model key: {key: coefficients} (the linear
-    family's TERMS here; the MoE family's ``moe_roofline.TERMS``)."""
+    """``fit_roofline`` on the rows of each sub-model key: {key: coefficients} (terms: a
+    family's ``roofline_terms`` matrix)."""
     return {str(key): fit_roofline(terms[keys == key], latency_s[keys == key]) for key in sorted(set(keys))}
 
 

@@ -10,9 +10,11 @@ a mismatch it warns and uses the numpy features). Same interface as ``attention_
 * ``query_rows(op, has_mixed)`` == ``(features.canon_row_from_op(op)[1],)`` (to 1e-12: the load
   variance is computed without numpy)
 * ``feature_row(r)``            == ``features.featurize(<table of r>, "moe")[0]``
-* ``reference_row(r)``          == ``features.reference_s(<table of r>, "moe")[0]``  (seconds)
+* ``reference_row(r)``          == ``features.reference_s(<table of r>, "moe")[0]``  (seconds);
+  ``reference_row(r, coef)``    == ``moe_roofline.roofline_terms(<table of r>)[0] @ coef``
 * KEY_COLUMNS: the row columns the sub-model key depends on.
-* ``cell_parts(op)``            == [(SHAPE_COLUMNS values, memo cell, ``reference_row``)] of that
+* ``cell_parts(op, m, roofline)`` == [(SHAPE_COLUMNS values, memo cell, ``reference_row`` with
+  the dtype's coefficients)] of that
   row; ``cell_row(shape, cell)`` is the canonical row at the cell's centre (== the row at a
   ~exact grid, tested)
 
@@ -141,20 +143,19 @@ def feature_row(r: dict) -> list[float]:
     return cols
 
 
-def reference_row(r: dict) -> float:
-    """features.reference_s of one canonical MoE row (seconds)."""
-    return _reference_s(tuple(r[c] for c in SHAPE_COLUMNS), float(r["routed_pairs"]))
-
-
-def roofline_row_s(r: dict, coef: Sequence[float]) -> float:
-    """The fitted roofline of one canonical MoE row (seconds): ``moe_roofline.roofline_terms``
-    of its table times ``coef`` (``moe_roofline.TERMS`` order)."""
-    return _roofline_s(tuple(r[c] for c in SHAPE_COLUMNS), float(r["routed_pairs"]),
-                       float(r["max_tokens_per_expert"]), coef)
+def reference_row(r: dict, coef: Sequence[float] | None = None) -> float:
+    """features.reference_s of one canonical MoE row (seconds), or with ``coef``
+    (``moe_roofline.TERMS`` order) the fitted roofline: ``moe_roofline.roofline_terms`` of its
+    table times ``coef``."""
+    shape = tuple(r[c] for c in SHAPE_COLUMNS)
+    if coef is None:
+        return _reference_s(shape, float(r["routed_pairs"]))
+    return _roofline_s(shape, float(r["routed_pairs"]), float(r["max_tokens_per_expert"]), coef)
 
 
 def _roofline_s(shape: tuple, pairs: float, max_load: float, coef: Sequence[float]) -> float:
-    """``roofline_row_s`` from a row's SHAPE_COLUMNS values, routed pairs and largest expert load."""
+    """``reference_row`` with ``coef`` from a row's SHAPE_COLUMNS values, routed pairs and
+    largest expert load."""
     hid, inter_size, _topk, experts, tp, ep, dtype = shape
     hid, inter = float(hid), float(inter_size) / float(tp)
     local = max(1.0, float(experts) / float(ep))

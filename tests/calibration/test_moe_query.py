@@ -88,7 +88,7 @@ def test_fine_grid_query_equals_unquantized_sklearn(monkeypatch):
         pred.reset_cache()
         got = pred.predict_s(ops, mode)
         rows = [MQ.canon_row(op) for op in ops]
-        want, _ = _sklearn(pred, mode, rows, [MQ.roofline_row_s(r, pred.roofline["bf16"]) for r in rows])
+        want, _ = _sklearn(pred, mode, rows, [MQ.reference_row(r, pred.roofline["bf16"]) for r in rows])
         assert np.abs(got / want - 1).max() <= 1e-9
 
 
@@ -123,13 +123,13 @@ def test_fitted_roofline_and_its_scalar_twin():
     for op in OPS + [_op(700, tuple(range(100, 116)))]:
         (row,) = MQ.query_rows(op)
         terms = roofline_terms(F.canon_from_records([row], "moe"))[0]
-        assert MQ.roofline_row_s(row, coef) == pytest.approx(float(terms @ coef), rel=1e-12)
+        assert MQ.reference_row(row, coef) == pytest.approx(float(terms @ coef), rel=1e-12)
         (shape, _, ref), = MQ.cell_parts(op, roofline={"bf16": tuple(coef), "fp8": tuple(2 * coef)})
         want = coef if row["moe_dtype"] == "bf16" else 2 * coef if row["moe_dtype"] == "fp8" else None
         if want is None:
             assert math.isnan(ref)                                   # fp8 block-scaled: no coefficients
         else:
-            assert ref == pytest.approx(MQ.roofline_row_s(row, want), rel=1e-12)
+            assert ref == pytest.approx(MQ.reference_row(row, want), rel=1e-12)
         assert MQ.cell_parts(op)[0][2] == MQ.reference_row(row)           # no fit: the nominal reference
         assert math.isnan(MQ.cell_parts(op, roofline={})[0][2])           # a fit without this dtype
     # skew costs more than its pairs say: the largest-expert term
