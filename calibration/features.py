@@ -52,10 +52,11 @@ Canon = dict[str, np.ndarray]
 
 # Bump when any canonical column, feature or reference formula changes: bundles record it,
 # cached auto bundles of another version are refitted and load_bundle refuses them.
-FEATURES_VERSION = 8       # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
+FEATURES_VERSION = 9       # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
                            # per dtype; 5: MoE power-law load statistics; 6: 20-tree GEMM forest;
                            # 7: MoE ratio target on a roofline fitted per MoE dtype (moe_roofline);
-                           # 8: attention ratio target on a roofline fitted per sub-model (attention_roofline)
+                           # 8: attention ratio target on a fitted roofline; 9: attention back on the
+                           # nominal reference (v8's fitted one worsened the end-to-end bench; attention.py)
 SMS = 132.0                 # streaming multiprocessors of an H100/H200 SXM (shapes the wave features)
 RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
 _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,

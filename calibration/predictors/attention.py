@@ -7,10 +7,18 @@ tiles, and per-request work terms (causal pairs per prefill, 128-query tiles per
 128-key tiles per decode, decode CTAs, query heads per KV head). One extra-trees forest
 (randomized split points interpolate between the measured length grid better than
 RandomForest's mid-points: p95 15.9 % vs 16.9 % on H100) per (MHA | MLA module) x KV
-dtype, on the "ratio" target (log of latency over a roofline fitted per sub-model,
-``attention_roofline``; features v8, was the nominal ``features.reference_s``): 8 unbagged trees
-with leaves of 2 (H100 rows split p95 8.3 % vs 10.5 % for 16 bagged trees with leaves of 3;
-16 MB vs 8.5 MB pickled).
+dtype, on the "ratio" target: 8 unbagged trees with leaves of 2 (H100 rows split p95
+8.3 % vs 10.5 % for 16 bagged trees with leaves of 3; 16 MB vs 8.5 MB pickled).
+
+Tried, not kept (2026-11-30, features v8): a reference fitted per sub-model as GEMM and MoE
+have (``FamilyPredictor.roofline_terms``; terms: fixed, prefill FLOPs, decode FLOPs at their own
+rate, KV bytes, query/output bytes). Held-out p95 of AIC's tables: H200 rows 8.12 -> 7.28 %,
+H100 8.46 -> 7.74 %, token points H200 14.06 -> 11.53 %, H100 13.6 -> 12.3 %, B300 rows 12.0 ->
+11.1 %, but B200 rows 16.4 -> 16.7 %; end to end (``bench/silicon_e2e.py --predictor-bundle
+auto``, 1,309 rows) TTFT / TPOT MAPE 33.3 / 15.3 -> 33.5 / 15.8 %, the Blackwell MiniMax-M2.5
+rows' TPOT 13.1-17.0 -> 15.3-18.3 %, H100 / H200 unchanged. The measured grid holds uniform
+batches of a few head shapes; what the simulator asks (mixed, non-uniform batches, MiniMax's
+per-rank heads) sits partly outside it, where the nominal reference extrapolates better.
 
 Scope: ``module_keys`` names the sub-models fitted on "module" rows (AIC's MLA tables time the
 whole attention layer, its projections included); ``simulator.predictor_cost`` does not price
@@ -31,16 +39,12 @@ import numpy as np
 import pandas as pd
 
 from calibration import features as F
-from calibration.predictors.attention_roofline import TERMS, roofline_terms
 from calibration.predictors.base import FamilyPredictor
 
 
 class AttentionPredictor(FamilyPredictor):
     family = "attention"
     kernels_per_op = 2   # KV-cache write + attention kernel
-    ratio_reference = "calibration.predictors.attention_roofline (fitted per sub-model)"
-    roofline_terms = staticmethod(roofline_terms)
-    roofline_term_names = TERMS
 
     defaults = {"target": "ratio", "min_samples_leaf": 2, "max_samples": None, "n_estimators": 8}
 

@@ -9,12 +9,11 @@ agree with it to 1e-12, so the model sees the features it was fitted on:
 
 * ``canon_row(op)``       == ``features.canon_row_from_op(op)[1]``
 * ``feature_row(r)``      == ``features.featurize(<table of r>, "attention")[0]``
-* ``reference_row(r)``    == ``features.reference_s(<table of r>, "attention")[0]``  (seconds);
-  ``reference_row(r, coef)`` == ``attention_roofline.roofline_terms(<table of r>)[0] @ coef``
+* ``reference_row(r)``    == ``features.reference_s(<table of r>, "attention")[0]``  (seconds)
 * ``split_mixed_row(r)``  == ``features.split_mixed(<table of r>)``
-* ``cell_parts(op, m, roofline)`` == (KEY_COLUMNS, memo cell, ``reference_row`` with the row's
-  sub-model coefficients) of each row of ``query_rows(op, m)``; ``cell_row(shape, cell)`` is the
-  canonical row at the cell's centre (== those rows at a ~exact grid, tested)
+* ``cell_parts(op, m)``   == (KEY_COLUMNS, memo cell, ``reference_row``) of each row of
+  ``query_rows(op, m)``; ``cell_row(shape, cell)`` is the canonical row at the cell's centre
+  (== those rows at a ~exact grid, tested)
 
 The sub-model key is the predictor's own (``submodel_keys``), memoized per head shape
 (KEY_COLUMNS): it must not depend on the batch, only on the kernel.
@@ -56,7 +55,6 @@ min or max) of the measured range's edge may be flagged either way.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Sequence
 
@@ -107,22 +105,18 @@ def canon_row(op: AttentionOp) -> dict[str, object]:
     return F.attention_canon_row(op, _stats)
 
 
-def cell_parts(op: AttentionOp, has_mixed: bool,
-               roofline: dict[str, Sequence[float]] | None = None) -> list[tuple[tuple, tuple, float]]:
+def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
     """(KEY_COLUMNS values, cell, reference seconds) of each row ``query_rows`` gives. The cell
     holds the row's kind and the grid indices (``grid.index``: QUERY_CELLS cells per log2 unit
     for the prefill statistics, ``_decode_cells`` for the decode ones) of its counts and length statistics, the canonical
     row's own quantities (``canon_row``: prefill count, min, max, mean, p50, p90 of the new
     tokens, largest context, attention pairs; decode count, min, max, mean, p50, p90 of the
-    context + 1); ``cell_row`` turns it back into a canonical row. The reference time is the
-    row's exact one: the fitted roofline (``attention_roofline``; ``roofline``: coefficients per
-    sub-model key, "mha" or "mla" : KV dtype; NaN for a key without them) or, without a fit
-    (None), ``reference_row`` (both through ``_reference_s`` without a row dict). ~4 us for ~32
-    decodes, ~8 us with prefills (CPU, replayed)."""
+    context + 1); ``cell_row`` turns it back into a canonical row. The reference time
+    (``reference_row``, through ``_reference_s`` without a row dict) is the row's exact one.
+    ~4 us for ~32 decodes, ~8 us with prefills (CPU, replayed)."""
     kv_dtype = F._kv_dtype(op.kv_bytes_per_elem)
     shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, kv_dtype, op.is_mla)
     heads, kvh, hd, kvb = float(op.num_heads), float(op.num_kv_heads), float(op.head_dim), _DB.get(kv_dtype, 2.0)
-    coef = None if roofline is None else roofline.get(_submodel_key(op.is_mla, kv_dtype), ())
     lg = math.log2
     pre = dec = ()
     if op.prefill_new:
@@ -145,21 +139,13 @@ def cell_parts(op: AttentionOp, has_mixed: bool,
                round(lg(1.0 + dmean) * cmean), round(lg(1.0 + (_quantile(s, 0.5) + 1.0)) * c50),
                round(lg(1.0 + (_quantile(s, 0.9) + 1.0)) * c90))
     if pre and dec and has_mixed:
-        return [(shape, ("mixed", pre, dec), _reference_s(heads, kvh, hd, 0.0, kvb, nd, dmean, npre, pmean, pairs, ptok, coef))]
+        return [(shape, ("mixed", pre, dec), _reference_s(heads, kvh, hd, 0.0, kvb, nd, dmean, npre, pmean, pairs, ptok))]
     parts = []
     if pre:
-        parts.append((shape, ("context", pre, ()),
-                      _reference_s(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, npre, pmean, pairs, ptok, coef)))
+        parts.append((shape, ("context", pre, ()), _reference_s(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, npre, pmean, pairs, ptok)))
     if dec or not pre:
-        parts.append((shape, ("generation", (), dec),
-                      _reference_s(heads, kvh, hd, 0.0, kvb, nd, dmean, 0.0, 0.0, 0.0, 0.0, coef)))
+        parts.append((shape, ("generation", (), dec), _reference_s(heads, kvh, hd, 0.0, kvb, nd, dmean, 0.0, 0.0, 0.0, 0.0)))
     return parts
-
-
-@functools.lru_cache(maxsize=None)
-def _submodel_key(is_mla: bool, kv_dtype: str) -> str:
-    """The attention predictor's sub-model key of a shape (``AttentionPredictor.submodel_keys``)."""
-    return f"{'mla' if is_mla else 'mha'}:{kv_dtype}"
 
 
 def _decode_cells() -> tuple[float, ...]:
@@ -257,31 +243,23 @@ def feature_row(row: dict) -> list[float]:
     return _attention(row)
 
 
-def reference_row(row: dict, coef: Sequence[float] | None = None) -> float:
-    """features.reference_s of one canonical attention row (seconds), or with ``coef``
-    (``attention_roofline.TERMS`` order) the fitted roofline: ``roofline_terms`` of its table
-    times ``coef``."""
+def reference_row(row: dict) -> float:
+    """features.reference_s of one canonical attention row (seconds)."""
     return _reference_s(float(row["num_heads"]), float(row["num_kv_heads"]), float(row["head_dim"]),
                         float(row["window_size"]), _DB.get(str(row["kv_dtype"]), 2.0), float(row["num_decode"]),
                         float(row["decode_ctx_mean"]), float(row["num_prefill"]), float(row["prefill_len_mean"]),
-                        float(row["prefill_pairs"]), float(row["prefill_tokens"]), coef)
+                        float(row["prefill_pairs"]), float(row["prefill_tokens"]))
 
 
 def _reference_s(heads: float, kvh: float, hd: float, window: float, kvb: float, nd: float, dmean: float,
-                 npre: float, pmean: float, pairs: float, ptok: float, coef: Sequence[float] | None = None) -> float:
+                 npre: float, pmean: float, pairs: float, ptok: float) -> float:
     """``reference_row`` from the row's numbers (seconds): heads, KV heads, head dim, window
     (tokens, 0 = none), KV bytes per element, decode count and mean context, prefill count,
-    mean new tokens, attention pairs and new tokens; ``coef``: the fitted roofline's
-    coefficients (empty: no fit for the row's key, NaN)."""
+    mean new tokens, attention pairs and new tokens."""
     if window > 0:
         dmean = min(dmean, window)
         pairs = min(pairs, npre * pmean * window)
+    flops = 4 * heads * hd * (pairs + nd * dmean)
     kv_bytes = (nd * dmean + ptok * 2) * 2 * kvh * hd * kvb
     qo_bytes = (ptok + nd) * heads * hd * 4
-    if coef is None:
-        flops = 4 * heads * hd * (pairs + nd * dmean)
-        return flops / F._REF_FLOPS + (kv_bytes + qo_bytes) / F._REF_BW + F._REF_FIXED_S
-    if len(coef) == 0:
-        return math.nan
-    c0, c1, c2, c3, c4 = coef
-    return c0 + 4 * heads * hd * pairs * c1 + 4 * heads * hd * (nd * dmean) * c2 + kv_bytes * c3 + qo_bytes * c4
+    return flops / F._REF_FLOPS + (kv_bytes + qo_bytes) / F._REF_BW + F._REF_FIXED_S

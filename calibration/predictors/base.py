@@ -5,8 +5,8 @@ Contract (every family):
   one regressor per sub-model key (the column that switches kernels: GEMM/MoE dtype,
   attention KV dtype and module scope, collective kind). Target ("target" attribute):
   "log" = log(latency_s), or "ratio" = log(latency_s / features.reference_s), a smooth
-  roofline-style reference, so the forest learns only the efficiency surface (GEMM, attention
-  and MoE divide by a roofline fitted per sub-model instead: ``roofline_terms``). Chosen per
+  roofline-style reference, so the forest learns only the efficiency surface (GEMM and MoE
+  divide by a roofline fitted per sub-model instead: ``roofline_terms``). Chosen per
   family by held-out error on the H100 AIC tables (features v2, 20 % held out, seed 0, p95 APE):
   GEMM log 13.9 % vs ratio 13.6 % by token points (12.3 vs 11.9 % by rows); attention ratio
   13.6 % by token points, 8.5 % by rows; MoE ratio 14.7 % / 12.9 %. (Features v1, RandomForest:
@@ -394,9 +394,10 @@ class FamilyPredictor:
 
     def _cell_parts(self, query, op) -> list[tuple[tuple, tuple, float]]:
         """``query.cell_parts`` of one op, with the fitted roofline's coefficients when the
-        ratio target divides by one (each part's reference is then that roofline)."""
-        fitted = self.target == "ratio" and self.roofline_terms is not None
-        return query.cell_parts(op, getattr(self, "has_mixed", False), self.roofline if fitted else None)
+        ratio target divides by one (each part's reference is then that roofline: MoE)."""
+        if self.target == "ratio" and self.roofline_terms is not None:
+            return query.cell_parts(op, getattr(self, "has_mixed", False), roofline=self.roofline)
+        return query.cell_parts(op, getattr(self, "has_mixed", False))
 
     def _evaluate_cell(self, query, memo_key: tuple) -> tuple[float, bool]:
         """Memo entry of a cell (a miss): exp(model output) on the cell's representative row and

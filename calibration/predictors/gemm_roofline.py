@@ -21,8 +21,8 @@ Tried (2026-11-30, features v7): a padded-FLOPs term (m rounded up to 64) and a 
 10.96 -> 10.84 %; not adopted for a few tenths of a point.
 
 The fit (``fit_roofline``, ``fit_per_key``) and the keyed evaluation (``keyed_s``) serve every
-family that fits its ratio reference (``FamilyPredictor.roofline_terms``): GEMM here, attention
-(``attention_roofline``) and MoE (``moe_roofline``).
+family that fits its ratio reference (``FamilyPredictor.roofline_terms``): GEMM here and MoE
+(``moe_roofline``).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def _at_cell(pred, op, mode="kernel"):
     """sklearn at each part's cell row x the part's exact reference time, summed (seconds)."""
     model = pred.models[(mode, "mha:bf16")]
     return sum(math.exp(model.predict(np.asarray([AQ.feature_row(AQ.cell_row(shape, cell))]))[0]) * ref
-               for shape, cell, ref in AQ.cell_parts(op, False, pred.roofline))
+               for shape, cell, ref in AQ.cell_parts(op, False))
 
 
 def test_memo_hits_inside_a_grid_cell(pred):
@@ -141,7 +141,7 @@ def test_memo_hits_inside_a_grid_cell(pred):
     pa, pb, pc = (pred.predict_s([op])[0] for op in (a, b, c))
     assert (pred.memo_lookups, pred.memo_misses) == (3, 2)
     # a hit reuses the model output: prices differ only by the exact reference time (ratio target)
-    ra, rb = (AQ.reference_row(AQ.canon_row(op), pred.roofline["mha:bf16"]) for op in (a, b))
+    ra, rb = (AQ.reference_row(AQ.canon_row(op)) for op in (a, b))
     assert pb / pa == pytest.approx(rb / ra, rel=1e-12)
     # the model is evaluated on the cell's representative row
     assert pa == pytest.approx(_at_cell(pred, a), rel=1e-12)
@@ -206,8 +206,7 @@ def test_fine_grid_query_equals_unquantized_sklearn(pred, monkeypatch):
         for op, p, oor in zip(ops, got, got_oor):
             rows = AQ.query_rows(op, False)
             X = np.asarray([AQ.feature_row(r) for r in rows])
-            coef = pred.roofline["mha:bf16"]
-            want = sum(math.exp(y) * AQ.reference_row(r, coef) + shift for y, r in zip(model.predict(X), rows))
+            want = sum(math.exp(y) * AQ.reference_row(r) + shift for y, r in zip(model.predict(X), rows))
             assert p == pytest.approx(want, rel=1e-9)
             assert oor == bool(((X < lo - 1e-6) | (X > hi + 1e-6)).any())
 
@@ -225,35 +224,8 @@ def test_a_predictor_with_mixed_rows_prices_a_mixed_batch_as_one_cell():
     op = AttentionOp((500,), (0,), (1023,) * 16, **KW)
     got = pred.predict_s([op])[0]
     assert (pred.memo_lookups, pred.memo_misses) == (1, 1)
-    (shape, cell, ref), = AQ.cell_parts(op, True, pred.roofline)
+    (shape, cell, ref), = AQ.cell_parts(op, True)
     assert cell[0] == "mixed"
     x = AQ.feature_row(AQ.cell_row(shape, cell))
     assert got == pytest.approx(math.exp(pred.models[("kernel", "mha:bf16")].predict(np.asarray([x]))[0]) * ref,
                                 rel=1e-12)
-
-
-def test_fitted_roofline_and_its_scalar_twin():
-    """The attention reference is a roofline fitted per sub-model (attention_roofline): on rows
-    that follow such a law exactly the fit recovers it; the scalar twin (reference_row with
-    coefficients, cell_parts with the predictor's roofline) equals the numpy terms, window
-    clipping included; a key without coefficients prices NaN; no fit (None): the nominal one."""
-    from calibration.predictors.attention_roofline import TERMS, roofline_terms
-
-    coef = np.array([5e-6, 1 / 4e14, 1 / 3e14, 1 / 2.5e12, 1 / 5e12])
-    rows = _rows()
-    pred = AttentionPredictor(n_estimators=2).fit(
-        rows.assign(latency_s_median=roofline_terms(F.canon_from_rows(rows, "attention")) @ coef))
-    assert list(pred.roofline) == ["mha:bf16"] and pred.roofline["mha:bf16"] == pytest.approx(coef.tolist(), rel=1e-6)
-    assert pred.describe()["roofline"]["mha:bf16"] == dict(zip(TERMS, pred.roofline["mha:bf16"]))
-    for op in OPS:
-        for row in AQ.query_rows(op, False):
-            for window in (0.0, 256.0):
-                r = {**row, "window_size": window}
-                terms = roofline_terms(F.canon_from_records([r], "attention"))[0]
-                assert AQ.reference_row(r, coef) == pytest.approx(float(terms @ coef), rel=1e-12)
-        fits = {"mha:bf16": tuple(coef), "mha:fp8": tuple(2 * coef), "mla:fp8": tuple(3 * coef)}
-        for (shape, cell, ref), row in zip(AQ.cell_parts(op, False, fits), AQ.query_rows(op, False)):
-            key = f"{'mla' if shape[5] else 'mha'}:{shape[4]}"
-            assert ref == pytest.approx(AQ.reference_row(row, fits[key]), rel=1e-12)
-        assert all(math.isnan(ref) for _, _, ref in AQ.cell_parts(op, False, {}))
-        assert [ref for _, _, ref in AQ.cell_parts(op, False)] == [AQ.reference_row(r) for r in AQ.query_rows(op, False)]
