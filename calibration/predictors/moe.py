@@ -21,7 +21,9 @@ config size) moved the H200 rows' p95 12.53 -> 12.27 %: not adopted. Feature sub
 (2026-11-30, H200, rows / token points): max_features 0.7 with 16 trees and leaves of 2 12.98 /
 14.80 %, with 32 trees and leaves of 1 11.59 / 13.61 % (~180 MB pickled against 40 MB), 0.5
 and 0.33 worse; not adopted (GEMM, same check: 40 trees 9.35 / 12.29 % against 20 trees' 9.62
-/ 12.31 %, leaves of 1 9.41 / 12.61 % at 97 MB against 26 MB). The tables repeat
+/ 12.31 %, leaves of 1 9.41 / 12.61 % at 97 MB against 26 MB). Separate sub-models (roofline
+and forest) for the expert-parallel rows, dtype x (EP > 1), features v7: rows 10.49 -> 10.72 %
+(H200), 10.39 -> 10.69 % (H100): pooling them helps; not adopted. The tables repeat
 identical work to p95 ~7 % (README, calibration), below which no predictor can go."""
 
 from __future__ import annotations
