@@ -45,9 +45,9 @@ statistics) - 1|, 2026-11-30):
 Misses came mostly from a decode statistic crossing a 1/16 cell: each of min, max, p50 and p90
 alone at 1/4 added 1-4 points of hits (Llama-3.1-8B) for at most +0.4 points of p95, while the
 count and the mean at 1/4 raised the p95 to 4.3 and 4.9 %; the mean at 1/32 pays back the
-error of the coarse others (p95 1.84 / 1.48 % against 1.88 / 1.57 %). (The former grid on the 31 features themselves, at 1/16: hits
-60 / 54 %, p95 2.0 / 1.9 %, max 4.0 / 5.8 %, and every hit paid the features.) The added error
-stays well below the model's own held-out p95 (~7 %). The out-of-range flag is the
+error of the coarse others (p95 1.84 / 1.48 % against 1.88 / 1.57 %). (The former grid on the
+31 features themselves, at 1/16: hits 60 / 54 %, p95 2.0 / 1.9 %, max 4.0 / 5.8 %, and every hit
+paid the features.) The added error stays well below the model's own held-out p95 (~7 %). The out-of-range flag is the
 representative row's, where the model is evaluated: it says whether that evaluation
 extrapolated, so a query within about half a cell (~2 % for the counts, ~10 % for a decode
 min or max) of the measured range's edge may be flagged either way.
@@ -108,10 +108,10 @@ def canon_row(op: AttentionOp) -> dict[str, object]:
 def cell_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
     """(KEY_COLUMNS values, cell, reference seconds) of each row ``query_rows`` gives. The cell
     holds the row's kind and the grid indices (``grid.index``: QUERY_CELLS cells per log2 unit
-    for the prefill statistics, ``_decode_cells`` for the decode ones) of its counts and length statistics, the canonical
-    row's own quantities (``canon_row``: prefill count, min, max, mean, p50, p90 of the new
-    tokens, largest context, attention pairs; decode count, min, max, mean, p50, p90 of the
-    context + 1); ``cell_row`` turns it back into a canonical row. The reference time
+    for the prefill statistics, ``_decode_cells`` for the decode ones) of its counts and length
+    statistics, the canonical row's own quantities (``canon_row``: prefill count, min, max,
+    mean, p50, p90 of the new tokens, largest context, attention pairs; decode count, min, max,
+    mean, p50, p90 of the context + 1); ``cell_row`` turns it back into a canonical row. The reference time
     (``reference_row``, through ``_reference_s`` without a row dict) is the row's exact one.
     ~4 us for ~32 decodes, ~8 us with prefills (CPU, replayed)."""
     kv_dtype = F._kv_dtype(op.kv_bytes_per_elem)

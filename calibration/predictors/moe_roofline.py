@@ -16,9 +16,9 @@ rows), and the forests learn log(latency / fitted roofline).
 Measured (AIC vLLM 0.24.0 MoE tables, 20 % held out, seed 0, p95 APE, features v6 forests; the
 roofline fitted on the training split only), nominal reference -> fitted without the
 largest-expert term -> fitted with it (this module): H200 rows 12.53 -> 11.07 -> 10.49 %, H100
-rows 12.25 -> 10.39 % (with it), token points H200 14.67 -> 12.85 %, H100 14.67 -> 12.76 %. A sixth
-term per active expert (a fixed cost per expert GEMM) moved the p95 by -0.2 to +0.1 points: not
-kept.
+rows 12.25 -> 10.39 % (with it), token points H200 14.67 -> 12.85 %, H100 14.67 -> 12.76 %. A
+sixth term per active expert (a fixed cost per expert GEMM) moved the p95 by -0.2 to +0.1
+points: not kept.
 """
 
 from __future__ import annotations
