@@ -73,9 +73,3 @@ def keyed_s(terms: np.ndarray, keys: np.ndarray, coefs: dict[str, Sequence[float
             rows = keys == key
             out[rows] = terms[rows] @ np.asarray(coefs[key], dtype=float)
     return out
-
-
-def roofline_s(canon: F.Canon, coefs: dict[str, Sequence[float]]) -> np.ndarray:
-    """Reference seconds per row of a linear canonical table from the coefficients of its dtype
-    (the linear family's sub-model key); NaN for a dtype without a fit."""
-    return keyed_s(roofline_terms(canon), np.asarray(canon["dtype"]).astype(str), coefs)

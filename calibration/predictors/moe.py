@@ -4,15 +4,16 @@ target (log of latency over a roofline fitted per MoE dtype, ``moe_roofline``; f
 was the nominal ``features.reference_s``), over tokens, experts (global and local), top-k,
 per-rank shapes, TP and EP sizes (EP > 1 switches vLLM's fp8 MoE from Triton to
 FlashInfer-Cutlass), routed pairs, the routed load statistics (max and std of tokens per
-local expert, skew = max / mean) and the grouped-GEMM row blocks (each active expert's tokens padded to 16 / 64 / 128 rows).
+local expert, skew = max / mean) and the grouped-GEMM row blocks (each active expert's tokens
+padded to 16 / 64 / 128 rows).
 AIC's rows name their routing only (balanced, power_law_1.01, power_law_1.2): their load
 statistics come from ``features.power_law_rank_stats`` (a reconstruction of AIC's sampler);
 the simulator's ops carry their router's actual loads.
 
 Held-out p95 (20 %, seed 0), features v7: rows 10.5 % (H200) / 10.4 % (H100), token points
 12.9 % / 12.8 %; v5-v6 (nominal reference): rows 12.5 % / 12.3 %, token points 14.7 % / 14.7 %.
-Measured but not adopted (H200 rows): leaves of 1 sample 12.3 % at 2.3x the pickled size, 32 trees with leaves of 1 11.9 % at 4.7x (features v4). Gradient boosting (2026-11-30,
-features v6; ``forest(kind="hgb")``, 63 leaves, learning rate 0.1): 300 rounds give rows 10.8 %
+Measured but not adopted (H200 rows): leaves of 1 sample 12.3 % at 2.3x the pickled size, 32
+trees with leaves of 1 11.9 % at 4.7x (features v4). Gradient boosting (2026-11-30, features v6; ``forest(kind="hgb")``, 63 leaves, learning rate 0.1): 300 rounds give rows 10.8 %
 (H200) / 11.0 % (H100), 800 rounds 10.4 / 10.8 %, but by token points 17.4 % against this
 forest's 14.7 % (H200): it fits the measured token grid and interpolates worse between counts,
 which is what the simulator asks, and one row walks ~140 us against ~17 us; not adopted. Two

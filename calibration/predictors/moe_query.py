@@ -153,14 +153,18 @@ def reference_row(r: dict, coef: Sequence[float] | None = None) -> float:
     return _roofline_s(shape, float(r["routed_pairs"]), float(r["max_tokens_per_expert"]), coef)
 
 
+def _rank_shape(shape: tuple, pairs: float) -> tuple[float, float, float, float]:
+    """(hidden, intermediate per rank, active local experts, bytes per weight) of a row's
+    SHAPE_COLUMNS values and routed pairs: what both references are built from."""
+    hid, inter_size, _topk, experts, tp, ep, dtype = shape
+    local = max(1.0, float(experts) / float(ep))
+    return float(hid), float(inter_size) / float(tp), min(local, max(pairs, 1.0)), _DB.get(str(dtype), 2.0)
+
+
 def _roofline_s(shape: tuple, pairs: float, max_load: float, coef: Sequence[float]) -> float:
     """``reference_row`` with ``coef`` from a row's SHAPE_COLUMNS values, routed pairs and
     largest expert load."""
-    hid, inter_size, _topk, experts, tp, ep, dtype = shape
-    hid, inter = float(hid), float(inter_size) / float(tp)
-    local = max(1.0, float(experts) / float(ep))
-    active = min(local, max(pairs, 1.0))
-    wbytes = _DB.get(str(dtype), 2.0)
+    hid, inter, active, wbytes = _rank_shape(shape, pairs)
     c0, c1, c2, c3, c4 = coef
     return (c0 + 6 * hid * inter * pairs * c1 + 3 * hid * inter * active * wbytes * c2
             + pairs * (2 * hid + 3 * inter) * 2 * c3 + 6 * hid * inter * max_load * c4)
@@ -168,10 +172,6 @@ def _roofline_s(shape: tuple, pairs: float, max_load: float, coef: Sequence[floa
 
 def _reference_s(shape: tuple, pairs: float) -> float:
     """``reference_row`` from a row's SHAPE_COLUMNS values and routed pairs (seconds)."""
-    hid, inter_size, _topk, experts, tp, ep, dtype = shape
-    hid, inter = float(hid), float(inter_size) / float(tp)
-    local = max(1.0, float(experts) / float(ep))
-    active = min(local, max(pairs, 1.0))
-    wbytes = _DB.get(str(dtype), 2.0)
+    hid, inter, active, wbytes = _rank_shape(shape, pairs)
     return (6 * hid * inter * pairs / F._REF_FLOPS
             + (3 * hid * inter * active * wbytes + pairs * (2 * hid + 3 * inter) * 2) / F._REF_BW + F._REF_FIXED_S)

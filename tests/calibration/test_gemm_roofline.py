@@ -11,7 +11,7 @@ import pytest
 from calibration import features as F
 from calibration.predictors import LinearPredictor
 from calibration.predictors.base import TABLE_BLOCK
-from calibration.predictors.gemm_roofline import MIN_FIXED_S, TERMS, fit_roofline, roofline_s, roofline_terms
+from calibration.predictors.gemm_roofline import MIN_FIXED_S, TERMS, fit_roofline, keyed_s, roofline_terms
 from frontier.ops import GemmOp
 
 TRUE = {"bf16": (3e-6, 1 / 8e14, 1 / 3e12, 1 / 2e12), "fp8": (7e-5, 1 / 1.6e15, 1 / 3e12, 1 / 2.5e12)}
@@ -48,7 +48,7 @@ def test_fixed_term_is_floored_and_unknown_dtype_is_nan():
     assert coef[0] == MIN_FIXED_S and coef[1] == pytest.approx(1 / 8e14, rel=1e-9)
     canon = {"m": np.array([64, 64]), "n": np.array([4096, 4096]), "k": np.array([4096, 4096]),
              "dtype": np.array(["bf16", "nvfp4"])}
-    got = roofline_s(canon, {"bf16": coef})
+    got = keyed_s(roofline_terms(canon), np.asarray(canon["dtype"]).astype(str), {"bf16": coef})
     assert got[0] == pytest.approx(MIN_FIXED_S + 2 * 64 * 4096 * 4096 / 8e14, rel=1e-12) and math.isnan(got[1])
 
 

@@ -10,7 +10,7 @@ import pytest
 from calibration import features as F
 from calibration.predictors import LinearPredictor, make_predictor
 from calibration.predictors.base import DEFAULT_LAUNCH_OVERHEAD_S, TABLE_BLOCK, TOKEN_FIELDS, TOKEN_TABLES
-from calibration.predictors.gemm_roofline import roofline_s
+from calibration.predictors.gemm_roofline import keyed_s, roofline_terms
 from frontier.ops import ElementwiseOp, GemmOp
 
 SHAPES = ((4096, 4096), (28672, 4096))
@@ -38,7 +38,8 @@ def test_gemm_tables_equal_the_compiled_forest_at_every_m(target):
     canon = F.canon_from_ops(ops, "linear")
     X = F.featurize(canon, "linear")                          # unquantized features
     # ratio: the roofline fitted per dtype (gemm_roofline), exact at each m
-    offset = np.log(roofline_s(canon, pred.roofline)) if target == "ratio" else 0.0
+    dtypes = np.asarray(canon["dtype"]).astype(str)
+    offset = np.log(keyed_s(roofline_terms(canon), dtypes, pred.roofline)) if target == "ratio" else 0.0
     compiled = pred._compiled_for(("kernel", "bf16"))[0]
     assert np.array_equal(got, np.exp(compiled.predict(X) + offset))
     assert np.abs(got / np.exp(pred.models[("kernel", "bf16")].predict(X) + offset) - 1).max() <= 1e-12
