@@ -525,6 +525,25 @@ def check_deployment(dep: Deployment) -> str | None:
     return None
 
 
+# The data's one nightly image (69 MiniMax-M2.5 rows, measured 2026-04-03) was built after vLLM
+# 0.19.0 (its wheel's _version.py is dated 2026-04-03) and before 0.20.0 (2026-04-27): it runs
+# 0.19's model kernels (simulator/vllm_version.py).
+NIGHTLY_RELEASE = {"nightly-5b8c30d62b754b57": "0.19.0"}
+
+
+def engine_vllm_version(stated: str) -> str:
+    """``--vllm-version`` of a run from its CSV ``backend_version``: the release it names, a
+    known nightly's release, or the simulator's default where the run states none."""
+    from simulator.vllm_version import DEFAULT
+    if not stated:
+        return DEFAULT
+    if stated.startswith("nightly"):
+        if stated not in NIGHTLY_RELEASE:
+            raise ValueError(f"backend_version {stated!r}: unknown nightly; add it to NIGHTLY_RELEASE")
+        return NIGHTLY_RELEASE[stated]
+    return stated
+
+
 def _engine_args(dep: Deployment) -> Any:
     from simulator.engine_args import EngineArgs
     # max_model_len: vLLM's default is the model's max_position_embeddings; the KV check in
@@ -540,7 +559,7 @@ def _engine_args(dep: Deployment) -> Any:
                       max_num_seqs=dep.max_num_seqs or dep.in_service_cap,
                       max_num_batched_tokens=dep.max_num_batched_tokens,
                       cudagraph_capture_sizes=dep.cudagraph_capture_sizes, quantization=dep.quantization,
-                      kv_cache_dtype=dep.kv_cache_dtype)
+                      kv_cache_dtype=dep.kv_cache_dtype, vllm_version=engine_vllm_version(dep.vllm_version))
 
 
 def resolve_bundles(value: str | None, gpus: set[str]) -> dict[str, str | None]:

@@ -764,11 +764,12 @@ def run_afd(spec):
     def make_engines(resolved, count: int):
         cudagraph = resolved.cudagraph_config()
         attn = BatchEngine(model, resolved.parallel, resolved.gpu,
-                           make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle), cudagraph)
+                           make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle), cudagraph,
+                           vllm_version=resolved.vllm_version)
         f_par = ParallelSpec(tp=1, dp=f_tp * f_ep, ep=f_ep, ffn_tp=f_tp)
         ffn = BatchEngine(model, f_par, f_gpu, make_cost_model(f_gpu, spec.comm_model, spec.predictor_bundle),
                           cudagraph, moe_router=make_moe_router(spec.moe_routing, model, f_par, spec.workload.seed)
-                          if model.is_moe else None)
+                          if model.is_moe else None, vllm_version=resolved.vllm_version)
         a_gpu = resolved.gpu
         one_node = (a_gpu.name == f_gpu.name and resolved.parallel.tp + f_tp * f_ep <= a_gpu.gpus_per_node)
         if afd.link_bandwidth_bytes_per_s is not None:

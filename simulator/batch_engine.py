@@ -51,6 +51,7 @@ from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
 from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
+from simulator.vllm_version import BF16X3_ROUTER, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR, SEMANTICS
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
@@ -62,8 +63,8 @@ if TYPE_CHECKING:
 BF16 = 2.0
 FP32 = 4.0
 VOCAB_PADDING = 64            # vLLM DEFAULT_VOCAB_PADDING_SIZE
-FP32_ROUTER_MAX_TOKENS = 32   # vLLM 0.33 GateLinear.FP32_MAX_TOKENS: the dedicated fp32 router kernel
-MINIMAX_QK_NORM_MAX_TOKENS = 2048   # vLLM 0.33 MINIMAX_QK_NORM_MAX_TOKEN_NUM: the fused AR + q/k norm kernel
+FP32_ROUTER_MAX_TOKENS = 32   # vLLM >= 0.23 GateLinear.FP32_MAX_TOKENS: the dedicated fp32 router kernel
+MINIMAX_QK_NORM_MAX_TOKENS = 2048   # vLLM >= 0.23 MINIMAX_QK_NORM_MAX_TOKEN_NUM: the fused AR + q/k norm kernel
 SAMPLER_FP32_PASSES = 3       # logits -> fp32, softmax/probs, sample: ~3 passes over rows x vocab fp32
 MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
 # ... and a bound on the requests its BatchShape keys hold: decode shapes (context lengths grow
@@ -171,7 +172,10 @@ class BatchEngine:
 
     def __init__(self, model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
                  cost_model: CostModel, cudagraph: CudaGraphConfig, moe_router: MoeRouter | None = None,
-                 all2all_backend: str = "allgather_reducescatter") -> None:
+                 all2all_backend: str = "allgather_reducescatter",
+                 vllm_version: tuple[int, int] = SEMANTICS) -> None:
+        """``vllm_version``: (major, minor) of the release whose model kernels to price
+        (``simulator.vllm_version``: MiniMax-M2's router and q/k norm)."""
         parallel.check_model(model)
         if all2all_backend not in ALL2ALL_BACKENDS:
             raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {ALL2ALL_BACKENDS}")
@@ -180,6 +184,7 @@ class BatchEngine:
         self.model, self.parallel, self.gpu = model, parallel, gpu
         self.cost_model, self.cudagraph = cost_model, cudagraph
         self.moe_router, self.all2all_backend = moe_router, all2all_backend
+        self.vllm_version = vllm_version
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node
         self._intra_link = intra_node_link(gpu)
@@ -372,44 +377,45 @@ class BatchEngine:
         return ops
 
     def _tp_wide_qk_norm_ops(self, m: int, width: int) -> list[object]:
-        """MiniMax-M2's q/k RMSNorm over m tokens, as vLLM 0.33's ``minimax_rms_norm`` runs it
-        (``width``: q and k elements per token on this rank). The norm spans the whole
-        TP-sharded projection, so at TP > 1 each token's q and k variances ([m, 2] fp32) are
-        all-reduced. At TP > 1 and up to ``MINIMAX_QK_NORM_MAX_TOKENS`` tokens one fused Lamport
-        kernel does the reduction and the norm: priced as the all-reduce. Otherwise two Triton
-        kernels run around it: the variances (reads q and k) and the apply (reads them, writes
-        them). (vLLM 0.16-0.19 compute it in torch ops that Inductor compiles, at every size.)"""
+        """MiniMax-M2's q/k RMSNorm over m tokens (``width``: q and k elements per token on this
+        rank). The norm spans the whole TP-sharded projection, so at TP > 1 each token's q and k
+        variances ([m, 2] fp32) are all-reduced. From vLLM 0.23 (``minimax_rms_norm``), at TP > 1
+        and up to ``MINIMAX_QK_NORM_MAX_TOKENS`` tokens, one fused Lamport kernel does the
+        reduction and the norm: priced as the all-reduce. Otherwise, and at every size before
+        0.23 (``MiniMaxText01RMSNormTP.forward_qk`` in torch ops), two kernels run around it:
+        the variances (reads q and k) and the apply (reads them, writes them)."""
         ops: list[object] = []
         if self._tp > 1:
             ops.append(self._comm("all_reduce", m * 2 * FP32, self._tp))
-            if m <= MINIMAX_QK_NORM_MAX_TOKENS:
+            if m <= MINIMAX_QK_NORM_MAX_TOKENS and self.vllm_version >= MINIMAX_FUSED_QK_NORM:
                 return ops
         ab = self._ab
         return [ElementwiseOp("qk_norm_var", m, width, width * ab), *ops,
                 ElementwiseOp("qk_norm_apply", m, width, 2 * width * ab)]
 
     def _router_ops(self, m: int) -> list[object]:
-        """The MoE router GEMM over m tokens as vLLM 0.33's ``GateLinear`` runs it.
+        """The MoE router GEMM over m tokens as vLLM runs it (``self.vllm_version``).
 
         A bf16 router is one bf16 GEMM. An fp32 router (MiniMax-M2: fp32 weights, fp32 logits)
-        takes, up to ``FP32_ROUTER_MAX_TOKENS`` tokens on sm_90 and sm_100-family GPUs, a
-        dedicated fp32 kernel (memory bound: the fp32 weights read once); above that the
-        sm_100 family (B200, B300, GB200) runs the bf16x3 CuteDSL GEMM (three bf16 products of
-        the split operands on tensor cores: priced as one bf16 GEMM three times as wide), and
-        every other GPU casts the tokens to fp32 and runs ``F.linear`` in fp32: an SGEMM on CUDA
-        cores (vLLM sets float32 matmul precision "highest": no TF32), which is what a prefill
-        chunk pays on Hopper (8,192 tokens of MiniMax-M2: 12.9 GFLOP per layer, ~0.26 ms on an
-        H200). vLLM 0.16-0.19 run the cast and the SGEMM at every size on every GPU
-        (``self.gate(hidden_states.to(torch.float32))``)."""
-        mdl, ab = self.model, self._ab
+        casts the tokens to fp32 and runs ``F.linear`` in fp32: an SGEMM on CUDA cores (vLLM sets
+        float32 matmul precision "highest": no TF32), which is what a prefill chunk pays on
+        Hopper (8,192 tokens of MiniMax-M2: 12.9 GFLOP per layer, ~0.26 ms on an H200). Before
+        vLLM 0.23 that runs at every size on every GPU (``self.gate(hidden_states.to(
+        torch.float32))``). From 0.23 (``GateLinear``), up to ``FP32_ROUTER_MAX_TOKENS`` tokens on
+        sm_90 and sm_100-family GPUs, a dedicated fp32 kernel takes it (memory bound: the fp32
+        weights read once); from 0.26 the sm_100 family (B200, B300, GB200) runs the bf16x3
+        CuteDSL GEMM above that (three bf16 products of the split operands on tensor cores:
+        priced as one bf16 GEMM three times as wide)."""
+        mdl, ab, version = self.model, self._ab, self.vllm_version
         h, e = mdl.hidden_size, mdl.num_experts
         if mdl.router_dtype == "bf16":
             return [GemmOp("router", m, e, h, BF16, ab)]
         sm100 = is_sm100_family(self.gpu.sm_version)
-        if (sm100 or self.gpu.sm_version == 90) and m <= FP32_ROUTER_MAX_TOKENS:
-            return [GemmOp("router", m, e, h, FP32, ab, "fp32")]
-        if sm100:
-            return [GemmOp("router_bf16x3", m, 3 * e, h, BF16, ab)]
+        if version >= MINIMAX_GATE_LINEAR:
+            if (sm100 or self.gpu.sm_version == 90) and m <= FP32_ROUTER_MAX_TOKENS:
+                return [GemmOp("router", m, e, h, FP32, ab, "fp32")]
+            if sm100 and version >= BF16X3_ROUTER:
+                return [GemmOp("router_bf16x3", m, 3 * e, h, BF16, ab)]
         return [ElementwiseOp("router_cast", m, h, (ab + FP32) * h), GemmOp("router", m, e, h, FP32, FP32, "fp32")]
 
     def _comm(self, kind: str, nbytes: float, size: int) -> CommOp:

@@ -45,6 +45,7 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
+from simulator.vllm_version import DEFAULT as VLLM_DEFAULT, parse_vllm_version
 
 GiB = 1 << 30
 
@@ -98,6 +99,9 @@ class EngineArgs:
     async_scheduling: bool = True
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
+    # not a vLLM flag: the release whose model kernels to price (simulator/vllm_version.py);
+    # scheduling, memory and defaults stay vLLM 0.33's
+    vllm_version: str = VLLM_DEFAULT
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
@@ -142,6 +146,7 @@ class EngineArgs:
                              f"{', '.join(SCHEDULING_POLICIES)}")
         if self.router not in ROUTERS:
             raise ValueError(f"--router {self.router!r} is not one of {', '.join(ROUTERS)}")
+        parse_vllm_version(self.vllm_version)
         if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
             raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
 
@@ -229,6 +234,11 @@ class ResolvedEngine:
             policy=a.scheduling_policy, async_scheduling=a.async_scheduling, block_size=self.block_size,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
+
+    @property
+    def vllm_version(self) -> tuple[int, int]:
+        """(major, minor) of the vLLM release whose model kernels the batch engine prices."""
+        return parse_vllm_version(self.args.vllm_version)
 
     @property
     def max_cudagraph_capture_size(self) -> int | None:

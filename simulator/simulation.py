@@ -303,7 +303,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
-                                                           spec.workload.seed))
+                                                           spec.workload.seed),
+                         vllm_version=resolved.vllm_version)
     sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)

@@ -314,3 +314,20 @@ def test_in_service_cap_only_on_inferencemax_2025_rows_above_it() -> None:
     minimax_128 = [d for d in deps if d.model == "MiniMaxAI/MiniMax-M2.5" and d.concurrency == 128]
     assert minimax_128 and all(d.in_service_cap is None for d in minimax_128)   # measured 2026
     assert e2e._engine_args(minimax_128[0]).max_num_seqs is None
+
+
+def test_runs_price_the_kernels_of_their_vllm_version() -> None:
+    """--vllm-version of a row: the release its backend_version names, the data's nightly image as
+    the release it was built after (0.19.0), the simulator's default where the run states none."""
+    assert e2e.engine_vllm_version("0.17.0") == "0.17.0"
+    assert e2e.engine_vllm_version("nightly-5b8c30d62b754b57") == "0.19.0"
+    assert e2e.engine_vllm_version("") == "0.33.0"
+    with pytest.raises(ValueError, match="backend_version 'nightly-abc': unknown nightly; add it to NIGHTLY_RELEASE"):
+        e2e.engine_vllm_version("nightly-abc")
+
+
+@needs_data
+def test_every_selected_row_has_a_known_vllm_version(rows: dict[str, dict[str, str]]) -> None:
+    deps = [d for d in map(e2e.map_row, rows.values()) if isinstance(d, e2e.Deployment)]
+    versions = {e2e._engine_args(d).vllm_version for d in deps}
+    assert versions == {"0.11.2", "0.12.0", "0.15.1", "0.16.0", "0.17.0", "0.18.0", "0.19.0", "0.33.0"}

@@ -164,16 +164,16 @@ def test_an_idle_ep_rank_is_not_priced(tmp_path):
 def test_minimax_tp_wide_qk_norm_all_reduces_the_variances_and_runs_its_kernels():
     """MiniMax-M2's q/k RMSNorm spans the TP-sharded projection: vLLM all-reduces each token's
     q and k variance (fp32, [T, 2]) across TP every layer; at TP 1 there is nothing to reduce.
-    vLLM 0.33: up to 2,048 tokens at TP > 1 one fused kernel (priced as the all-reduce), else a
-    variance and an apply kernel around it."""
+    vLLM 0.33 (from 0.23): up to 2,048 tokens at TP > 1 one fused kernel (priced as the all-reduce),
+    else a variance and an apply kernel around it, which earlier releases ran at every size."""
     import dataclasses
 
     from frontier.ops import ElementwiseOp
     mm = dataclasses.replace(MOE, tp_wide_qk_norm=True)
     cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
 
-    def ops(model, tp, m):
-        eng = BatchEngine(model, ParallelSpec(tp=tp), H100, RooflineCostModel(H100), cg)
+    def ops(model, tp, m, version=(0, 33)):
+        eng = BatchEngine(model, ParallelSpec(tp=tp), H100, RooflineCostModel(H100), cg, vllm_version=version)
         return [(op, n) for op, n in eng.layer_ops(m)
                 if isinstance(op, CommOp) or getattr(op, "name", "").startswith("qk_norm")]
     hidden = lambda m: (CommOp("all_reduce", m * 2048 * 2, 4, "nvlink"), 96)             # noqa: E731
@@ -185,21 +185,26 @@ def test_minimax_tp_wide_qk_norm_all_reduces_the_variances_and_runs_its_kernels(
     assert ops(mm, 1, 64) == [(ElementwiseOp("qk_norm_var", 64, w1, 2 * w1), 48),
                               (ElementwiseOp("qk_norm_apply", 64, w1, 4 * w1), 48)]
     assert ops(MOE, 4, 64) == [hidden(64)] and ops(MOE, 1, 64) == []
+    # before vLLM 0.23 (MiniMaxText01RMSNormTP.forward_qk): the three steps at every size
+    assert ops(mm, 4, 16, (0, 22)) == [(ElementwiseOp("qk_norm_var", 16, w4, 2 * w4), 48), qk_ar(16),
+                                       (ElementwiseOp("qk_norm_apply", 16, w4, 4 * w4), 48), hidden(16)]
+    assert ops(mm, 4, 16, (0, 23)) == [qk_ar(16), hidden(16)]
 
 
 def test_fp32_router_runs_as_vllm_gate_linear_runs_it():
     """MiniMax-M2's router holds fp32 weights. vLLM 0.33's GateLinear: up to 32 tokens a dedicated
     fp32 kernel on sm_90 / sm_100-family GPUs; above that the bf16x3 GEMM on the sm_100 family and,
-    elsewhere (Hopper included), a cast to fp32 and an fp32 F.linear (SGEMM on CUDA cores)."""
+    elsewhere (Hopper included), a cast to fp32 and an fp32 F.linear (SGEMM on CUDA cores), which
+    is all releases before 0.23 ran, at every size."""
     import dataclasses
 
     from frontier.ops import ElementwiseOp, GemmOp
     mm = dataclasses.replace(MOE, router_dtype="fp32")
     h, e = MOE.hidden_size, MOE.num_experts
 
-    def router(model, gpu, m):
+    def router(model, gpu, m, version=(0, 33)):
         cg = CudaGraphConfig.from_vllm(256, 8192, False, gpu.sm_version)
-        eng = BatchEngine(model, ParallelSpec(tp=2), gpu, RooflineCostModel(gpu), cg)
+        eng = BatchEngine(model, ParallelSpec(tp=2), gpu, RooflineCostModel(gpu), cg, vllm_version=version)
         return [op for op, n in eng.layer_ops(m) if getattr(op, "name", "").startswith("router")]
     b200, a100 = dataclasses.replace(H100, sm_version=100), dataclasses.replace(H100, sm_version=80)
     assert router(MOE, H100, 64) == [GemmOp("router", 64, e, h, 2.0, 2.0, "bf16")]
@@ -208,6 +213,13 @@ def test_fp32_router_runs_as_vllm_gate_linear_runs_it():
     assert router(mm, H100, 33) == [ElementwiseOp("router_cast", 33, h, 6 * h), GemmOp("router", 33, e, h, 4.0, 4.0, "fp32")]
     assert router(mm, a100, 8) == [ElementwiseOp("router_cast", 8, h, 6 * h), GemmOp("router", 8, e, h, 4.0, 4.0, "fp32")]
     assert router(mm, b200, 33) == [GemmOp("router_bf16x3", 33, 3 * e, h, 2.0, 2.0, "bf16")]
+    # earlier releases (simulator/vllm_version.py): no bf16x3 before 0.26, no GateLinear before 0.23
+    cast_sgemm = lambda m: [ElementwiseOp("router_cast", m, h, 6 * h), GemmOp("router", m, e, h, 4.0, 4.0, "fp32")]  # noqa: E731
+    assert router(mm, b200, 33, (0, 25)) == cast_sgemm(33)
+    assert router(mm, b200, 33, (0, 26)) == [GemmOp("router_bf16x3", 33, 3 * e, h, 2.0, 2.0, "bf16")]
+    assert router(mm, b200, 32, (0, 23)) == [GemmOp("router", 32, e, h, 4.0, 2.0, "fp32")]
+    assert router(mm, b200, 32, (0, 22)) == cast_sgemm(32) and router(mm, H100, 1, (0, 19)) == cast_sgemm(1)
+    assert router(MOE, H100, 8, (0, 19)) == [GemmOp("router", 8, e, h, 2.0, 2.0, "bf16")]
     # the SGEMM at the fp32 CUDA-core rate: 8,192 tokens, 2 x 8192 x 128 x 2048 FLOP at 0.75 x 67 TFLOP/s
     sgemm = router(mm, H100, 8192)[1]
     assert RooflineCostModel(H100).kernel_time_s(sgemm) == pytest.approx(2.5e-6 + 2 * 8192 * e * h / (0.75 * 67e12), rel=1e-12)

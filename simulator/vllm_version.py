@@ -1,0 +1,60 @@
+"""The vLLM release whose model kernels the batch engine prices (``--vllm-version``).
+
+The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``): its scheduler, KV
+cache, memory accounting and defaults are 0.33's whatever this says. A few model kernels changed
+between the releases that measured deployments ran (0.12-0.19 and nightlies in AIConfigurator's
+silicon data) and 0.33; ``--vllm-version`` picks those, and only those:
+
+| since  | what changed (before -> from then on)                                                       |
+|--------|---------------------------------------------------------------------------------------------|
+| 0.23.0 | MiniMax-M2's router: cast to fp32 + fp32 ``F.linear`` (an SGEMM) at every size on every GPU |
+|        | -> ``GateLinear``: a dedicated fp32 kernel up to 32 tokens on sm_90 / sm_100-family GPUs,   |
+|        | the cast + SGEMM above that                                                                 |
+| 0.23.0 | MiniMax-M2's TP-wide q/k norm: variance, all-reduce (TP > 1) and apply at every size        |
+|        | -> one fused Lamport all-reduce + norm kernel at TP > 1 up to 2,048 tokens                  |
+| 0.26.0 | MiniMax-M2's router above 32 tokens on the sm_100 family: cast + SGEMM -> the bf16x3        |
+|        | CuteDSL GEMM                                                                                |
+
+Read in the release wheels (``pip download --no-deps vllm==X``; their ``vllm/_version.py`` dates):
+0.16.0 (2026-02-25) and 0.19.0 (2026-04-03) build the gate as a ``ReplicatedLinear`` with fp32
+weights and call ``self.gate(hidden_states.to(torch.float32))``, and norm q and k with
+``MiniMaxText01RMSNormTP.forward_qk`` (torch ops: variance, ``tensor_model_parallel_all_reduce``,
+apply); so do 0.20.0 (2026-04-27) and 0.22.0 (2026-05-29). 0.23.0 (2026-06-15) brings
+``GateLinear`` (tiers: DSV3 kernel, the fp32 kernel for hidden 3072 x 256 experts up to
+``FP32_MAX_TOKENS`` = 32, cuBLAS bf16 -> fp32, ``F.linear``) and ``minimax_rms_norm`` (fused
+kernel up to ``MINIMAX_QK_NORM_MAX_TOKEN_NUM`` = 2048 at TP > 1, else a compiled fallback of the
+same three steps); 0.24.0 and 0.25.0 have no bf16x3 tier, 0.26.0 (2026-07-25) to 0.33.0 have it.
+Other versions between were not read; their behaviour is that of the read version below them.
+"""
+
+from __future__ import annotations
+
+import re
+
+SEMANTICS = (0, 33)          # the release the simulator follows (major, minor)
+OLDEST = (0, 10)             # the oldest release the simulator accepts (vLLM v1 engine era)
+DEFAULT = "0.33.0"
+
+MINIMAX_GATE_LINEAR = (0, 23)     # GateLinear: dedicated fp32 router kernel up to 32 tokens
+MINIMAX_FUSED_QK_NORM = (0, 23)   # fused Lamport all-reduce + q/k norm up to 2,048 tokens
+BF16X3_ROUTER = (0, 26)           # bf16x3 CuteDSL router GEMM on the sm_100 family
+
+_PATTERN = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_vllm_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a vLLM release string such as "0.19.0", "0.19" or "v0.19.1"; a clear
+    ValueError for anything else or a release outside OLDEST .. SEMANTICS."""
+    match = _PATTERN.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"--vllm-version {text!r} is not a vLLM release; give MAJOR.MINOR[.PATCH], "
+                         f"e.g. 0.19.0 (valid: {_name(OLDEST)} to {_name(SEMANTICS)})")
+    version = (int(match.group(1)), int(match.group(2)))
+    if not OLDEST <= version <= SEMANTICS:
+        raise ValueError(f"--vllm-version {text} is outside {_name(OLDEST)} to {_name(SEMANTICS)}, "
+                         f"the releases the simulator knows ({_name(SEMANTICS)} is the one it follows)")
+    return version
+
+
+def _name(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"

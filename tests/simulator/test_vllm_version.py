@@ -1,0 +1,58 @@
+"""--vllm-version: which release's model kernels the batch engine prices (simulator/vllm_version.py)."""
+
+import pytest
+
+from frontier.gpu import get_gpu
+from frontier.model_spec import load_model_spec
+from simulator.engine_args import EngineArgs
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.vllm_version import DEFAULT, SEMANTICS, parse_vllm_version
+from simulator.workload import WorkloadSpec
+
+
+def test_release_strings_parse_to_major_minor():
+    assert parse_vllm_version("0.19.0") == (0, 19)
+    assert parse_vllm_version("v0.23") == (0, 23)
+    assert parse_vllm_version(" 0.33.1 ") == (0, 33) == SEMANTICS
+    assert parse_vllm_version("0.10.2") == (0, 10)
+    assert parse_vllm_version(DEFAULT) == SEMANTICS
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("banana", "--vllm-version 'banana' is not a vLLM release; give MAJOR.MINOR[.PATCH], e.g. 0.19.0 "
+               "(valid: 0.10 to 0.33)"),
+    ("0.19.0rc1", "'0.19.0rc1' is not a vLLM release"),
+    ("0.9.2", "--vllm-version 0.9.2 is outside 0.10 to 0.33, the releases the simulator knows"),
+    ("0.34.0", "--vllm-version 0.34.0 is outside 0.10 to 0.33"),
+    (None, "None is not a vLLM release"),
+])
+def test_bad_versions_are_refused_with_what_is_valid(text, needle):
+    with pytest.raises(ValueError) as err:
+        parse_vllm_version(text)
+    assert needle in str(err.value)
+    with pytest.raises(ValueError, match="vllm-version"):
+        EngineArgs(vllm_version=text)
+
+
+def test_resolved_engine_carries_the_version():
+    args = EngineArgs(model="MiniMaxAI/MiniMax-M2.5", gpu="H200", tensor_parallel_size=4, vllm_version="0.19.0")
+    resolved = args.resolve(load_model_spec(args.model), get_gpu(args.gpu))
+    assert resolved.vllm_version == (0, 19)
+    assert EngineArgs().vllm_version == "0.33.0"
+
+
+def _tpot_ms(model: str, version: str) -> float:
+    spec = SimulationSpec(
+        engine=EngineArgs(model=model, gpu="H200", tensor_parallel_size=4, max_model_len=4096, vllm_version=version),
+        workload=WorkloadSpec(num_prompts=8, random_input_len=256, random_output_len=16, seed=0),
+        max_concurrency=4)
+    return run_simulation(spec).summary["mean_tpot_ms"]
+
+
+def test_the_version_reaches_the_priced_steps():
+    """MiniMax-M2.5 decodes at TP 4 before 0.23 pay the cast + SGEMM router and the unfused q/k
+    norm (two more kernels per layer each); from 0.23 on the prices are 0.33's. A model without
+    those kernels prices the same under every version."""
+    old, new, now = (_tpot_ms("MiniMaxAI/MiniMax-M2.5", v) for v in ("0.22.0", "0.23.0", "0.33.0"))
+    assert old > new * 1.01 and new == now
+    assert _tpot_ms("Qwen/Qwen3-30B-A3B", "0.12.0") == _tpot_ms("Qwen/Qwen3-30B-A3B", "0.33.0")
