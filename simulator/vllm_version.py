@@ -16,15 +16,16 @@ silicon data) and 0.33; ``--vllm-version`` picks those, and only those:
 |        | CuteDSL GEMM                                                                                |
 
 Read in the release wheels (``pip download --no-deps vllm==X``; their ``vllm/_version.py`` dates):
-0.16.0 (2026-02-25) and 0.19.0 (2026-04-03) build the gate as a ``ReplicatedLinear`` with fp32
-weights and call ``self.gate(hidden_states.to(torch.float32))``, and norm q and k with
-``MiniMaxText01RMSNormTP.forward_qk`` (torch ops: variance, ``tensor_model_parallel_all_reduce``,
-apply); so do 0.20.0 (2026-04-27) and 0.22.0 (2026-05-29). 0.23.0 (2026-06-15) brings
-``GateLinear`` (tiers: DSV3 kernel, the fp32 kernel for hidden 3072 x 256 experts up to
-``FP32_MAX_TOKENS`` = 32, cuBLAS bf16 -> fp32, ``F.linear``) and ``minimax_rms_norm`` (fused
-kernel up to ``MINIMAX_QK_NORM_MAX_TOKEN_NUM`` = 2048 at TP > 1, else a compiled fallback of the
-same three steps); 0.24.0 and 0.25.0 have no bf16x3 tier, 0.26.0 (2026-07-25) to 0.33.0 have it.
-Other versions between were not read; their behaviour is that of the read version below them.
+0.11.2, 0.12.0, 0.16.0 (2026-02-25) and 0.19.0 (2026-04-03) build the gate as a
+``ReplicatedLinear`` with fp32 weights and call ``self.gate(hidden_states.to(torch.float32))``,
+and norm q and k with ``MiniMaxText01RMSNormTP.forward_qk`` (torch ops: variance,
+``tensor_model_parallel_all_reduce``, apply); so do 0.20.0 (2026-04-27) and 0.22.0 (2026-05-29).
+0.23.0 (2026-06-15) brings ``GateLinear`` (tiers: DSV3 kernel, the fp32 kernel for hidden 3072 x
+256 experts up to ``FP32_MAX_TOKENS`` = 32, cuBLAS bf16 -> fp32, ``F.linear``) and
+``minimax_rms_norm`` (fused kernel up to ``MINIMAX_QK_NORM_MAX_TOKEN_NUM`` = 2048 at TP > 1, else
+a compiled fallback of the same three steps); 0.24.0 and 0.25.0 have no bf16x3 tier, 0.26.0
+(2026-07-25) to 0.33.0 have it. Each release not read lies between two read ones that agree
+(0.10 and 0.11.0, which had no MiniMax-M2, are taken as 0.11.2).
 """
 
 from __future__ import annotations
