@@ -202,7 +202,7 @@ def simulate(
     optimization_level: Optional[int] = typer.Option(None, "--optimization-level", "-O", help=O_HELP, rich_help_panel=ENGINE_HELP),
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release whose model kernels to price, e.g. 0.19.0 (default 0.33.0; MiniMax-M2's router and q/k norm differ before 0.23 / 0.26); scheduling, memory and defaults follow 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels and KV budget differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler and the other defaults follow 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
     dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt or trace.", rich_help_panel=BENCH_HELP),
     dataset_path: Optional[str] = typer.Option(None, help="Trace file (.jsonl/.csv/.parquet) or a ShareGPT JSON.", rich_help_panel=BENCH_HELP),
     num_prompts: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
@@ -330,7 +330,7 @@ def memory(
     max_num_batched_tokens: Optional[int] = typer.Option(None),
     max_model_len: Optional[int] = typer.Option(None),
     block_size: Optional[int] = typer.Option(None),
-    gpu_memory_utilization: float = typer.Option(0.92),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, help="Default: the release's (0.92; 0.9 before vLLM 0.20)."),
     num_gpu_blocks_override: Optional[int] = typer.Option(None),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; skips profiling and ignores --gpu-memory-utilization."),
     kv_cache_dtype: str = typer.Option("auto", help=KV_DTYPE_HELP),
@@ -342,9 +342,10 @@ def memory(
     optimization_level: int = typer.Option(2, "--optimization-level", "-O", help=O_HELP),
     async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="Sets the tokens in flight a sliding-window group reserves."),
     predictor_bundle: Optional[Path] = typer.Option(None, help="Bundle whose profiled memory rows replace the estimated activation / non-torch / CUDA-graph terms."),
+    vllm_version: str = typer.Option("0.33.0", "--vllm-version", help="vLLM release whose KV-budget formula to use (0.10 to 0.33; simulator/vllm_version.py lists what changed)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
-    """Print the KV-cache budget breakdown of one GPU rank, by vLLM 0.33's formula."""
+    """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's)."""
     from calibration.memory_model import bundle_overheads
     from simulator.engine_args import EngineArgs
     from simulator.memory import parse_human_int
@@ -362,7 +363,7 @@ def memory(
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
             optimization_level=optimization_level, async_scheduling=async_scheduling,
-            kv_cache_dtype=kv_cache_dtype, quantization=quantization, **cg,
+            kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version, **cg,
             kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
         profiled = None if predictor_bundle is None else bundle_overheads(predictor_bundle, resolved.model.name, resolved.parallel)
@@ -375,7 +376,8 @@ def memory(
         "model": resolved.model.name, "gpu": resolved.gpu.name,
         "tensor_parallel_size": tensor_parallel_size, "pipeline_parallel_size": pipeline_parallel_size,
         "data_parallel_size": data_parallel_size,
-        "gpu_memory_utilization": gpu_memory_utilization,
+        "gpu_memory_utilization": args.effective_gpu_memory_utilization,
+        "vllm_version": args.vllm_version,
         "total_gib": resolved.gpu.memory_bytes / gib,
         "requested_gib": budget.requested_bytes / gib,
         "weights_gib": budget.weights_bytes / gib,
@@ -402,7 +404,7 @@ def memory(
         typer.echo(json.dumps(report, indent=2))
         return
     typer.echo(f"{report['model']} on {report['gpu']} (TP{tensor_parallel_size} PP{pipeline_parallel_size}), "
-               f"per GPU, vLLM 0.33 formula:")
+               f"per GPU, vLLM {'.'.join(map(str, resolved.vllm_version))} formula:")
     for key in ("total_gib", "requested_gib", "weights_gib", "activation_gib", "non_torch_gib",
                 "cuda_graph_gib", "kv_cache_gib"):
         source = report["sources"].get(key[:-4], "given" if key == "kv_cache_gib" and args.kv_cache_memory_bytes else "")

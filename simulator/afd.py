@@ -648,10 +648,10 @@ def attention_memory(resolved):
     args, model, gpu = resolved.args, resolved.model, resolved.gpu
     weights = _attention_weight_bytes(model, resolved.parallel)
     mlp = model.weight_bytes_per_rank(resolved.parallel) - weights
-    bumped = replace(gpu, memory_bytes=gpu.memory_bytes + math.ceil(mlp / args.gpu_memory_utilization))
+    bumped = replace(gpu, memory_bytes=gpu.memory_bytes + math.ceil(mlp / args.effective_gpu_memory_utilization))
     budget = build_memory(resolved, gpu=bumped)
     return replace(budget, weights_bytes=weights,
-                   requested_bytes=math.ceil(gpu.memory_bytes * args.gpu_memory_utilization))
+                   requested_bytes=math.ceil(gpu.memory_bytes * args.effective_gpu_memory_utilization))
 
 
 def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
@@ -754,7 +754,7 @@ def run_afd(spec):
         raise ValueError(f"ffn role: --ffn-tp x --ffn-ep = {f_tp * f_ep} must divide intermediate_size "
                          f"{model.intermediate_size} of {model.name}")
     f_weights = _ffn_weight_bytes(model, f_tp, f_ep)
-    f_cap = f_gpu.memory_bytes * spec.engine.gpu_memory_utilization
+    f_cap = f_gpu.memory_bytes * spec.engine.effective_gpu_memory_utilization
     if f_weights >= f_cap:
         raise ValueError(f"ffn role: FFN/MoE weights {f_weights / 2**30:.2f} GiB per GPU do not fit "
                          f"{f_gpu.name} x gpu_memory_utilization ({f_cap / 2**30:.2f} GiB); raise --ffn-ep or --ffn-tp")

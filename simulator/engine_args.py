@@ -45,7 +45,7 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import DEFAULT as VLLM_DEFAULT, parse_vllm_version
+from simulator.vllm_version import DEFAULT as VLLM_DEFAULT, default_gpu_memory_utilization, parse_vllm_version
 
 GiB = 1 << 30
 
@@ -84,7 +84,7 @@ class EngineArgs:
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
     block_size: int | None = None
-    gpu_memory_utilization: float = 0.92
+    gpu_memory_utilization: float | None = None   # None: the release's default (0.92; 0.9 before vLLM 0.20)
     num_gpu_blocks_override: int | None = None
     kv_cache_memory_bytes: int | None = None  # KV bytes per GPU; skips profiling, ignores gpu_memory_utilization
     kv_cache_dtype: str = "auto"    # --kv-cache-dtype: auto = the checkpoint's KV scheme, else the model dtype
@@ -99,8 +99,8 @@ class EngineArgs:
     async_scheduling: bool = True
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
-    # not a vLLM flag: the release whose model kernels to price (simulator/vllm_version.py);
-    # scheduling, memory and defaults stay vLLM 0.33's
+    # not a vLLM flag: the release whose model kernels and KV budget to reproduce
+    # (simulator/vllm_version.py); scheduling and the other defaults stay vLLM 0.33's
     vllm_version: str = VLLM_DEFAULT
 
     def __post_init__(self) -> None:
@@ -128,7 +128,8 @@ class EngineArgs:
         if (isinstance(self.optimization_level, bool) or
                 self.optimization_level not in OPTIMIZATION_LEVEL_CUDAGRAPH_MODE):
             raise ValueError(f"--optimization-level (-O) {self.optimization_level!r} is not one of 0, 1, 2, 3")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+        if self.gpu_memory_utilization is not None and not (
+                isinstance(self.gpu_memory_utilization, (int, float)) and 0.0 < self.gpu_memory_utilization <= 1.0):
             raise ValueError(
                 f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
         if self.long_prefill_token_threshold < 0:
@@ -155,6 +156,14 @@ class EngineArgs:
         """The cudagraph_mode vLLM runs: the user's, else the one the -O level sets (vLLM never
         overrides a user-set field with a level default)."""
         return self.cudagraph_mode or OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[self.optimization_level]
+
+    @property
+    def effective_gpu_memory_utilization(self) -> float:
+        """The user's --gpu-memory-utilization, else the default of ``vllm_version`` (0.92 from
+        vLLM 0.20, 0.9 before)."""
+        if self.gpu_memory_utilization is not None:
+            return float(self.gpu_memory_utilization)
+        return default_gpu_memory_utilization(parse_vllm_version(self.vllm_version))
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -237,7 +246,7 @@ class ResolvedEngine:
 
     @property
     def vllm_version(self) -> tuple[int, int]:
-        """(major, minor) of the vLLM release whose model kernels the batch engine prices."""
+        """(major, minor) of the vLLM release whose model kernels and KV budget to reproduce."""
         return parse_vllm_version(self.args.vllm_version)
 
     @property

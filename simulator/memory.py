@@ -1,4 +1,5 @@
-"""KV-cache block budget at start-up, as vLLM 0.33 computes it (engine-semantics §2.2).
+"""KV-cache block budget at start-up, as vLLM 0.33 computes it (engine-semantics §2.2), and as
+earlier releases did (``--vllm-version``: below).
 
 vLLM 0.33 (vllm/v1/worker/gpu_worker.py `determine_available_memory`, vllm/utils/mem_utils.py
 `memory_profiling`, vllm/v1/core/kv_cache_planning.py `get_kv_cache_configs`,
@@ -66,12 +67,16 @@ Per vLLM version range, as far as read from the source of the 0.10.2, 0.11.0 and
   len(groups) * min block size (0.10.2 `_get_kv_cache_config_uniform_page_size`; 0.11.0
   `get_kv_cache_configs` for every model), and a sliding-window group reserves
   sliding_window - 1 + max_num_batched_tokens tokens (no in-flight factor).
-- 0.33.0 (this module): requested = ceil(total * utilization), default 0.92; non_kv =
-  total_consumed + transient peak headroom; the CUDA-graph estimate is subtracted
-  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1; 0.33's own log text dates that default to
-  v0.21.0, which we did not read); logged N = int(num_blocks / blocks_per_request(L) * L),
-  with max_in_flight_tokens in the sliding-window reservation. Versions between 0.11.0 and 0.33.0
-  were not read.
+- 0.33.0: requested = ceil(total * utilization), default 0.92; non_kv = total_consumed +
+  transient peak headroom; the CUDA-graph estimate is subtracted
+  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); logged N = int(num_blocks /
+  blocks_per_request(L) * L), with max_in_flight_tokens in the sliding-window reservation.
+- Between them, read in every release wheel from 0.11.2 to 0.32.0 but 0.17 and 0.18, each rule
+  changed once (``simulator.vllm_version`` has the table): the ceil from 0.14, the 0.92 default
+  and the subtracted CUDA-graph estimate from 0.20 (0.16 has no estimate; 0.19 computes it and
+  subtracts it only when the variable is set), the logged N from 0.21, the in-flight tokens in
+  the sliding-window reservation from 0.26. ``kv_budget(vllm_version=...)`` (``--vllm-version``)
+  follows the release given; the non-KV terms themselves are estimated the same way for all.
 """
 
 from __future__ import annotations
@@ -83,6 +88,8 @@ from typing import TYPE_CHECKING
 
 from frontier.model_spec import pp_partition
 from simulator.cuda_graph import CudaGraphConfig
+from simulator.vllm_version import (CUDAGRAPH_ESTIMATE, LOGGED_BY_CONCURRENCY, REQUEST_CEIL, SEMANTICS,
+                                    WINDOW_IN_FLIGHT)
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
@@ -216,6 +223,7 @@ class MemoryBudget:
     layout: KVLayout | None = None
     max_in_flight_tokens: int = 0
     sources: tuple[tuple[str, str], ...] = ()
+    vllm_version: tuple[int, int] = SEMANTICS     # the release whose logged token count to give
 
     def max_concurrency(self, max_model_len: int) -> float:
         """vLLM "Maximum concurrency for L tokens per request": blocks / blocks per request."""
@@ -245,7 +253,11 @@ class MemoryBudget:
             raise ValueError(f"{where}{err}" + (f" ({more_memory})" if more_memory else ""))
 
     def logged_kv_cache_tokens(self, max_model_len: int) -> int:
-        """The N of vLLM's "GPU KV cache size: N tokens" (depends on max_model_len)."""
+        """The N of vLLM's "GPU KV cache size: N tokens": int(max concurrency x max_model_len)
+        from vLLM 0.21; before, num_blocks // KV-cache groups x block size (no max_model_len)."""
+        if self.vllm_version < LOGGED_BY_CONCURRENCY:
+            groups = len(self.layout.groups) if self.layout is not None else 1
+            return self.num_gpu_blocks // groups * self.block_size
         return int(self.max_concurrency(max_model_len) * max_model_len)
 
 
@@ -318,8 +330,13 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               num_spec_tokens: int = 0, kv_cache_memory_bytes: int | None = None,
               async_scheduling: bool = True, profiled: ProfiledOverheads | None = None,
               cudagraph_capture_sizes: tuple[int, ...] | None = None,
-              max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None) -> MemoryBudget:
-    """KV budget of one rank (all ranks use the minimum; ours are symmetric).
+              max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None,
+              vllm_version: tuple[int, int] = SEMANTICS) -> MemoryBudget:
+    """KV budget of one rank (all ranks use the minimum; ours are symmetric), as vLLM
+    ``vllm_version`` (major, minor) computes it (``simulator.vllm_version``: before 0.14 the
+    requested memory is not rounded up, before 0.20 no CUDA-graph estimate is subtracted,
+    before 0.26 a sliding-window group reserves max_num_batched_tokens, not the tokens in
+    flight, and before 0.21 the logged token count is num_blocks // groups x block size).
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -336,7 +353,9 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     if kv_cache_memory_bytes is not None and kv_cache_memory_bytes <= 0:
         raise ValueError(f"kv_cache_memory_bytes={kv_cache_memory_bytes} must be > 0 bytes")
     profiled = profiled or ProfiledOverheads()
-    requested = math.ceil(gpu.memory_bytes * gpu_memory_utilization)
+    requested = gpu.memory_bytes * gpu_memory_utilization
+    if vllm_version >= REQUEST_CEIL:
+        requested = math.ceil(requested)
     weights = model.weight_bytes_per_rank(parallel)
     gib = lambda b: f"{b / GIB:.2f} GiB"  # noqa: E731
     if weights >= requested and kv_cache_memory_bytes is None:
@@ -359,6 +378,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
     graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
     graph_src = PROFILED if first is not None else ESTIMATED
+    if vllm_version < CUDAGRAPH_ESTIMATE:
+        graphs, graph_src = 0, "not subtracted before vLLM 0.20"
     layout = kv_layout(model, parallel, block_size)
     bytes_per_block = layout.bytes_per_block
     if kv_cache_memory_bytes is not None:
@@ -376,16 +397,18 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
                 f"no memory left for KV cache on {gpu.name}: requested {gib(requested)} - weights {gib(weights)} "
                 f"- activations {gib(activation)} - non-torch {gib(non_torch)} - cuda graphs {gib(graphs)} "
                 f"= {gib(available)}; raise tp/pp or gpu_memory_utilization, or lower max_num_batched_tokens")
-        blocks = available // bytes_per_block
-    kv_bytes = available if num_gpu_blocks_override is None else blocks * bytes_per_block
-    in_flight = max_in_flight_tokens(max_num_batched_tokens, parallel.pp, async_scheduling)
+        blocks = int(available // bytes_per_block)
+    kv_bytes = int(available) if num_gpu_blocks_override is None else blocks * bytes_per_block
+    in_flight = (max_in_flight_tokens(max_num_batched_tokens, parallel.pp, async_scheduling)
+                 if vllm_version >= WINDOW_IN_FLIGHT else max_num_batched_tokens)
     sources = (("weights", MODEL), ("activation", activation_src), ("non_torch", non_torch_src),
                ("cuda_graph", graph_src))
     if kv_cache_memory_bytes is not None:
         sources = tuple((term, src if term == "weights" else f"{src}, unused: kv_cache_memory_bytes given")
                         for term, src in sources)
     budget = MemoryBudget(weights, activation, non_torch, graphs, kv_bytes, blocks, block_size,
-                          blocks * block_size, bytes_per_block, requested, layout, in_flight, sources)
+                          blocks * block_size, bytes_per_block, math.ceil(requested), layout, in_flight, sources,
+                          vllm_version)
     if max_model_len is not None:   # vLLM: int(blocks / blocks_per_request(L) * L)
         budget = replace(budget, kv_cache_tokens=budget.logged_kv_cache_tokens(max_model_len))
     return budget

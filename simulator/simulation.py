@@ -267,13 +267,14 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
     args = resolved.args
     return kv_budget(
         resolved.model, resolved.parallel, gpu or resolved.gpu,
-        gpu_memory_utilization=args.gpu_memory_utilization, block_size=resolved.block_size,
+        gpu_memory_utilization=args.effective_gpu_memory_utilization, block_size=resolved.block_size,
         max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
         enforce_eager=args.enforce_eager, num_gpu_blocks_override=args.num_gpu_blocks_override,
         max_model_len=resolved.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         async_scheduling=args.async_scheduling, profiled=profiled,
         cudagraph_capture_sizes=args.cudagraph_capture_sizes,
-        max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode)
+        max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode,
+        vllm_version=resolved.vllm_version)
 
 
 def resolve_engine(args: EngineArgs) -> ResolvedEngine:

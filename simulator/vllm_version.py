@@ -1,9 +1,12 @@
-"""The vLLM release whose model kernels the batch engine prices (``--vllm-version``).
+"""The vLLM release whose kernels and KV budget the simulator reproduces (``--vllm-version``).
 
-The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``): its scheduler, KV
-cache, memory accounting and defaults are 0.33's whatever this says. A few model kernels changed
-between the releases that measured deployments ran (0.12-0.19 and nightlies in AIConfigurator's
-silicon data) and 0.33; ``--vllm-version`` picks those, and only those:
+The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). Some model kernels
+and the start-up KV budget changed between the releases that measured deployments ran (0.11-0.19
+and nightlies in AIConfigurator's silicon data) and 0.33; ``--vllm-version`` picks those, and
+only those: the scheduler, the KV-cache manager and every other default stay 0.33's whatever it
+says (e.g. async scheduling, off by default up to 0.13: give ``--no-async-scheduling`` for that).
+
+Model kernels (``simulator.batch_engine``):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
@@ -26,6 +29,24 @@ and norm q and k with ``MiniMaxText01RMSNormTP.forward_qk`` (torch ops: variance
 a compiled fallback of the same three steps); 0.24.0 and 0.25.0 have no bf16x3 tier, 0.26.0
 (2026-07-25) to 0.33.0 have it. Each release not read lies between two read ones that agree
 (0.10 and 0.11.0, which had no MiniMax-M2, are taken as 0.11.2).
+
+KV budget at start-up (``simulator.memory.kv_budget``; read in every release wheel from 0.10.2 to
+0.33.0 but 0.17 and 0.18: ``vllm/config/cache.py``, ``vllm/envs.py``, ``vllm/v1/worker/
+gpu_worker.py`` and ``utils.py``, ``vllm/v1/kv_cache_interface.py``, ``vllm/v1/core/
+kv_cache_utils.py``):
+
+| since  | what changed (before -> from then on)                                                       |
+|--------|---------------------------------------------------------------------------------------------|
+| 0.14.0 | requested memory: total x utilization as a float -> its ceil (``request_memory``)           |
+| 0.20.0 | ``--gpu-memory-utilization`` default 0.9 -> 0.92                                            |
+| 0.20.0 | the CUDA-graph memory estimate is subtracted from the KV budget                             |
+|        | (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` default "0" -> "1"; 0.16 has no estimate,     |
+|        | 0.19 computes it and subtracts it only when the variable is set)                            |
+| 0.21.0 | logged "GPU KV cache size: N tokens": num_blocks // groups x block size ->                  |
+|        | int(max concurrency at max_model_len x max_model_len)                                       |
+| 0.26.0 | a sliding-window group reserves sliding_window - 1 + max_num_batched_tokens tokens per      |
+|        | request -> sliding_window - 1 + the tokens in flight (max_num_batched_tokens x (pp + 1)     |
+|        | with async scheduling)                                                                      |
 """
 
 from __future__ import annotations
@@ -39,6 +60,17 @@ DEFAULT = "0.33.0"
 MINIMAX_GATE_LINEAR = (0, 23)     # GateLinear: dedicated fp32 router kernel up to 32 tokens
 MINIMAX_FUSED_QK_NORM = (0, 23)   # fused Lamport all-reduce + q/k norm up to 2,048 tokens
 BF16X3_ROUTER = (0, 26)           # bf16x3 CuteDSL router GEMM on the sm_100 family
+
+REQUEST_CEIL = (0, 14)            # requested memory = ceil(total x utilization)
+UTILIZATION_092 = (0, 20)         # --gpu-memory-utilization default 0.92 (0.9 before)
+CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
+LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)
+WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
+
+
+def default_gpu_memory_utilization(version: tuple[int, int]) -> float:
+    """vLLM's ``--gpu-memory-utilization`` default in that release."""
+    return 0.92 if version >= UTILIZATION_092 else 0.9
 
 _PATTERN = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 

@@ -202,3 +202,61 @@ def test_memory_command_prints_the_given_kv_memory_and_the_start_error():
     assert res.output.strip().splitlines()[-1].startswith("vLLM would not start: one request of max_model_len 8177")
     res = CliRunner().invoke(app, ["memory", "--kv-cache-memory-bytes", "1.5G"])
     assert res.exit_code != 0 and "decimals are not allowed with binary suffix G" in res.output
+
+
+def test_budget_of_earlier_releases():
+    """--vllm-version (simulator/vllm_version.py): before 0.14 the requested memory is total x
+    utilization unrounded; before 0.20 no CUDA-graph estimate is subtracted; before 0.21 the logged
+    token count is num_blocks // groups x block size; before 0.26 a window group reserves
+    max_num_batched_tokens, not the tokens in flight."""
+    now = budget()
+    v19 = budget(vllm_version=(0, 19))
+    assert v19.cuda_graph_bytes == 0 < now.cuda_graph_bytes
+    assert v19.kv_bytes == now.kv_bytes + now.cuda_graph_bytes
+    assert v19.num_gpu_blocks == v19.kv_bytes // (2 * MIB)
+    assert dict(v19.sources)["cuda_graph"] == "not subtracted before vLLM 0.20"
+    v13 = budget(vllm_version=(0, 13), gpu_memory_utilization=0.9)
+    unrounded = 85520809984 * 0.9                                       # 76968728985.6
+    assert v13.kv_bytes == int(unrounded - v13.weights_bytes - v13.non_torch_bytes - v13.activation_bytes)
+    assert v13.num_gpu_blocks == int((unrounded - v13.weights_bytes - v13.non_torch_bytes
+                                      - v13.activation_bytes) // (2 * MIB))
+    assert v13.requested_bytes == math.ceil(unrounded)
+    # logged tokens: 0.20 counts blocks (no max_model_len), 0.21 the concurrency at max_model_len
+    assert budget(num_gpu_blocks_override=1000, max_model_len=1000, vllm_version=(0, 20)).kv_cache_tokens == 16000
+    assert budget(num_gpu_blocks_override=1000, max_model_len=1000, vllm_version=(0, 21)).kv_cache_tokens == 15873
+    hybrid = budget(model=HYBRID, num_gpu_blocks_override=10_000, max_model_len=100_000, vllm_version=(0, 20))
+    assert hybrid.kv_cache_tokens == 10_000 // 2 * 16                  # two groups
+    # window reservation: max_num_batched_tokens (8192) before 0.26, 2 x 8192 in flight from 0.26
+    v25 = budget(model=HYBRID, num_gpu_blocks_override=10_000, max_model_len=100_000, vllm_version=(0, 25))
+    v26 = budget(model=HYBRID, num_gpu_blocks_override=10_000, max_model_len=100_000, vllm_version=(0, 26))
+    assert (v25.max_in_flight_tokens, v26.max_in_flight_tokens) == (8192, 16384)
+    assert v25.kv_cache_tokens == int(10_000 / (6250 + 521) * 100_000)
+    assert v26.kv_cache_tokens == int(10_000 / (6250 + 1033) * 100_000)
+
+
+def test_engine_default_utilization_follows_the_release():
+    from simulator.engine_args import EngineArgs
+    assert EngineArgs().effective_gpu_memory_utilization == 0.92
+    assert EngineArgs(vllm_version="0.19.0").effective_gpu_memory_utilization == 0.9
+    assert EngineArgs(vllm_version="0.20").effective_gpu_memory_utilization == 0.92
+    assert EngineArgs(vllm_version="0.12.0", gpu_memory_utilization=0.8).effective_gpu_memory_utilization == 0.8
+    with pytest.raises(ValueError, match=r"--gpu-memory-utilization must be in \(0, 1\], got 1.5"):
+        EngineArgs(gpu_memory_utilization=1.5)
+
+
+def test_memory_command_takes_the_release():
+    import json
+
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+
+    res = CliRunner().invoke(app, ["memory", "--gpu", "H100", "--vllm-version", "0.19.0", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert (report["vllm_version"], report["gpu_memory_utilization"], report["cuda_graph_gib"]) == ("0.19.0", 0.9, 0.0)
+    assert report["kv_cache_tokens"] == report["num_gpu_blocks"] * 16
+    res = CliRunner().invoke(app, ["memory", "--gpu", "H100", "--vllm-version", "0.19.0"])
+    assert "per GPU, vLLM 0.19 formula:" in res.output.splitlines()[0]
+    res = CliRunner().invoke(app, ["memory", "--vllm-version", "1.0"])
+    assert res.exit_code == 2 and "error: --vllm-version 1.0 is outside 0.10 to 0.33" in res.output
