@@ -78,6 +78,9 @@ _PATTERN = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 def parse_vllm_version(text: str) -> tuple[int, int]:
     """(major, minor) of a vLLM release string such as "0.19.0", "0.19" or "v0.19.1"; a clear
     ValueError for anything else or a release outside OLDEST .. SEMANTICS."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        raise ValueError(f"--vllm-version {text!r} is a number, not a release (a scenario file reads 0.20 as "
+                         f"0.2); quote it, e.g. vllm-version: \"0.20.0\"")
     match = _PATTERN.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise ValueError(f"--vllm-version {text!r} is not a vLLM release; give MAJOR.MINOR[.PATCH], "

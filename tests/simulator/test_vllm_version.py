@@ -25,6 +25,8 @@ def test_release_strings_parse_to_major_minor():
     ("0.9.2", "--vllm-version 0.9.2 is outside 0.10 to 0.33, the releases the simulator knows"),
     ("0.34.0", "--vllm-version 0.34.0 is outside 0.10 to 0.33"),
     (None, "None is not a vLLM release"),
+    (0.2, '--vllm-version 0.2 is a number, not a release (a scenario file reads 0.20 as 0.2); quote it, '
+          'e.g. vllm-version: "0.20.0"'),
 ])
 def test_bad_versions_are_refused_with_what_is_valid(text, needle):
     with pytest.raises(ValueError) as err:
