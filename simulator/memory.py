@@ -53,7 +53,7 @@ by calibration/memory_model.py and carried by a bundle):
   largest capture size (or the profiled graph pool at that size), plus
   CUDA_GRAPH_BYTES_PER_LAYER per captured layer for every further graph.
 
-Per vLLM version range, as far as read from the source of the 0.10.2, 0.11.0 and 0.33.0 wheels:
+Per vLLM version range, as read from the release wheels:
 
 - 0.10.2 and 0.11.0 (identical `Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py):
   requested = total * gpu_memory_utilization (a float, no ceil; default 0.9, vllm/config/cache.py);
