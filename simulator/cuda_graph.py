@@ -18,6 +18,7 @@ import bisect
 from dataclasses import dataclass
 
 from frontier.gpu import is_sm100_family
+from simulator.vllm_version import CAPTURE_APPENDS_BATCH_TOKENS, CAPTURE_UNIFORM_DECODE, SEMANTICS, SM100_CAPTURE_1024
 
 DEFAULT_MAX_CAPTURE = 512
 SM100_MAX_CAPTURE = 1024    # datacenter Blackwell (B200/GB200/B300): capture ceiling 1024
@@ -36,21 +37,27 @@ def _grid(max_size: int) -> list[int]:
 
 
 def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
-                       num_spec_tokens: int = 0) -> tuple[int, ...]:
-    """Capture sizes exactly as vLLM 0.33 `_set_cudagraph_sizes` derives the default."""
-    ceiling = SM100_MAX_CAPTURE if is_sm100_family(sm_version) else DEFAULT_MAX_CAPTURE
+                       num_spec_tokens: int = 0, vllm_version: tuple[int, int] = SEMANTICS) -> tuple[int, ...]:
+    """Capture sizes exactly as vLLM 0.33 `_set_cudagraph_sizes` derives the default, or as the
+    release ``vllm_version`` (major, minor) did (``simulator.vllm_version``): the 1024 ceiling of
+    the sm_100 family from 0.28 (512 before), max_num_batched_tokens appended from 0.21, the
+    uniform-decode sizes from 0.29."""
+    sm100 = is_sm100_family(sm_version) and vllm_version >= SM100_CAPTURE_1024
+    ceiling = SM100_MAX_CAPTURE if sm100 else DEFAULT_MAX_CAPTURE
     q = 1 + num_spec_tokens
     max_size = min(max_num_seqs * q * 2, ceiling)
     decode_sizes: list[int] = []
-    if q > 1:
-        max_reqs = min(max_num_seqs, ceiling)
-        counts = sorted(set(_grid(max_reqs) + [max_reqs]))
-        decode_sizes = sorted({n * q for n in counts if n * q <= max_size})
-    elif max_num_seqs <= max_size:
-        decode_sizes = [max_num_seqs]
+    if vllm_version >= CAPTURE_UNIFORM_DECODE:
+        if q > 1:
+            max_reqs = min(max_num_seqs, ceiling)
+            counts = sorted(set(_grid(max_reqs) + [max_reqs]))
+            decode_sizes = sorted({n * q for n in counts if n * q <= max_size})
+        elif max_num_seqs <= max_size:
+            decode_sizes = [max_num_seqs]
     max_size = min(max_num_batched_tokens, max_size)
     sizes = _grid(max_size)
-    if max_num_batched_tokens <= max_size and max_num_batched_tokens not in sizes:
+    appends = vllm_version >= CAPTURE_APPENDS_BATCH_TOKENS
+    if appends and max_num_batched_tokens <= max_size and max_num_batched_tokens not in sizes:
         sizes.append(max_num_batched_tokens)
     sizes += [s for s in decode_sizes if s <= max_num_batched_tokens]
     sizes = sorted(set(sizes))
@@ -74,24 +81,28 @@ def _check_user_sizes(capture_sizes: tuple[int, ...] | None, max_capture_size: i
 
 def resolve_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
                           num_spec_tokens: int = 0, cudagraph_capture_sizes: tuple[int, ...] | None = None,
-                          max_cudagraph_capture_size: int | None = None) -> tuple[int, ...]:
+                          max_cudagraph_capture_size: int | None = None,
+                          vllm_version: tuple[int, int] = SEMANTICS) -> tuple[int, ...]:
     """Capture sizes (tokens) as vLLM 0.33 `_set_cudagraph_sizes` with the user's two flags.
 
     Neither flag: the default (`vllm_capture_sizes`). Sizes given: deduplicated, those above
     max_num_batched_tokens dropped, sorted (the platform ceiling does not apply). Only the
     max given: the default grid up to min(max, max_num_batched_tokens), plus
     max_num_batched_tokens when it fits, without the uniform-decode sizes. Both given: the
-    max must equal the largest kept size, else ValueError with vLLM's message.
+    max must equal the largest kept size, else ValueError with vLLM's message. ``vllm_version``:
+    the release whose default grid to derive (``vllm_capture_sizes``; no max_num_batched_tokens
+    appended before 0.21).
     """
     _check_user_sizes(cudagraph_capture_sizes, max_cudagraph_capture_size)
     if cudagraph_capture_sizes is None and max_cudagraph_capture_size is None:
-        return vllm_capture_sizes(max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens)
+        return vllm_capture_sizes(max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens, vllm_version)
     if cudagraph_capture_sizes is not None:
         sizes = sorted({s for s in cudagraph_capture_sizes if s <= max_num_batched_tokens})
     else:
         max_size = min(max_num_batched_tokens, max_cudagraph_capture_size)
         sizes = _grid(max_size)
-        if max_num_batched_tokens <= max_size and max_num_batched_tokens not in sizes:
+        if (vllm_version >= CAPTURE_APPENDS_BATCH_TOKENS and max_num_batched_tokens <= max_size
+                and max_num_batched_tokens not in sizes):
             sizes.append(max_num_batched_tokens)
         sizes = sorted(set(sizes))
     valid_max = sizes[-1] if sizes else 0
@@ -129,8 +140,9 @@ class CudaGraphConfig:
                   sm_version: int = 90, num_spec_tokens: int = 0,
                   cudagraph_capture_sizes: tuple[int, ...] | None = None,
                   max_cudagraph_capture_size: int | None = None,
-                  cudagraph_mode: str | None = None) -> CudaGraphConfig:
-        """As VllmConfig: enforce_eager or mode NONE capture nothing (user sizes ignored)."""
+                  cudagraph_mode: str | None = None, vllm_version: tuple[int, int] = SEMANTICS) -> CudaGraphConfig:
+        """As VllmConfig (of release ``vllm_version``): enforce_eager or mode NONE capture nothing
+        (user sizes ignored)."""
         if max_num_seqs <= 0 or max_num_batched_tokens <= 0:
             raise ValueError(f"max_num_seqs={max_num_seqs} and max_num_batched_tokens="
                              f"{max_num_batched_tokens} must both be > 0")
@@ -142,7 +154,7 @@ class CudaGraphConfig:
             mode = "NONE"
         sizes = () if mode == "NONE" else resolve_capture_sizes(
             max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens,
-            cudagraph_capture_sizes, max_cudagraph_capture_size)
+            cudagraph_capture_sizes, max_cudagraph_capture_size, vllm_version)
         return cls(enforce_eager=enforce_eager, capture_sizes=sizes, max_num_seqs=max_num_seqs,
                    num_spec_tokens=num_spec_tokens, mode=mode)
 

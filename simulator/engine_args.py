@@ -7,6 +7,7 @@ set, following ``vllm/engine/arg_utils.py`` (``get_batch_defaults`` and
 server usage context, which is what ``vllm serve`` runs:
 
     device memory >= 160 GiB (B200, B300)        -> max_num_batched_tokens 16384, max_num_seqs 1024
+                                                    (from vLLM 0.28; before, the next tier's 8192)
     >= 70 GiB and not A100 (H100, H200, H800...) -> 8192, 1024
     otherwise (A100, L40S, L4, H20 is 96 GB -> 70 GiB tier) -> 2048, 256
     max_num_batched_tokens = min(max_num_seqs * max_model_len, that)   (only when defaulted)
@@ -45,7 +46,8 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import DEFAULT as VLLM_DEFAULT, default_gpu_memory_utilization, parse_vllm_version
+from simulator.vllm_version import (DEFAULT as VLLM_DEFAULT, LARGE_GPU_DEFAULTS, default_gpu_memory_utilization,
+                                    parse_vllm_version)
 
 GiB = 1 << 30
 
@@ -158,12 +160,17 @@ class EngineArgs:
         return self.cudagraph_mode or OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[self.optimization_level]
 
     @property
+    def vllm_release(self) -> tuple[int, int]:
+        """(major, minor) of ``vllm_version``."""
+        return parse_vllm_version(self.vllm_version)
+
+    @property
     def effective_gpu_memory_utilization(self) -> float:
         """The user's --gpu-memory-utilization, else the default of ``vllm_version`` (0.92 from
         vLLM 0.20, 0.9 before)."""
         if self.gpu_memory_utilization is not None:
             return float(self.gpu_memory_utilization)
-        return default_gpu_memory_utilization(parse_vllm_version(self.vllm_version))
+        return default_gpu_memory_utilization(self.vllm_release)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -176,7 +183,8 @@ class EngineArgs:
             dp=self.data_parallel_size, enable_expert_parallel=self.enable_expert_parallel)
 
     def resolve(self, model: ModelSpec, gpu: GpuSpec) -> "ResolvedEngine":
-        """Fill vLLM 0.33's defaults for ``vllm serve`` on ``gpu``."""
+        """Fill the defaults of ``vllm serve`` on ``gpu`` as release ``vllm_version`` sets them
+        (0.33's unless given; ``simulator.vllm_version``)."""
         if self.max_model_len is None and model.max_position_embeddings < 1:
             raise ValueError(f"model {model.name!r} does not state max_position_embeddings; "
                              "give --max-model-len")
@@ -186,7 +194,7 @@ class EngineArgs:
                 f"--max-model-len {self.max_model_len} exceeds the model's max_position_embeddings "
                 f"{model.max_position_embeddings}")
         mem = gpu.memory_bytes
-        if mem >= 160 * GiB:
+        if mem >= 160 * GiB and self.vllm_release >= LARGE_GPU_DEFAULTS:
             default_tokens, default_seqs = 16384, 1024
         elif mem >= 70 * GiB and "a100" not in gpu.name.lower():
             default_tokens, default_seqs = 8192, 1024
@@ -246,8 +254,9 @@ class ResolvedEngine:
 
     @property
     def vllm_version(self) -> tuple[int, int]:
-        """(major, minor) of the vLLM release whose model kernels and KV budget to reproduce."""
-        return parse_vllm_version(self.args.vllm_version)
+        """(major, minor) of the vLLM release whose model kernels, KV budget and defaults to
+        reproduce."""
+        return self.args.vllm_release
 
     @property
     def max_cudagraph_capture_size(self) -> int | None:
@@ -266,7 +275,7 @@ class ResolvedEngine:
             sm_version=self.gpu.sm_version, num_spec_tokens=num_spec_tokens,
             cudagraph_capture_sizes=a.cudagraph_capture_sizes,
             max_cudagraph_capture_size=self.max_cudagraph_capture_size,
-            cudagraph_mode=a.effective_cudagraph_mode)
+            cudagraph_mode=a.effective_cudagraph_mode, vllm_version=self.vllm_version)
 
     @property
     def gpus_per_engine(self) -> int:

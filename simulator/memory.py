@@ -374,7 +374,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
                                            min(max_num_seqs, max_num_batched_tokens))
     cudagraph = CudaGraphConfig.from_vllm(max_num_seqs, max_num_batched_tokens, enforce_eager, gpu.sm_version,
                                           num_spec_tokens, cudagraph_capture_sizes, max_cudagraph_capture_size,
-                                          cudagraph_mode)
+                                          cudagraph_mode, vllm_version)
     first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
     graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
     graph_src = PROFILED if first is not None else ESTIMATED

@@ -1,10 +1,11 @@
-"""The vLLM release whose kernels and KV budget the simulator reproduces (``--vllm-version``).
+"""The vLLM release whose kernels, KV budget and defaults to reproduce (``--vllm-version``).
 
-The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). Some model kernels
-and the start-up KV budget changed between the releases that measured deployments ran (0.11-0.19
-and nightlies in AIConfigurator's silicon data) and 0.33; ``--vllm-version`` picks those, and
-only those: the scheduler, the KV-cache manager and every other default stay 0.33's whatever it
-says (e.g. async scheduling, off by default up to 0.13: give ``--no-async-scheduling`` for that).
+The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). Some model kernels,
+the start-up KV budget and a few engine defaults changed between the releases that measured
+deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data) and 0.33;
+``--vllm-version`` picks those (the three tables below), and only those: the scheduler, the
+KV-cache manager and every other default stay 0.33's whatever it says (e.g. async scheduling,
+off by default up to 0.13: give ``--no-async-scheduling`` for that).
 
 Model kernels (``simulator.batch_engine``):
 
@@ -47,6 +48,17 @@ kv_cache_utils.py``):
 | 0.26.0 | a sliding-window group reserves sliding_window - 1 + max_num_batched_tokens tokens per      |
 |        | request -> sliding_window - 1 + the tokens in flight (max_num_batched_tokens x (pp + 1)     |
 |        | with async scheduling)                                                                      |
+
+Engine defaults (``simulator.engine_args``, ``simulator.cuda_graph``; ``vllm/engine/arg_utils.py``
+and ``vllm/config/vllm.py`` of the same wheels):
+
+| since  | what changed (before -> from then on)                                                       |
+|--------|---------------------------------------------------------------------------------------------|
+| 0.21.0 | default CUDA-graph sizes: max_num_batched_tokens appended when it fits under the ceiling    |
+| 0.28.0 | GPUs of >= 160 GiB (B200, B300): max_num_batched_tokens default 8192 -> 16384 for the API   |
+|        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
+| 0.29.0 | default CUDA-graph sizes: the uniform-decode sizes (max_num_seqs, and with speculative      |
+|        | decoding a request-count grid x (1 + spec tokens)) appended                                 |
 """
 
 from __future__ import annotations
@@ -66,6 +78,11 @@ UTILIZATION_092 = (0, 20)         # --gpu-memory-utilization default 0.92 (0.9 b
 CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)
 WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
+
+LARGE_GPU_DEFAULTS = (0, 28)      # >= 160 GiB GPUs: max_num_batched_tokens 16384 (8192 before)
+SM100_CAPTURE_1024 = (0, 28)      # CUDA-graph capture ceiling 1024 on the sm_100 family (512 before)
+CAPTURE_APPENDS_BATCH_TOKENS = (0, 21)   # max_num_batched_tokens appended to the capture sizes
+CAPTURE_UNIFORM_DECODE = (0, 29)  # uniform-decode sizes (max_num_seqs x (1 + spec tokens)) captured
 
 
 def default_gpu_memory_utilization(version: tuple[int, int]) -> float:

@@ -176,3 +176,20 @@ def test_graph_memory_counts_the_graphs_of_the_mode():
     assert graphs("FULL_AND_PIECEWISE") == per_graph * 12       # 7 piecewise + 7 full, first one profiled
     assert graphs("PIECEWISE") == graphs("FULL") == graphs("FULL_DECODE_ONLY") == per_graph * 6
     assert graphs("NONE") == 0
+
+
+def test_default_sizes_of_earlier_releases():
+    """--vllm-version (simulator/vllm_version.py): max_num_batched_tokens appended from 0.21, the
+    uniform-decode size (max_num_seqs) from 0.29, the sm_100 ceiling of 1024 from 0.28."""
+    def sizes(seqs, tokens, sm, version, **kw):
+        return CudaGraphConfig.from_vllm(seqs, tokens, False, sm, vllm_version=version, **kw).capture_sizes
+    assert sizes(100, 8192, 90, (0, 28)) == (1, 2, 4, *range(8, 201, 8))             # no 100 before 0.29
+    assert sizes(100, 8192, 90, (0, 29)) == (1, 2, 4, *range(8, 97, 8), 100, *range(104, 201, 8))
+    assert sizes(256, 300, 90, (0, 20)) == (*DEFAULT_51[:35], 272, 288)             # no 300 before 0.21
+    assert sizes(256, 300, 90, (0, 21)) == (*DEFAULT_51[:35], 272, 288, 300)
+    assert sizes(256, 520, 90, (0, 21), max_cudagraph_capture_size=600)[-2:] == (512, 520)  # only the max given
+    assert sizes(256, 520, 90, (0, 20), max_cudagraph_capture_size=600)[-2:] == (496, 512)
+    assert sizes(1024, 8192, 100, (0, 27)) == DEFAULT_51
+    assert sizes(1024, 8192, 100, (0, 28))[-1] == 1024
+    spec = set(sizes(256, 8192, 90, (0, 28), num_spec_tokens=2))
+    assert spec == set(DEFAULT_51) and 3 not in spec                                # no decode grid before 0.29

@@ -58,3 +58,15 @@ def test_the_version_reaches_the_priced_steps():
     old, new, now = (_tpot_ms("MiniMaxAI/MiniMax-M2.5", v) for v in ("0.22.0", "0.23.0", "0.33.0"))
     assert old > new * 1.01 and new == now
     assert _tpot_ms("Qwen/Qwen3-30B-A3B", "0.12.0") == _tpot_ms("Qwen/Qwen3-30B-A3B", "0.33.0")
+
+
+def test_engine_defaults_of_earlier_releases():
+    """B200 (>= 160 GiB): 16384 batched tokens and a 1024-token capture ceiling from vLLM 0.28;
+    8192 and 512 before. H100 is not affected."""
+    def resolve(gpu, version):
+        args = EngineArgs(model="meta-llama/Llama-3.1-8B", gpu=gpu, vllm_version=version)
+        return args.resolve(load_model_spec(args.model), get_gpu(gpu))
+    new, old = resolve("B200", "0.28.0"), resolve("B200", "0.27.0")
+    assert (new.max_num_batched_tokens, new.max_num_seqs, new.cudagraph_config().max_capture_size) == (16384, 1024, 1024)
+    assert (old.max_num_batched_tokens, old.max_num_seqs, old.cudagraph_config().max_capture_size) == (8192, 1024, 512)
+    assert resolve("H100", "0.12").max_num_batched_tokens == resolve("H100", "0.33").max_num_batched_tokens == 8192
