@@ -1,4 +1,4 @@
-"""--vllm-version: which release's model kernels the batch engine prices (simulator/vllm_version.py)."""
+"""--vllm-version: which release's model kernels, KV budget and engine defaults to reproduce (simulator/vllm_version.py)."""
 
 import pytest
 
