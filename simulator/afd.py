@@ -685,7 +685,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
 
     replicas = []
     for i, engine in enumerate(engines):
-        sched = LockstepRanks([new_scheduler() for _ in range(a_dp)]) if lockstep else new_scheduler()
+        sched = LockstepRanks([new_scheduler() for _ in range(a_dp)], resolved.vllm_version) if lockstep else new_scheduler()
         replicas.append(Replica(i, loop, sched, engine, trace,
                                 on_update=lambda *a: None, async_scheduling=args.async_scheduling,
                                 step_jitter=spec.step_jitter, jitter_seed=spec.workload.seed,

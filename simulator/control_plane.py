@@ -168,7 +168,7 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
 
     dp = args.data_parallel_size
     if resolved.lockstep_dp:        # MoE: the DP ranks of a replica step together
-        scheds: list[Scheduler | LockstepRanks] = [LockstepRanks([new_scheduler() for _ in range(dp)])
+        scheds: list[Scheduler | LockstepRanks] = [LockstepRanks([new_scheduler() for _ in range(dp)], resolved.vllm_version)
                                                    for _ in range(args.num_replicas)]
     else:                           # dense: every DP rank is an independent engine
         scheds = [new_scheduler() for _ in range(resolved.num_engines)]

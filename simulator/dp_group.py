@@ -11,8 +11,14 @@ group lasts as long as its slowest rank.
 (``has_requests``, ``schedule``, ``update_from_output``...) over N ranks: a
 group step schedules every rank that has requests (idle ranks contribute a
 dummy batch, i.e. ``None``) and processes every rank's output when the step
-ends. New requests go to the rank with the fewest unfinished requests
-(waiting + running), ties rotating, as vLLM's DP load balancer scores them.
+ends. New requests go to the rank with the lowest load score of vLLM's DP load
+balancer (``DPLBAsyncMPClient.get_core_engine_for_request``, ``dp_load_score``):
+waiting + running plus, when the rank has waiting requests, waiting x 6 x
+max(0, KV usage - 0.5) from vLLM 0.27, the scan starting one rank further each
+pick; waiting x 4 + running up to 0.26, the scan always starting at rank 0 (read
+in the 0.16-0.33 wheels' ``vllm/v1/engine/core_client.py``). vLLM scores the
+coordinator's snapshot (about every 100 ms) plus the requests it has routed
+since; the simulator scores the ranks' exact counts.
 Dense models do not use this: their DP ranks are independent engines.
 
 Inside a P/D role (``--architecture pdd``, AFD's prefill role) every rank is a
@@ -30,9 +36,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.request import Request, RequestSpec
-from simulator.router import LeastLoadedRouter
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerOutput, UpdateResult
+from simulator.vllm_version import DP_KV_PENALTY, SEMANTICS
+
+
+def dp_load_score(waiting: int, running: int, kv_usage: float, vllm_version: tuple[int, int]) -> float:
+    """vLLM's DP load-balancer score of one rank (the lowest wins): from 0.27 waiting + running,
+    plus waiting x 6 x max(0, kv_usage - 0.5) when the rank has waiting requests; up to 0.26
+    waiting x 4 + running. ``kv_usage``: the fraction of the rank's KV blocks in use."""
+    if vllm_version < DP_KV_PENALTY:
+        return waiting * 4 + running
+    score = float(waiting + running)
+    if waiting:
+        score += waiting * 6.0 * max(0.0, kv_usage - 0.5)
+    return score
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,29 +62,38 @@ class LockstepOutput:
     remote_kv_request_ids: tuple[str, ...] = ()   # P/D consumer ranks: admitted for a KV pull
 
 
-class _Rank:
-    __slots__ = ("scheduler",)
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
-
-    def num_unfinished(self) -> int:
-        return self.scheduler.num_unfinished()
-
-
 class LockstepRanks:
     """N DP ranks (each a ``Scheduler`` with its own KV cache) that step together."""
 
-    def __init__(self, schedulers: list[Scheduler]) -> None:
+    def __init__(self, schedulers: list[Scheduler], vllm_version: tuple[int, int] = SEMANTICS) -> None:
+        """``vllm_version``: the release whose DP load balancer routes new requests (``dp_load_score``)."""
         if len(schedulers) < 2:
             raise ValueError(f"a lockstep DP group needs at least 2 ranks, got {len(schedulers)}")
         self.ranks = schedulers
-        self._balance = [_Rank(s) for s in schedulers]
-        self._router = LeastLoadedRouter(len(schedulers))
+        self.vllm_version = vllm_version
+        self._rotate = vllm_version >= DP_KV_PENALTY      # the scan start advances each pick from 0.27
+        self._start = 0
+
+    def pick_rank(self) -> int:
+        """The rank vLLM's DP load balancer sends the next request to (``dp_load_score``; the first
+        of the lowest scores in scan order)."""
+        n, start, version = len(self.ranks), self._start, self.vllm_version
+        best, best_score = start, None
+        for i in range(n):
+            idx = (start + i) % n
+            s = self.ranks[idx]
+            running, waiting = s.get_request_counts()
+            score = dp_load_score(waiting, running, s.kv.pool.usage() if waiting else 0.0, version)
+            if best_score is None or score < best_score:
+                best, best_score = idx, score
+        if self._rotate:
+            self._start = (start + 1) % n
+        return best
 
     def add_request(self, spec: RequestSpec, **kv_params: bool) -> Request:
-        """Queue ``spec`` on the least-loaded rank; ``kv_params``: P/D flags of ``Scheduler.add_request``."""
-        return self.ranks[self._router.pick(self._balance)].add_request(spec, **kv_params)
+        """Queue ``spec`` on the rank the DP load balancer picks (``pick_rank``); ``kv_params``: P/D
+        flags of ``Scheduler.add_request``."""
+        return self.ranks[self.pick_rank()].add_request(spec, **kv_params)
 
     def rank_of(self, request_id: str) -> int:
         """The rank holding unfinished ``request_id`` (P/D: which link and scheduler it uses)."""

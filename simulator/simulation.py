@@ -322,7 +322,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
 
     dp = args.data_parallel_size
     if resolved.lockstep_dp:    # MoE: the DP ranks of a replica step together
-        replicas = [new_replica(i, LockstepRanks([new_scheduler() for _ in range(dp)]))
+        replicas = [new_replica(i, LockstepRanks([new_scheduler() for _ in range(dp)], resolved.vllm_version))
                     for i in range(args.num_replicas)]
     else:                       # dense: every DP rank is an independent engine
         replicas = [new_replica(i, new_scheduler()) for i in range(args.num_replicas * dp)]

@@ -59,6 +59,14 @@ and ``vllm/config/vllm.py`` of the same wheels):
 |        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
 | 0.29.0 | default CUDA-graph sizes: the uniform-decode sizes (max_num_seqs, and with speculative      |
 |        | decoding a request-count grid x (1 + spec tokens)) appended                                 |
+
+DP load balancer (``simulator.dp_group``; ``vllm/v1/engine/core_client.py``, read in 0.16.0 and
+every wheel from 0.19.0 to 0.33.0):
+
+| since  | what changed (before -> from then on)                                                       |
+|--------|---------------------------------------------------------------------------------------------|
+| 0.27.0 | a rank's score: waiting x 4 + running, scan from rank 0 -> waiting + running + waiting x 6  |
+|        | x max(0, KV usage - 0.5), the scan start advancing one rank per pick                        |
 """
 
 from __future__ import annotations
@@ -83,6 +91,7 @@ LARGE_GPU_DEFAULTS = (0, 28)      # >= 160 GiB GPUs: max_num_batched_tokens 1638
 SM100_CAPTURE_1024 = (0, 28)      # CUDA-graph capture ceiling 1024 on the sm_100 family (512 before)
 CAPTURE_APPENDS_BATCH_TOKENS = (0, 21)   # max_num_batched_tokens appended to the capture sizes
 CAPTURE_UNIFORM_DECODE = (0, 29)  # uniform-decode sizes (max_num_seqs x (1 + spec tokens)) captured
+DP_KV_PENALTY = (0, 27)           # DP load balancer: waiting + running + KV-pressure term (4 x waiting + running before)
 
 
 def default_gpu_memory_utilization(version: tuple[int, int]) -> float:

@@ -79,3 +79,35 @@ def test_moe_dp_is_one_lockstep_replica_and_dense_dp_is_independent_engines():
     dense = run("meta-llama/Llama-3.1-8B", 4)
     assert not dense.resolved.lockstep_dp
     assert set(dense.trace.step_cols["replica_id"]) == {0, 1, 2, 3}
+
+
+def test_dp_load_balancer_scores_as_the_release_does():
+    """vLLM's DP load balancer (core_client.py): up to 0.26 waiting x 4 + running, the scan from
+    rank 0; from 0.27 waiting + running + waiting x 6 x max(0, KV usage - 0.5), the scan start
+    advancing one rank per pick."""
+    from simulator.dp_group import dp_load_score
+    assert dp_load_score(2, 3, 0.9, (0, 26)) == 11
+    assert dp_load_score(2, 3, 0.9, (0, 27)) == pytest.approx(5 + 2 * 6 * 0.4)
+    assert dp_load_score(0, 3, 0.9, (0, 33)) == 3 and dp_load_score(2, 3, 0.4, (0, 33)) == 5
+
+    def ranks(version, first_tokens=0):
+        """rank 0: one request of ``first_tokens`` running (if any) and one waiting; rank 1: three running."""
+        cfg = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=1024, max_model_len=1024, async_scheduling=False)
+        g = LockstepRanks([Scheduler(cfg, KVCacheManager(64, 16, 1024)) for _ in range(2)], version)
+        r0, r1 = g.ranks
+        if first_tokens:
+            r0.add_request(RequestSpec("big", 0.0, first_tokens, 2))
+            r0.schedule()
+        for i in range(3):
+            r1.add_request(RequestSpec(f"b{i}", 0.0, 8, 2))
+        r1.schedule()
+        r0.add_request(RequestSpec("w", 0.0, 8, 2))
+        return g
+    assert ranks((0, 26)).pick_rank() == 1          # 4 x 1 waiting > 3 running
+    assert ranks((0, 27)).pick_rank() == 0          # 1 < 3
+    assert ranks((0, 33), 600).pick_rank() == 0     # 38 of 63 blocks: 2 + 6 x 0.10 = 2.6 < 3
+    assert ranks((0, 33), 800).pick_rank() == 1     # 50 of 63 blocks: 2 + 6 x 0.29 = 3.8 > 3
+    cfg = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=256, async_scheduling=False)
+    for version, expect in (((0, 26), [0, 0, 0]), ((0, 27), [0, 1, 0])):   # ties: fixed start, rotating start
+        g = LockstepRanks([Scheduler(cfg, KVCacheManager(64, 16, 256)) for _ in range(2)], version)
+        assert [g.pick_rank() for _ in range(3)] == expect
