@@ -202,7 +202,7 @@ def simulate(
     optimization_level: Optional[int] = typer.Option(None, "--optimization-level", "-O", help=O_HELP, rich_help_panel=ENGINE_HELP),
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels, KV budget and batch / CUDA-graph defaults differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler and async scheduling follow 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels, KV budget, batch / CUDA-graph defaults and DP load balancer differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler and async scheduling follow 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
     dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt or trace.", rich_help_panel=BENCH_HELP),
     dataset_path: Optional[str] = typer.Option(None, help="Trace file (.jsonl/.csv/.parquet) or a ShareGPT JSON.", rich_help_panel=BENCH_HELP),
     num_prompts: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),

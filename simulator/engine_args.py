@@ -101,8 +101,9 @@ class EngineArgs:
     async_scheduling: bool = True
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
-    # not a vLLM flag: the release whose model kernels, KV budget and batch / CUDA-graph defaults
-    # to reproduce (simulator/vllm_version.py); the scheduler and async scheduling stay vLLM 0.33's
+    # not a vLLM flag: the release whose model kernels, KV budget, batch / CUDA-graph defaults and
+    # DP load balancer to reproduce (simulator/vllm_version.py); the scheduler and async
+    # scheduling stay vLLM 0.33's
     vllm_version: str = VLLM_DEFAULT
 
     def __post_init__(self) -> None:

@@ -1,11 +1,11 @@
 """The vLLM release whose kernels, KV budget and defaults to reproduce (``--vllm-version``).
 
 The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). Some model kernels,
-the start-up KV budget and a few engine defaults changed between the releases that measured
-deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data) and 0.33;
-``--vllm-version`` picks those (the three tables below), and only those: the scheduler, the
-KV-cache manager and every other default stay 0.33's whatever it says (e.g. async scheduling,
-off by default up to 0.13: give ``--no-async-scheduling`` for that).
+the start-up KV budget, a few engine defaults and the DP load balancer changed between the
+releases that measured deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data)
+and 0.33; ``--vllm-version`` picks those (the four tables below), and only those: the scheduler,
+the KV-cache manager and every other default stay 0.33's whatever it says (e.g. async
+scheduling, off by default up to 0.13: give ``--no-async-scheduling`` for that).
 
 Model kernels (``simulator.batch_engine``):
 
