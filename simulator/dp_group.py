@@ -16,7 +16,7 @@ balancer (``DPLBAsyncMPClient.get_core_engine_for_request``, ``dp_load_score``):
 waiting + running plus, when the rank has waiting requests, waiting x 6 x
 max(0, KV usage - 0.5) from vLLM 0.27, the scan starting one rank further each
 pick; waiting x 4 + running up to 0.26, the scan always starting at rank 0 (read
-in the 0.16-0.33 wheels' ``vllm/v1/engine/core_client.py``). vLLM scores the
+in the 0.10.2-0.33 wheels' ``vllm/v1/engine/core_client.py``). vLLM scores the
 coordinator's snapshot (about every 100 ms) plus the requests it has routed
 since; the simulator scores the ranks' exact counts.
 Dense models do not use this: their DP ranks are independent engines.

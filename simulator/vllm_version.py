@@ -60,8 +60,8 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.29.0 | default CUDA-graph sizes: the uniform-decode sizes (max_num_seqs, and with speculative      |
 |        | decoding a request-count grid x (1 + spec tokens)) appended                                 |
 
-DP load balancer (``simulator.dp_group``; ``vllm/v1/engine/core_client.py``, read in 0.16.0 and
-every wheel from 0.19.0 to 0.33.0):
+DP load balancer (``simulator.dp_group``; ``vllm/v1/engine/core_client.py``, read in every wheel
+from 0.10.2 to 0.33.0 but 0.17 and 0.18):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
