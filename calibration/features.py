@@ -370,7 +370,7 @@ def _linear(c: Canon) -> np.ndarray:
 def _attention(c: Canon) -> np.ndarray:
     heads, kvh, hd = _f(c, "num_heads"), _f(c, "num_kv_heads"), _f(c, "head_dim")
     window = _f(c, "window_size")
-    kvb = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["kv_dtype"]])
+    kvb = dtype_bytes(c["kv_dtype"])
     nd, dmean = _f(c, "num_decode"), _f(c, "decode_ctx_mean")
     eff_dmean = np.where(window > 0, np.minimum(dmean, window), dmean)
     pairs = _f(c, "prefill_pairs")
@@ -404,7 +404,7 @@ def _moe(c: Canon) -> np.ndarray:
     std = np.sqrt(np.maximum(_f(c, "var_tokens_per_expert"), 0.0))
     mean_load = np.maximum(pairs / local, 1e-9)
     active = np.minimum(local, np.maximum(pairs, 1.0))
-    wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["moe_dtype"]])
+    wbytes = dtype_bytes(c["moe_dtype"])
     cols = [_lg(tok), _lg(hid), _lg(inter_rank), _lg(k), _lg(experts), _lg(local), _lg(pairs),
             _lg(mx), _lg(std), mx / mean_load, _lg(active), _lg(6 * hid * inter_rank * pairs),
             _lg(3 * hid * inter_rank * active * wbytes), _lg(6 * hid * inter_rank * mx),
@@ -425,7 +425,7 @@ def _comm(c: Canon) -> np.ndarray:
 
 def _elementwise_bytes(c: Canon) -> tuple[np.ndarray, np.ndarray]:
     """(element bytes, bytes moved) of elementwise rows: passes x tokens x width x element bytes."""
-    eb = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in c["dtype"]])
+    eb = dtype_bytes(c["dtype"])
     passes = np.array([ELEMENTWISE_PASSES.get(str(o), 2) for o in c["op_name"]], dtype=float)
     return eb, passes * _f(c, "num_tokens") * _f(c, "hidden_size") * eb
 
@@ -472,12 +472,12 @@ def reference_s(canon: Canon, family: str) -> np.ndarray:
     """
     if family == "linear":
         m, n, k = _f(canon, "m"), _f(canon, "n"), _f(canon, "k")
-        wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in canon["dtype"]])
+        wbytes = dtype_bytes(canon["dtype"])
         return 2 * m * n * k / _REF_FLOPS + (n * k * wbytes + 2 * (m * k + m * n)) / _REF_BW + _REF_FIXED_S
     if family == "attention":
         heads, kvh, hd = _f(canon, "num_heads"), _f(canon, "num_kv_heads"), _f(canon, "head_dim")
         window = _f(canon, "window_size")
-        kvb = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in canon["kv_dtype"]])
+        kvb = dtype_bytes(canon["kv_dtype"])
         nd, dmean = _f(canon, "num_decode"), _f(canon, "decode_ctx_mean")
         dmean = np.where(window > 0, np.minimum(dmean, window), dmean)
         npre, pmean = _f(canon, "num_prefill"), _f(canon, "prefill_len_mean")
@@ -492,7 +492,7 @@ def reference_s(canon: Canon, family: str) -> np.ndarray:
         inter = _f(canon, "inter_size") / _f(canon, "moe_tp_size")
         local = np.maximum(1.0, _f(canon, "num_experts") / _f(canon, "moe_ep_size"))
         active = np.minimum(local, np.maximum(pairs, 1.0))
-        wbytes = np.array([_DTYPE_BYTES.get(str(d), 2.0) for d in canon["moe_dtype"]])
+        wbytes = dtype_bytes(canon["moe_dtype"])
         return (6 * hid * inter * pairs / _REF_FLOPS
                 + (3 * hid * inter * active * wbytes + pairs * (2 * hid + 3 * inter) * 2) / _REF_BW + _REF_FIXED_S)
     if family == "elementwise":

@@ -36,6 +36,16 @@ def _grid(max_size: int) -> list[int]:
     return sizes
 
 
+def _grid_with_batch_tokens(max_size: int, max_num_batched_tokens: int, vllm_version: tuple[int, int]) -> list[int]:
+    """The default grid up to ``max_size`` tokens, plus max_num_batched_tokens when it fits under
+    it (from vLLM 0.21, so the largest batch is captured even off-stride)."""
+    sizes = _grid(max_size)
+    if (vllm_version >= CAPTURE_APPENDS_BATCH_TOKENS and max_num_batched_tokens <= max_size
+            and max_num_batched_tokens not in sizes):
+        sizes.append(max_num_batched_tokens)
+    return sizes
+
+
 def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
                        num_spec_tokens: int = 0, vllm_version: tuple[int, int] = SEMANTICS) -> tuple[int, ...]:
     """Capture sizes exactly as vLLM 0.33 `_set_cudagraph_sizes` derives the default, or as the
@@ -54,11 +64,7 @@ def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_versio
             decode_sizes = sorted({n * q for n in counts if n * q <= max_size})
         elif max_num_seqs <= max_size:
             decode_sizes = [max_num_seqs]
-    max_size = min(max_num_batched_tokens, max_size)
-    sizes = _grid(max_size)
-    appends = vllm_version >= CAPTURE_APPENDS_BATCH_TOKENS
-    if appends and max_num_batched_tokens <= max_size and max_num_batched_tokens not in sizes:
-        sizes.append(max_num_batched_tokens)
+    sizes = _grid_with_batch_tokens(min(max_num_batched_tokens, max_size), max_num_batched_tokens, vllm_version)
     sizes += [s for s in decode_sizes if s <= max_num_batched_tokens]
     sizes = sorted(set(sizes))
     return tuple(sizes)
@@ -99,12 +105,8 @@ def resolve_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_ver
     if cudagraph_capture_sizes is not None:
         sizes = sorted({s for s in cudagraph_capture_sizes if s <= max_num_batched_tokens})
     else:
-        max_size = min(max_num_batched_tokens, max_cudagraph_capture_size)
-        sizes = _grid(max_size)
-        if (vllm_version >= CAPTURE_APPENDS_BATCH_TOKENS and max_num_batched_tokens <= max_size
-                and max_num_batched_tokens not in sizes):
-            sizes.append(max_num_batched_tokens)
-        sizes = sorted(set(sizes))
+        sizes = sorted(set(_grid_with_batch_tokens(min(max_num_batched_tokens, max_cudagraph_capture_size),
+                                                   max_num_batched_tokens, vllm_version)))
     valid_max = sizes[-1] if sizes else 0
     if (cudagraph_capture_sizes is not None and max_cudagraph_capture_size is not None
             and max_cudagraph_capture_size != valid_max):

@@ -37,7 +37,7 @@ def roofline_terms(canon: F.Canon) -> np.ndarray:
     inter = F._f(canon, "inter_size") / F._f(canon, "moe_tp_size")
     local = np.maximum(1.0, F._f(canon, "num_experts") / F._f(canon, "moe_ep_size"))
     active = np.minimum(local, np.maximum(pairs, 1.0))
-    wbytes = np.array([F._DTYPE_BYTES.get(str(d), 2.0) for d in canon["moe_dtype"]])
+    wbytes = F.dtype_bytes(canon["moe_dtype"])
     max_load = F._f(canon, "max_tokens_per_expert")
     return np.column_stack([np.ones_like(hid), 6 * hid * inter * pairs, 3 * hid * inter * active * wbytes,
                             pairs * (2 * hid + 3 * inter) * 2, 6 * hid * inter * max_load])
