@@ -183,7 +183,7 @@ def simulate(
     enable_expert_parallel: Optional[bool] = typer.Option(None, "--enable-expert-parallel/--no-enable-expert-parallel", rich_help_panel=ENGINE_HELP),
     num_replicas: Optional[int] = typer.Option(None, help="Independent engine replicas behind the router.", rich_help_panel=ENGINE_HELP),
     num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="Expected total GPUs of the deployment, all roles together; a layout that uses another number is refused before the run.", rich_help_panel=ENGINE_HELP),
-    router: Optional[str] = typer.Option(None, help="round_robin (default) or least_loaded.", rich_help_panel=ENGINE_HELP),
+    router: Optional[str] = typer.Option(None, help="round_robin (default) or least_loaded: picks one of --num-replicas servers; vLLM's DP load balancer picks the DP rank within it.", rich_help_panel=ENGINE_HELP),
     max_num_seqs: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     max_num_batched_tokens: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     max_model_len: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),

@@ -18,8 +18,9 @@ max(0, KV usage - 0.5) from vLLM 0.27, the scan starting one rank further each
 pick; waiting x 4 + running up to 0.26, the scan always starting at rank 0 (read
 in the 0.10.2-0.33 wheels' ``vllm/v1/engine/core_client.py``). vLLM scores the
 coordinator's snapshot (about every 100 ms) plus the requests it has routed
-since; the simulator scores the ranks' exact counts.
-Dense models do not use this: their DP ranks are independent engines.
+since; the simulator scores the ranks' exact counts. ``DpLoadBalancer`` is that choice on
+its own: a dense model's DP ranks are independent engines (no lockstep), yet the API server
+routes to them by the same score (``simulator.cluster``).
 
 Inside a P/D role (``--architecture pdd``, AFD's prefill role) every rank is a
 scheduler with the role's KV connector. A decode rank whose only requests wait
@@ -62,19 +63,17 @@ class LockstepOutput:
     remote_kv_request_ids: tuple[str, ...] = ()   # P/D consumer ranks: admitted for a KV pull
 
 
-class LockstepRanks:
-    """N DP ranks (each a ``Scheduler`` with its own KV cache) that step together."""
+class DpLoadBalancer:
+    """vLLM's DP load balancer over the schedulers of one replica's DP ranks (lockstep or not)."""
 
     def __init__(self, schedulers: list[Scheduler], vllm_version: tuple[int, int] = SEMANTICS) -> None:
-        """``vllm_version``: the release whose DP load balancer routes new requests (``dp_load_score``)."""
-        if len(schedulers) < 2:
-            raise ValueError(f"a lockstep DP group needs at least 2 ranks, got {len(schedulers)}")
+        """``vllm_version``: the release whose score and scan order to follow (``dp_load_score``)."""
         self.ranks = schedulers
         self.vllm_version = vllm_version
         self._rotate = vllm_version >= DP_KV_PENALTY      # the scan start advances each pick from 0.27
         self._start = 0
 
-    def pick_rank(self) -> int:
+    def pick(self) -> int:
         """The rank vLLM's DP load balancer sends the next request to (``dp_load_score``; the first
         of the lowest scores in scan order)."""
         n, start, version = len(self.ranks), self._start, self.vllm_version
@@ -89,6 +88,22 @@ class LockstepRanks:
         if self._rotate:
             self._start = (start + 1) % n
         return best
+
+
+class LockstepRanks:
+    """N DP ranks (each a ``Scheduler`` with its own KV cache) that step together."""
+
+    def __init__(self, schedulers: list[Scheduler], vllm_version: tuple[int, int] = SEMANTICS) -> None:
+        """``vllm_version``: the release whose DP load balancer routes new requests (``dp_load_score``)."""
+        if len(schedulers) < 2:
+            raise ValueError(f"a lockstep DP group needs at least 2 ranks, got {len(schedulers)}")
+        self.ranks = schedulers
+        self.vllm_version = vllm_version
+        self._balancer = DpLoadBalancer(schedulers, vllm_version)
+
+    def pick_rank(self) -> int:
+        """The rank vLLM's DP load balancer sends the next request to (``DpLoadBalancer.pick``)."""
+        return self._balancer.pick()
 
     def add_request(self, spec: RequestSpec, **kv_params: bool) -> Request:
         """Queue ``spec`` on the rank the DP load balancer picks (``pick_rank``); ``kv_params``: P/D

@@ -3,7 +3,8 @@
 Control plane (``simulator.cluster``): the engine arguments compile into one
 cluster of role ``C`` (co-located) behind a router. For a dense model it holds
 ``num_replicas x data_parallel_size`` independent engines of TP x PP GPUs, each
-with its own scheduler and KV cache (vLLM runs dense DP ranks independently);
+with its own scheduler and KV cache (vLLM runs dense DP ranks independently),
+``--router`` picking a replica and vLLM's DP load balancer a rank within it;
 for an MoE model with DP it holds ``num_replicas`` replicas whose DP ranks step
 in lockstep (``simulator.dp_group``). The benchmark client replays the workload like ``vllm bench serve``:
 requests arrive on the schedule, wait for a ``--max-concurrency`` slot if
@@ -324,10 +325,11 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if resolved.lockstep_dp:    # MoE: the DP ranks of a replica step together
         replicas = [new_replica(i, LockstepRanks([new_scheduler() for _ in range(dp)], resolved.vllm_version))
                     for i in range(args.num_replicas)]
-    else:                       # dense: every DP rank is an independent engine
+        cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas))
+    else:                       # dense: every DP rank is an independent engine, a server's DP LB picks it
         replicas = [new_replica(i, new_scheduler()) for i in range(args.num_replicas * dp)]
-    cluster = Cluster(Role.COLOCATED, replicas, args.router,
-                      resolved.num_gpus // len(replicas))
+        cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas),
+                          dp_ranks=dp, vllm_version=resolved.vllm_version)
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))

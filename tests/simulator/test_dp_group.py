@@ -111,3 +111,40 @@ def test_dp_load_balancer_scores_as_the_release_does():
     for version, expect in (((0, 26), [0, 0, 0]), ((0, 27), [0, 1, 0])):   # ties: fixed start, rotating start
         g = LockstepRanks([Scheduler(cfg, KVCacheManager(64, 16, 256)) for _ in range(2)], version)
         assert [g.pick_rank() for _ in range(3)] == expect
+
+
+def dense_servers(num_servers: int, dp: int, router: str = "round_robin"):
+    """``num_servers`` servers of ``dp`` independent engines (PerTokenEngine) in one cluster."""
+    from simulator.cluster import Cluster, Role
+    cfg = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=256, async_scheduling=False)
+    loop, trace = EventLoop(), BatchTrace(True)
+    engines = [Replica(i, loop, Scheduler(cfg, KVCacheManager(64, 16, 256)), PerTokenEngine(), trace,
+                       lambda *a: None, async_scheduling=False) for i in range(num_servers * dp)]
+    return loop, Cluster(Role.COLOCATED, engines, router, 1, dp_ranks=dp)
+
+
+def engine_of(cluster, request_id: str) -> int:
+    return next(i for i, e in enumerate(cluster.replicas) if request_id in e.scheduler.requests)
+
+
+def test_dense_dp_engines_of_one_server_are_picked_by_the_dp_load_balancer():
+    """vLLM's API server routes any DP > 1 deployment by the DP load-balancer score (dense ranks
+    too, DPLBAsyncMPClient); a per-engine round robin would put "late" on engine 0."""
+    loop, cluster = dense_servers(1, 2)
+    cluster.submit(RequestSpec("long", 0.0, 40, 20))     # engine 0, busy until ~0.1 s
+    cluster.submit(RequestSpec("short", 0.0, 4, 2))      # engine 1, done at 7 ms
+    loop.at(0.05, lambda: cluster.submit(RequestSpec("late", 0.05, 4, 2)), 2)
+    loop.run(0.05)
+    assert (engine_of(cluster, "long"), engine_of(cluster, "late")) == (0, 1)
+
+
+def test_dense_dp_servers_take_the_router_then_the_balancer():
+    """--router picks the server (round robin over 2 servers of 2 engines), the balancer the
+    engine: the third request finds its server's engine 0 holding one waiting request."""
+    loop, cluster = dense_servers(2, 2)
+    for i in range(4):
+        cluster.submit(RequestSpec(f"r{i}", 0.0, 8, 2))
+    assert [engine_of(cluster, f"r{i}") for i in range(4)] == [0, 2, 1, 3]
+    with pytest.raises(ValueError, match="dp_ranks=2"):
+        from simulator.cluster import Cluster, Role
+        Cluster(Role.COLOCATED, cluster.replicas[:3], "round_robin", 1, dp_ranks=2)
