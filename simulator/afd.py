@@ -461,6 +461,11 @@ class AfdEngine:
         self.stats.append(got[1])
         return got[0]
 
+    def lockstep_costs(self, batches: list[BatchShape], num_idle: int) -> list[StepCost]:
+        """A lockstep A group's busy ranks, each priced by ``step_cost`` (F gathers every
+        rank's tokens as the step's plan says; no DP padding rule applies on A)."""
+        return [self.step_cost(b) for b in batches]
+
     # -- pieces
     def _price(self, batch: BatchShape) -> tuple[StepCost, AfdStepStats]:
         new, ctx = batch.new_tokens, batch.context_lens

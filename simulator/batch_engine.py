@@ -31,7 +31,8 @@ Approximations (stated, to be replaced by measured data / later models):
   replica can overlap steps across stages (``simulator.pipeline``).
 - MoE routing: balanced unless a skewed `MoeRouter` is given (simulator/moe_routing.py):
   then every distinct load of an EP rank that receives pairs is priced and the slowest
-  rank's MoeOp kept. With DP>1 all DP ranks' tokens reach the experts: all2all_backend
+  rank's MoeOp kept. With DP>1 all DP ranks' tokens reach the experts (dp x the rank's
+  tokens when the ranks pad to the busiest, their sum when not: ``lockstep_costs``): all2all_backend
   "allgather_reducescatter" (vLLM's default: all_gather + reduce_scatter over TP x DP) or
   "all_to_all" (DeepEP-style dispatch + combine of the busiest rank's routed tokens over
   the EP group; EP > 1).
@@ -51,7 +52,8 @@ from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
 from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
-from simulator.vllm_version import BF16X3_ROUTER, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR, SEMANTICS
+from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
+                                    SEMANTICS)
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
@@ -194,7 +196,7 @@ class BatchEngine:
         self._cache_reqs = 0          # requests in the step memo's keys (MAX_CACHE_REQS)
         self._last_uniform: tuple[BatchShape, StepCost] | None = None   # the latest uniform decode step
         self._stage_cache: dict[BatchShape, tuple[float, ...]] = {}
-        self._dense_cache: dict[tuple[int, str], float] = {}
+        self._dense_cache: dict[tuple[int, str, int | None], float] = {}
         self._head_cache: dict[int, float] = {}
         # decode-only attention priced from the contexts' count and sum (attention_time_s): the
         # roofline's attention time depends on nothing else; a calibrated model may (it sees
@@ -244,6 +246,35 @@ class BatchEngine:
         self._cache_reqs += num_reqs
         return cost
 
+    def lockstep_costs(self, batches: list[BatchShape], num_idle: int) -> list[StepCost]:
+        """Costs of the busy ranks of one lockstep DP step (``simulator.dp_group``; the step lasts
+        as long as the slowest); ``num_idle`` ranks run a one-token dummy batch.
+
+        Padded (the ranks all run the busiest rank's token count): each rank is priced as
+        ``step_cost``, its MoE layers over dp x its own (padded) tokens, so the busiest rank's
+        cost is the step's. vLLM pads so from 0.17 when every rank's CUDA-graph mode is not
+        NONE (the mode is their minimum), before 0.17 whenever CUDA graphs are configured
+        (``simulator.vllm_version``). Unpadded (a rank runs eager from 0.17, or graphs are off):
+        every rank runs eager on its own tokens, and its MoE layers (and their all-gather /
+        reduce-scatter) see the sum over the ranks, as ``all_gatherv`` gathers them."""
+        costs = [self.step_cost(b) for b in batches]
+        if self.parallel.dp == 1 or not self.model.num_moe_layers:
+            return costs
+        if self.vllm_version >= DP_PAD_GRAPHS_ONLY:
+            padded = all(c.cudagraph_mode != "NONE" for c in costs)
+        else:
+            padded = not (self.cudagraph.enforce_eager or self.cudagraph.mode == "NONE")
+        if padded:
+            return costs
+        total = sum(c.padded_tokens for c in costs) + num_idle
+        out = []
+        for b, c in zip(batches, costs):
+            m = c.padded_tokens
+            duration = (self._dense_time_s(m, "launch", total) + self._attention_time_s(b, "launch")
+                        + self._head_time_s(len(b.new_tokens)))
+            out.append(StepCost(duration, c.num_tokens, m, "NONE"))
+        return out
+
     def stage_times_s(self, batch: BatchShape) -> tuple[float, ...]:
         """The step's duration split into its pp stages (seconds); the sum equals ``step_cost``.
 
@@ -280,8 +311,9 @@ class BatchEngine:
         self._stage_cache[batch] = out
         return out
 
-    def layer_ops(self, m: int) -> list[tuple[object, int]]:
-        """(op, multiplicity) for every non-attention op of a forward over m tokens."""
+    def layer_ops(self, m: int, moe_tokens: int | None = None) -> list[tuple[object, int]]:
+        """(op, multiplicity) for every non-attention op of a forward over m tokens; ``moe_tokens``:
+        the tokens the MoE layers gather over the DP ranks (None: dp x m, every rank padded to m)."""
         mdl, par, ab, tp = self.model, self.parallel, self._ab, self._tp
         h, n_layers = mdl.hidden_size, mdl.num_layers
         heads = mdl.num_attention_heads // tp
@@ -299,7 +331,7 @@ class BatchEngine:
             inter = _cdiv(mdl.intermediate_size, tp)
             ops += [(op, n_dense) for op in self._mlp_ops("dense_mlp", "mlp", m, inter)]
         if mdl.num_moe_layers:
-            ops += [(op, mdl.num_moe_layers) for op in self._moe_ops(m)]
+            ops += [(op, mdl.num_moe_layers) for op in self._moe_ops(m, moe_tokens)]
         if par.pp > 1:
             ops.append((CommOp("p2p", 2 * m * h * ab, 2, self._pp_link), par.pp - 1))  # hidden + residual
         return ops
@@ -342,11 +374,11 @@ class BatchEngine:
                 ElementwiseOp(f"{prefix}_act", m, inter, 3 * inter * self._ab),
                 self._gemm(f"{prefix}_down_proj", m, h, inter, part)]
 
-    def _moe_ops(self, m: int) -> list[object]:
+    def _moe_ops(self, m: int, moe_tokens: int | None = None) -> list[object]:
         mdl, par, ab = self.model, self.parallel, self._ab
         h, e = mdl.hidden_size, mdl.num_experts
         local = _cdiv(e, par.ep)
-        tokens = m * par.dp                      # DP ranks' tokens gathered to the experts
+        tokens = m * par.dp if moe_tokens is None else moe_tokens   # DP ranks' tokens gathered to the experts
         wb = mdl.quant.bytes_per_param("routed_experts")
         dtype = _QUANT_COMPUTE.get(mdl.quant.method, "bf16") if wb < BF16 else "bf16"
         inter = _cdiv(mdl.moe_intermediate_size, par.moe_tp)
@@ -429,11 +461,13 @@ class BatchEngine:
         times = self.cost_model.op_times_s([op for op, _ in ops], timing)
         return sum(t * n for t, (_, n) in zip(times, ops))
 
-    def _dense_time_s(self, m: int, timing: str) -> float:
-        key = (m, timing)
+    def _dense_time_s(self, m: int, timing: str, moe_tokens: int | None = None) -> float:
+        key = (m, timing, moe_tokens)
         t = self._dense_cache.get(key)
         if t is None:
-            t = self._dense_cache[key] = self._times(self.layer_ops(m), timing)
+            if len(self._dense_cache) >= MAX_CACHE_ENTRIES:
+                self._dense_cache.clear()
+            t = self._dense_cache[key] = self._times(self.layer_ops(m, moe_tokens), timing)
         return t
 
     def _head_time_s(self, rows: int) -> float:

@@ -121,7 +121,9 @@ class Replica:
         """Price and place one step on the GPU timeline; return its end time.
 
         A lockstep DP group's step lasts as long as its slowest rank (idle ranks run a
-        dummy batch that is never the slowest); each rank gets its own trace row.
+        dummy batch that is never the slowest; ``BatchEngine.lockstep_costs`` prices the
+        ranks padded to the busiest or each on its own tokens, as vLLM pads; with pp > 1 each
+        rank's stages are priced as padded); each rank gets its own trace row.
         """
         now = self.loop.now_s
         if self.on_remote_kv is not None and out.remote_kv_request_ids:
@@ -136,7 +138,10 @@ class Replica:
         else:
             ranks = [(0, out, self.scheduler)]
         shapes = [BatchShape(o.num_scheduled_tokens, o.context_lens) for _, o, _ in ranks]
-        costs = [self.engine.step_cost(b) for b in shapes]
+        if isinstance(out, LockstepOutput) and self._pp == 1:
+            costs = self.engine.lockstep_costs(shapes, len(out.outputs) - len(ranks))
+        else:
+            costs = [self.engine.step_cost(b) for b in shapes]
         if self._pp > 1:
             start, end = self._launch_stages(shapes)
         else:

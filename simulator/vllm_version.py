@@ -3,7 +3,7 @@
 The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). Some model kernels,
 the start-up KV budget, a few engine defaults and the DP load balancer changed between the
 releases that measured deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data)
-and 0.33; ``--vllm-version`` picks those (the four tables below), and only those: the scheduler,
+and 0.33; ``--vllm-version`` picks those (the five tables below), and only those: the scheduler,
 the KV-cache manager and every other default stay 0.33's whatever it says (e.g. async
 scheduling, off by default up to 0.13: give ``--no-async-scheduling`` for that).
 
@@ -61,12 +61,24 @@ and ``vllm/config/vllm.py`` of the same wheels):
 |        | decoding a request-count grid x (1 + spec tokens)) appended                                 |
 
 DP load balancer (``simulator.dp_group``; ``vllm/v1/engine/core_client.py``, read in every wheel
-from 0.10.2 to 0.33.0 but 0.17 and 0.18):
+from 0.10.2 to 0.33.0):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
 | 0.27.0 | a rank's score: waiting x 4 + running, scan from rank 0 -> waiting + running + waiting x 6  |
 |        | x max(0, KV usage - 0.5), the scan start advancing one rank per pick                        |
+
+Lockstep DP padding (``simulator.batch_engine.BatchEngine.lockstep_costs``; ``vllm/v1/worker/
+dp_utils.py`` and ``gpu_model_runner.py``, read in the 0.11.0, 0.12.0, 0.14.0, 0.16.0, 0.17.0,
+0.18.0, 0.19.0 and 0.33.0 wheels):
+
+| since  | what changed (before -> from then on)                                                       |
+|--------|---------------------------------------------------------------------------------------------|
+| 0.17.0 | every DP rank pads its tokens to the busiest rank's whenever CUDA graphs are configured     |
+|        | (``allow_dp_padding``; 0.11: ``get_dp_padding`` unless ``--enforce-eager``) -> only when    |
+|        | the step's CUDA-graph mode, the minimum over the ranks, is not NONE (``should_dp_pad``): a  |
+|        | rank running eager (a prefill above the capture sizes) makes every rank run its own tokens, |
+|        | the MoE layers gathering the ranks' real token counts                                       |
 """
 
 from __future__ import annotations
@@ -92,6 +104,7 @@ SM100_CAPTURE_1024 = (0, 28)      # CUDA-graph capture ceiling 1024 on the sm_10
 CAPTURE_APPENDS_BATCH_TOKENS = (0, 21)   # max_num_batched_tokens appended to the capture sizes
 CAPTURE_UNIFORM_DECODE = (0, 29)  # uniform-decode sizes (max_num_seqs x (1 + spec tokens)) captured
 DP_KV_PENALTY = (0, 27)           # DP load balancer: waiting + running + KV-pressure term (4 x waiting + running before)
+DP_PAD_GRAPHS_ONLY = (0, 17)      # lockstep DP ranks pad to the busiest only when every rank runs a CUDA graph
 
 
 def default_gpu_memory_utilization(version: tuple[int, int]) -> float:

@@ -23,6 +23,9 @@ class PerTokenEngine:
         n = sum(batch.new_tokens)
         return StepCost(0.001 * (1 + n), n, n, "NONE")
 
+    def lockstep_costs(self, batches, num_idle):
+        return [self.step_cost(b) for b in batches]
+
 
 def group(num_ranks: int):
     cfg = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=256,

@@ -243,3 +243,43 @@ def test_make_router_and_simulation_spec_validation():
         SimulationSpec(moe_routing="zipf")
     with pytest.raises(ValueError, match="comm-model"):
         SimulationSpec(comm_model="ns3")
+
+
+class _Recording(RooflineCostModel):
+    """A roofline that keeps the MoE and collective ops it prices (``seen``)."""
+
+    seen: list = []
+
+    def op_times_s(self, ops, timing_mode):
+        self.seen = self.seen + [op for op in ops if isinstance(op, (MoeOp, CommOp))]
+        return super().op_times_s(ops, timing_mode)
+
+
+def test_lockstep_dp_ranks_pad_to_the_busiest_only_while_every_rank_runs_a_graph_from_0_17():
+    """vLLM's dp_utils: from 0.17 the ranks pad to the busiest rank's tokens only when the step's
+    CUDA-graph mode (their minimum) is not NONE; a 2,048-token prefill (eager: above the 256
+    capture sizes) beside a one-token decode makes both run their own tokens, the MoE gathering
+    2,048 + 1 + 2 (two idle ranks' dummy tokens); before 0.17 every rank pads to 2,048."""
+    par = ParallelSpec.from_vllm(tp=1, dp=4, enable_expert_parallel=True)
+    cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
+    prefill, decode = BatchShape((2048,), (0,)), BatchShape((1,), (500,))
+
+    def engine(version):
+        return BatchEngine(MOE, par, H100, _Recording(H100), cg, vllm_version=version)
+
+    new, old = engine((0, 33)), engine((0, 16))
+    padded = [new.step_cost(prefill), new.step_cost(decode)]
+    assert [c.cudagraph_mode for c in padded] == ["NONE", "FULL"]
+    assert old.lockstep_costs([prefill, decode], 2) == [old.step_cost(prefill), old.step_cost(decode)]
+    got = new.lockstep_costs([prefill, decode], 2)
+    assert [(c.num_tokens, c.padded_tokens, c.cudagraph_mode) for c in got] == [(2048, 2048, "NONE"), (1, 1, "NONE")]
+    assert got[0].duration_s < padded[0].duration_s       # the MoE over 2,051 tokens, not 4 x 2,048
+    # a 7-token chunk dispatches PIECEWISE at the capture size 8; unpadded, it runs eager on those 8
+    new.cost_model.seen = []
+    new.lockstep_costs([prefill, BatchShape((7,), (90,))], 2)     # prefill's step_cost is memoized
+    moe = [op.tokens for op in new.cost_model.seen if isinstance(op, MoeOp)]
+    comm = [(op.kind, op.bytes) for op in new.cost_model.seen if isinstance(op, CommOp)]
+    assert moe == [4 * 8, 2048 + 8 + 2, 2048 + 8 + 2]    # the chunk's own (padded) step_cost, then both ranks
+    assert comm[2:] == [("all_gather", 2058 * 2048 * 2), ("reduce_scatter", 2058 * 2048 * 2)] * 2
+    both_graphs = [decode, BatchShape((1, 1), (10, 20))]
+    assert new.lockstep_costs(both_graphs, 2) == [new.step_cost(b) for b in both_graphs]

@@ -37,6 +37,9 @@ class PerTokenEngine:
         n = sum(batch.new_tokens)
         return StepCost(0.001 * (10 + n), n, n, "NONE")
 
+    def lockstep_costs(self, batches, num_idle):
+        return [self.step_cost(b) for b in batches]
+
 
 def make_pd(p_dp: int, d_dp: int, async_scheduling: bool = False, d_blocks: int = 64):
     loop, trace = EventLoop(), BatchTrace(True)
