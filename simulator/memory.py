@@ -372,14 +372,15 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
         activation_src = ESTIMATED
         activation = activation_peak_bytes(model, parallel, max_num_batched_tokens,
                                            min(max_num_seqs, max_num_batched_tokens))
-    cudagraph = CudaGraphConfig.from_vllm(max_num_seqs, max_num_batched_tokens, enforce_eager, gpu.sm_version,
-                                          num_spec_tokens, cudagraph_capture_sizes, max_cudagraph_capture_size,
-                                          cudagraph_mode, vllm_version)
-    first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
-    graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
-    graph_src = PROFILED if first is not None else ESTIMATED
     if vllm_version < CUDAGRAPH_ESTIMATE:
         graphs, graph_src = 0, "not subtracted before vLLM 0.20"
+    else:
+        cudagraph = CudaGraphConfig.from_vllm(max_num_seqs, max_num_batched_tokens, enforce_eager, gpu.sm_version,
+                                              num_spec_tokens, cudagraph_capture_sizes, max_cudagraph_capture_size,
+                                              cudagraph_mode, vllm_version)
+        first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
+        graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
+        graph_src = PROFILED if first is not None else ESTIMATED
     layout = kv_layout(model, parallel, block_size)
     bytes_per_block = layout.bytes_per_block
     if kv_cache_memory_bytes is not None:

@@ -156,7 +156,7 @@ class FamilyPredictor:
         if self.target == "ratio" and self.roofline_terms is not None:
             fits = fit_per_key(self.roofline_terms(canon), latency, keys)
             self.roofline = {key: tuple(map(float, coef)) for key, coef in fits.items()}
-        y = np.log(latency) - self._offset(canon)
+        y = np.log(latency) - self._offset(canon, keys)
         modes = df["timing_mode"].astype(str).to_numpy()
         self.models, self.ranges, self.n_rows = {}, {}, {}
         for mode in sorted(set(modes)):
@@ -168,13 +168,12 @@ class FamilyPredictor:
                 self.ranges[(mode, key)] = (X[sel].min(axis=0), X[sel].max(axis=0))
                 self.n_rows[(mode, key)] = int(sel.sum())
         self.feature_names = F.FEATURE_NAMES[self.family]
-        self._fit_launch_overhead(df, canon, keys)
+        self._fit_launch_overhead(df, X, keys)
         self._compiled = {}
         self.reset_cache()
         return self
 
-    def _fit_launch_overhead(self, df: pd.DataFrame, canon: F.Canon, keys: np.ndarray) -> None:
-        X = F.featurize(canon, self.family)
+    def _fit_launch_overhead(self, df: pd.DataFrame, X: np.ndarray, keys: np.ndarray) -> None:
         frame = pd.DataFrame(X).assign(_key=keys, _mode=df["timing_mode"].to_numpy(),
                                        _y=df["latency_s_median"].to_numpy(float))
         cols = list(range(X.shape[1]))
@@ -189,13 +188,16 @@ class FamilyPredictor:
 
     # ------------------------------------------------------------------ querying
 
-    def _offset(self, canon: F.Canon) -> np.ndarray:
-        """log of the "ratio" target's reference seconds per row (0 for the "log" target)."""
+    def _offset(self, canon: F.Canon, keys: np.ndarray | None = None) -> np.ndarray:
+        """log of the "ratio" target's reference seconds per row (0 for the "log" target);
+        ``keys``: the rows' ``submodel_keys`` when the caller has them."""
         if self.target != "ratio":
             return np.zeros(len(next(iter(canon.values()))))
         if self.roofline_terms is None:
             return np.log(F.reference_s(canon, self.family))
-        return np.log(keyed_s(self.roofline_terms(canon), self.submodel_keys(canon), self.roofline))
+        if keys is None:
+            keys = self.submodel_keys(canon)
+        return np.log(keyed_s(self.roofline_terms(canon), keys, self.roofline))
 
     def reset_cache(self) -> None:
         """Forget memoized predictions (and the memo counters)."""
@@ -269,8 +271,8 @@ class FamilyPredictor:
         """(seconds, out_of_range mask) for a canonical table."""
         _check_mode(timing_mode)
         X = F.featurize(canon, self.family)
-        offset = self._offset(canon)
         keys = self.submodel_keys(canon)
+        offset = self._offset(canon, keys)
         out = np.full(len(X), np.nan)
         oor = np.ones(len(X), dtype=bool)
         for key in set(keys):
