@@ -254,9 +254,12 @@ class BatchEngine:
         ``step_cost``, its MoE layers over dp x its own (padded) tokens, so the busiest rank's
         cost is the step's. vLLM pads so from 0.17 when every rank's CUDA-graph mode is not
         NONE (the mode is their minimum), before 0.17 whenever CUDA graphs are configured
-        (``simulator.vllm_version``). Unpadded (a rank runs eager from 0.17, or graphs are off):
-        every rank runs eager on its own tokens, and its MoE layers (and their all-gather /
-        reduce-scatter) see the sum over the ranks, as ``all_gatherv`` gathers them."""
+        (``simulator.vllm_version``; 0.12-0.16's rule, also taken for 0.10-0.11, which padded
+        unless ``--enforce-eager``, a cudagraph_mode of NONE included).
+
+        Unpadded (a rank runs eager from 0.17, or graphs are off): every rank runs eager on its
+        own tokens, and its MoE layers (and their all-gather / reduce-scatter) see the sum over
+        the ranks, as ``all_gatherv`` gathers them."""
         costs = [self.step_cost(b) for b in batches]
         if self.parallel.dp == 1 or not self.model.num_moe_layers:
             return costs
