@@ -278,19 +278,22 @@ class BatchEngine:
             out.append(StepCost(duration, c.num_tokens, m, "NONE"))
         return out
 
-    def stage_times_s(self, batch: BatchShape) -> tuple[float, ...]:
-        """The step's duration split into its pp stages (seconds); the sum equals ``step_cost``.
+    def stage_times_s(self, batch: BatchShape, cost: StepCost | None = None) -> tuple[float, ...]:
+        """The step's duration split into its pp stages (seconds); the sum equals ``step_cost``,
+        or ``cost`` when given (a lockstep rank's unpadded cost, ``lockstep_costs``).
 
         Every decoder layer costs the same (per-layer share of the step's layer ops and
         attention); stage s holds ``pp_layer_partition`` layers, plus the embedding
         (s = 0), the final norm + lm_head + sampler (last stage) and one p2p send of the
         hidden states and residual (every stage but the last). pp = 1: ``(duration_s,)``.
         """
-        cost = self.step_cost(batch)
+        own = self.step_cost(batch)
+        given = cost is not None and cost != own
+        cost = cost if given else own
         pp = self.parallel.pp
         if pp == 1:
             return (cost.duration_s,)
-        memo = batch.new_tokens.count(self._q) != len(batch.new_tokens)   # as step_cost's memo
+        memo = not given and batch.new_tokens.count(self._q) != len(batch.new_tokens)   # as step_cost's memo
         cached = self._stage_cache.get(batch) if memo else None
         if cached is not None:
             return cached

@@ -122,8 +122,8 @@ class Replica:
 
         A lockstep DP group's step lasts as long as its slowest rank (idle ranks run a
         dummy batch that is never the slowest; ``BatchEngine.lockstep_costs`` prices the
-        ranks padded to the busiest or each on its own tokens, as vLLM pads; with pp > 1 each
-        rank's stages are priced as padded); each rank gets its own trace row.
+        ranks padded to the busiest or each on its own tokens, as vLLM pads); each rank gets
+        its own trace row.
         """
         now = self.loop.now_s
         if self.on_remote_kv is not None and out.remote_kv_request_ids:
@@ -138,12 +138,13 @@ class Replica:
         else:
             ranks = [(0, out, self.scheduler)]
         shapes = [BatchShape(o.num_scheduled_tokens, o.context_lens) for _, o, _ in ranks]
-        if isinstance(out, LockstepOutput) and self._pp == 1:
+        lockstep = isinstance(out, LockstepOutput)
+        if lockstep:
             costs = self.engine.lockstep_costs(shapes, len(out.outputs) - len(ranks))
         else:
             costs = [self.engine.step_cost(b) for b in shapes]
         if self._pp > 1:
-            start, end = self._launch_stages(shapes)
+            start, end = self._launch_stages(shapes, costs if lockstep else None)
         else:
             duration = costs[0].duration_s if len(costs) == 1 else max(c.duration_s for c in costs)
             if self._rng is not None:
@@ -181,13 +182,17 @@ class Replica:
         self._num_steps += 1
         return end
 
-    def _launch_stages(self, shapes: list[BatchShape]) -> tuple[float, float]:
+    def _launch_stages(self, shapes: list[BatchShape], costs: list[StepCost] | None) -> tuple[float, float]:
         """pp > 1: chain the step's stages after the previous step's (``simulator.pipeline``).
 
-        Each stage lasts as long as the slowest DP rank's; jitter scales the whole step.
+        Each stage lasts as long as the slowest DP rank's (``costs``: a lockstep group's
+        ``lockstep_costs``, split into stages); jitter scales the whole step.
         Returns (start of stage 0, end of the last stage).
         """
-        per_rank = [self.engine.stage_times_s(b) for b in shapes]
+        if costs is None:
+            per_rank = [self.engine.stage_times_s(b) for b in shapes]
+        else:
+            per_rank = [self.engine.stage_times_s(b, c) for b, c in zip(shapes, costs)]
         stages = [max(col) for col in zip(*per_rank)]
         if self._rng is not None:
             f = max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))

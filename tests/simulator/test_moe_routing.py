@@ -283,3 +283,16 @@ def test_lockstep_dp_ranks_pad_to_the_busiest_only_while_every_rank_runs_a_graph
     assert comm[2:] == [("all_gather", 2058 * 2048 * 2), ("reduce_scatter", 2058 * 2048 * 2)] * 2
     both_graphs = [decode, BatchShape((1, 1), (10, 20))]
     assert new.lockstep_costs(both_graphs, 2) == [new.step_cost(b) for b in both_graphs]
+
+
+def test_pipeline_stages_split_a_lockstep_ranks_unpadded_cost():
+    """pp > 1: a lockstep rank's stages split the cost lockstep_costs gives it (unpadded here)."""
+    par = ParallelSpec(tp=1, pp=2, dp=4, ep=4, ffn_tp=1)
+    cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
+    eng = BatchEngine(MOE, par, H100, RooflineCostModel(H100), cg)
+    prefill, decode = BatchShape((2048,), (0,)), BatchShape((1,), (500,))
+    unpadded = eng.lockstep_costs([prefill, decode], 2)
+    stages = eng.stage_times_s(prefill, unpadded[0])
+    assert len(stages) == 2 and sum(stages) == pytest.approx(unpadded[0].duration_s, rel=1e-12)
+    assert sum(eng.stage_times_s(prefill)) == pytest.approx(eng.step_cost(prefill).duration_s, rel=1e-12)
+    assert unpadded[0].duration_s < eng.step_cost(prefill).duration_s
