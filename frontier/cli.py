@@ -64,7 +64,8 @@ CC_HELP = ("vLLM --compilation-config JSON; only the CUDA-graph keys are simulat
 O_HELP = ("vLLM -O0..-O3 (default 2); only the cudagraph_mode it sets is simulated: 0 = NONE (eager), "
           "1 = PIECEWISE, 2 and 3 = FULL_AND_PIECEWISE. A --compilation-config cudagraph_mode wins.")
 KV_DTYPE_HELP = ("KV-cache dtype, as vLLM: auto (default: the checkpoint's KV scheme, e.g. a modelopt FP8 KV "
-                 "cache, else the model dtype), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2.")
+                 "cache, else the model dtype; the model dtype before --vllm-version 0.14), bfloat16, float16, "
+                 "fp8, fp8_e4m3, fp8_e5m2.")
 QUANT_HELP = ("vLLM --quantization: fp8 = online FP8 of an unquantized checkpoint (per-tensor FP8 weights, "
               "dynamic activation scales; the KV cache keeps its dtype). A quantized checkpoint needs no flag.")
 COMPILATION_KEYS = ("cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size")

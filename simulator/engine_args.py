@@ -18,11 +18,12 @@ server usage context, which is what ``vllm serve`` runs:
 (``resolve_kv_cache_dtype_string``: a modelopt ``kv_cache_quant_algo`` FP8 -> fp8; the attention
 layer also turns a compressed-tensors ``kv_cache_scheme`` into fp8), else the model dtype (2
 bytes); an explicit value wins over the checkpoint (``--kv-cache-dtype bfloat16`` on a
-modelopt FP8-KV checkpoint stores bf16). Older versions differ: in the 0.10.2 and 0.11.2 wheels
-the attention layer takes ``cache_config.cache_dtype`` as given, so "auto" stores the model
-dtype even for a modelopt FP8-KV checkpoint (its ``kv_cache_quant_algo`` only loads the scales)
-and an FP8 KV cache needs ``--kv-cache-dtype fp8``; simulate such a deployment with
-``kv_cache_dtype="bfloat16"``. Where between 0.11.2 and 0.33 the resolution came in was not read.
+modelopt FP8-KV checkpoint stores bf16). Before 0.14 (``--vllm-version``) "auto" is the model
+dtype whatever the checkpoint says: ``resolve_kv_cache_dtype_string`` (``vllm/utils/
+torch_utils.py``, called by ``EngineArgs.create_engine_config``) comes in with 0.14.0; the 0.13.0
+``create_engine_config`` passes ``cache_dtype=self.kv_cache_dtype`` unresolved, and in the
+0.10.2-0.12.0 wheels the attention layer takes ``cache_config.cache_dtype`` as given (a modelopt
+``kv_cache_quant_algo`` only loads the scales), so an FP8 KV cache needed ``--kv-cache-dtype fp8``.
 ``quantization`` "fp8" on an unquantized checkpoint is vLLM's online quantization (``Fp8Config``
 with dynamic activation scales: every linear and fused-MoE weight stored as per-tensor FP8 at
 load time; embeddings, lm_head, norms and routers stay bf16; the KV cache keeps its dtype). On a
@@ -46,8 +47,8 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import (DEFAULT as VLLM_DEFAULT, LARGE_GPU_DEFAULTS, default_gpu_memory_utilization,
-                                    parse_vllm_version)
+from simulator.vllm_version import (DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS,
+                                    default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
 
@@ -207,17 +208,20 @@ class EngineArgs:
         else:
             max_num_batched_tokens = self.max_num_batched_tokens
         block_size = self.block_size or (64 if model.is_mla else 16)
-        model = served_model(model, self.quantization, self.kv_cache_dtype)
+        model = served_model(model, self.quantization, self.kv_cache_dtype,
+                             auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
         return ResolvedEngine(
             args=self, model=model, gpu=gpu, parallel=self.parallel(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len, block_size=block_size)
 
 
-def served_model(model: ModelSpec, quantization: str | None, kv_cache_dtype: str = "auto") -> ModelSpec:
+def served_model(model: ModelSpec, quantization: str | None, kv_cache_dtype: str = "auto", *,
+                 auto_is_model_dtype: bool = False) -> ModelSpec:
     """``model`` as vLLM serves it with ``--quantization`` (None or an ONLINE_QUANTIZATION key)
-    and ``--kv-cache-dtype`` (a KV_CACHE_DTYPES value): module doc. ValueError for --quantization
-    on a checkpoint that is already quantized."""
+    and ``--kv-cache-dtype`` (a KV_CACHE_DTYPES value): module doc. ``auto_is_model_dtype``:
+    "auto" stores the model dtype, not the checkpoint's KV scheme (releases before 0.14).
+    ValueError for --quantization on a checkpoint that is already quantized."""
     if quantization is not None:
         if model.quant.method != "none":
             raise ValueError(f"--quantization {quantization} needs an unquantized checkpoint; {model.name} is "
@@ -227,6 +231,8 @@ def served_model(model: ModelSpec, quantization: str | None, kv_cache_dtype: str
         model = replace(model, quant=replace(online, kv_bytes_per_elem=model.quant.kv_bytes_per_elem))
     if kv_cache_dtype != "auto":
         model = replace(model, quant=replace(model.quant, kv_bytes_per_elem=kv_bytes_for_dtype(kv_cache_dtype)))
+    elif auto_is_model_dtype and model.quant.kv_bytes_per_elem != model.quant.activation_bytes:
+        model = replace(model, quant=replace(model.quant, kv_bytes_per_elem=model.quant.activation_bytes))
     return model
 
 

@@ -54,6 +54,9 @@ and ``vllm/config/vllm.py`` of the same wheels):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
+| 0.14.0 | ``--kv-cache-dtype auto``: the model dtype -> the checkpoint's KV scheme (a modelopt        |
+|        | ``kv_cache_quant_algo`` or compressed-tensors ``kv_cache_scheme``, e.g. FP8), via           |
+|        | ``resolve_kv_cache_dtype_string`` (read in the 0.12.0, 0.13.0, 0.14.0 and 0.16.0 wheels)    |
 | 0.21.0 | default CUDA-graph sizes: max_num_batched_tokens appended when it fits under the ceiling    |
 | 0.28.0 | GPUs of >= 160 GiB (B200, B300): max_num_batched_tokens default 8192 -> 16384 for the API   |
 |        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
@@ -94,6 +97,7 @@ MINIMAX_FUSED_QK_NORM = (0, 23)   # fused Lamport all-reduce + q/k norm up to 2,
 BF16X3_ROUTER = (0, 26)           # bf16x3 CuteDSL router GEMM on the sm_100 family
 
 REQUEST_CEIL = (0, 14)            # requested memory = ceil(total x utilization)
+KV_AUTO_FROM_CHECKPOINT = (0, 14)  # --kv-cache-dtype auto resolves to the checkpoint's KV scheme (model dtype before)
 UTILIZATION_092 = (0, 20)         # --gpu-memory-utilization default 0.92 (0.9 before)
 CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)

@@ -36,6 +36,18 @@ def test_auto_keeps_the_checkpoint_scheme_and_an_explicit_value_wins():
     assert (a.quant.method, a.quant.weight_bytes_per_param) == (b.quant.method, b.quant.weight_bytes_per_param)
 
 
+def test_auto_is_the_model_dtype_before_vllm_0_14():
+    """resolve_kv_cache_dtype_string comes in with 0.14: before, "auto" stores the model dtype
+    (bf16) even for a modelopt FP8-KV checkpoint, and only an explicit fp8 stores FP8."""
+    def kv(version, dtype="auto"):
+        return resolve_engine(EngineArgs(model=FP8_KV_MODEL, kv_cache_dtype=dtype, max_model_len=4096,
+                                         vllm_version=version)).model.quant.kv_bytes_per_elem
+    assert [kv(v) for v in ("0.11.2", "0.12.0", "0.13.0", "0.14.0", "0.33.0")] == [2.0, 2.0, 2.0, 1.0, 1.0]
+    assert (kv("0.12.0", "fp8"), kv("0.14.0", "bfloat16")) == (1.0, 2.0)
+    assert resolve_engine(EngineArgs(model=BF16_MODEL, max_model_len=4096, vllm_version="0.12.0")
+                          ).model.quant.kv_bytes_per_elem == 2.0
+
+
 def test_fp8_kv_halves_the_page_and_doubles_the_blocks():
     args = dict(model=BF16_MODEL, gpu="H100", max_model_len=8192)
     b16 = build_memory(resolve_engine(EngineArgs(**args)))
