@@ -1,7 +1,8 @@
 """The vLLM release whose kernels, KV budget and defaults to reproduce (``--vllm-version``).
 
 The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). Some model kernels,
-the start-up KV budget, a few engine defaults and the DP load balancer changed between the
+the start-up KV budget, a few engine defaults (``--kv-cache-dtype auto`` among them), the DP load
+balancer and the lockstep DP ranks' padding changed between the
 releases that measured deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data)
 and 0.33; ``--vllm-version`` picks those (the five tables below), and only those: the scheduler,
 the KV-cache manager and every other default stay 0.33's whatever it says (e.g. async
