@@ -250,12 +250,14 @@ class BatchEngine:
         """Costs of the busy ranks of one lockstep DP step (``simulator.dp_group``; the step lasts
         as long as the slowest); ``num_idle`` ranks run a one-token dummy batch.
 
-        Padded (the ranks all run the busiest rank's token count): each rank is priced as
-        ``step_cost``, its MoE layers over dp x its own (padded) tokens, so the busiest rank's
-        cost is the step's. vLLM pads so from 0.17 when every rank's CUDA-graph mode is not
-        NONE (the mode is their minimum), before 0.17 whenever CUDA graphs are configured
+        Padded: every rank runs the largest padded token count M of the ranks in their minimum
+        CUDA-graph mode (vLLM re-dispatches each rank at M within the synced mode: a FULL decode
+        rank beside a PIECEWISE one runs PIECEWISE), so a rank costs the dense layers at M, its
+        MoE layers over dp x M, plus its own attention and head. vLLM pads so from 0.17 when
+        every rank's mode is not NONE, before 0.17 whenever CUDA graphs are configured
         (``simulator.vllm_version``; 0.12-0.16's rule, also taken for 0.10-0.11, which padded
-        unless ``--enforce-eager``, a cudagraph_mode of NONE included).
+        unless ``--enforce-eager``, a cudagraph_mode of NONE included; a rank running eager then
+        makes M eager for all).
 
         Unpadded (a rank runs eager from 0.17, or graphs are off): every rank runs eager on its
         own tokens, and its MoE layers (and their all-gather / reduce-scatter) see the sum over
@@ -268,7 +270,7 @@ class BatchEngine:
         else:
             padded = not (self.cudagraph.enforce_eager or self.cudagraph.mode == "NONE")
         if padded:
-            return costs
+            return self._padded_costs(batches, costs)
         total = sum(c.padded_tokens for c in costs) + num_idle
         out = []
         for b, c in zip(batches, costs):
@@ -276,6 +278,31 @@ class BatchEngine:
             duration = (self._dense_time_s(m, "launch", total) + self._attention_time_s(b, "launch")
                         + self._head_time_s(len(b.new_tokens)))
             out.append(StepCost(duration, c.num_tokens, m, "NONE"))
+        return out
+
+    def _padded_costs(self, batches: list[BatchShape], costs: list[StepCost]) -> list[StepCost]:
+        """``lockstep_costs`` of ranks padded to the largest padded count in their minimum mode;
+        a rank already at that count and mode keeps its ``step_cost``. A rank whose attention
+        timing stays the same reuses its attention time (its cost less its dense and head)."""
+        big = max(c.padded_tokens for c in costs)
+        modes = {c.cudagraph_mode for c in costs}
+        mode = "NONE" if "NONE" in modes else "PIECEWISE" if "PIECEWISE" in modes else "FULL"
+        if all(c.padded_tokens == big and c.cudagraph_mode == mode for c in costs):
+            return costs
+        dense = self._dense_time_s(big, "launch" if mode == "NONE" else "kernel")
+        attn_timing = "kernel" if mode == "FULL" else "launch"
+        out = []
+        for b, c in zip(batches, costs):
+            if c.padded_tokens == big and c.cudagraph_mode == mode:
+                out.append(c)
+                continue
+            head = self._head_time_s(len(b.new_tokens))
+            if attn_timing == ("kernel" if c.cudagraph_mode == "FULL" else "launch"):
+                own_dense = self._dense_time_s(c.padded_tokens, "launch" if c.cudagraph_mode == "NONE" else "kernel")
+                attention = c.duration_s - own_dense - head
+            else:
+                attention = self._attention_time_s(b, attn_timing)
+            out.append(StepCost(dense + attention + head, c.num_tokens, big, mode))
         return out
 
     def stage_times_s(self, batch: BatchShape, cost: StepCost | None = None) -> tuple[float, ...]:

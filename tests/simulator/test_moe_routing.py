@@ -259,7 +259,7 @@ def test_lockstep_dp_ranks_pad_to_the_busiest_only_while_every_rank_runs_a_graph
     """vLLM's dp_utils: from 0.17 the ranks pad to the busiest rank's tokens only when the step's
     CUDA-graph mode (their minimum) is not NONE; a 2,048-token prefill (eager: above the 256
     capture sizes) beside a one-token decode makes both run their own tokens, the MoE gathering
-    2,048 + 1 + 2 (two idle ranks' dummy tokens); before 0.17 every rank pads to 2,048."""
+    2,048 + 1 + 2 (two idle ranks' dummy tokens); before 0.17 every rank runs 2,048 eager."""
     par = ParallelSpec.from_vllm(tp=1, dp=4, enable_expert_parallel=True)
     cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
     prefill, decode = BatchShape((2048,), (0,)), BatchShape((1,), (500,))
@@ -270,7 +270,11 @@ def test_lockstep_dp_ranks_pad_to_the_busiest_only_while_every_rank_runs_a_graph
     new, old = engine((0, 33)), engine((0, 16))
     padded = [new.step_cost(prefill), new.step_cost(decode)]
     assert [c.cudagraph_mode for c in padded] == ["NONE", "FULL"]
-    assert old.lockstep_costs([prefill, decode], 2) == [old.step_cost(prefill), old.step_cost(decode)]
+    before = old.lockstep_costs([prefill, decode], 2)
+    assert before[0] == old.step_cost(prefill)
+    assert (before[1].num_tokens, before[1].padded_tokens, before[1].cudagraph_mode) == (1, 2048, "NONE")
+    assert before[1].duration_s == pytest.approx(old._dense_time_s(2048, "launch") + old._head_time_s(1)
+                                                 + old._attention_time_s(decode, "launch"), rel=1e-12)
     got = new.lockstep_costs([prefill, decode], 2)
     assert [(c.num_tokens, c.padded_tokens, c.cudagraph_mode) for c in got] == [(2048, 2048, "NONE"), (1, 1, "NONE")]
     assert got[0].duration_s < padded[0].duration_s       # the MoE over 2,051 tokens, not 4 x 2,048
@@ -281,8 +285,30 @@ def test_lockstep_dp_ranks_pad_to_the_busiest_only_while_every_rank_runs_a_graph
     comm = [(op.kind, op.bytes) for op in new.cost_model.seen if isinstance(op, CommOp)]
     assert moe == [4 * 8, 2048 + 8 + 2, 2048 + 8 + 2]    # the chunk's own (padded) step_cost, then both ranks
     assert comm[2:] == [("all_gather", 2058 * 2048 * 2), ("reduce_scatter", 2058 * 2048 * 2)] * 2
-    both_graphs = [decode, BatchShape((1, 1), (10, 20))]
-    assert new.lockstep_costs(both_graphs, 2) == [new.step_cost(b) for b in both_graphs]
+    same = [decode, BatchShape((1,), (20,))]             # both FULL at 1 token: their own step costs
+    assert new.lockstep_costs(same, 2) == [new.step_cost(b) for b in same]
+
+
+def test_padded_lockstep_ranks_run_the_largest_count_in_the_minimum_graph_mode():
+    """Padded, every rank re-dispatches at the largest padded count within the synced (minimum)
+    mode: a one-request FULL decode rank beside a 7-token chunk (PIECEWISE at 8) runs PIECEWISE
+    at 8 tokens, its attention eager; the chunk's rank keeps its own cost."""
+    par = ParallelSpec.from_vllm(tp=1, dp=2, enable_expert_parallel=True)
+    cg = CudaGraphConfig.from_vllm(256, 8192, False, H100.sm_version)
+    eng = BatchEngine(MOE, par, H100, RooflineCostModel(H100), cg)
+    decode, chunk = BatchShape((1,), (4000,)), BatchShape((7,), (90,))
+    assert [(eng.step_cost(b).padded_tokens, eng.step_cost(b).cudagraph_mode) for b in (decode, chunk)] == [
+        (1, "FULL"), (8, "PIECEWISE")]
+    got = eng.lockstep_costs([decode, chunk], 0)
+    assert got[1] == eng.step_cost(chunk)
+    assert (got[0].num_tokens, got[0].padded_tokens, got[0].cudagraph_mode) == (1, 8, "PIECEWISE")
+    assert got[0].duration_s == pytest.approx(eng._dense_time_s(8, "kernel") + eng._head_time_s(1)
+                                              + eng._attention_time_s(decode, "launch"), rel=1e-12)
+    two = [decode, BatchShape((1, 1), (10, 20))]         # FULL at 1 and at 2: the first runs FULL at 2
+    got = eng.lockstep_costs(two, 0)
+    assert got[1] == eng.step_cost(two[1]) and (got[0].padded_tokens, got[0].cudagraph_mode) == (2, "FULL")
+    assert got[0].duration_s == pytest.approx(eng._dense_time_s(2, "kernel") + eng._head_time_s(1)
+                                              + eng._attention_time_s(decode, "kernel"), rel=1e-12)
 
 
 def test_pipeline_stages_split_a_lockstep_ranks_unpadded_cost():
