@@ -64,7 +64,8 @@ import numpy as np
 
 from frontier.ops import ElementwiseOp, MoeOp
 from frontier.parallel import ParallelSpec
-from simulator.batch_engine import BF16, BatchEngine, BatchShape, StepCost, _QUANT_COMPUTE, _cdiv
+from simulator.batch_engine import (BF16, BatchEngine, BatchShape, StepCost, _QUANT_COMPUTE, _cdiv, min_graph_mode,
+                                    mode_timings)
 from simulator.cluster import Cluster, Role
 from simulator.dp_group import LockstepRanks
 
@@ -512,8 +513,8 @@ class AfdEngine:
         n_dense = mdl.num_layers - mdl.num_moe_layers
         runs = [run for run in ((n_dense, s_dense, f_dense), (mdl.num_moe_layers, s_moe, f_moe)) if run[0]]
         num_tokens = sum(new)
-        head, final_norm = self._ends(num_tokens, "launch" if modes[0] == "NONE" else "kernel")
-        mode = "NONE" if "NONE" in modes else ("PIECEWISE" if "PIECEWISE" in modes else "FULL")
+        head, final_norm = self._ends(num_tokens, mode_timings(modes[0])[0])
+        mode = min_graph_mode(set(modes))
         f_busy, xfer = f_busy_and_xfer([(count, None, s, f, s) for count, s, f in runs])   # r moves s's bytes back
         return _StepPlan(lanes, timings, a_dense, runs, f_busy, xfer, head,
                          final_norm + self.attn._head_time_s(len(new)), sum(ep_wait) * mdl.num_moe_layers,
@@ -529,8 +530,7 @@ class AfdEngine:
             if len(self._lanes) >= MAX_CACHE_ENTRIES:
                 self._lanes.clear()
             mode, padded = self.cudagraph.dispatch(tokens, reqs, uniform)
-            dense_timing = "launch" if mode == "NONE" else "kernel"
-            attn_timing = "kernel" if mode == "FULL" else "launch"
+            dense_timing, attn_timing = mode_timings(mode)
             got = self._lanes[key] = (mode, padded, attn_timing, self._a_dense_per_layer(padded, dense_timing),
                                       *self._f_per_layer(padded * self.attention_dp, dense_timing),
                                       self._xfer_s(padded, 1), self._xfer_s(padded, self._moe_copies))

@@ -165,6 +165,17 @@ def window_pieces(new: tuple[int, ...], ctx: tuple[int, ...], window: int
     return tuple(out_new), tuple(out_ctx)
 
 
+def mode_timings(mode: str) -> tuple[str, str]:
+    """(dense ops' timing, attention's timing) of a step in CUDA-graph ``mode`` (module docstring):
+    FULL -> "kernel", "kernel"; PIECEWISE -> "kernel", "launch"; NONE -> "launch", "launch"."""
+    return ("launch" if mode == "NONE" else "kernel"), ("kernel" if mode == "FULL" else "launch")
+
+
+def min_graph_mode(modes: set[str]) -> str:
+    """The lowest of the CUDA-graph modes (NONE < PIECEWISE < FULL): what ranks stepping together run."""
+    return "NONE" if "NONE" in modes else "PIECEWISE" if "PIECEWISE" in modes else "FULL"
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -229,8 +240,7 @@ class BatchEngine:
             if cached is not None:
                 return cached
         mode, padded = self.cudagraph.dispatch(num_tokens, num_reqs, uniform)
-        dense_timing = "launch" if mode == "NONE" else "kernel"
-        attn_timing = "kernel" if mode == "FULL" else "launch"
+        dense_timing, attn_timing = mode_timings(mode)
         duration = (self._dense_time_s(padded, dense_timing)
                     + self._attention_time_s(batch, attn_timing)
                     + self._head_time_s(num_reqs))
@@ -285,21 +295,20 @@ class BatchEngine:
         a rank already at that count and mode keeps its ``step_cost``. A rank whose attention
         timing stays the same reuses its attention time (its cost less its dense and head)."""
         big = max(c.padded_tokens for c in costs)
-        modes = {c.cudagraph_mode for c in costs}
-        mode = "NONE" if "NONE" in modes else "PIECEWISE" if "PIECEWISE" in modes else "FULL"
+        mode = min_graph_mode({c.cudagraph_mode for c in costs})
         if all(c.padded_tokens == big and c.cudagraph_mode == mode for c in costs):
             return costs
-        dense = self._dense_time_s(big, "launch" if mode == "NONE" else "kernel")
-        attn_timing = "kernel" if mode == "FULL" else "launch"
+        dense_timing, attn_timing = mode_timings(mode)
+        dense = self._dense_time_s(big, dense_timing)
         out = []
         for b, c in zip(batches, costs):
             if c.padded_tokens == big and c.cudagraph_mode == mode:
                 out.append(c)
                 continue
             head = self._head_time_s(len(b.new_tokens))
-            if attn_timing == ("kernel" if c.cudagraph_mode == "FULL" else "launch"):
-                own_dense = self._dense_time_s(c.padded_tokens, "launch" if c.cudagraph_mode == "NONE" else "kernel")
-                attention = c.duration_s - own_dense - head
+            own_dense_timing, own_attn_timing = mode_timings(c.cudagraph_mode)
+            if attn_timing == own_attn_timing:
+                attention = c.duration_s - self._dense_time_s(c.padded_tokens, own_dense_timing) - head
             else:
                 attention = self._attention_time_s(b, attn_timing)
             out.append(StepCost(dense + attention + head, c.num_tokens, big, mode))
@@ -325,7 +334,7 @@ class BatchEngine:
         if cached is not None:
             return cached
         mode, m = cost.cudagraph_mode, cost.padded_tokens
-        timing = "launch" if mode == "NONE" else "kernel"
+        timing = mode_timings(mode)[0]
         h, ab = self.model.hidden_size, self._ab
         embed, final_norm, p2p = self.cost_model.op_times_s(
             [ElementwiseOp("embedding", m, h, 2 * h * ab), ElementwiseOp("final_norm", m, h, 2 * h * ab),
