@@ -78,14 +78,21 @@ def memory_entry(profiles_root: str | Path, gpu: str) -> dict | None:
     return fit_memory_rows(df) if len(df) else None
 
 
+def _bare(name: str) -> str:
+    """A model name without its organisation, lower-cased: "meta-llama/Llama-3.1-8B" and a
+    config folder named "Llama-3.1-8B" (what a profile of `--model path/Llama-3.1-8B` records)
+    are the same model."""
+    return name.lower().rsplit("/", 1)[-1]
+
+
 def overheads_for(entry: dict | None, model: str, parallel: ParallelSpec) -> ProfiledOverheads | None:
-    """The fitted terms of `model` (name as profiled, case-insensitive) at this tp/pp/ep; None if
-    the entry has no fit for it."""
+    """The fitted terms of `model` (name as profiled, case-insensitive, organisation ignored) at
+    this tp/pp/ep; None if the entry has no fit for it."""
     if not entry:
         return None
-    want = (model.lower(), parallel.tp, parallel.pp, parallel.ep)
+    want = (_bare(model), parallel.tp, parallel.pp, parallel.ep)
     for fit in entry.get("fits", []):
-        if (str(fit["model"]).lower(), fit["tp"], fit["pp"], fit["ep"]) == want:
+        if (_bare(str(fit["model"])), fit["tp"], fit["pp"], fit["ep"]) == want:
             act, graph = fit.get("activation") or {}, fit.get("graph_pool") or {}
             return ProfiledOverheads(
                 activation_intercept_bytes=act.get("intercept_bytes"),

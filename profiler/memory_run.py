@@ -5,20 +5,26 @@ The shard (pp = 1): vocab-parallel embedding and LM head (V padded to 64, split 
 layer two RMSNorm weights, QKV and O projections (heads / tp, KV heads max(1, KV // tp)), then a
 dense MLP (I / tp) or, for MoE layers, a bf16 router [E, h] and E/ep local experts of
 I / moe_tp (+ shared experts / tp). The forward pass is one prefill of ``T`` tokens (causal
-SDPA, no KV cache — vLLM profiles before the cache exists) and logits for the last token;
-all-reduces are skipped.
+SDPA on 4-D inputs: flash or memory-efficient on CUDA, as vLLM's flash attention; no KV cache,
+vLLM profiles before the cache exists) and logits for the last token; all-reduces are skipped.
 
 Columns (bytes):
   weights_bytes              CUDA: memory_allocated increase while building; CPU: sum of parameter bytes.
   torch_peak_increase_bytes  CUDA: max_memory_allocated during the forward minus allocated before. CPU: null.
   non_torch_bytes            CUDA: increase of device memory in use (mem_get_info) not explained by the
-                             increase of torch's reserved memory, over the whole run. CPU: null.
-  cuda_graph_bytes           CUDA: drop of free device memory while capturing one CUDA graph of the
-                             forward at min(T, 512) tokens (decode graphs of vLLM are smaller). CPU: null.
+                             increase of torch's reserved memory, over the whole run, in a freshly
+                             spawned process (as vLLM's profile run). One card: no NCCL communicators or
+                             custom all-reduce buffers (the simulator adds its estimate of those at
+                             TP/PP/DP > 1). CPU: null.
+  cuda_graph_bytes           CUDA: drop of free device memory (mem_get_info, as vLLM measures it) while
+                             warming up and capturing one CUDA graph of the forward at min(T, 512) tokens
+                             (decode graphs of vLLM are smaller), or the growth of torch's reserved memory
+                             (the graph's private pool) where that is larger. CPU: null.
 """
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import torch
@@ -74,6 +80,30 @@ def _mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Te
     return F.linear(F.silu(g) * u, down)
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal self-attention of one prefill: q [T, Hq, d], k and v [T, Hk, d] -> [T, Hq, d].
+
+    SDPA gets 4-D [1, heads, T, d] inputs: its flash and memory-efficient kernels take only 4-D
+    tensors, and a 3-D call falls back to the math kernel, which materialises the T x T scores
+    (Llama-3.1-8B TP1 at 8,192 tokens: a 20.6 GB "activation peak" on an H200, where vLLM's
+    flash-attention profile run peaks near 1 GB). On CUDA the math kernel is excluded outright;
+    GQA stays native (flash) except in fp32, which flash lacks: there K/V are repeated per
+    query head for the memory-efficient kernel.
+    """
+    gqa = q.shape[1] != k.shape[1]
+    q4, k4, v4 = (t.transpose(0, 1)[None] for t in (q, k, v))
+    if not q.is_cuda:
+        out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=gqa)
+    else:  # pragma: no cover - needs a GPU
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        if gqa and q.dtype == torch.float32:
+            k4, v4 = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k4, v4))
+            gqa = False
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=gqa)
+    return out[0].transpose(0, 1)
+
+
 def forward(ctx: RankContext, w: dict[str, torch.Tensor], tokens: int) -> torch.Tensor:
     """One prefill of `tokens` tokens through the shard; logits of the last token."""
     m, d = ctx.model, ctx.model.head_dim
@@ -83,9 +113,8 @@ def forward(ctx: RankContext, w: dict[str, torch.Tensor], tokens: int) -> torch.
     for i in range(m.num_layers):
         q, k, v = F.linear(F.rms_norm(x, (x.shape[-1],), w[f"{i}.norm1"]), w[f"{i}.qkv"]).split(
             [hq * d, hk * d, hk * d], dim=-1)
-        a = F.scaled_dot_product_attention(q.view(tokens, hq, d).transpose(0, 1), k.view(tokens, hk, d).transpose(0, 1),
-                                           v.view(tokens, hk, d).transpose(0, 1), is_causal=True, enable_gqa=hq != hk)
-        x = x + F.linear(a.transpose(0, 1).reshape(tokens, hq * d), w[f"{i}.o"])
+        a = causal_attention(q.view(tokens, hq, d), k.view(tokens, hk, d), v.view(tokens, hk, d))
+        x = x + F.linear(a.reshape(tokens, hq * d), w[f"{i}.o"])
         y = F.rms_norm(x, (x.shape[-1],), w[f"{i}.norm2"])
         out = _mlp(y, w[f"{i}.gate_up"], w[f"{i}.down"]) if f"{i}.gate_up" in w else torch.zeros_like(y)
         if f"{i}.router" in w:
@@ -101,7 +130,7 @@ def forward(ctx: RankContext, w: dict[str, torch.Tensor], tokens: int) -> torch.
 def run_point(ctx: RankContext, point: dict[str, Any], backend: str = "torch") -> list[dict[str, Any]]:
     """One memory row for (shard, max_num_batched_tokens)."""
     tokens = point["max_num_batched_tokens"]
-    measured = _measure_cuda(ctx, tokens) if ctx.device.startswith("cuda") else _measure_cpu(ctx, tokens)
+    measured = _measure_cuda_fresh(ctx, tokens) if ctx.device.startswith("cuda") else _measure_cpu(ctx, tokens)
     p = ctx.parallel
     row = common_row(ctx, FAMILY, None, "torch", "dummy-weight forward (torch)")  # any --backend: torch
     row.update(model=ctx.model.name, tp=p.tp, pp=p.pp, ep=p.ep, max_num_batched_tokens=tokens, **measured)
@@ -114,6 +143,18 @@ def _measure_cpu(ctx: RankContext, tokens: int) -> dict[str, Any]:
         forward(ctx, w, tokens)
     return {"weights_bytes": sum(t.nbytes for t in w.values()), "torch_peak_increase_bytes": None,
             "non_torch_bytes": None, "cuda_graph_bytes": None}
+
+
+def _measure_cuda_fresh(ctx: RankContext, tokens: int) -> dict[str, Any]:  # pragma: no cover - needs a GPU
+    """`_measure_cuda` in a freshly spawned process, as vLLM's profile run is the first forward of
+    its worker: the kernel modules, cuBLAS handles and the like that a first forward loads count
+    as non-torch memory there (Llama-3.1-8B TP1 on an H200: 166 MB in a fresh process, 0 once an
+    earlier sweep point had loaded them), so a row must not depend on what ran before it."""
+    import multiprocessing
+
+    torch.cuda.empty_cache()  # hand this process's cached blocks back before the child allocates
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_measure_cuda, (ctx, tokens))
 
 
 def _measure_cuda(ctx: RankContext, tokens: int) -> dict[str, Any]:  # pragma: no cover - needs a GPU
@@ -145,10 +186,18 @@ def _measure_cuda(ctx: RankContext, tokens: int) -> dict[str, Any]:  # pragma: n
 
 def _graph_bytes(ctx: RankContext, w: dict[str, torch.Tensor], tokens: int,
                  used: Any) -> int | None:  # pragma: no cover - needs a GPU
-    """Free-memory drop while capturing one graph; None when the forward cannot be captured
-    (the MoE path's data-dependent ``nonzero`` syncs)."""
+    """Free-memory drop while capturing one graph; None when the forward cannot be captured:
+    always for MoE models (the expert loop's data-dependent ``nonzero`` syncs the host, and a
+    capture aborted by it can leave the stream unusable), or when capture raises."""
     dev = ctx.torch_device
-    before = used()
+    if ctx.model.is_moe:
+        return None
+    # torch.cuda.graph() empties the allocator's cache when it starts capturing: empty it first,
+    # or the blocks cached by the forward at T tokens hide the graph pool (the first H200 run
+    # measured 0 bytes for every dense shard this way).
+    gc.collect()
+    torch.cuda.empty_cache()
+    before, reserved_before = used(), torch.cuda.memory_reserved(dev)
     try:
         graph = torch.cuda.CUDAGraph()
         with torch.no_grad():
@@ -163,6 +212,6 @@ def _graph_bytes(ctx: RankContext, w: dict[str, torch.Tensor], tokens: int,
     except RuntimeError:
         torch.cuda.synchronize(dev)
         return None
-    grown = used() - before
+    grown = max(used() - before, torch.cuda.memory_reserved(dev) - reserved_before)
     del graph
     return int(max(0, grown))

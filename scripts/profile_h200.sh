@@ -14,8 +14,15 @@
 #
 # Grid: bench/h200_llama8b_grid.yaml. Both timing modes per operator (kernel: CUDA-graph replay,
 # cold L2; launch: eager). The sweep is resumable: if the time limit below stops it, rerun this
-# script and it continues with the chunks not yet written. Target: well under 8 minutes
-# (--dry-run estimates 72 s of timing for 500 points at 50 ms per mode; setup and memory runs add to it).
+# script and it continues with the chunks not yet written. Target: well under 8 minutes.
+# Measured on an H200 (2026-12-01, torch 2.11.0+cu130): the 500 points of Llama-3.1-8B in 65 s
+# (--dry-run estimates 72 s), its 4 memory runs (a fresh process each) in 23 s; those rows are
+# committed under datasets/profiles/h200 with Qwen3-32B's and Qwen3-30B-A3B's (MODEL=... FAMILIES=...).
+#
+# MODEL may be a config.json folder (a machine without the aiconfigurator-core package, which holds
+# the catalogue's Llama config): rows then name the model by the folder ("Llama-3.1-8B"), which the
+# simulator matches to "meta-llama/Llama-3.1-8B". OUT is the profile root: where a tool sets OUT
+# for its own use, give it on the command line (OUT=datasets/profiles/h200 scripts/profile_h200.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -38,14 +38,17 @@ by calibration/memory_model.py and carried by a bundle):
 - non_torch: NCCL / cuBLAS workspaces and the custom all-reduce buffers allocated after the
   start snapshot. vLLM logs "non_torch_memory takes ~0.1 GiB" at TP1 and ~0.5-1.5 GiB with
   TP>1 (NCCL communicators + custom all-reduce IPC buffers): NON_TORCH_TP1_BYTES /
-  NON_TORCH_MULTI_GPU_BYTES.
+  NON_TORCH_MULTI_GPU_BYTES. A profiled value was measured on one card (no communicators), so
+  with TP/PP/DP > 1 the budget adds COMMUNICATOR_BYTES (their difference) to it.
 - activation peak of profile_run (one dummy forward over max_num_batched_tokens tokens T,
   then a dummy sampler over min(max_num_seqs, T) rows):
     forward  = T*h*3 (hidden, residual, normed input) + max(qkv out, MLP gate_up + act out,
                fused-MoE caches T*topk*(3*I_moe/ffn_tp + h)) in activation bytes;
     sampler  = T*h (last hidden) + rows*vocab*(2 bf16 logits + 4*SAMPLER_FP32_COPIES) — the
                logits are gathered to full vocab on rank 0 before sampling;
-    peak     = max(forward, sampler).
+    peak     = max(forward, sampler). A profiled activation is the forward's peak alone (the
+               profiler's memory run has no sampler run), so the budget takes the larger of it
+               and the sampler estimate.
 - cuda graphs (0 when eager): 0.33 (`profile_cudagraph_memory`, vllm/v1/worker/gpu_model_runner.py
   and gpu/cudagraph_utils.py) captures the two largest graphs of each mode (PIECEWISE, FULL)
   into a throwaway pool: estimate = max over modes of the first capture + sum over modes of
@@ -100,6 +103,9 @@ GIB = 1 << 30
 MIB = 1 << 20
 NON_TORCH_TP1_BYTES = int(0.15 * GIB)       # cuBLAS workspace + allocator slack, single GPU
 NON_TORCH_MULTI_GPU_BYTES = int(1.0 * GIB)  # + NCCL communicators and custom all-reduce buffers
+# What a multi-GPU rank adds to a single GPU's non-torch memory. A profiled non_torch comes from
+# one card with collectives stubbed out (profiler/memory_run.py), so a multi-GPU budget adds it.
+COMMUNICATOR_BYTES = NON_TORCH_MULTI_GPU_BYTES - NON_TORCH_TP1_BYTES
 SAMPLER_FP32_COPIES = 3                     # fp32 logits, probs, and a sorted/sampled copy
 CUDA_GRAPH_BYTES_PER_LAYER = 64 * 1024      # graph node/exec state per captured layer per size (~2 MiB / 32 layers)
 MIN_GRAPH_BYTES = MIB                       # vLLM floors the per-graph estimate at 1 MiB
@@ -301,8 +307,15 @@ def activation_peak_bytes(model: ModelSpec, parallel: ParallelSpec, num_tokens: 
         inter = -(-model.moe_intermediate_size // parallel.moe_tp)
         widest = max(widest, model.num_experts_per_tok * (3 * inter + h))
     forward = num_tokens * (3 * h + widest) * ab
-    sampler = num_tokens * h * ab + num_sample_rows * model.vocab_size * (ab + 4 * SAMPLER_FP32_COPIES)
-    return int(max(forward, sampler))
+    return int(max(forward, sampler_peak_bytes(model, num_tokens, num_sample_rows)))
+
+
+def sampler_peak_bytes(model: ModelSpec, num_tokens: int, num_sample_rows: int) -> int:
+    """Peak of profile_run's dummy sampler run: the forward's last hidden states of `num_tokens`
+    tokens kept alive, and logits plus their fp32 copies for `num_sample_rows` rows."""
+    ab = model.quant.activation_bytes
+    return int(num_tokens * model.hidden_size * ab
+               + num_sample_rows * model.vocab_size * (ab + 4 * SAMPLER_FP32_COPIES))
 
 
 def cuda_graph_bytes(model: ModelSpec, parallel: ParallelSpec, cudagraph: CudaGraphConfig,
@@ -363,15 +376,23 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
             f"{model.name} does not fit: weights {gib(weights)} per GPU >= requested {gib(requested)} "
             f"({gpu.name} {gib(gpu.memory_bytes)} x gpu_memory_utilization {gpu_memory_utilization}) "
             f"at tp={parallel.tp} pp={parallel.pp}; raise tp/pp or gpu_memory_utilization")
+    multi_gpu = parallel.tp * parallel.dp * parallel.pp > 1
     non_torch, non_torch_src = profiled.non_torch_bytes, PROFILED
     if non_torch is None:
         non_torch_src = ESTIMATED
-        non_torch = NON_TORCH_TP1_BYTES if parallel.tp * parallel.dp * parallel.pp == 1 else NON_TORCH_MULTI_GPU_BYTES
+        non_torch = NON_TORCH_MULTI_GPU_BYTES if multi_gpu else NON_TORCH_TP1_BYTES
+    elif multi_gpu:  # profiled on one card: no communicators there
+        non_torch += COMMUNICATOR_BYTES
+        non_torch_src = f"{PROFILED} + {ESTIMATED} communicators"
+    sample_rows = min(max_num_seqs, max_num_batched_tokens)
     activation, activation_src = profiled.activation_bytes(max_num_batched_tokens), PROFILED
     if activation is None:
         activation_src = ESTIMATED
-        activation = activation_peak_bytes(model, parallel, max_num_batched_tokens,
-                                           min(max_num_seqs, max_num_batched_tokens))
+        activation = activation_peak_bytes(model, parallel, max_num_batched_tokens, sample_rows)
+    else:  # the profiler's memory run has no sampler run: its peak may be the larger one
+        sampler = sampler_peak_bytes(model, max_num_batched_tokens, sample_rows)
+        if sampler > activation:
+            activation, activation_src = sampler, f"{ESTIMATED} sampler run (above the profiled forward)"
     if vllm_version < CUDAGRAPH_ESTIMATE:
         graphs, graph_src = 0, "not subtracted before vLLM 0.20"
     else:

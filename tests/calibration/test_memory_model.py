@@ -127,3 +127,38 @@ def test_cpu_profiler_rows_leave_every_term_estimated(tmp_path):
     res = runner.invoke(app, ["memory", "--model", str(folder), "--predictor-bundle", str(bundle), "--json"])
     assert res.exit_code == 0, res.output
     assert set(json.loads(res.output)["sources"].values()) == {"model", "estimated"}
+
+
+def test_a_profiled_folder_name_matches_the_catalogue_name():
+    """`frontier profile --model path/Llama-3.1-8B` records "Llama-3.1-8B"; the simulator asks for
+    "meta-llama/Llama-3.1-8B": the same model. Another name or layout does not match."""
+    entry = fit_memory_rows(rows(model="Llama-3.1-8B"))
+    assert overheads_for(entry, MODEL, ParallelSpec()).non_torch_bytes == 320 * MIB
+    assert overheads_for(entry, "LLAMA-3.1-8B", ParallelSpec()).non_torch_bytes == 320 * MIB
+    assert overheads_for(entry, "meta-llama/Llama-3.1-70B", ParallelSpec()) is None
+
+
+def test_multi_gpu_budget_adds_the_communicators_to_a_profiled_non_torch():
+    """Memory rows come from one card (collectives stubbed): at TP > 1 the budget adds
+    COMMUNICATOR_BYTES (the estimated multi-GPU minus single-GPU non-torch) and says so."""
+    model, gpu = load_model_spec(MODEL), get_gpu("H100")
+    kw = dict(max_num_batched_tokens=8192, max_num_seqs=256)
+    entry = fit_memory_rows(pd.concat([rows(tp=1), rows(tp=2)]))
+    one = kv_budget(model, ParallelSpec(), gpu, profiled=overheads_for(entry, MODEL, ParallelSpec()), **kw)
+    two = kv_budget(model, ParallelSpec(tp=2), gpu, profiled=overheads_for(entry, MODEL, ParallelSpec(tp=2)), **kw)
+    assert memory.COMMUNICATOR_BYTES == int(1.0 * (1 << 30)) - int(0.15 * (1 << 30))
+    assert one.non_torch_bytes == 320 * MIB and dict(one.sources)["non_torch"] == "profiled"
+    assert two.non_torch_bytes == 320 * MIB + memory.COMMUNICATOR_BYTES
+    assert dict(two.sources)["non_torch"] == "profiled + estimated communicators"
+
+
+def test_a_profiled_forward_below_the_sampler_run_gives_way_to_the_sampler_estimate():
+    """The memory run has no sampler run: with 1,024 sequences the sampler's logits (1,024 x
+    128,256 x (2 + 4 x 3) bytes) outgrow a profiled forward peak of 500 MiB."""
+    model, gpu, parallel = load_model_spec(MODEL), get_gpu("H100"), ParallelSpec()
+    o = overheads_for(fit_memory_rows(rows(peak=lambda t: 500 * MIB)), MODEL, parallel)
+    low = kv_budget(model, parallel, gpu, profiled=o, max_num_batched_tokens=8192, max_num_seqs=1024)
+    assert low.activation_bytes == 8192 * 4096 * 2 + 1024 * 128256 * 14 == memory.sampler_peak_bytes(model, 8192, 1024)
+    assert dict(low.sources)["activation"] == "estimated sampler run (above the profiled forward)"
+    high = kv_budget(model, parallel, gpu, profiled=o, max_num_batched_tokens=8192, max_num_seqs=16)
+    assert high.activation_bytes == 500 * MIB and dict(high.sources)["activation"] == "profiled"

@@ -58,6 +58,7 @@ def test_attention_points_are_deterministic_mixed_batches(dense_config, fast_tim
 def test_attention_torch_path_matches_a_dense_reference(dense_config, fast_timing):
     """The paged decode gather + mask and the varlen loop compute real attention."""
     import torch
+    import torch
     import torch.nn.functional as F
     ctx = ctx_for(dense_config, fast_timing)
     point = {"op_name": "mixed", "prefill_len": [5, 3], "decode_ctx": [20, 7], "block_size": 16}
@@ -109,3 +110,21 @@ def test_memory_run_weights_equal_the_model_spec_formula(request, fast_timing, c
     assert row["weights_bytes"] == ctx.model.weight_bytes_per_rank(ctx.parallel)
     assert row["torch_peak_increase_bytes"] is None and row["cuda_graph_bytes"] is None  # not measurable on CPU
     assert (row["tp"], row["ep"], row["timing_mode"], row["latency_s_median"]) == (tp, ep, None, None)
+
+
+def test_memory_run_attention_is_causal_gqa_on_4d_inputs(monkeypatch):
+    """The memory forward hands SDPA 4-D [1, heads, T, d] tensors (3-D ones send CUDA to the math
+    kernel, which materialises the T x T scores) and equals per-head causal attention."""
+    import torch
+    import torch.nn.functional as F
+    shapes = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda q, *a, **kw: shapes.append(q.shape) or sdpa(q, *a, **kw))
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(5, h, 8, generator=gen) for h in (4, 2, 2))
+    out = memory_run.causal_attention(q, k, v)
+    assert shapes == [torch.Size([1, 4, 5, 8])] and out.shape == (5, 4, 8)
+    for head in range(4):                          # query heads 0-1 share KV head 0, 2-3 KV head 1
+        s = (q[:, head] @ k[:, head // 2].T) / 8 ** 0.5
+        s = s.masked_fill(torch.triu(torch.ones(5, 5, dtype=torch.bool), 1), float("-inf"))
+        assert torch.allclose(out[:, head], s.softmax(-1) @ v[:, head // 2], atol=1e-5)

@@ -41,3 +41,10 @@ def test_kernel_mode_on_cpu_is_the_lower_envelope():
 def test_bad_timing_config_is_refused(kwargs):
     with pytest.raises(ValueError, match="TimingConfig"):
         TimingConfig(**kwargs)
+
+
+@pytest.mark.parametrize("one_call_s, reps", [(7e-6, 20), (10e-6, 20), (11e-6, 19), (50e-6, 4), (200e-6, 1),
+                                               (5e-3, 1), (0.0, 20)])
+def test_graph_reps_spread_a_replay_over_about_200_us_of_copies(one_call_s, reps):
+    from profiler.timing import graph_reps
+    assert graph_reps(one_call_s) == reps
