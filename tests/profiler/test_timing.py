@@ -48,3 +48,17 @@ def test_bad_timing_config_is_refused(kwargs):
 def test_graph_reps_spread_a_replay_over_about_200_us_of_copies(one_call_s, reps):
     from profiler.timing import graph_reps
     assert graph_reps(one_call_s) == reps
+
+
+def test_both_modes_are_sampled_in_turn_within_twice_the_budget():
+    from profiler.timing import _sample_modes
+    calls = []
+    samplers = [lambda: calls.append("k") or 1.0, lambda: calls.append("l") or 2.0]
+    kernel, launch = _sample_modes(samplers, TimingConfig(warmup_s=0, budget_s=10.0, min_reps=1, max_reps=4))
+    assert calls == ["k", "l"] * 5 and kernel == [1.0] * 4 and launch == [2.0] * 4   # one warm-up round
+    calls.clear()
+    start = time.perf_counter()
+    slow = [lambda: time.sleep(0.001) or 0.0] * 2
+    kernel, launch = _sample_modes(slow, TimingConfig(warmup_s=0, budget_s=0.01, min_reps=2, max_reps=10**6))
+    took = time.perf_counter() - start
+    assert len(kernel) == len(launch) and 2 <= len(kernel) <= 11 and 0.02 <= took < 0.3
