@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aic", type=Path, default=None, help="AIC data folder (default: the installed aiconfigurator_core)")
     ap.add_argument("--bundle", type=Path, default=None, help="bundle to compare with (default: the H200 auto bundle)")
     args = ap.parse_args(argv)
+    if not args.profiles.is_dir():
+        print(f"error: --profiles {args.profiles} is not a folder; give a profile root such as "
+              f"datasets/profiles/h200", file=sys.stderr)
+        return 2
     ours = {}
     for family in FAMILIES:
         df = read_profiles(args.profiles, family, "H200")
