@@ -153,16 +153,19 @@ def _query_current(systems: Path, aic_gpu: str, framework: str) -> str | None:
 
 def _read(systems: Path, aic_gpu: str, rel: str, skipped: list[str]) -> tuple[pd.DataFrame, str] | None:
     """Table ``rel`` (``<op>/vllm/<v>/<table>.parquet``); if the vllm version lacks it, the newest
-    older vllm version that has it (AIC's backward fill; rows keep their own version)."""
+    older vllm version that has it (AIC's backward fill; rows keep their own version), else the
+    oldest newer one (only an explicitly asked, older version can lack every older table: the H200
+    has MoE tables of 0.19.0 but GEMM tables of 0.24.0 alone)."""
     path = systems / "data" / aic_gpu / rel
     if not path.exists() and "/vllm/" in rel:
         op, _, want, table = rel.split("/")
-        older = [p for p in (systems / "data" / aic_gpu / op / "vllm").glob(f"*/{table}")
-                 if _version_key(p.parent.name) < _version_key(want)]
-        if older:
-            path = max(older, key=lambda p: _version_key(p.parent.name))
+        have = sorted((p for p in (systems / "data" / aic_gpu / op / "vllm").glob(f"*/{table}")),
+                      key=lambda p: _version_key(p.parent.name))
+        older = [p for p in have if _version_key(p.parent.name) < _version_key(want)]
+        if older or have:
+            path, how = (older[-1], "backfilled") if older else (have[0], "forward-filled")
             rel = f"{op}/vllm/{path.parent.name}/{table}"
-            skipped.append(f"{aic_gpu}: {op}/vllm/{want}/{table} absent, backfilled from {rel}")
+            skipped.append(f"{aic_gpu}: {op}/vllm/{want}/{table} absent, {how} from {rel}")
     if not path.exists():
         skipped.append(f"{aic_gpu}: {rel} absent")
         return None

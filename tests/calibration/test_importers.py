@@ -146,3 +146,16 @@ def test_cli_import_profiles(tmp_path):
     assert again.exit_code == 2 and "already holds ['aiconfigurator'] rows" in again.output
     bad = CliRunner().invoke(app, ["import-profiles", "--source", "vidur", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "--source vidur needs --path" in bad.output
+
+
+@needs_aic
+def test_an_older_version_reads_its_tables_and_forward_fills_the_rest(tmp_path):
+    """H200: MoE tables of 0.19.0 and 0.24.0, GEMM of 0.24.0 only: `frontier import --version
+    0.19.0` takes 0.19's MoE rows and the oldest newer GEMM rows, and says so."""
+    rep = import_aiconfigurator_report(AIC, tmp_path, gpus=["H200"], families=["linear", "moe"], version="0.19.0")
+    assert rep.rows == {"linear": 107225, "moe": 48195}
+    assert rep.skipped == ("h200_sxm: gemm/vllm/0.19.0/gemm_perf.parquet absent, forward-filled from "
+                           "gemm/vllm/0.24.0/gemm_perf.parquet",)
+    moe = read_profiles(tmp_path, "moe", "H200")
+    assert set(moe.source_table) == {"data/h200_sxm/moe/vllm/0.19.0/moe_perf.parquet"}
+    assert set(moe.framework_version) == {"0.19.0", "0.19.1"}
