@@ -53,19 +53,24 @@ def same_shape(ours: dict[str, pd.DataFrame], aic_root: Path) -> list[str]:
     lin = ours["linear"]
     aic = read_profiles(aic_root, "linear", "H200")
     keys = ["m", "n", "k", "dtype"]
-    j = lin.merge(aic[keys + ["latency_s_median"]], on=keys, suffixes=("", "_aic"))
+    j = _ratios(lin, aic, keys)
     for op, g in j.groupby("op_name"):
-        lines.append(_ratio_line(f"linear {op}", (g["latency_s_median"] / g["latency_s_median_aic"]).to_numpy()))
-    lines.append(_ratio_line("linear (all)", (j["latency_s_median"] / j["latency_s_median_aic"]).to_numpy()))
+        lines.append(_ratio_line(f"linear {op}", g["ratio"].to_numpy()))
+    lines.append(_ratio_line("linear (all)", j["ratio"].to_numpy()))
     att = ours["attention"]
     one = att[(att["op_name"] == "context") & (att["num_prefill"] == 1)]
     aic = read_profiles(aic_root, "attention", "H200")
     aic = aic[(aic["op_name"] == "context") & (aic["batch_size"] == 1) & ~aic["is_mla"].astype(bool)
               & (aic["attn_dtype"] == "bf16") & (aic["kv_dtype"] == "bf16") & (aic["window_size"] == 0)]
     keys = ["num_heads", "num_kv_heads", "head_dim", "prefill_len_max"]
-    j = one.merge(aic[keys + ["latency_s_median"]].drop_duplicates(keys), on=keys, suffixes=("", "_aic"))
-    lines.append(_ratio_line("attention context, 1 request", (j["latency_s_median"] / j["latency_s_median_aic"]).to_numpy()))
+    lines.append(_ratio_line("attention context, 1 request", _ratios(one, aic.drop_duplicates(keys), keys)["ratio"].to_numpy()))
     return lines
+
+
+def _ratios(ours: pd.DataFrame, aic: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Our rows that AIC's rows share ``keys`` with, and ``ratio`` = our latency / AIC's."""
+    j = ours.merge(aic[keys + ["latency_s_median"]], on=keys, suffixes=("", "_aic"))
+    return j.assign(ratio=j["latency_s_median"] / j["latency_s_median_aic"])
 
 
 def against_bundle(ours: dict[str, pd.DataFrame], bundle) -> list[str]:

@@ -159,10 +159,10 @@ def _read(systems: Path, aic_gpu: str, rel: str, skipped: list[str]) -> tuple[pd
     path = systems / "data" / aic_gpu / rel
     if not path.exists() and "/vllm/" in rel:
         op, _, want, table = rel.split("/")
-        have = sorted((p for p in (systems / "data" / aic_gpu / op / "vllm").glob(f"*/{table}")),
+        have = sorted((systems / "data" / aic_gpu / op / "vllm").glob(f"*/{table}"),
                       key=lambda p: _version_key(p.parent.name))
         older = [p for p in have if _version_key(p.parent.name) < _version_key(want)]
-        if older or have:
+        if have:
             path, how = (older[-1], "backfilled") if older else (have[0], "forward-filled")
             rel = f"{op}/vllm/{path.parent.name}/{table}"
             skipped.append(f"{aic_gpu}: {op}/vllm/{want}/{table} absent, {how} from {rel}")
