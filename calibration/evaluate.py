@@ -195,7 +195,7 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
     from frontier.profile_schema import read_profiles
 
     frames = {family: read_profiles(profiles_root, family, gpu) for family in families or FAMILY_ORDER}
-    versions = {str(v) for df in frames.values() if len(df) for v in df["framework_version"].unique()}
+    versions = {str(v) for df in frames.values() if len(df) for v in df["framework_version"].dropna().unique()}
     if framework_version is not None and str(framework_version) not in versions:
         raise ValueError(f"no {gpu} profile rows of framework version {framework_version!r} under "
                          f"{profiles_root}; have {', '.join(sorted(versions)) or 'none'}")
@@ -215,12 +215,13 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
         info.update(training_rows=len(used), training_rows_sha256=rows_sha256(used), params=params)
         fam_info[family] = info
         if family != "comm":
-            frameworks |= set(zip(df["framework"].astype(str), df["framework_version"].astype(str)))
+            frameworks |= {(str(f), None if pd.isna(v) else str(v))   # Vidur's rows name no version
+                           for f, v in zip(df["framework"], df["framework_version"])}
     if not predictors:
         raise ValueError(f"no profile rows for gpu {gpu!r}"
                          + (f" and framework version {framework_version}" if framework_version else "")
                          + f" under {profiles_root}")
-    fw = sorted(frameworks)
+    fw = sorted(frameworks, key=lambda fv: (fv[0], fv[1] or ""))
     manifest = {"gpu": gpu, "framework": fw[0][0] if fw else None,
                 "framework_version": framework_version or (fw[0][1] if len(fw) == 1 else [v for _, v in fw]),
                 "families": fam_info, "heldout_error": errors,

@@ -545,7 +545,8 @@ def calibrate(
 
 
 def _print_errors(manifest: dict) -> None:
-    typer.echo(f"{manifest['gpu']} {manifest.get('framework')} {manifest.get('framework_version')}: "
+    version = manifest.get("framework_version")
+    typer.echo(f"{manifest['gpu']} {manifest.get('framework')}{'' if version is None else f' {version}'}: "
                f"held-out APE % (split {manifest['split']['holdout_fraction']} by "
                f"{manifest['split'].get('holdout_by', 'token-points')}, seed {manifest['split']['split_seed']})")
     typer.echo(f"  {'family':<11} {'rows':>8} {'p50':>7} {'p95':>7} {'MAPE':>7} {'base p50':>9} {'base p95':>9} {'base MAPE':>10} {'OOR':>6}")
@@ -557,7 +558,7 @@ def _print_errors(manifest: dict) -> None:
         for name, s in subs.items() if len(subs) > 1 else ():
             mark = " *" if s.get("scope") == "module" else ""
             notes = notes or bool(mark)
-            typer.echo(f"    {name + mark:<22} {s['rows']:>6} {s['p50']:>7.2f} {s['p95']:>7.2f} {s['mape']:>7.2f}")
+            typer.echo(f"    {name + mark:<30} {s['rows']:>6} {s['p50']:>7.2f} {s['p95']:>7.2f} {s['mape']:>7.2f}")
     if notes:
         typer.echo("  * fitted on whole-module rows (e.g. AIC's MLA layers); the simulator prices the module's "
                    "ops instead (simulator/predictor_cost.py)")

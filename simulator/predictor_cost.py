@@ -66,9 +66,14 @@ class PredictorCostModel:
     def __init__(self, bundle, fallback: RooflineCostModel) -> None:
         self.bundle = bundle
         self.fallback = fallback
-        self.name = f"calibrated ({bundle.manifest.get('gpu')}, {bundle.manifest.get('framework', 'vllm')} " \
-                    f"{bundle.manifest.get('framework_version', '')})".replace(" )", ")")
         self._predictors = {f: bundle.predictors[f] for f in PREDICTED_FAMILIES if f in bundle.predictors}
+        manifest = bundle.manifest
+        version = manifest.get("framework_version")
+        self.float16_twin_families = tuple(f for f, p in self._predictors.items() if _fp16_without_bf16(p))
+        twins = (f"; bf16 ops priced from fp16 rows: {', '.join(self.float16_twin_families)}"
+                 if self.float16_twin_families else "")
+        self.name = (f"calibrated ({manifest.get('gpu')}, {manifest.get('framework', 'vllm')}"
+                     f"{'' if version in (None, '') else f' {version}'}{twins})")
         attention = self._predictors.get("attention")
         self.mla_module = any(str(k).startswith("mla:") for k in getattr(attention, "module_keys", ()))
         linear = self._predictors.get("linear")
@@ -110,6 +115,14 @@ class PredictorCostModel:
         return {"cost_model": self.name, "cost_queries_predicted": self.num_predicted,
                 "cost_queries_out_of_range": self.num_out_of_range,
                 "cost_queries_roofline": self.num_fallback}
+
+
+def _fp16_without_bf16(predictor) -> bool:
+    """Whether a predictor's sub-models name fp16 and never bf16: the simulator's bf16 ops are
+    then priced from the fp16 ones (``calibration.predictors.base.float16_twin``; e.g. a bundle
+    fitted on Vidur's profiles)."""
+    dtypes = {part for _, key in predictor.models for part in str(key).split(":")}
+    return "fp16" in dtypes and "bf16" not in dtypes
 
 
 @functools.lru_cache(maxsize=1 << 16)

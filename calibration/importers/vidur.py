@@ -6,8 +6,15 @@ Found anywhere under ``path``:
   TP rank (m = num_tokens): ``attn_pre_proj`` (QKV: k=n_embd, n=(heads/tp + 2*kv_heads/tp)*head_dim),
   ``attn_post_proj`` (k=heads/tp*head_dim, n=n_embd), ``mlp_up_proj`` (k=n_embd,
   n=n_expanded_embd*(2 if gated)/tp), ``mlp_down_proj`` (k=n_expanded_embd/tp, n=n_embd).
-  fp16; per-op CUDA timing -> timing_mode "kernel". Elementwise ops (emb, norms, rope,
-  act, add) have no family here and are skipped.
+  fp16; per-op CUDA timing -> timing_mode "kernel". The same files' elementwise ops of a
+  gated-MLP (Llama-like) model -> elementwise rows, as the kernels ``profiler/ops_elementwise.py``
+  times and names (hidden_size = the op's width on the rank): ``input_layernorm`` and
+  ``post_attention_layernorm`` -> ``rms_norm`` (width n_embd; Sarathi-Serve adds the residual
+  separately, so these are the plain norm, not vLLM's fused_add_rms_norm), ``attn_rope`` ->
+  ``rotary_embedding`` (width (heads + kv_heads)/tp x head_dim), ``mlp_act`` -> ``silu_and_mul``
+  (width n_expanded_embd/tp). Skipped: ``emb`` (the vocab-parallel embedding, no profiled
+  kernel), ``add`` (the residual add, which vLLM fuses into fused_add_rms_norm), and every
+  elementwise op of a non-gated model (phi-2: LayerNorm, GELU, partial rotary).
 * ``<gpu>/attention.csv`` -> attention rows: prefill (one chunk of ``prefill_chunk_size``
   new tokens over ``kv_cache_size`` cached tokens) and decode (``batch_size`` requests, KV
   length ``kv_cache_size + 1``). Latency = ``attn_prefill``/``attn_decode`` only (reshapes and
@@ -34,7 +41,10 @@ from calibration.importers.rows import ImportReport, add, finish, write_rows
 from frontier.gpu import get_gpu
 
 _GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-_SKIPPED_OPS = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
+# Vidur's elementwise ops of a gated-MLP model -> the profiled kernel each one is
+_ELEMENTWISE = {"input_layernorm": "rms_norm", "post_attention_layernorm": "rms_norm",
+                "attn_rope": "rotary_embedding", "mlp_act": "silu_and_mul"}
+_SKIPPED_OPS = ("emb", "add")
 
 
 def import_vidur(path: Path, out_root: Path) -> dict[str, int]:
@@ -50,7 +60,17 @@ def import_vidur_report(path: Path, out_root: Path) -> ImportReport:
     frames: dict[tuple[str, str], list[pd.DataFrame]] = {}
     skipped: list[str] = []
     for csv in sorted(path.rglob("mlp.csv")):
-        _collect(frames, "linear", _gpu(csv.relative_to(path).parts, "compute", skipped, csv.relative_to(path)), _mlp, csv, path)
+        rel = csv.relative_to(path)
+        gpu = _gpu(rel.parts, "compute", skipped, rel)
+        if gpu is None:
+            continue
+        d = pd.read_csv(csv)
+        frames.setdefault(("linear", gpu), []).append(_mlp(d, csv, path, gpu))
+        if _gated(d).all():
+            frames.setdefault(("elementwise", gpu), []).append(_mlp_elementwise(d, csv, path, gpu))
+        else:
+            skipped.append(f"{rel}: elementwise ops of a non-gated MLP model (LayerNorm, GELU, partial "
+                           "rotary: phi-2) are not the profiled kernels")
     for csv in sorted(path.rglob("attention.csv")):
         if "network" in csv.parts:
             skipped.append(f"{csv.relative_to(path)}: attention.csv inside network/ (misnamed upstream)")
@@ -70,7 +90,8 @@ def import_vidur_report(path: Path, out_root: Path) -> ImportReport:
     for csv in sorted(path.rglob("cpu_overheads.csv")):
         skipped.append(f"{csv.relative_to(path)}: CPU overheads have no profile family")
     if any(path.rglob("mlp.csv")):
-        skipped.append(f"mlp.csv ops {', '.join(_SKIPPED_OPS)}: elementwise, no profile family")
+        skipped.append(f"mlp.csv ops {', '.join(_SKIPPED_OPS)}: no profiled kernel (the vocab-parallel "
+                       "embedding; the residual add, which vLLM fuses into fused_add_rms_norm)")
     rows: dict[str, int] = {}
     by_gpu: dict[str, dict[str, int]] = {}
     for (family, gpu), parts in sorted(frames.items()):
@@ -97,18 +118,27 @@ def _common(gpu: str, csv: Path, root: Path, label: str, **more) -> dict:
                 source_table=str(csv.relative_to(root)), **more)
 
 
+def _gated(d: pd.DataFrame) -> pd.Series:
+    return d["use_gated_mlp"].astype(str).str.lower().eq("true")
+
+
+def _compute_label(csv: Path, root: Path) -> str:
+    parts = csv.relative_to(root).parts
+    return parts[parts.index("compute") + 1]
+
+
 def _mlp(d: pd.DataFrame, csv: Path, root: Path, gpu: str) -> pd.DataFrame:
     tp = d["num_tensor_parallel_workers"].astype("int64")
     hd = d["n_embd"] // d["n_head"]
     heads, kv_heads = d["n_head"] // tp, np.maximum(1, d["n_kv_head"] // tp)
-    gated = d["use_gated_mlp"].astype(str).str.lower().eq("true").map({True: 2, False: 1})
+    gated = _gated(d).map({True: 2, False: 1})
     shapes = {
         "attn_pre_proj": ((heads + 2 * kv_heads) * hd, d["n_embd"]),
         "attn_post_proj": (d["n_embd"], heads * hd),
         "mlp_up_proj": (d["n_expanded_embd"] * gated // tp, d["n_embd"]),
         "mlp_down_proj": (d["n_embd"], d["n_expanded_embd"] // tp),
     }
-    label = csv.relative_to(root).parts[csv.relative_to(root).parts.index("compute") + 1]
+    label = _compute_label(csv, root)
     out = []
     for op in _GEMMS:
         n, k = shapes[op]
@@ -116,6 +146,20 @@ def _mlp(d: pd.DataFrame, csv: Path, root: Path, gpu: str) -> pd.DataFrame:
                                  "latency_s_median": d[f"time_stats.{op}.median"] / 1e3}))
     df = pd.concat(out, ignore_index=True)
     return finish(df, "linear", timing_mode="kernel", **_common(gpu, csv, root, label))
+
+
+def _mlp_elementwise(d: pd.DataFrame, csv: Path, root: Path, gpu: str) -> pd.DataFrame:
+    """Elementwise rows (``_ELEMENTWISE``) of a gated-MLP model's mlp.csv, widths on the rank."""
+    tp = d["num_tensor_parallel_workers"].astype("int64")
+    hd = d["n_embd"] // d["n_head"]
+    widths = {"input_layernorm": d["n_embd"], "post_attention_layernorm": d["n_embd"],
+              "attn_rope": (d["n_head"] // tp + np.maximum(1, d["n_kv_head"] // tp)) * hd,
+              "mlp_act": d["n_expanded_embd"] // tp}
+    out = [pd.DataFrame({"op_name": kind, "num_tokens": d["num_tokens"], "hidden_size": widths[op], "dtype": "fp16",
+                         "latency_s_median": d[f"time_stats.{op}.median"] / 1e3})
+           for op, kind in _ELEMENTWISE.items() if f"time_stats.{op}.median" in d.columns]
+    df = pd.concat(out, ignore_index=True)
+    return finish(df, "elementwise", timing_mode="kernel", **_common(gpu, csv, root, _compute_label(csv, root)))
 
 
 def _attention(d: pd.DataFrame, csv: Path, root: Path, gpu: str) -> pd.DataFrame:

@@ -60,6 +60,13 @@ Contract (every family):
   ``memo_misses`` count rows (token tables: a miss is a query that built its block;
   ``table_rows`` counts tabulated rows).
 
+16-bit floats: a key whose fp16 / bf16 sub-model is missing is answered by the other one
+(``float16_twin``: "mha:bf16" -> "mha:fp16"). Both run on the same tensor cores at the same
+dense rate on every GPU of the catalogue and move the same bytes, so a bundle fitted on
+Vidur's fp16 rows prices the simulator's bf16 ops (which it asked for in vain before
+2026-12-01: every query of such a bundle went to the roofline) and an fp16 row is priced from
+AIConfigurator's bf16 tables; a key that has its own sub-model always uses it.
+
 Timing modes: a sub-model is fitted per (mode, key) that the rows hold. A mode without rows
 is derived from the other: launch = kernel + kernels_per_op x launch_overhead_s (and the
 reverse, floored at 10 % of the launch time). launch_overhead_s is measured as the median
@@ -114,7 +121,8 @@ class FamilyPredictor:
     target: str = "log"   # "log": log(latency_s); "ratio": log(latency_s / features.reference_s)
     ratio_reference: str = "features.reference_s"   # what "ratio" divides by (a family may fit its own)
     # A family that sets these divides its "ratio" target by a roofline fitted per sub-model key
-    # instead (``gemm_roofline.fit_per_key``; ``self.roofline``: key -> coefficients):
+    # instead (``gemm_roofline.fit_per_key``; ``self.roofline``: key -> coefficients; queries read
+    # ``_query_roofline``, which adds the 16-bit float twins, ``with_float16_twins``):
     # canon -> rows x terms matrix (a staticmethod), and the terms' names.
     roofline_terms: Callable | None = None
     roofline_term_names: tuple[str, ...] = ()
@@ -156,6 +164,7 @@ class FamilyPredictor:
         if self.target == "ratio" and self.roofline_terms is not None:
             fits = fit_per_key(self.roofline_terms(canon), latency, keys)
             self.roofline = {key: tuple(map(float, coef)) for key, coef in fits.items()}
+        self._query_roofline = with_float16_twins(self.roofline)
         y = np.log(latency) - self._offset(canon, keys)
         modes = df["timing_mode"].astype(str).to_numpy()
         self.models, self.ranges, self.n_rows = {}, {}, {}
@@ -197,7 +206,7 @@ class FamilyPredictor:
             return np.log(F.reference_s(canon, self.family))
         if keys is None:
             keys = self.submodel_keys(canon)
-        return np.log(keyed_s(self.roofline_terms(canon), keys, self.roofline))
+        return np.log(keyed_s(self.roofline_terms(canon), keys, self._query_roofline))
 
     def reset_cache(self) -> None:
         """Forget memoized predictions (and the memo counters)."""
@@ -228,7 +237,7 @@ class FamilyPredictor:
         predictions; sklearn is then not needed, nor imported, to load and query a bundle)."""
         state = dict(self.__dict__)
         for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_shape_cache", "_tables", "_compiled",
-                     "_scalar_ok", "memo_lookups", "memo_misses", "table_rows"):
+                     "_scalar_ok", "memo_lookups", "memo_misses", "table_rows", "_query_roofline"):
             state.pop(name, None)
         state["models"] = {k: _compiled_model(m) for k, m in self.models.items()}
         return state
@@ -236,16 +245,20 @@ class FamilyPredictor:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._compiled = {}
+        self._query_roofline = with_float16_twins(getattr(self, "roofline", {}))
         self.reset_cache()
 
     def _model_for(self, mode: str, key: str) -> tuple[tuple | None, float]:
-        """(model key, additive seconds) that answers `mode` for sub-model `key`."""
-        if (mode, key) in self.models:
-            return (mode, key), 0.0
+        """(model key, additive seconds) that answers `mode` for sub-model `key`: its own
+        sub-model in `mode`, else in the other mode (shifted by the launch overhead), else the
+        same of its 16-bit float twin (``float16_twin``)."""
         other = "kernel" if mode == "launch" else "launch"
-        if (other, key) in self.models:
-            shift = self.kernels_per_op * self.launch_overhead_s
-            return (other, key), (shift if mode == "launch" else -shift)
+        shift = self.kernels_per_op * self.launch_overhead_s
+        for k in (key, float16_twin(key)):
+            if (mode, k) in self.models:
+                return (mode, k), 0.0
+            if (other, k) in self.models:
+                return (other, k), (shift if mode == "launch" else -shift)
         return None, 0.0
 
     def _compiled_for(self, mkey: tuple) -> tuple[CompiledForest | None, list[float], list[float]]:
@@ -398,7 +411,7 @@ class FamilyPredictor:
         """``query.cell_parts`` of one op, with the fitted roofline's coefficients when the
         ratio target divides by one (each part's reference is then that roofline: MoE)."""
         if self.target == "ratio" and self.roofline_terms is not None:
-            return query.cell_parts(op, getattr(self, "has_mixed", False), roofline=self.roofline)
+            return query.cell_parts(op, getattr(self, "has_mixed", False), roofline=self._query_roofline)
         return query.cell_parts(op, getattr(self, "has_mixed", False))
 
     def _evaluate_cell(self, query, memo_key: tuple) -> tuple[float, bool]:
@@ -523,6 +536,29 @@ def _compiled_model(model):
         return wrapper
     compiled = compile_forest(model)
     return model if compiled is None else compiled
+
+
+FLOAT16_TWINS = {"fp16": "bf16", "bf16": "fp16"}
+
+
+def float16_twin(key: str) -> str | None:
+    """A sub-model key with its 16-bit float dtype swapped (":"-separated parts, fp16 <-> bf16),
+    or None when it names neither (e.g. "fp8", "mha:fp8")."""
+    parts = str(key).split(":")
+    swapped = [FLOAT16_TWINS.get(p, p) for p in parts]
+    return ":".join(swapped) if swapped != parts else None
+
+
+def with_float16_twins(roofline: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+    """A fitted roofline per sub-model key, plus each key's ``float16_twin`` that has none of its
+    own under that key's coefficients: the roofline of the sub-model ``_model_for`` answers the
+    twin with."""
+    out = dict(roofline)
+    for key, coef in roofline.items():
+        twin = float16_twin(key)
+        if twin is not None and twin not in roofline:
+            out[twin] = coef
+    return out
 
 
 @functools.lru_cache(maxsize=None)

@@ -196,6 +196,23 @@ def test_cli_refuses_corrupt_bundle(small_root, tmp_path):
     assert res.exit_code == 2 and "split_seed=-1 must be a non-negative integer" in res.output
 
 
+def test_rows_without_a_framework_version_calibrate_without_one(tmp_path):
+    """Vidur's rows name their framework (sarathi-serve) and no version: the manifest and the
+    printed header say none (they said "nan" before)."""
+    from calibration.importers.rows import finish
+    df = _gemm_rows(range(1, 65), [(2048, 2048), (4096, 4096)], lambda m, n, k: 5e-6 + 2 * m * n * k / 3e14)
+    df = finish(df.assign(op_name="gemm", dtype="fp16"), "linear", gpu="H100-SXM", framework="sarathi-serve",
+                source="vidur")
+    write_profile(df, tmp_path / "p", "linear", "H100-SXM")
+    out = tmp_path / "b.joblib"
+    res = CliRunner().invoke(app, ["calibrate", "--profiles", str(tmp_path / "p"), "--gpu", "H100-SXM",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("H100-SXM sarathi-serve: held-out APE % (split 0.2 by rows, seed 0)")
+    manifest = json.loads(out.with_name(out.name + ".manifest.json").read_text())
+    assert (manifest["framework"], manifest["framework_version"]) == ("sarathi-serve", None)
+
+
 @needs_aic
 def test_calibrate_defaults_to_row_split(small_root, tmp_path):
     out = tmp_path / "rows.joblib"

@@ -112,7 +112,8 @@ def test_aic_errors_and_skips(tmp_path):
 @needs_vidur
 def test_vidur_mapping(tmp_path):
     rep = import_vidur_report(VIDUR, tmp_path)
-    assert rep.rows == {"attention": 14658, "comm": 22388, "linear": 58440}
+    # elementwise: 4 ops (2 norms, rope, act) x the 14,088 rows of the gated models' A100 / H100 files
+    assert rep.rows == {"attention": 14658, "comm": 22388, "elementwise": 56352, "linear": 58440}
     g = read_profiles(tmp_path, "linear", gpu="H100-SXM")
     src = "data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
     r = g[(g.source_table == src) & (g.op_name == "attn_pre_proj") & (g.m == 4096) & (g.n == 12288)].iloc[0]
@@ -128,6 +129,15 @@ def test_vidur_mapping(tmp_path):
     c = read_profiles(tmp_path, "comm", gpu="A100-80GB")
     first = c[(c.device_name == "a100_dgx") & (c.op_name == "all_reduce")].iloc[0]
     assert (first.message_bytes, first.num_gpus, first.link, first.timing_mode) == (4096, 2, "network", "launch")
+    e = read_profiles(tmp_path, "elementwise", gpu="H100-SXM")
+    at64 = e[(e.source_table == src) & (e.num_tokens == 64)]
+    widths = {k: sorted(v.hidden_size) for k, v in at64.groupby("op_name")}   # TP 1/2/4/8
+    assert widths == {"rms_norm": [4096] * 8, "rotary_embedding": [1024, 2048, 4096, 8192],
+                      "silu_and_mul": [1376, 2752, 5504, 11008]}
+    act = at64[(at64.op_name == "silu_and_mul") & (at64.hidden_size == 11008)].iloc[0]
+    assert (act["dtype"], act.timing_mode, act.latency_s_median) == ("fp16", "kernel", pytest.approx(0.007e-3))
+    assert any("phi-2/mlp.csv: elementwise ops of a non-gated MLP model" in s for s in rep.skipped)
+    assert any(s.startswith("mlp.csv ops emb, add: no profiled kernel") for s in rep.skipped)
     assert any("h100_pairwise_nvlink/send_recv.csv: byte-identical" in s for s in rep.skipped)
     assert any("a40" in s for s in rep.skipped)
 

@@ -1,9 +1,12 @@
 """Calibrated costs inside a simulation: bundle predictors price GEMMs, the rest falls back."""
 
+import math
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from calibration.bundle import save_bundle
+from calibration.bundle import load_bundle, save_bundle
 from calibration.predictors import LinearPredictor
 from simulator.engine_args import EngineArgs
 from simulator.simulation import SimulationSpec, run_simulation
@@ -47,6 +50,52 @@ def test_bundle_prices_gemms_and_the_rest_falls_back_to_roofline(bundle_path):
     # GEMMs are about twice the roofline in the synthetic data: the run gets slower
     assert s["mean_tpot_ms"] > 1.3 * roofline.summary["mean_tpot_ms"]
     assert s["completed"] == roofline.summary["completed"] == 20
+
+
+def test_fp16_rows_price_the_simulators_bf16_ops_as_bf16_rows_would(bundle_path, tmp_path):
+    """A bundle of fp16 rows only (Vidur's profiles are fp16): the simulator's bf16 GEMMs take the
+    fp16 sub-model and its fitted roofline; the same rows labelled bf16 give the same run."""
+    from calibration.predictors.base import float16_twin
+    assert (float16_twin("bf16"), float16_twin("mha:fp16"), float16_twin("rms_norm:bf16")) == (
+        "fp16", "mha:bf16", "rms_norm:fp16")
+    assert float16_twin("fp8") is None and float16_twin("mha:fp8") is None
+    pred = LinearPredictor(n_estimators=4).fit(_gemm_rows().assign(dtype="fp16", framework="sarathi-serve"))
+    assert list(pred.roofline) == ["fp16"] and pred._query_roofline["bf16"] == pred.roofline["fp16"]
+    path = tmp_path / "H100.joblib"
+    save_bundle(path, {"linear": pred}, {"gpu": "H100-SXM", "framework": "sarathi-serve",
+                                         "framework_version": None, "families": {}})
+    fp16, bf16 = run(str(path)).summary, run(bundle_path).summary
+    assert fp16["cost_model"] == "calibrated (H100-SXM, sarathi-serve; bf16 ops priced from fp16 rows: linear)"
+    assert fp16["cost_queries_predicted"] == bf16["cost_queries_predicted"] > 0
+    assert (fp16["mean_ttft_ms"], fp16["mean_tpot_ms"]) == (bf16["mean_ttft_ms"], bf16["mean_tpot_ms"])
+
+
+VIDUR = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "vidur"
+
+
+@pytest.mark.skipif(not (VIDUR / "data").is_dir(), reason=f"Vidur data absent at {VIDUR}")
+def test_a_bundle_of_vidurs_profiles_prices_gemms_and_its_elementwise_kernels(tmp_path):
+    from calibration.evaluate import calibrate
+    from calibration.importers.vidur import import_vidur
+    from frontier.ops import ElementwiseOp
+    import_vidur(VIDUR, tmp_path / "p")
+    path = tmp_path / "vidur.joblib"
+    assert calibrate(tmp_path / "p", "H100-SXM", path, families=["linear", "elementwise"])["framework_version"] is None
+    s = run_simulation(SimulationSpec(
+        engine=EngineArgs(model="meta-llama/Llama-2-7b-hf", gpu="H100", max_model_len=4096),
+        workload=WorkloadSpec(num_prompts=20, random_input_len=512, random_output_len=16),
+        predictor_bundle=str(path))).summary
+    assert s["cost_model"] == ("calibrated (H100-SXM, sarathi-serve; bf16 ops priced from fp16 rows: linear, "
+                               "elementwise)")
+    assert (s["cost_queries_predicted"], s["cost_queries_roofline"]) == (31, 32)   # 0 predicted before
+    # the kernels Vidur times: the plain norm, RoPE, SiLU-and-mul; not vLLM's fused add + norm
+    ew = load_bundle(path).predictors["elementwise"]
+    h, width = 4096, (32 + 32) * 128
+    priced = {op.name: ew.price_op(op, "kernel")[0] for op in (
+        ElementwiseOp("final_norm", 64, h, 2 * h * 2), ElementwiseOp("rotary", 64, h, 2 * width * 2),
+        ElementwiseOp("mlp_act", 64, 11008, 3 * 11008 * 2), ElementwiseOp("input_norm", 64, h, 4 * h * 2))}
+    assert priced["final_norm"] > 0 and priced["rotary"] > 0 and priced["mlp_act"] > 0
+    assert math.isnan(priced["input_norm"])
 
 
 def _attention_rows() -> pd.DataFrame:
