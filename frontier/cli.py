@@ -308,6 +308,8 @@ def simulate(
                    f"{result.summary['colocated_mean_batch_size']:.1f} requests; "
                    f"cost model: {result.summary.get('cost_model', 'roofline')}, comm {spec.comm_model}, "
                    f"MoE routing {spec.moe_routing}")
+    if "cost_queries_predicted" in result.summary:
+        typer.echo(_calibrated_queries(result.summary))
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)
@@ -317,6 +319,15 @@ def simulate(
     typer.echo(f"{'Simulation wall time (s):':<40} {result.sim_wall_s:<10.3f}")
     for path in write_outputs(result, values):
         typer.echo(f"wrote {path}")
+
+
+def _calibrated_queries(s: dict) -> str:
+    """How a bundle's run priced its operator queries (the summary's cost_queries_* counts)."""
+    predicted, roofline = int(s["cost_queries_predicted"]), int(s["cost_queries_roofline"])
+    total = predicted + roofline
+    return (f"calibrated costs: {predicted} of {total} operator queries priced by the bundle "
+            f"({int(s['cost_queries_out_of_range'])} outside its measured range); {roofline} by the roofline "
+            f"or, for collectives, the comm model")
 
 
 @app.command()

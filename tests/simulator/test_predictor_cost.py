@@ -156,5 +156,7 @@ def test_cli_auto_uses_the_cached_bundle_and_refuses_a_missing_file(bundle_path,
     res = CliRunner().invoke(app, argv + ["--predictor-bundle", "auto"])
     assert res.exit_code == 0, res.output
     assert "cost model: calibrated (H100-SXM, vllm test)" in res.output
+    assert res.output.splitlines()[1] == ("calibrated costs: 9 of 26 operator queries priced by the bundle (0 outside "
+                                         "its measured range); 17 by the roofline or, for collectives, the comm model")
     res = CliRunner().invoke(app, argv + ["--predictor-bundle", str(tmp_path / "nope.joblib")])
     assert res.exit_code == 2 and "is not a file" in res.output
