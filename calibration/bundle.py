@@ -3,7 +3,9 @@
     <bundle>.joblib                 payload: {"predictors": {family: FamilyPredictor}}
     <bundle>.joblib.manifest.json   manifest (JSON), checked BEFORE the payload is unpickled
 
-Manifest keys: bundle_format, schema_version, gpu, framework, framework_version, families
+Manifest keys: bundle_format, schema_version, gpu, framework, framework_version, frameworks
+(every [framework, version or null] pair the rows hold: e.g. [["sarathi-serve", null], ["vllm",
+"0.24.0"]] for Vidur's profiles beside AIConfigurator's; ``source_label`` names them), families
 {family: {features, training_rows, training_rows_sha256, submodels, launch_overhead_s,
 launch_overhead_source}}, heldout_error {family: {rows, p50, p95, mape, baseline_*}},
 split {holdout_fraction, split_seed, holdout_by, scheme}, features_version, libraries {sklearn, numpy, joblib, python},
@@ -112,6 +114,16 @@ def save_bundle(path: str | Path, predictors: dict, manifest: dict, memory: dict
     os.replace(tmp, path)
     os.replace(mtmp, manifest_path(path))
     return full
+
+
+def source_label(manifest: dict) -> str:
+    """The frameworks a bundle was fitted on, for people: "vllm 0.24.0", "sarathi-serve",
+    "sarathi-serve + vllm 0.24.0" (manifests without ``frameworks``: framework and version)."""
+    pairs = manifest.get("frameworks")
+    if pairs:
+        return " + ".join(str(f) if v in (None, "") else f"{f} {v}" for f, v in pairs)
+    framework, version = manifest.get("framework", "vllm"), manifest.get("framework_version")
+    return str(framework) if version in (None, "") else f"{framework} {version}"
 
 
 def read_manifest(path: str | Path) -> dict:

@@ -222,8 +222,10 @@ def calibrate(profiles_root, gpu: str, out, framework_version: str | None = None
                          + (f" and framework version {framework_version}" if framework_version else "")
                          + f" under {profiles_root}")
     fw = sorted(frameworks, key=lambda fv: (fv[0], fv[1] or ""))
-    manifest = {"gpu": gpu, "framework": fw[0][0] if fw else None,
+    names = sorted({f for f, _ in fw})
+    manifest = {"gpu": gpu, "framework": names[0] if len(names) == 1 else names or None,
                 "framework_version": framework_version or (fw[0][1] if len(fw) == 1 else [v for _, v in fw]),
+                "frameworks": [[f, v] for f, v in fw],
                 "families": fam_info, "heldout_error": errors,
                 "split": {"holdout_fraction": holdout_fraction, "split_seed": split_seed,
                           "holdout_by": holdout_by,

@@ -556,8 +556,8 @@ def calibrate(
 
 
 def _print_errors(manifest: dict) -> None:
-    version = manifest.get("framework_version")
-    typer.echo(f"{manifest['gpu']} {manifest.get('framework')}{'' if version is None else f' {version}'}: "
+    from calibration.bundle import source_label
+    typer.echo(f"{manifest['gpu']} {source_label(manifest)}: "
                f"held-out APE % (split {manifest['split']['holdout_fraction']} by "
                f"{manifest['split'].get('holdout_by', 'token-points')}, seed {manifest['split']['split_seed']})")
     typer.echo(f"  {'family':<11} {'rows':>8} {'p50':>7} {'p95':>7} {'MAPE':>7} {'base p50':>9} {'base p95':>9} {'base MAPE':>10} {'OOR':>6}")
@@ -593,6 +593,7 @@ def evaluate(
         keys = ("rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range")
         typer.echo(json.dumps({"gpu": manifest["gpu"], "framework": manifest.get("framework"),
                                "framework_version": manifest.get("framework_version"),
+                               "frameworks": manifest.get("frameworks"),
                                "split": manifest["split"],
                                "families": {f: {**{k: e[k] for k in keys}, "submodels": e.get("submodels") or {}}
                                             for f, e in manifest["heldout_error"].items()}},

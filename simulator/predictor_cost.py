@@ -67,13 +67,11 @@ class PredictorCostModel:
         self.bundle = bundle
         self.fallback = fallback
         self._predictors = {f: bundle.predictors[f] for f in PREDICTED_FAMILIES if f in bundle.predictors}
-        manifest = bundle.manifest
-        version = manifest.get("framework_version")
         self.float16_twin_families = tuple(f for f, p in self._predictors.items() if _fp16_without_bf16(p))
         twins = (f"; bf16 ops priced from fp16 rows: {', '.join(self.float16_twin_families)}"
                  if self.float16_twin_families else "")
-        self.name = (f"calibrated ({manifest.get('gpu')}, {manifest.get('framework', 'vllm')}"
-                     f"{'' if version in (None, '') else f' {version}'}{twins})")
+        from calibration.bundle import source_label    # loaded with the bundle already
+        self.name = f"calibrated ({bundle.manifest.get('gpu')}, {source_label(bundle.manifest)}{twins})"
         attention = self._predictors.get("attention")
         self.mla_module = any(str(k).startswith("mla:") for k in getattr(attention, "module_keys", ()))
         linear = self._predictors.get("linear")

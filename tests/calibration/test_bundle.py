@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.bundle import load_bundle, manifest_path, read_manifest, rows_sha256, save_bundle
+from calibration.bundle import load_bundle, manifest_path, read_manifest, rows_sha256, save_bundle, source_label
 from calibration.predictors import CommPredictor
 from frontier.ops import CommOp
 from frontier.profile_schema import SCHEMA_VERSION
@@ -116,3 +116,11 @@ def test_forests_are_stored_compiled_and_load_without_sklearn(bundle):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert float(out[0]) == pred.predict_s([CommOp("all_reduce", 1 << 20, 8)])[0]
     assert out[1:] == ["False", "False"]
+
+
+def test_source_label_names_every_framework_the_rows_hold():
+    assert source_label({"frameworks": [["vllm", "0.24.0"]]}) == "vllm 0.24.0"
+    assert source_label({"frameworks": [["sarathi-serve", None], ["vllm", "0.24.0"]]}) == "sarathi-serve + vllm 0.24.0"
+    # manifests written before the "frameworks" key
+    assert source_label({"framework": "vllm", "framework_version": "0.24.0"}) == "vllm 0.24.0"
+    assert source_label({"framework": "sarathi-serve", "framework_version": None}) == "sarathi-serve"

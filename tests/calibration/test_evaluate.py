@@ -89,6 +89,7 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
     assert report["gpu"] == "H100-SXM" and report["framework_version"] == "0.24.0"
+    assert report["frameworks"] == [["vllm", "0.24.0"]]
     assert report["split"]["split_seed"] == 3 and report["split"]["holdout_by"] == "token-points"
     lin = report["families"]["linear"]
     assert set(lin) == {"rows", "p50", "p95", "mape", "baseline_p50", "baseline_p95", "baseline_mape", "out_of_range",
@@ -211,6 +212,7 @@ def test_rows_without_a_framework_version_calibrate_without_one(tmp_path):
     assert res.output.startswith("H100-SXM sarathi-serve: held-out APE % (split 0.2 by rows, seed 0)")
     manifest = json.loads(out.with_name(out.name + ".manifest.json").read_text())
     assert (manifest["framework"], manifest["framework_version"]) == ("sarathi-serve", None)
+    assert manifest["frameworks"] == [["sarathi-serve", None]]
 
 
 @needs_aic
