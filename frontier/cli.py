@@ -435,9 +435,11 @@ def memory(
 def gpus() -> None:
     """List the GPU catalogue."""
     from frontier.gpu import get_gpu, list_gpus
-    for name in list_gpus():
+    names = list_gpus()
+    width = max(12, *(len(n) for n in names))
+    for name in names:
         g = get_gpu(name)
-        typer.echo(f"{g.name:<12} {g.memory_bytes / (1 << 30):7.1f} GiB  {g.hbm_bw_bytes_per_s / 1e12:5.2f} TB/s  "
+        typer.echo(f"{g.name:<{width}} {g.memory_bytes / (1 << 30):7.1f} GiB  {g.hbm_bw_bytes_per_s / 1e12:5.2f} TB/s  "
                    f"bf16 {g.bf16_flops / 1e12:7.1f} TFLOP/s  ${g.price_per_hour_usd:.2f}/h")
 
 
@@ -481,8 +483,9 @@ def import_profiles(
             _fail(f"unknown --source {source!r}; valid: aiconfigurator, vidur")
     except ValueError as exc:
         _fail(str(exc))
+    width = max([12, *(len(g) for g in report.rows_by_gpu)])
     for g, fams in sorted(report.rows_by_gpu.items()):
-        typer.echo(f"{g:<12} " + "  ".join(f"{f} {n:,}" for f, n in sorted(fams.items())))
+        typer.echo(f"{g:<{width}} " + "  ".join(f"{f} {n:,}" for f, n in sorted(fams.items())))
     typer.echo(f"total: {sum(report.rows.values()):,} rows -> {out}")
     for line in report.skipped:
         typer.echo(f"skipped: {line}")

@@ -45,6 +45,17 @@ class GpuSpec:
                 raise ValueError(f"GpuSpec {self.name}: {f}={getattr(self, f)} must be >= 0")
 
 
+# PCIe 5.0 x16 is 64 GB/s per direction; every NVLink GPU in the catalogue has >= 200 GB/s.
+PCIE_MAX_BW_BYTES_PER_S = 64e9
+
+
+def intra_node_link(gpu: GpuSpec) -> str:
+    """"pcie" for GPUs whose peer bandwidth is PCIe-class (L40S, L4, H100-PCIe, RTX PRO 6000),
+    else "nvlink": the link class of collectives inside a node, for the simulator's comm models
+    and for the measured collective rows the AIConfigurator importer writes."""
+    return "pcie" if gpu.nvlink_bw_bytes_per_s <= PCIE_MAX_BW_BYTES_PER_S else "nvlink"
+
+
 def is_sm100_family(sm_version: int) -> bool:
     """vLLM's ``is_device_capability_family(100)``: datacenter Blackwell, sm_100..sm_109
     (B200, GB200, B300), which several of its defaults and kernel choices single out."""

@@ -35,10 +35,9 @@ import yaml
 
 from calibration.importers.rows import DTYPE_BYTES, ImportReport, add, finish, write_rows
 from frontier import profile_schema as ps
-from frontier.gpu import get_gpu
+from frontier.gpu import get_gpu, intra_node_link
 
 FAMILIES = ("linear", "attention", "moe", "comm")
-_PCIE_ONLY = {"L40S", "L4"}  # catalogue GPUs with no NVLink: intra-node comm goes over PCIe
 _COMM_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
              "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
 # Latent dims of the models in the MLA module tables (from their HF config.json).
@@ -259,7 +258,7 @@ def _moe(systems, aic_gpu, gpu, vdir, skipped):
 
 
 def _comm(systems, aic_gpu, gpu, vdir, skipped):
-    link = "pcie" if gpu in _PCIE_ONLY else "nvlink"
+    link = intra_node_link(get_gpu(gpu))   # no NVLink (L40S, RTX PRO 6000): intra-node comm over PCIe
     frames = []
     got = _read(systems, aic_gpu, f"comm/vllm/{vdir}/custom_allreduce_perf.parquet", skipped)
     if got is not None:

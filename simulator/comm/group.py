@@ -23,19 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from frontier.gpu import intra_node_link   # the link rule lives with the catalogue (frontier.gpu)
+
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
     from frontier.ops import CommOp
 
 INTRA_LINKS = ("nvlink", "pcie")
 INTER_LINKS = ("network",)
-# PCIe 5.0 x16 is 64 GB/s per direction; every NVLink GPU in the catalogue has >= 200 GB/s.
-PCIE_MAX_BW_BYTES_PER_S = 64e9
-
-
-def intra_node_link(gpu: GpuSpec) -> str:
-    """"pcie" for GPUs whose peer bandwidth is PCIe-class (L40S, L4, H100-PCIe), else "nvlink"."""
-    return "pcie" if gpu.nvlink_bw_bytes_per_s <= PCIE_MAX_BW_BYTES_PER_S else "nvlink"
 
 
 @dataclass(frozen=True)

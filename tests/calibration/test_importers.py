@@ -100,13 +100,23 @@ def test_aic_errors_and_skips(tmp_path):
         import_aiconfigurator(AIC, tmp_path, gpus=["h20"])
     with pytest.raises(ValueError, match="no AIC systems/data folder"):
         import_aiconfigurator(tmp_path, tmp_path)
-    rep = import_aiconfigurator_report(AIC, tmp_path, gpus=["gb300", "l40s"], families=["comm"])
-    assert "gb300: no frontier catalogue GPU for this AIC system" in rep.skipped
+    rep = import_aiconfigurator_report(AIC, tmp_path, gpus=["b60", "l40s"], families=["comm"])
+    assert "b60: no frontier catalogue GPU for this AIC system" in rep.skipped   # Intel Arc Pro B60
     assert rep.rows == {"comm": 138 + 504}  # custom all-reduce backfilled from vllm 0.22.0 + nccl 2.27.3
     c = read_profiles(tmp_path, "comm", gpu="L40S")
     vllm = c[c.framework == "vllm"]  # rows keep their own version: the 0.22.0 folder's rows say 0.14.0
     assert set(vllm.source_table) == {"data/l40s/comm/vllm/0.22.0/custom_allreduce_perf.parquet"}
     assert set(vllm.framework_version) == {"0.14.0"} and set(c.link) == {"pcie"}
+
+
+@needs_aic
+def test_every_nvidia_gpu_with_vllm_tables_imports(tmp_path):
+    """GB300 and the RTX PRO 6000 Server joined the catalogue (2026-12-01): their vLLM tables import;
+    the RTX PRO 6000 has no NVLink, so its collective rows are PCIe ones."""
+    rep = import_aiconfigurator_report(AIC, tmp_path, gpus=["gb300", "rtx_pro_6000_server"], families=["comm"])
+    assert rep.rows_by_gpu == {"GB300": {"comm": 1436}, "RTX-PRO-6000-Server": {"comm": 642}}
+    assert set(read_profiles(tmp_path, "comm", gpu="RTX-PRO-6000-Server").link) == {"pcie"}
+    assert set(read_profiles(tmp_path, "comm", gpu="GB300").link) == {"nvlink"}
 
 
 @needs_vidur
