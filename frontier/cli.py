@@ -436,7 +436,7 @@ def gpus() -> None:
     """List the GPU catalogue."""
     from frontier.gpu import get_gpu, list_gpus
     names = list_gpus()
-    width = max(12, *(len(n) for n in names))
+    width = max([12, *(len(n) for n in names)])
     for name in names:
         g = get_gpu(name)
         typer.echo(f"{g.name:<{width}} {g.memory_bytes / (1 << 30):7.1f} GiB  {g.hbm_bw_bytes_per_s / 1e12:5.2f} TB/s  "

@@ -158,6 +158,8 @@ def _mlp_elementwise(d: pd.DataFrame, csv: Path, root: Path, gpu: str) -> pd.Dat
     out = [pd.DataFrame({"op_name": kind, "num_tokens": d["num_tokens"], "hidden_size": widths[op], "dtype": "fp16",
                          "latency_s_median": d[f"time_stats.{op}.median"] / 1e3})
            for op, kind in _ELEMENTWISE.items() if f"time_stats.{op}.median" in d.columns]
+    if not out:
+        return pd.DataFrame()    # write_rows skips empty frames
     df = pd.concat(out, ignore_index=True)
     return finish(df, "elementwise", timing_mode="kernel", **_common(gpu, csv, root, _compute_label(csv, root)))
 
