@@ -7,6 +7,11 @@ from its fp16 sub-models (``calibration.predictors.base.float16_twin``). This pr
 stands on: for each GPU both sources time (A100-80GB: AIC's vLLM 0.14.0 tables, H100-SXM: 0.24.0),
 the GEMM shapes (m, n, k) both hold and the ratio Vidur fp16 / AIC bf16 (median, p10, p90), in
 all and per band of m. Both are kernel times of one rank's GEMM (cuBLAS through torch).
+
+Then what AIC's tables lack: elementwise kernels (AIC bundles price norms, RoPE and the SiLU
+activation with the roofline). Per kernel and token count, the roofline's time
+(``simulator.cost_model.RooflineCostModel``) over Vidur's measured one, median over the
+models' widths and TP degrees, on each GPU.
 """
 
 from __future__ import annotations
@@ -55,6 +60,29 @@ def report(vidur_root: Path, aic_root: Path) -> list[str]:
     return lines
 
 
+ELEMENTWISE_TOKENS = (1, 64, 512, 4096)
+
+
+def elementwise_lines(vidur_root: Path) -> list[str]:
+    """Roofline / Vidur measured time of each elementwise kernel (median per token count)."""
+    from calibration.features import ELEMENTWISE_PASSES
+    from frontier.gpu import get_gpu
+    from frontier.ops import ElementwiseOp
+    from simulator.cost_model import RooflineCostModel
+    lines = [f"  {'GPU, kernel':<28} " + "".join(f"{t:>8}" for t in ELEMENTWISE_TOKENS)
+             + "   (roofline / Vidur measured, by tokens)"]
+    for gpu in GPUS:
+        rows = read_profiles(vidur_root, "elementwise", gpu)
+        roof = RooflineCostModel(get_gpu(gpu))
+        rows = rows[rows.num_tokens.isin(ELEMENTWISE_TOKENS)]
+        ratio = [roof.kernel_time_s(ElementwiseOp("x", int(t), int(w), ELEMENTWISE_PASSES[k] * 2 * int(w))) / lat
+                 for k, t, w, lat in zip(rows.op_name, rows.num_tokens, rows.hidden_size, rows.latency_s_median)]
+        med = rows.assign(ratio=ratio).groupby(["op_name", "num_tokens"])["ratio"].median()
+        for kernel in sorted(rows.op_name.unique()):
+            lines.append(f"  {gpu + ' ' + kernel:<28} " + "".join(f"{med[(kernel, t)]:>8.2f}" for t in ELEMENTWISE_TOKENS))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vidur", type=Path, required=True, help="the Vidur dataset folder (data/profiling inside)")
@@ -68,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         import_vidur(args.vidur, vidur_root)
         import_aiconfigurator(args.aic, aic_root, gpus=list(GPUS), families=["linear"])
         print("\n".join(report(vidur_root, aic_root)))
+        print("\n".join(elementwise_lines(vidur_root)))
     return 0
 
 

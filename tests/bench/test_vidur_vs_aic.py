@@ -24,6 +24,9 @@ def test_same_shape_gemm_ratios_are_printed(capsys):
     assert "  A100-80GB (vLLM 0.14.0)    702    1.01    0.90    1.18" in out
     assert "  H100-SXM (vLLM 0.24.0)     899    1.13    0.99    1.38" in out
     assert "    m 1-16                   145    1.04    0.94    1.13" in out
+    # the roofline's elementwise kernels against Vidur's measured ones (AIC's tables have none)
+    assert "  H100-SXM silu_and_mul            0.84    0.96    1.17    0.97" in out
+    assert "  H100-SXM rms_norm                0.42    0.59    0.95    0.57" in out
 
 
 def test_a_missing_vidur_folder_is_one_line(capsys):
