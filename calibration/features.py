@@ -202,13 +202,18 @@ def power_law_rank_stats(tokens: int, experts: int, topk: int, ep: int, alpha: f
 # ---------------------------------------------------------------- ops -> canonical
 
 def gemm_dtype(op: GemmOp) -> str:
+    """The GEMM table (sub-model key) of an op: its compute dtype and weight format. bf16 math on
+    quantized weights is weight-only: 4-bit ("int4_wo") or 8-bit ("fp8_wo": vLLM's FP8 Marlin on a
+    GPU without FP8 tensor cores, which no measured table holds, so the roofline prices it)."""
     if op.compute_dtype == "fp32":
         return "fp32"
     if op.compute_dtype == "fp8":
         return "fp8_block" if op.weight_bytes_per_param > 1.0 else "fp8"
     if op.compute_dtype == "fp4":
         return "nvfp4"
-    return "int4_wo" if op.weight_bytes_per_param < 1.0 else "bf16"
+    if op.weight_bytes_per_param < 1.0:
+        return "int4_wo"
+    return "fp8_wo" if op.weight_bytes_per_param < 2.0 else "bf16"
 
 
 def _stats(xs: Sequence[int]) -> tuple[float, float, float, float, float]:

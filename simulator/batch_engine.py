@@ -72,7 +72,23 @@ MAX_CACHE_ENTRIES = 200_000   # step memo bound; cleared (not LRU) when exceeded
 # ... and a bound on the requests its BatchShape keys hold: decode shapes (context lengths grow
 # every step) almost never repeat, and 200k keys of ~100 requests each held GBs at 1k GPUs.
 MAX_CACHE_REQS = 400_000
-_QUANT_COMPUTE = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}   # mxfp4 / int4_wo: weight-only, bf16 math
+# Quantized weights whose GEMMs vLLM runs with quantized activations: (compute dtype, the least
+# compute capability with those tensor cores). Below it vLLM falls back to a weight-only Marlin
+# kernel, bf16 math on the fp8 / fp4 weights (0.33: kernels/linear/scaled_mm/marlin.py "FP8
+# Marlin kernel for GPUs that lack FP8 hardware support", sm 7.5+; kernels/linear/nvfp4/marlin.py
+# "Your GPU does not have native support for FP4 computation"): an FP8 checkpoint on an A100, an
+# NVFP4 one on an H100. mxfp4 / int4_wo are weight-only everywhere (bf16 math).
+_QUANT_COMPUTE = {"fp8": ("fp8", 89), "fp8_block": ("fp8", 89), "nvfp4": ("fp4", 100)}
+
+
+def quant_compute_dtype(method: str, weight_bytes_per_param: float, sm_version: int) -> str:
+    """The compute dtype of a GEMM / MoE whose weights are ``method`` (``weight_bytes_per_param``
+    of them; 2.0 = unquantized) on a GPU of ``sm_version``: "fp8" / "fp4" where its tensor cores run
+    the quantized math, else "bf16" (weight-only, ``_QUANT_COMPUTE``)."""
+    if weight_bytes_per_param >= BF16 or method not in _QUANT_COMPUTE:
+        return "bf16"
+    dtype, min_sm = _QUANT_COMPUTE[method]
+    return dtype if sm_version >= min_sm else "bf16"
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "all_to_all")
 
 
@@ -382,8 +398,7 @@ class BatchEngine:
     def _gemm(self, name: str, m: int, n: int, k: int, part: str | None) -> GemmOp:
         q = self.model.quant
         wb = q.bytes_per_param(part) if part else BF16
-        dtype = _QUANT_COMPUTE.get(q.method, "bf16") if wb < BF16 else "bf16"
-        return GemmOp(name, m, n, k, wb, self._ab, dtype)
+        return GemmOp(name, m, n, k, wb, self._ab, quant_compute_dtype(q.method, wb, self.gpu.sm_version))
 
     def _attn_gemms(self, m: int, heads: int) -> list[object]:
         mdl, h, ab = self.model, self.model.hidden_size, self._ab
@@ -422,7 +437,7 @@ class BatchEngine:
         local = _cdiv(e, par.ep)
         tokens = m * par.dp if moe_tokens is None else moe_tokens   # DP ranks' tokens gathered to the experts
         wb = mdl.quant.bytes_per_param("routed_experts")
-        dtype = _QUANT_COMPUTE.get(mdl.quant.method, "bf16") if wb < BF16 else "bf16"
+        dtype = quant_compute_dtype(mdl.quant.method, wb, self.gpu.sm_version)
         inter = _cdiv(mdl.moe_intermediate_size, par.moe_tp)
         # the layer's sharding and weight format: which profiled kernel row prices the op
         shard = {"moe_tp": par.moe_tp, "moe_ep": par.ep, "quant_method": mdl.quant.method if wb < BF16 else "none"}

@@ -105,3 +105,33 @@ def test_quantization_is_refused_on_a_quantized_checkpoint_and_for_other_methods
         resolve_engine(EngineArgs(model=FP8_KV_MODEL, quantization="fp8", max_model_len=4096))
     with pytest.raises(ValueError, match=r"--quantization 'awq' is not simulated; valid: fp8"):
         EngineArgs(quantization="awq")
+
+
+def _gemm_and_moe(model: str, gpu: str, tp: int):
+    r = resolve_engine(EngineArgs(model=model, gpu=gpu, tensor_parallel_size=tp, max_model_len=4096))
+    eng = BatchEngine(r.model, r.parallel, r.gpu, RooflineCostModel(r.gpu), r.cudagraph_config())
+    ops = [op for op, _ in eng.layer_ops(64)]
+    qkv = next(op for op in ops if getattr(op, "name", "") == "qkv_proj")
+    moe = next((op for op in ops if op.family == "moe"), None)
+    return qkv, moe
+
+
+def test_quantized_math_needs_the_gpus_tensor_cores():
+    """vLLM runs FP8 weights with FP8 math from compute capability 8.9 and NVFP4 with FP4 math from
+    10.0; below, a weight-only Marlin kernel (bf16 math on the same weight bytes), which no measured
+    table holds (key fp8_wo: the roofline prices it at the bf16 rate)."""
+    from calibration.features import gemm_dtype
+    a100, l40s = _gemm_and_moe("nvidia/Llama-3.1-8B-Instruct-FP8", "A100-80GB", 1)[0], \
+        _gemm_and_moe("nvidia/Llama-3.1-8B-Instruct-FP8", "L40S", 1)[0]
+    assert (a100.compute_dtype, a100.weight_bytes_per_param, gemm_dtype(a100)) == ("bf16", 1.0, "fp8_wo")
+    assert (l40s.compute_dtype, gemm_dtype(l40s)) == ("fp8", "fp8")
+    for gpu, math in (("H100", "bf16"), ("B200", "fp4")):
+        qkv, moe = _gemm_and_moe("nvidia/Qwen3-235B-A22B-NVFP4", gpu, 8)
+        assert (qkv.compute_dtype, moe.compute_dtype, moe.weight_bytes_per_param) == (math, math, 0.5625), gpu
+    # W8A16 on an A100 (roofline): the weight bytes of fp8, the FLOP rate of bf16, and no
+    # activation-quantization kernel (W8A8's second kernel, 2.5 us)
+    roof = RooflineCostModel(resolve_engine(EngineArgs(model=BF16_MODEL, gpu="A100-80GB")).gpu)
+    t = {(wb, dt, m): roof.kernel_time_s(a100.__class__("x", m, 4096, 4096, wb, 2.0, dt))
+         for wb, dt in ((1.0, "bf16"), (2.0, "bf16"), (1.0, "fp8")) for m in (1, 8192)}
+    assert t[(1.0, "bf16", 1)] < 0.6 * t[(2.0, "bf16", 1)] and t[(1.0, "bf16", 8192)] == t[(2.0, "bf16", 8192)]
+    assert t[(1.0, "fp8", 1)] - t[(1.0, "bf16", 1)] == pytest.approx(2.5e-6)
