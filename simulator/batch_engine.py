@@ -89,6 +89,8 @@ def quant_compute_dtype(method: str, weight_bytes_per_param: float, sm_version: 
         return "bf16"
     dtype, min_sm = _QUANT_COMPUTE[method]
     return dtype if sm_version >= min_sm else "bf16"
+
+
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "all_to_all")
 
 
