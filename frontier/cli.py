@@ -519,8 +519,8 @@ def _resolve_profile_gpu(root: Path, gpu: str, imported: bool = False) -> str:
 @app.command()
 def calibrate(
     profiles: Optional[Path] = typer.Option(None, "--profiles", help="Profile root (hive family=/gpu= folders)."),
-    source: Optional[str] = typer.Option(None, "--source", help="aiconfigurator: import the AIC perf DB first (instead of --profiles)."),
-    source_path: Optional[Path] = typer.Option(None, "--source-path", help="AIC data folder (default: the installed aiconfigurator_core)."),
+    source: Optional[str] = typer.Option(None, "--source", help="aiconfigurator or vidur: import that public data first (instead of --profiles)."),
+    source_path: Optional[Path] = typer.Option(None, "--source-path", help="AIC data folder (default: the installed aiconfigurator_core); the Vidur dataset folder (required for vidur)."),
     gpu: str = typer.Option(..., "--gpu", help="GPU (catalogue or AIC name), e.g. H100-SXM or h100_sxm."),
     framework_version: Optional[str] = typer.Option(None, "--framework-version", help="Framework version to fit, e.g. 0.24.0 (default: all rows)."),
     out: Path = typer.Option(..., "--out", help="Bundle file to write (.joblib); its manifest goes beside it."),
@@ -535,21 +535,27 @@ def calibrate(
 
     from calibration.evaluate import HOLDOUT_BY, calibrate as run_calibrate
     if (profiles is None) == (source is None):
-        _fail("give exactly one of --profiles DIR or --source aiconfigurator")
+        _fail("give exactly one of --profiles DIR or --source aiconfigurator|vidur")
     if holdout_by not in HOLDOUT_BY:
         _fail(f"unknown --holdout-by {holdout_by!r}; valid: {', '.join(HOLDOUT_BY)}")
     t0 = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory(prefix="frontier-aic-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="frontier-import-") as tmp:
             root = profiles
-            if source is not None:
+            if source == "vidur":
+                if source_path is None:
+                    _fail("--source vidur needs --source-path (the Vidur dataset folder, data/profiling inside)")
+                from calibration.importers.vidur import import_vidur
+                root = Path(tmp)
+                import_vidur(source_path, root)   # every GPU it holds; --gpu picks one below
+            elif source is not None:
                 if source != "aiconfigurator":
-                    _fail(f"unknown --source {source!r}; valid: aiconfigurator")
+                    _fail(f"unknown --source {source!r}; valid: aiconfigurator, vidur")
                 from calibration.importers.aiconfigurator import import_aiconfigurator_report
                 root = Path(tmp)
                 import_aiconfigurator_report(source_path, root, gpus=[gpu], families=family,
                                              version=framework_version)
-            manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu, source is not None), out, framework_version,
+            manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu, source == "aiconfigurator"), out, framework_version,
                                      holdout_fraction, split_seed, families=family, holdout_by=holdout_by)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

@@ -152,6 +152,21 @@ def test_vidur_mapping(tmp_path):
     assert any("a40" in s for s in rep.skipped)
 
 
+@needs_vidur
+def test_cli_calibrate_from_vidur(tmp_path):
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+    out = tmp_path / "vidur.joblib"
+    args = ["calibrate", "--source", "vidur", "--gpu", "H100", "--family", "linear", "--out", str(out)]
+    bad = CliRunner().invoke(app, args)
+    assert bad.exit_code == 2 and "--source vidur needs --source-path" in bad.output
+    res = CliRunner().invoke(app, args + ["--source-path", str(VIDUR)])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("H100-SXM sarathi-serve: held-out APE % (split 0.2 by rows, seed 0)")
+    assert "  linear          4385 " in res.output and out.is_file()
+
+
 @needs_aic
 def test_cli_import_profiles(tmp_path):
     from typer.testing import CliRunner
