@@ -24,7 +24,12 @@ config size) moved the H200 rows' p95 12.53 -> 12.27 %: not adopted. Feature sub
 and 0.33 worse; not adopted (GEMM, same check: 40 trees 9.35 / 12.29 % against 20 trees' 9.62
 / 12.31 %, leaves of 1 9.41 / 12.61 % at 97 MB against 26 MB). Separate sub-models (roofline
 and forest) for the expert-parallel rows, dtype x (EP > 1), features v7: rows 10.49 -> 10.72 %
-(H200), 10.39 -> 10.69 % (H100): pooling them helps; not adopted. The tables repeat
+(H200), 10.39 -> 10.69 % (H100): pooling them helps; not adopted. AIC's balanced rows
+featurized as uniform random routing (expected max / variance of 16 draws) instead of an even
+spread (2026-12-01, H200 rows): 10.49 -> 12.22 % (balanced rows 10.5 -> 12.4 %), so the balanced
+rows are even, as featurized; by slice the power-law rows without EP reach 7.1-7.7 %, the noise
+floor (``bench/table_noise.py``), and the balanced (10.5 %) and EP rows (10.9-12.7 %) carry the
+tail. The tables repeat
 identical work to p95 ~7 % (README, calibration), below which no predictor can go."""
 
 from __future__ import annotations
