@@ -44,3 +44,15 @@ def test_unknown_gpu_lists_valid_names():
 def test_validation():
     with pytest.raises(ValueError, match="memory_bytes=0 must be > 0"):
         GpuSpec("x", 0, 1.0, 1.0, 0, 0, 1.0, 1.0, 1.0, 8, 1.0, 90, "test")
+
+
+def test_gb300_and_the_rtx_pro_6000_server():
+    """The two NVIDIA GPUs with AIConfigurator vLLM tables added 2026-12-01 (specs: AIC's system yaml)."""
+    from frontier.gpu import intra_node_link
+    gb300, rtx = get_gpu("gb300"), get_gpu("rtx_pro_6000_server")
+    assert (gb300.name, gb300.memory_bytes, gb300.fp4_flops, gb300.gpus_per_node) == ("GB300", 284208 << 20, 15e15, 4)
+    assert is_sm100_family(gb300.sm_version) and intra_node_link(gb300) == "nvlink"
+    assert (rtx.name, rtx.memory_bytes, rtx.bf16_flops, rtx.sm_version) == ("RTX-PRO-6000-Server", 97887 << 20,
+                                                                              467.8e12, 120)
+    assert not is_sm100_family(rtx.sm_version) and intra_node_link(rtx) == "pcie"   # no NVLink: PCIe Gen5
+    assert get_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition") == rtx
