@@ -34,7 +34,7 @@ def ensure_bundle(gpu: str, data_root: Path | None = None,
     from calibration.bundle import manifest_path
     from calibration.evaluate import calibrate
     from calibration.features import FEATURES_VERSION
-    from calibration.importers.aiconfigurator import import_aiconfigurator_report
+    from calibration.importers.aiconfigurator import import_aiconfigurator_report, vllm_gpus
 
     path = bundle_path(gpu)
     name = get_gpu(gpu).name
@@ -52,6 +52,11 @@ def ensure_bundle(gpu: str, data_root: Path | None = None,
         else:
             log(f"cached bundle {path} holds sklearn forests (fitted before they were stored "
                 "compiled; it loads ~1.5 s slower): fitting it again")
+    measured = vllm_gpus(data_root)
+    if name not in measured:
+        raise ValueError(f"--predictor-bundle auto: AIConfigurator has no vLLM tables for {name} (it has them for "
+                         f"{', '.join(measured)}); give --predictor-bundle PATH (a bundle calibrated from your "
+                         "own profiles) or leave the flag out for the roofline model")
     log(f"fitting the calibrated bundle for {name} from AIConfigurator's measured vLLM tables "
         f"(once; cached at {path})")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -91,6 +91,14 @@ def _systems_dir(data_root: Path | None) -> Path:
     raise ValueError(f"no AIC systems/data folder under {root}; pass the aiconfigurator systems/ folder or its parent")
 
 
+def vllm_gpus(data_root: Path | None = None) -> list[str]:
+    """Catalogue names of the GPUs AIConfigurator's data (``data_root`` or the installed package)
+    holds vLLM tables for; a folder listing, no table read."""
+    systems = _systems_dir(data_root)
+    have = sorted(p.name for p in (systems / "data").iterdir() if any(p.glob("*/vllm")))
+    return [name for name in map(_catalogue_name, have) if name is not None]
+
+
 def _select_gpus(systems: Path, wanted, skipped: list[str]) -> list[str]:
     have = sorted(p.name for p in (systems / "data").iterdir() if any(p.glob("*/vllm")))
     if wanted:

@@ -276,6 +276,20 @@ def test_auto_bundle_refits_a_stale_cache(tmp_path, monkeypatch):
     assert "holds sklearn forests" in log[0]
 
 
+@needs_aic
+def test_auto_bundle_for_a_gpu_without_tables_says_what_to_do(tmp_path, monkeypatch):
+    from calibration.auto_bundle import ensure_bundle
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path))
+    log = []
+    with pytest.raises(ValueError) as err:
+        ensure_bundle("H800", data_root=AIC, log=log.append)
+    assert str(err.value) == (
+        "--predictor-bundle auto: AIConfigurator has no vLLM tables for H800 (it has them for A100-80GB, B200, B300, "
+        "GB200, GB300, H100-SXM, H200, L40S, RTX-PRO-6000-Server); give --predictor-bundle PATH (a bundle "
+        "calibrated from your own profiles) or leave the flag out for the roofline model")
+    assert log == []     # nothing announced a fit that cannot happen
+
+
 def test_held_out_error_per_submodel_marks_module_rows():
     from calibration.evaluate import _by_submodel
     err = np.array([1.0, 3.0, 10.0, 20.0, 5.0])
