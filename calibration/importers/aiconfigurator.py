@@ -94,13 +94,16 @@ def _systems_dir(data_root: Path | None) -> Path:
 def vllm_gpus(data_root: Path | None = None) -> list[str]:
     """Catalogue names of the GPUs AIConfigurator's data (``data_root`` or the installed package)
     holds vLLM tables for; a folder listing, no table read."""
-    systems = _systems_dir(data_root)
-    have = sorted(p.name for p in (systems / "data").iterdir() if any(p.glob("*/vllm")))
-    return [name for name in map(_catalogue_name, have) if name is not None]
+    return [name for name in map(_catalogue_name, _vllm_systems(_systems_dir(data_root))) if name is not None]
+
+
+def _vllm_systems(systems: Path) -> list[str]:
+    """AIC system folders (e.g. "h100_sxm") with any vLLM table."""
+    return sorted(p.name for p in (systems / "data").iterdir() if any(p.glob("*/vllm")))
 
 
 def _select_gpus(systems: Path, wanted, skipped: list[str]) -> list[str]:
-    have = sorted(p.name for p in (systems / "data").iterdir() if any(p.glob("*/vllm")))
+    have = _vllm_systems(systems)
     if wanted:
         keys = {_key(w) for w in wanted} | {k for k in map(_catalogue_key, wanted) if k}   # aliases: "H100"
         chosen = [g for g in have if _key(g) in keys or _catalogue_key(g) in keys]
