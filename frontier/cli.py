@@ -433,14 +433,23 @@ def memory(
 
 @app.command()
 def gpus() -> None:
-    """List the GPU catalogue."""
-    from frontier.gpu import get_gpu, list_gpus
+    """List the GPU catalogue: memory, HBM bandwidth, dense tensor FLOP/s (fp8 / fp4: "-" without
+    those tensor cores), intra-node link, SM version and hourly price."""
+    from frontier.gpu import get_gpu, intra_node_link, list_gpus
     names = list_gpus()
     width = max([12, *(len(n) for n in names)])
+
+    def tflops(x: float) -> str:
+        return f"{x / 1e12:7.0f}" if x > 0 else f"{'-':>7}"
+
+    typer.echo(f"{'GPU':<{width}} {'memory':>11}  {'HBM':>10}  {'bf16':>7} {'fp8':>7} {'fp4':>7}  "
+               f"{'intra-node link':>20}  {'sm':>3}  {'price':>7}   (TFLOP/s dense)")
     for name in names:
         g = get_gpu(name)
+        link = f"{intra_node_link(g)} {g.nvlink_bw_bytes_per_s / 1e9:.0f} GB/s"
         typer.echo(f"{g.name:<{width}} {g.memory_bytes / (1 << 30):7.1f} GiB  {g.hbm_bw_bytes_per_s / 1e12:5.2f} TB/s  "
-                   f"bf16 {g.bf16_flops / 1e12:7.1f} TFLOP/s  ${g.price_per_hour_usd:.2f}/h")
+                   f"{tflops(g.bf16_flops)} {tflops(g.fp8_flops)} {tflops(g.fp4_flops)}  {link:>20}  "
+                   f"{g.sm_version:>3}  ${g.price_per_hour_usd:.2f}/h")
 
 
 @app.command()

@@ -56,3 +56,17 @@ def test_gb300_and_the_rtx_pro_6000_server():
                                                                               467.8e12, 120)
     assert not is_sm100_family(rtx.sm_version) and intra_node_link(rtx) == "pcie"   # no NVLink: PCIe Gen5
     assert get_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition") == rtx
+
+
+def test_cli_gpus_lists_rates_links_and_prices():
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+    res = CliRunner().invoke(app, ["gpus"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert len(lines) == 1 + len(list_gpus()) and lines[0].startswith("GPU ")
+    assert "H100-SXM               79.6 GiB   3.35 TB/s      989    1979       -       nvlink 450 GB/s   90  $2.99/h" \
+        in lines
+    assert "RTX-PRO-6000-Server    95.6 GiB   1.79 TB/s      468     936    1871          pcie 64 GB/s  120  $1.80/h" \
+        in lines
