@@ -3,21 +3,13 @@ direction on a tiny deployment."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.simulation import run_simulation
+from tests.bench.bench_scripts import load_bench
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("findings", ROOT / "bench" / "findings.py")
-assert _spec and _spec.loader
-findings = importlib.util.module_from_spec(_spec)
-sys.modules["findings"] = findings  # dataclasses look their module up
-_spec.loader.exec_module(findings)
+findings = load_bench("findings")
 
 
 def _steps(*rows: tuple[str, int, int, int]) -> dict[str, list]:

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from frontier.cli import app
+from tests.bench.bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 AIC = ROOT.parent / "shared" / "datasets" / "aiconfigurator"
 PROFILES = ROOT / "datasets" / "profiles" / "h200"
-_spec = importlib.util.spec_from_file_location("profile_vs_aic", ROOT / "bench" / "profile_vs_aic.py")
-assert _spec and _spec.loader
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_bench("profile_vs_aic")
 
 
 @pytest.mark.skipif(not AIC.is_dir(), reason=f"{AIC} not present")

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("silicon_e2e", ROOT / "bench" / "silicon_e2e.py")
-assert _spec and _spec.loader
-e2e = importlib.util.module_from_spec(_spec)
-sys.modules["silicon_e2e"] = e2e  # dataclasses look their module up
-_spec.loader.exec_module(e2e)
+from tests.bench.bench_scripts import load_bench
+
+e2e = load_bench("silicon_e2e")
 
 needs_data = pytest.mark.skipif(not e2e.SILICON_CSV.is_file(), reason=f"{e2e.SILICON_CSV} not present")
 

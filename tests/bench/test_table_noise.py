@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.bench.bench_scripts import load_bench
+
 ROOT = Path(__file__).resolve().parents[2]
 AIC = ROOT.parent / "shared" / "datasets" / "aiconfigurator"
-_spec = importlib.util.spec_from_file_location("table_noise", ROOT / "bench" / "table_noise.py")
-assert _spec and _spec.loader
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_bench("table_noise")
 
 
 @pytest.mark.skipif(not AIC.is_dir(), reason=f"{AIC} not present")

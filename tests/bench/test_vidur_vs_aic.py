@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.bench.bench_scripts import load_bench
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "datasets"
-_spec = importlib.util.spec_from_file_location("vidur_vs_aic", ROOT / "bench" / "vidur_vs_aic.py")
-assert _spec and _spec.loader
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_bench("vidur_vs_aic")
 
 
 @pytest.mark.skipif(not (SHARED / "vidur" / "data").is_dir() or not (SHARED / "aiconfigurator").is_dir(),
