@@ -503,9 +503,10 @@ def import_profiles(
 CAL_HELP = "Calibration"
 
 
-def _resolve_profile_gpu(root: Path, gpu: str, imported: bool = False) -> str:
+def _resolve_profile_gpu(root: Path, gpu: str, imported: bool = False, where: str | None = None) -> str:
     """The partition name of `gpu` under a profile root (catalogue name or as written).
-    `imported`: the root was just imported for `gpu` alone, so its one partition is it."""
+    `imported`: the root was just imported for `gpu` alone, so its one partition is it;
+    `where`: what the error names instead of the root (a root imported into a temporary folder)."""
     if not root.is_dir():
         raise ValueError(f"--profiles {root} is not a directory (a profile root: family=*/gpu=*/part-*.parquet, "
                          f"as `frontier import-profiles` or `frontier profile` write it)")
@@ -522,7 +523,7 @@ def _resolve_profile_gpu(root: Path, gpu: str, imported: bool = False) -> str:
     if imported and len(set(parts)) == 1:
         return parts[0]
     found = ", ".join(sorted(set(parts))) or "none (no family=*/gpu=* folders)"
-    raise ValueError(f"no profiles for gpu {gpu!r} under {root}; found gpus: {found}")
+    raise ValueError(f"no profiles for gpu {gpu!r} {where or f'under {root}'}; found gpus: {found}")
 
 
 @app.command()
@@ -564,8 +565,10 @@ def calibrate(
                 root = Path(tmp)
                 import_aiconfigurator_report(source_path, root, gpus=[gpu], families=family,
                                              version=framework_version)
-            manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu, source == "aiconfigurator"), out, framework_version,
-                                     holdout_fraction, split_seed, families=family, holdout_by=holdout_by)
+            where = f"in the Vidur data under {source_path}" if source == "vidur" else None
+            manifest = run_calibrate(root, _resolve_profile_gpu(root, gpu, source == "aiconfigurator", where), out,
+                                     framework_version, holdout_fraction, split_seed, families=family,
+                                     holdout_by=holdout_by)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return

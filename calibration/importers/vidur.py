@@ -92,6 +92,9 @@ def import_vidur_report(path: Path, out_root: Path) -> ImportReport:
     if any(path.rglob("mlp.csv")):
         skipped.append(f"mlp.csv ops {', '.join(_SKIPPED_OPS)}: no profiled kernel (the vocab-parallel "
                        "embedding; the residual add, which vLLM fuses into fused_add_rms_norm)")
+    if not frames and not skipped:
+        raise ValueError(f"no Vidur profiling CSVs under {path} (data/profiling/compute/<gpu>/<model>/mlp.csv, "
+                         "attention.csv, network/<gpu>_<link>/all_reduce.csv); pass the vidur dataset folder")
     rows: dict[str, int] = {}
     by_gpu: dict[str, dict[str, int]] = {}
     for (family, gpu), parts in sorted(frames.items()):

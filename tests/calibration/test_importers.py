@@ -165,6 +165,32 @@ def test_cli_calibrate_from_vidur(tmp_path):
     assert res.exit_code == 0, res.output
     assert res.output.startswith("H100-SXM sarathi-serve: held-out APE % (split 0.2 by rows, seed 0)")
     assert "  linear          4385 " in res.output and out.is_file()
+    # a GPU the data lacks: named with the data folder, not the temporary folder it was imported into
+    res = CliRunner().invoke(app, ["calibrate", "--source", "vidur", "--source-path", str(VIDUR), "--gpu", "B200",
+                                   "--family", "linear", "--out", str(tmp_path / "b200.joblib")])
+    assert res.exit_code == 2 and res.output == (f"error: no profiles for gpu 'B200' in the Vidur data under {VIDUR}; "
+                                                 "found gpus: A100-80GB, H100-SXM\n"), res.output
+
+
+def test_vidur_folder_without_profiling_csvs_is_refused(tmp_path):
+    """A folder holding no Vidur CSV was imported as 0 rows (`import-profiles` printed "total: 0
+    rows") and `calibrate --source vidur` then named its temporary import folder."""
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+    (tmp_path / "data" / "profiling").mkdir(parents=True)
+    (tmp_path / "data" / "notes.csv").write_text("a,b\n1,2\n")
+    want = (f"error: no Vidur profiling CSVs under {tmp_path} (data/profiling/compute/<gpu>/<model>/mlp.csv, "
+            "attention.csv, network/<gpu>_<link>/all_reduce.csv); pass the vidur dataset folder\n")
+    with pytest.raises(ValueError, match="no Vidur profiling CSVs under "):
+        import_vidur_report(tmp_path, tmp_path / "out")
+    res = CliRunner().invoke(app, ["import-profiles", "--source", "vidur", "--path", str(tmp_path),
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and res.output == want, res.output
+    res = CliRunner().invoke(app, ["calibrate", "--source", "vidur", "--source-path", str(tmp_path), "--gpu", "H100",
+                                   "--out", str(tmp_path / "b.joblib")])
+    assert res.exit_code == 2 and res.output == want, res.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "b.joblib").exists()
 
 
 @needs_aic
