@@ -203,7 +203,7 @@ def simulate(
     optimization_level: Optional[int] = typer.Option(None, "--optimization-level", "-O", help=O_HELP, rich_help_panel=ENGINE_HELP),
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels, KV budget, batch / CUDA-graph defaults and DP load balancer differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler and async scheduling follow 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels, KV budget, engine defaults (async scheduling: off before 0.14) and DP load balancer differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler follows 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
     dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt or trace.", rich_help_panel=BENCH_HELP),
     dataset_path: Optional[str] = typer.Option(None, help="Trace file (.jsonl/.csv/.parquet) or a ShareGPT JSON.", rich_help_panel=BENCH_HELP),
     num_prompts: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
@@ -228,6 +228,8 @@ def simulate(
     predictor_bundle: Optional[str] = typer.Option(None, help="Calibrated operator costs: a bundle path, or auto (the cached bundle for --gpu, fitted from measured vLLM tables on first use). Default: roofline.", rich_help_panel=ENGINE_HELP),
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
+    engine_cpu_overhead: Optional[bool] = typer.Option(None, "--engine-cpu-overhead/--no-engine-cpu-overhead", help="Price the engine core's CPU time per step (0.81 ms + 0.042 ms per scheduled request, measured; simulator/engine_cpu.py): on the critical path with --no-async-scheduling, overlapped with the previous forward otherwise (default off).", rich_help_panel=ENGINE_HELP),
+    frontend_latency_ms: Optional[float] = typer.Option(None, "--frontend-latency-ms", help="Milliseconds from a send to the request reaching the engines (HTTP, API server input processing, IPC); TTFT counts it (default 0).", rich_help_panel=ENGINE_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
     prefill_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
@@ -265,6 +267,7 @@ def simulate(
     cli.pop("config")
     out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
                 "max_concurrency", "num_gpus", "save_detailed", "step_jitter", "comm_model", "moe_routing", "architecture",
+                "engine_cpu_overhead", "frontend_latency_ms",
                 "predictor_bundle", "compilation_config") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
@@ -286,6 +289,8 @@ def simulate(
             step_jitter=float(values.get("step_jitter", 0.0)),
             comm_model=str(values.get("comm_model", "analytical")),
             moe_routing=str(values.get("moe_routing", "balanced")),
+            engine_cpu_overhead=bool(values.get("engine_cpu_overhead", False)),
+            frontend_latency_s=float(values.get("frontend_latency_ms") or 0.0) * 1e-3,
             architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
             afd=_afd_spec(values),
             predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
@@ -294,10 +299,12 @@ def simulate(
         _fail(str(exc))
         return
     r = result.resolved
+    setup = (f"comm {spec.comm_model}, MoE routing {spec.moe_routing}"
+             + (", engine CPU per step" if spec.engine_cpu_overhead else ""))
     if result.summary.get("architecture") == "afd":
-        typer.echo(_afd_layout(result) + f", comm {spec.comm_model}, MoE routing {spec.moe_routing}")
+        typer.echo(_afd_layout(result) + f", {setup}")
     elif result.roles:
-        typer.echo(_pdd_layout(result) + f", comm {spec.comm_model}, MoE routing {spec.moe_routing}")
+        typer.echo(_pdd_layout(result) + f", {setup}")
     else:
         layout = (f"{r.args.num_replicas} replica(s) of DP{r.args.data_parallel_size} in lockstep x "
                   if r.lockstep_dp else f"{r.num_engines} engine(s) of ")
@@ -306,8 +313,7 @@ def simulate(
                    f"KV cache {result.memory.num_gpu_blocks} blocks x {r.block_size} tokens per engine; "
                    f"busy {result.summary['colocated_busy_fraction']:.1%}, mean batch "
                    f"{result.summary['colocated_mean_batch_size']:.1f} requests; "
-                   f"cost model: {result.summary.get('cost_model', 'roofline')}, comm {spec.comm_model}, "
-                   f"MoE routing {spec.moe_routing}")
+                   f"cost model: {result.summary.get('cost_model', 'roofline')}, {setup}")
     if "cost_queries_predicted" in result.summary:
         typer.echo(_calibrated_queries(result.summary))
     if result.failed:
@@ -352,7 +358,7 @@ def memory(
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's)."),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP),
     optimization_level: int = typer.Option(2, "--optimization-level", "-O", help=O_HELP),
-    async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="Sets the tokens in flight a sliding-window group reserves."),
+    async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", help="Sets the tokens in flight a sliding-window group reserves (default: the release's, on from vLLM 0.14)."),
     predictor_bundle: Optional[Path] = typer.Option(None, help="Bundle whose profiled memory rows replace the estimated activation / non-torch / CUDA-graph terms."),
     vllm_version: str = typer.Option("0.33.0", "--vllm-version", help="vLLM release whose KV-budget formula to use (0.10 to 0.33; simulator/vllm_version.py lists what changed)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),

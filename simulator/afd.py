@@ -692,9 +692,9 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     for i, engine in enumerate(engines):
         sched = LockstepRanks([new_scheduler() for _ in range(a_dp)], resolved.vllm_version) if lockstep else new_scheduler()
         replicas.append(Replica(i, loop, sched, engine, trace,
-                                on_update=lambda *a: None, async_scheduling=args.async_scheduling,
+                                on_update=lambda *a: None, async_scheduling=args.effective_async_scheduling,
                                 step_jitter=spec.step_jitter, jitter_seed=spec.workload.seed,
-                                role=Role.ATTENTION.value))
+                                role=Role.ATTENTION.value, engine_cpu=spec.engine_cpu))
     cluster = Cluster(Role.ATTENTION, replicas, main.router, resolved.num_gpus // len(replicas))
     from simulator.control_plane import RoleLayout
     return CompiledRole(RoleLayout("decode", tp=args.tensor_parallel_size, replicas=args.num_replicas,
@@ -730,7 +730,7 @@ def run_afd(spec):
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
     prefill = compile_role(pdd.prefill, spec.engine, loop, trace, _engine_factory(spec), debug=spec.debug,
-                           step_jitter=spec.step_jitter, seed=spec.workload.seed)
+                           step_jitter=spec.step_jitter, seed=spec.workload.seed, engine_cpu=spec.engine_cpu)
     model = prefill.resolved.model
     a_role, f_role = afd.attention, afd.ffn
     a_dp = a_role.dp or 1

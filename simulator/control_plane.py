@@ -49,6 +49,7 @@ from simulator.batch_engine import BatchEngine
 from simulator.cluster import Cluster, Role
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
+from simulator.engine_cpu import EngineCpu
 from simulator.events import EventLoop
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.kv_transfer import Link
@@ -140,7 +141,7 @@ def kv_bytes_per_token(model: ModelSpec, prefill: ResolvedEngine, decode: Resolv
 
 def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: BatchTrace,
                  make_engine: Callable[[ResolvedEngine], BatchEngine], *,
-                 debug: bool, step_jitter: float, seed: int) -> CompiledRole:
+                 debug: bool, step_jitter: float, seed: int, engine_cpu: EngineCpu | None = None) -> CompiledRole:
     """Resolve one role's engine args and build its replicas (refusals carry the role's name).
 
     ``make_engine`` prices the role's steps (its own model shard and GPU).
@@ -173,8 +174,8 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     else:                           # dense: every DP rank is an independent engine
         scheds = [new_scheduler() for _ in range(resolved.num_engines)]
     replicas = [Replica(i, loop, s, engine, trace, on_update=lambda *a: None,
-                        async_scheduling=args.async_scheduling, step_jitter=step_jitter,
-                        jitter_seed=seed, role=role.value) for i, s in enumerate(scheds)]
+                        async_scheduling=args.effective_async_scheduling, step_jitter=step_jitter,
+                        jitter_seed=seed, role=role.value, engine_cpu=engine_cpu) for i, s in enumerate(scheds)]
     cluster = Cluster(role, replicas, layout.router or main.router, resolved.num_gpus // len(replicas))
     return CompiledRole(layout, resolved, memory, cluster)
 

@@ -47,7 +47,7 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import (DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS,
+from simulator.vllm_version import (ASYNC_BY_DEFAULT, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS,
                                     default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
@@ -99,12 +99,12 @@ class EngineArgs:
     max_cudagraph_capture_size: int | None = None           # tokens; None = vLLM's default
     cudagraph_mode: str | None = None   # --compilation-config cudagraph_mode; None = the -O level's mode
     optimization_level: int = 2          # -O0..-O3; only its default cudagraph_mode is simulated
-    async_scheduling: bool = True
+    async_scheduling: bool | None = None   # None: the release's default (on from vLLM 0.14, off before)
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
-    # not a vLLM flag: the release whose model kernels, KV budget, batch / CUDA-graph defaults and
-    # DP load balancer to reproduce (simulator/vllm_version.py); the scheduler and async
-    # scheduling stay vLLM 0.33's
+    # not a vLLM flag: the release whose model kernels, KV budget, engine defaults (async scheduling
+    # among them) and DP load balancer to reproduce (simulator/vllm_version.py); the scheduler
+    # stays vLLM 0.33's
     vllm_version: str = VLLM_DEFAULT
 
     def __post_init__(self) -> None:
@@ -165,6 +165,14 @@ class EngineArgs:
     def vllm_release(self) -> tuple[int, int]:
         """(major, minor) of ``vllm_version``."""
         return parse_vllm_version(self.vllm_version)
+
+    @property
+    def effective_async_scheduling(self) -> bool:
+        """The user's --async-scheduling / --no-async-scheduling, else the default of
+        ``vllm_version`` (on from vLLM 0.14, off before: ``ASYNC_BY_DEFAULT``)."""
+        if self.async_scheduling is not None:
+            return bool(self.async_scheduling)
+        return self.vllm_release >= ASYNC_BY_DEFAULT
 
     @property
     def effective_gpu_memory_utilization(self) -> float:
@@ -255,7 +263,7 @@ class ResolvedEngine:
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len, long_prefill_token_threshold=a.long_prefill_token_threshold,
-            policy=a.scheduling_policy, async_scheduling=a.async_scheduling, block_size=self.block_size,
+            policy=a.scheduling_policy, async_scheduling=a.effective_async_scheduling, block_size=self.block_size,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
 

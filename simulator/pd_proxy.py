@@ -183,7 +183,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
     make_engine = _engine_factory(spec)
     roles = [compile_role(layout, spec.engine, loop, trace, make_engine, debug=spec.debug,
-                          step_jitter=spec.step_jitter, seed=spec.workload.seed)
+                          step_jitter=spec.step_jitter, seed=spec.workload.seed, engine_cpu=spec.engine_cpu)
              for layout in (pdd.prefill, pdd.decode)]
     prefill, decode = roles
     spec.check_num_gpus([("prefill", prefill.num_gpus), ("decode", decode.num_gpus)])

@@ -9,14 +9,17 @@ steps. It drives the scheduler with exactly the protocol of vLLM 0.33's
   when that one ends;
 * a step's output is processed (tokens appended, requests finished, blocks
   freed) at the instant the step ends; its tokens reach the client then;
-* sync: schedule -> run -> process, one step at a time (no CPU overhead is
-  modelled between steps);
+* sync: schedule -> run -> process, one step at a time;
 * async (default): a batch queue of depth 2, so step N+1 is scheduled while
   step N runs and there is no gap between steps::
 
       engine  sched1 sched2 (wait) upd1 sched3 (wait) upd2 sched4 ...
       GPU     [ step 1          ][ step 2          ][ step 3 ...
 
+* with an ``engine_cpu`` model (``simulator.engine_cpu``), a step starts no earlier than
+  its CPU time (schedule, input preparation, output processing) after it was scheduled:
+  sync, every step cycle is CPU + GPU; async, step N+1's CPU overlaps step N's forward and
+  only its excess over the GPU time shows;
 * pipeline parallel (pp > 1): the batch queue holds ``pp + 1`` steps (async) or ``pp``
   (sync) and each step's stages chain through ``simulator.pipeline.stage_ends``; a step's
   output is processed when its last stage ends. pp = 1 keeps the single-GPU-timeline path.
@@ -38,6 +41,7 @@ import numpy as np
 
 from simulator.batch_engine import BatchEngine, BatchShape, StepCost
 from simulator.dp_group import LockstepOutput, LockstepRanks
+from simulator.engine_cpu import EngineCpu
 from simulator.events import PRIO_KICK, PRIO_STEP_DONE, EventLoop
 from simulator.pipeline import max_concurrent_batches, stage_ends
 from simulator.request import Request, RequestSpec
@@ -57,7 +61,8 @@ class Replica:
     def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler | LockstepRanks,
                  engine: BatchEngine,
                  trace: BatchTrace, on_update: OnUpdate, *, async_scheduling: bool,
-                 step_jitter: float = 0.0, jitter_seed: int = 0, role: str = "C") -> None:
+                 step_jitter: float = 0.0, jitter_seed: int = 0, role: str = "C",
+                 engine_cpu: EngineCpu | None = None) -> None:
         self.replica_id = replica_id
         self.role = role                # cluster role (C, P, D...), written into the trace
         # P/D decode side: told which requests a schedule() admitted for a KV pull (the
@@ -69,6 +74,8 @@ class Replica:
         self.trace = trace
         self.on_update = on_update
         self.async_scheduling = async_scheduling
+        self.engine_cpu = engine_cpu    # the step's CPU time before its forward can start (None: 0)
+        self._cpu_free_s = 0.0          # when the engine core's thread finishes its last step's CPU work
         self._pp = getattr(engine, "num_stages", 1)   # pipeline stages (engines without PP: 1)
         self._queue_depth = max_concurrent_batches(self._pp, async_scheduling) if self._pp > 1 \
             else BATCH_QUEUE_DEPTH
@@ -137,6 +144,8 @@ class Replica:
                      if o is not None and o.total_num_scheduled_tokens > 0]
         else:
             ranks = [(0, out, self.scheduler)]
+        if self.engine_cpu is not None:     # each DP rank's engine core prepares its own batch
+            now = self._cpu_done(max(len(o.num_scheduled_tokens) for _, o, _ in ranks))
         shapes = [BatchShape(o.num_scheduled_tokens, o.context_lens) for _, o, _ in ranks]
         lockstep = isinstance(out, LockstepOutput)
         if lockstep:
@@ -144,7 +153,7 @@ class Replica:
         else:
             costs = [self.engine.step_cost(b) for b in shapes]
         if self._pp > 1:
-            start, end = self._launch_stages(shapes, costs if lockstep else None)
+            start, end = self._launch_stages(shapes, costs if lockstep else None, now)
         else:
             duration = costs[0].duration_s if len(costs) == 1 else max(c.duration_s for c in costs)
             if self._rng is not None:
@@ -174,6 +183,8 @@ class Replica:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
         cost = self.engine.step_cost(BatchShape.of_step(out.num_scheduled_tokens, out.context_lens))
         duration = cost.duration_s
+        if self.engine_cpu is not None:
+            now = self._cpu_done(len(out.num_scheduled_tokens))
         start = now if now > self.gpu_free_s else self.gpu_free_s
         end = start + duration
         self.gpu_free_s = end
@@ -182,12 +193,21 @@ class Replica:
         self._num_steps += 1
         return end
 
-    def _launch_stages(self, shapes: list[BatchShape], costs: list[StepCost] | None) -> tuple[float, float]:
+    def _cpu_done(self, num_reqs: int) -> float:
+        """When the CPU work of a step of ``num_reqs`` requests scheduled now is done: the engine
+        core's one thread runs it after the previous step's."""
+        now = self.loop.now_s
+        done = (now if now > self._cpu_free_s else self._cpu_free_s) + self.engine_cpu.step_s(num_reqs)
+        self._cpu_free_s = done
+        return done
+
+    def _launch_stages(self, shapes: list[BatchShape], costs: list[StepCost] | None,
+                       ready_s: float) -> tuple[float, float]:
         """pp > 1: chain the step's stages after the previous step's (``simulator.pipeline``).
 
         Each stage lasts as long as the slowest DP rank's (``costs``: a lockstep group's
-        ``lockstep_costs``, split into stages); jitter scales the whole step.
-        Returns (start of stage 0, end of the last stage).
+        ``lockstep_costs``, split into stages); jitter scales the whole step; ``ready_s``: when its
+        CPU work is done. Returns (start of stage 0, end of the last stage).
         """
         if costs is None:
             per_rank = [self.engine.stage_times_s(b) for b in shapes]
@@ -197,8 +217,8 @@ class Replica:
         if self._rng is not None:
             f = max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
             stages = [d * f for d in stages]
-        start = max(self.loop.now_s, self._stage_free_s[0])
-        ends = stage_ends(self.loop.now_s, stages, self._stage_free_s)
+        start = max(ready_s, self._stage_free_s[0])
+        ends = stage_ends(ready_s, stages, self._stage_free_s)
         self._stage_free_s = ends
         self.gpu_free_s = ends[-1]
         self.busy_s += sum(stages) / self._pp      # mean busy time of one stage's GPUs

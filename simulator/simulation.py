@@ -33,6 +33,7 @@ from simulator.comm.backend import COMM_MODELS
 from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
+from simulator.engine_cpu import MEASURED as MEASURED_ENGINE_CPU, EngineCpu
 from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.memory import MemoryBudget, ProfiledOverheads, kv_budget
@@ -70,6 +71,13 @@ class SimulationSpec:
     afd: AfdSpec | None = None          # attention/FFN layouts, lanes, A-F link (afd only)
     num_gpus: int | None = None         # --num-gpus: the deployment must use exactly this many GPUs
     save_detailed: bool = False         # --save-detailed: keep vLLM's per-request arrays in the summary
+    engine_cpu_overhead: bool = False   # --engine-cpu-overhead: each step's engine CPU time (simulator/engine_cpu.py)
+    frontend_latency_s: float = 0.0     # --frontend-latency-ms / 1e3: send -> engines (BenchmarkClient)
+
+    @property
+    def engine_cpu(self) -> EngineCpu | None:
+        """The engine CPU model of every replica (``simulator.engine_cpu.MEASURED``), or None."""
+        return MEASURED_ENGINE_CPU if self.engine_cpu_overhead else None
 
     def __post_init__(self) -> None:
         if self.architecture not in ("colocated", "pdd", "afd"):
@@ -80,6 +88,10 @@ class SimulationSpec:
             raise ValueError("--decode-* flags need --architecture pdd; AFD decodes on --attention-*/--ffn-*")
         if self.architecture == "colocated" and self.pdd is not None:
             raise ValueError("--prefill-*/--decode-*/--kv-transfer-* flags need --architecture pdd")
+        latency = self.frontend_latency_s
+        number = isinstance(latency, (int, float)) and not isinstance(latency, bool)
+        if not number or not 0.0 <= latency < 60.0:
+            raise ValueError(f"--frontend-latency-ms must be in [0, 60000), got {latency * 1e3 if number else latency!r}")
         if not 0.0 <= self.step_jitter < 1.0:
             raise ValueError(f"--step-jitter must be in [0, 1), got {self.step_jitter!r}")
         if self.comm_model not in COMM_MODELS:
@@ -128,7 +140,15 @@ class _InFlight:
 
 
 class BenchmarkClient:
-    """Replays arrivals, applies the concurrency limit and records what the client sees."""
+    """Replays arrivals, applies the concurrency limit and records what the client sees.
+
+    ``frontend_latency_s``: seconds between a send and the request reaching the engines (the
+    HTTP hop, the API server's input processing, the IPC to the engine core); TTFT counts it.
+    0 (the default) hands a request over at the instant it is sent, so a request sent when
+    another finishes can join the step that starts at that instant, which no real server does.
+    """
+
+    frontend_latency_s = 0.0
 
     def __init__(self, loop: EventLoop, specs: list[RequestSpec], entry: Cluster,
                  max_model_len: int, max_concurrency: int | None) -> None:
@@ -170,7 +190,10 @@ class BenchmarkClient:
             return
         state = _InFlight(spec, now, None, array("d"))  # type: ignore[arg-type]
         self.in_flight[spec.request_id] = state
-        self._submit(spec, state)
+        if self.frontend_latency_s > 0.0:
+            self.loop.at(now + self.frontend_latency_s, lambda: self._submit(spec, state), PRIO_ARRIVAL)
+        else:
+            self._submit(spec, state)
 
     def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
         self._track(state, self.entry.submit(spec))
@@ -240,6 +263,7 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     ``simulated_duration_s`` and ``sim_wall_s``) and the wall time of the loop.
     """
     wall0 = time.perf_counter()
+    client.frontend_latency_s = spec.frontend_latency_s
     client.start()
     with _event_loop_gc():
         loop.run()
@@ -272,7 +296,7 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
         enforce_eager=args.enforce_eager, num_gpu_blocks_override=args.num_gpu_blocks_override,
         max_model_len=resolved.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        async_scheduling=args.async_scheduling, profiled=profiled,
+        async_scheduling=args.effective_async_scheduling, profiled=profiled,
         cudagraph_capture_sizes=args.cudagraph_capture_sizes,
         max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode,
         vllm_version=resolved.vllm_version)
@@ -318,7 +342,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
 
     def new_replica(i: int, sched: Scheduler | LockstepRanks) -> Replica:
         return Replica(i, loop, sched, engine, trace, on_update=lambda *a: None,
-                       async_scheduling=args.async_scheduling, step_jitter=spec.step_jitter,
+                       async_scheduling=args.effective_async_scheduling, step_jitter=spec.step_jitter,
+                       engine_cpu=spec.engine_cpu,
                        jitter_seed=spec.workload.seed)
 
     dp = args.data_parallel_size

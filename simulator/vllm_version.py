@@ -1,12 +1,11 @@
 """The vLLM release whose kernels, KV budget and defaults to reproduce (``--vllm-version``).
 
 The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). Some model kernels,
-the start-up KV budget, a few engine defaults (``--kv-cache-dtype auto`` among them), the DP load
-balancer and the lockstep DP ranks' padding changed between the
-releases that measured deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data)
+the start-up KV budget, a few engine defaults (``--kv-cache-dtype auto`` and ``--async-scheduling``
+among them), the DP load balancer and the lockstep DP ranks' padding changed between the releases
+that measured deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data)
 and 0.33; ``--vllm-version`` picks those (the five tables below), and only those: the scheduler,
-the KV-cache manager and every other default stay 0.33's whatever it says (e.g. async
-scheduling, off by default up to 0.13: give ``--no-async-scheduling`` for that).
+the KV-cache manager and every other default stay 0.33's whatever it says.
 
 Model kernels (``simulator.batch_engine``):
 
@@ -55,6 +54,10 @@ and ``vllm/config/vllm.py`` of the same wheels):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
+| 0.14.0 | ``--async-scheduling``: off -> on unless something rules it out (``VllmConfig``: pp > 1,   |
+|        | non-EAGLE speculative decoding, another executor; read in the 0.12.0, 0.13.0 and 0.14.0    |
+|        | wheels' ``vllm/config/vllm.py`` and ``scheduler.py``); the simulator keeps 0.33's pp > 1   |
+|        | batch queue                                                                                 |
 | 0.14.0 | ``--kv-cache-dtype auto``: the model dtype -> the checkpoint's KV scheme (a modelopt        |
 |        | ``kv_cache_quant_algo`` or compressed-tensors ``kv_cache_scheme``, e.g. FP8), via           |
 |        | ``resolve_kv_cache_dtype_string`` (read in the 0.12.0, 0.13.0, 0.14.0 and 0.16.0 wheels)    |
@@ -99,6 +102,7 @@ BF16X3_ROUTER = (0, 26)           # bf16x3 CuteDSL router GEMM on the sm_100 fam
 
 REQUEST_CEIL = (0, 14)            # requested memory = ceil(total x utilization)
 KV_AUTO_FROM_CHECKPOINT = (0, 14)  # --kv-cache-dtype auto resolves to the checkpoint's KV scheme (model dtype before)
+ASYNC_BY_DEFAULT = (0, 14)        # --async-scheduling default: off -> on
 UTILIZATION_092 = (0, 20)         # --gpu-memory-utilization default 0.92 (0.9 before)
 CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)

@@ -113,3 +113,18 @@ def test_models_lists_the_catalogue_with_what_is_refused():
     assert llama.split()[1:] == ["LlamaForCausalLM", "32", "layers", "dense", "weights", "none"]
     v32 = next(line for line in lines if line.startswith("deepseek-ai/DeepSeek-V3.2 "))   # aiconfigurator-core 0.12.0
     assert v32.split(None, 1)[1] == "not supported (unsupported model_type 'deepseek_v32')"
+
+
+def test_engine_cpu_overhead_flag_prices_the_cpu_of_a_sync_release(tmp_path):
+    """--engine-cpu-overhead with --vllm-version 0.12.0 (synchronous scheduling by default then):
+    the first line says so, and every TPOT grows by a step's CPU time (20 requests in each step)."""
+    out = {}
+    for flag in ("--no-engine-cpu-overhead", "--engine-cpu-overhead"):
+        res = runner.invoke(app, BASE + ["--vllm-version", "0.12.0", flag, "--save-result", "--result-dir",
+                                         str(tmp_path), "--result-filename", f"{flag}.json"])
+        assert res.exit_code == 0, res.output
+        first = res.output.splitlines()[0]
+        assert first.endswith("MoE routing balanced, engine CPU per step") == (flag == "--engine-cpu-overhead"), first
+        out[flag] = json.loads((tmp_path / f"{flag}.json").read_text())
+    grown = out["--engine-cpu-overhead"]["mean_tpot_ms"] - out["--no-engine-cpu-overhead"]["mean_tpot_ms"]
+    assert abs(grown - (0.813 + 20 * 0.0423)) < 1e-9
