@@ -135,6 +135,13 @@ default here is ``calibrated`` (all-reduces priced from AIC's measured vLLM cust
 and NCCL tables of the row's GPU, ``simulator/comm/calibrated.py``): the analytical ring
 model's 80 %-of-NVLink bus bandwidth is about twice what vLLM's custom all-reduce reaches on
 the 1-32 MB messages of TP prefill (H200 TP8, 32 MB: 323 us measured).
+
+Engine loop: each row runs its release's scheduling (``--vllm-version``: synchronous before
+0.14, as vLLM defaulted then: the 0.11.2 and 0.12.0 rows), with the engine core's CPU time per
+step priced (``--engine-cpu-overhead``, on by default here: ``simulator/engine_cpu.py``, in
+series with the forwards when synchronous, overlapped otherwise) and ``--frontend-latency-ms``
+(default ``FRONTEND_LATENCY_MS``) between a send and the engines, so that a request sent when
+another finishes does not join the step that starts at that very instant.
 """
 
 from __future__ import annotations
@@ -217,6 +224,10 @@ AIC_REQUESTS_PER_SLOT = 20
 AIC_RUN_POLICIES = ("benchmark", "vllm-defaults")
 # MoE routing of the real deployments: AIConfigurator's default assumption, power law 1.01 (module doc)
 MOE_ROUTING = "power_law:1.01"
+# Send -> engines (HTTP hop, the API server's input processing, IPC), ms: the order of a ~1k-token
+# prompt's tokenization plus a local HTTP hop, not fitted; the Qwen3-32B rows (vLLM 0.12, sync)
+# give TTFT / TPOT MAPE 26.0 / 8.5, 25.9 / 8.5 and 25.8 / 8.5 % at 0.5, 2 and 5 ms (bench/README.md)
+FRONTEND_LATENCY_MS = 1.0
 
 PROMPTS_PER_SLOT = 10
 MIN_PROMPTS = 100
@@ -577,7 +588,8 @@ def resolve_bundles(value: str | None, gpus: set[str]) -> dict[str, str | None]:
 def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
                  range_ratio: float = 0.0, predictor_bundle: str | None = None,
                  comm_model: str = "analytical", lengths: str = "harness",
-                 moe_routing: str = MOE_ROUTING) -> dict[str, Any]:
+                 moe_routing: str = MOE_ROUTING, engine_cpu_overhead: bool = False,
+                 frontend_latency_s: float = 0.0) -> dict[str, Any]:
     """Simulate one deployment; mean TTFT / TPOT in ms as vllm bench serve reports them.
 
     ``ttft_ms``/``tpot_ms``: means over every request (what the benchmark reports).
@@ -605,7 +617,8 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
             res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
                                                 max_concurrency=dep.concurrency, step_jitter=step_jitter,
                                                 predictor_bundle=predictor_bundle, comm_model=comm_model,
-                                                moe_routing=moe_routing))
+                                                moe_routing=moe_routing, engine_cpu_overhead=engine_cpu_overhead,
+                                                frontend_latency_s=frontend_latency_s))
         except ValueError as exc:
             return {"error": str(exc), "wall_s": time.perf_counter() - t0}
     recs = res.records
@@ -668,13 +681,13 @@ def score(dep: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _work(item: tuple[Deployment, tuple[float, ...], float, str | None, str, str, str]) -> dict[str, Any]:
-    dep, jitters, range_ratio, bundle, comm_model, lengths, moe_routing = item
+def _work(item: tuple[Deployment, tuple[float, ...], float, str | None, str, str, str, bool, float]) -> dict[str, Any]:
+    dep, jitters, range_ratio, bundle, comm_model, lengths, moe_routing, engine_cpu, frontend_s = item
     out: dict[str, Any] = {"deployment": asdict(dep)}
     for j in jitters:
         out[f"jitter={j:g}"] = score(out["deployment"], simulate_row(
             dep, j, range_ratio=range_ratio, predictor_bundle=bundle, comm_model=comm_model, lengths=lengths,
-            moe_routing=moe_routing))
+            moe_routing=moe_routing, engine_cpu_overhead=engine_cpu, frontend_latency_s=frontend_s))
         # A finished simulation is cyclic garbage (event loop <-> replicas <-> engine) that the
         # collector's thresholds rarely reach in a numpy-heavy run: without this a worker grew
         # ~28 MB per Llama-3.1-8B row (roofline too). Bundles are shared, not per row.
@@ -876,6 +889,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="collective costs: calibrated (measured AIC tables, default) or analytical")
     ap.add_argument("--moe-routing", default=MOE_ROUTING,
                     help=f"SimulationSpec.moe_routing of the MoE rows (default {MOE_ROUTING}; see the module doc)")
+    ap.add_argument("--engine-cpu-overhead", default=True, action=argparse.BooleanOptionalAction,
+                    help="SimulationSpec.engine_cpu_overhead: price each step's engine CPU time (default on here; "
+                         "it shows where the row's release scheduled synchronously, before vLLM 0.14)")
+    ap.add_argument("--frontend-latency-ms", type=float, default=FRONTEND_LATENCY_MS,
+                    help=f"SimulationSpec.frontend_latency_s in ms: send -> engines (default {FRONTEND_LATENCY_MS:g} "
+                         "here; see the module doc)")
     args = ap.parse_args(argv)
 
     if args.rescore:
@@ -905,8 +924,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bundles = resolve_bundles(args.predictor_bundle, {d.gpu for d in deps})  # fits once per GPU if needed
     t0 = time.perf_counter()
-    items = [(d, jitters, args.range_ratio, bundles[d.gpu], args.comm_model, args.lengths, args.moe_routing)
-             for d in deps]
+    items = [(d, jitters, args.range_ratio, bundles[d.gpu], args.comm_model, args.lengths, args.moe_routing,
+              args.engine_cpu_overhead, args.frontend_latency_ms * 1e-3) for d in deps]
     # Longest rows first, so the pool does not end on one long straggler; progress to stderr.
     order = sorted(range(len(items)), key=lambda i: -items[i][0].num_prompts * items[i][0].osl)
     done: dict[int, dict[str, Any]] = {}
@@ -933,7 +952,9 @@ def main(argv: list[str] | None = None) -> int:
     totals = summarize_results(results, aic, jitters, repeat_runs(rows))
     report = {"source": str(args.csv), "selected_rows": len(rows), "wall_s": wall, "jobs": args.jobs,
               "cost_model": {"predictor_bundle": bundles, "comm_model": args.comm_model,
-                             "moe_routing": args.moe_routing}, "workload_policy": {
+                             "moe_routing": args.moe_routing, "engine_cpu_overhead": args.engine_cpu_overhead,
+                             "frontend_latency_ms": args.frontend_latency_ms},
+              "workload_policy": {
                   "prompts_per_slot": PROMPTS_PER_SLOT, "min_prompts": MIN_PROMPTS,
                   "max_output_tokens": MAX_OUTPUT_TOKENS, "request_rate": "inf", "range_ratio": args.range_ratio,
                   "lengths": args.lengths, "imax_range_ratio": IMAX_RANGE_RATIO},

@@ -183,6 +183,23 @@ def test_two_rows_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert t["per_version"]["0.12.0"]["rows"] == 2 and "version 0.12.0" in text
 
 
+def test_engine_loop_settings_reach_the_runs(tmp_path: Path) -> None:
+    """The bench prices the engine CPU time and a 1 ms front end by default and records both; the
+    two Llama-3.1-8B rows ran vLLM 0.12 (synchronous scheduling), where the CPU time lengthens
+    every decode step: TPOT is longer than with --no-engine-cpu-overhead."""
+    runs = {}
+    for flags in ([], ["--no-engine-cpu-overhead", "--frontend-latency-ms", "0"]):
+        out = tmp_path / f"{len(flags)}.json"
+        assert e2e.main(["--limit", "2", "--models", "Llama-3.1-8B", "--out", str(out)] + flags) == 0
+        runs[len(flags)] = json.loads(out.read_text())
+    assert {k: runs[0]["cost_model"][k] for k in ("engine_cpu_overhead", "frontend_latency_ms")} == {
+        "engine_cpu_overhead": True, "frontend_latency_ms": 1.0}
+    assert {k: runs[3]["cost_model"][k] for k in ("engine_cpu_overhead", "frontend_latency_ms")} == {
+        "engine_cpu_overhead": False, "frontend_latency_ms": 0.0}
+    for on, off in zip(runs[0]["rows"], runs[3]["rows"]):
+        assert on["jitter=0"]["tpot_ms"] > off["jitter=0"]["tpot_ms"] + 0.8   # >= 0.813 ms per step
+
+
 def test_bench_estimator_reweights_to_the_rows_request_count() -> None:
     dep = {"concurrency": 10, "ttft_meas_ms": 100.0, "tpot_meas_ms": 10.0, "bench_prompts": 200}
     r = {"completed": 20, "ttft_ms": 200.0, "ttft_ms_steady": 100.0, "tpot_ms": 10.0, "tpot_ms_steady": 10.0}
