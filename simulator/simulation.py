@@ -279,6 +279,9 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     summary["failed"] = len(client.failed)
     summary["simulated_duration_s"] = loop.now_s
     summary["sim_wall_s"] = sim_wall_s
+    summary["async_scheduling"] = spec.engine.effective_async_scheduling    # the engine loop it ran
+    summary["engine_cpu_overhead"] = spec.engine_cpu_overhead
+    summary["frontend_latency_ms"] = spec.frontend_latency_s * 1e3
     return records, summary, sim_wall_s
 
 

@@ -128,3 +128,7 @@ def test_engine_cpu_overhead_flag_prices_the_cpu_of_a_sync_release(tmp_path):
         out[flag] = json.loads((tmp_path / f"{flag}.json").read_text())
     grown = out["--engine-cpu-overhead"]["mean_tpot_ms"] - out["--no-engine-cpu-overhead"]["mean_tpot_ms"]
     assert abs(grown - (0.813 + 20 * 0.0423)) < 1e-9
+    # the saved result says which engine loop ran
+    assert {k: out["--engine-cpu-overhead"][k] for k in ("async_scheduling", "engine_cpu_overhead",
+                                                        "frontend_latency_ms")} == {
+        "async_scheduling": False, "engine_cpu_overhead": True, "frontend_latency_ms": 0.0}
