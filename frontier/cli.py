@@ -229,7 +229,7 @@ def simulate(
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     engine_cpu_overhead: Optional[bool] = typer.Option(None, "--engine-cpu-overhead/--no-engine-cpu-overhead", help="Price the engine core's CPU time per step (0.81 ms + 0.042 ms per scheduled request, measured; simulator/engine_cpu.py): on the critical path with --no-async-scheduling, overlapped with the previous forward otherwise (default off).", rich_help_panel=ENGINE_HELP),
-    frontend_latency_ms: Optional[float] = typer.Option(None, "--frontend-latency-ms", help="Milliseconds from a send to the request reaching the engines (HTTP, API server input processing, IPC); TTFT counts it (default 0).", rich_help_panel=ENGINE_HELP),
+    frontend_latency_ms: Optional[float] = typer.Option(None, "--frontend-latency-ms", help="Milliseconds from a send to the request reaching the engines (HTTP, API server input processing, IPC); TTFT counts it (default 1).", rich_help_panel=ENGINE_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
     prefill_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
@@ -259,7 +259,7 @@ def simulate(
     """Simulate a vLLM deployment serving a benchmark workload and print vllm bench serve's summary."""
     from simulator.engine_args import EngineArgs
     from simulator.output import write_outputs
-    from simulator.simulation import SimulationSpec, run_simulation
+    from simulator.simulation import FRONTEND_LATENCY_S, SimulationSpec, run_simulation
     from simulator.workload import WorkloadSpec
     from simulator.metrics import format_summary
 
@@ -290,7 +290,8 @@ def simulate(
             comm_model=str(values.get("comm_model", "analytical")),
             moe_routing=str(values.get("moe_routing", "balanced")),
             engine_cpu_overhead=bool(values.get("engine_cpu_overhead", False)),
-            frontend_latency_s=float(values.get("frontend_latency_ms") or 0.0) * 1e-3,
+            frontend_latency_s=(FRONTEND_LATENCY_S if values.get("frontend_latency_ms") is None
+                                else float(values["frontend_latency_ms"]) * 1e-3),
             architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
             afd=_afd_spec(values),
             predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))

@@ -53,6 +53,12 @@ if TYPE_CHECKING:
     from simulator.control_plane import CompiledRole, PddSpec
 
 
+# Send -> engines, seconds (BenchmarkClient): the order of a local HTTP hop plus the API server's
+# tokenization of a ~1k-token prompt and its IPC to the engine core; not fitted (bench/README.md: on
+# the Qwen3-32B silicon rows 0.5, 2 and 5 ms give the same errors within 0.2 points)
+FRONTEND_LATENCY_S = 0.001
+
+
 @dataclass(frozen=True)
 class SimulationSpec:
     """Everything one run needs: the deployment, the workload and client options."""
@@ -72,7 +78,7 @@ class SimulationSpec:
     num_gpus: int | None = None         # --num-gpus: the deployment must use exactly this many GPUs
     save_detailed: bool = False         # --save-detailed: keep vLLM's per-request arrays in the summary
     engine_cpu_overhead: bool = False   # --engine-cpu-overhead: each step's engine CPU time (simulator/engine_cpu.py)
-    frontend_latency_s: float = 0.0     # --frontend-latency-ms / 1e3: send -> engines (BenchmarkClient)
+    frontend_latency_s: float = FRONTEND_LATENCY_S   # --frontend-latency-ms / 1e3: send -> engines (BenchmarkClient)
 
     @property
     def engine_cpu(self) -> EngineCpu | None:
@@ -144,8 +150,9 @@ class BenchmarkClient:
 
     ``frontend_latency_s``: seconds between a send and the request reaching the engines (the
     HTTP hop, the API server's input processing, the IPC to the engine core); TTFT counts it.
-    0 (the default) hands a request over at the instant it is sent, so a request sent when
-    another finishes can join the step that starts at that instant, which no real server does.
+    0 hands a request over at the instant it is sent, so a request sent when another finishes
+    can join the step scheduled at that instant, which no real client can (the simulation's
+    default is ``FRONTEND_LATENCY_S``).
     """
 
     frontend_latency_s = 0.0

@@ -40,7 +40,8 @@ def _run(prompts, async_scheduling, rate=float("inf")):
         workload=WorkloadSpec(dataset_name="random", num_prompts=prompts, random_input_len=32,
                               random_output_len=3, random_range_ratio=0.0, request_rate=rate, seed=0),
         keep_batch_trace=True, architecture="afd", afd=AfdSpec(),
-        pdd=PddSpec(kv_transfer_bandwidth_bytes_per_s=BW, kv_transfer_latency_s=LAT))
+        pdd=PddSpec(kv_transfer_bandwidth_bytes_per_s=BW, kv_transfer_latency_s=LAT),
+        frontend_latency_s=0.0)    # the timelines below start at the send
     return run_simulation(spec)
 
 

@@ -32,6 +32,10 @@ def test_requests_sent_at_a_finish_reach_the_engine_after_it():
     assert late.summary["mean_ttft_ms"] - base.summary["mean_ttft_ms"] == pytest.approx(1.0, abs=1e-9)
 
 
+def test_the_default_is_one_millisecond():
+    assert SimulationSpec().frontend_latency_s == 0.001 == _run(0.001).summary["frontend_latency_ms"] / 1e3
+
+
 def test_bad_latency_is_refused():
     with pytest.raises(ValueError, match=r"--frontend-latency-ms must be in \[0, 60000\), got -1.0"):
         SimulationSpec(frontend_latency_s=-0.001)
