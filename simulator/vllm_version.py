@@ -86,6 +86,15 @@ dp_utils.py`` and ``gpu_model_runner.py``, read in the 0.11.0, 0.12.0, 0.14.0, 0
 |        | the step's CUDA-graph mode, the minimum over the ranks, is not NONE (``should_dp_pad``): a  |
 |        | rank running eager (a prefill above the capture sizes) makes every rank run its own tokens, |
 |        | the MoE layers gathering the ranks' real token counts                                       |
+
+Not followed per release: the fused-MoE kernel vLLM picks for block-FP8 experts on Hopper. The
+calibrated tables time vLLM 0.24.0's choice, which 0.17.0 introduced (``_get_priority_backends``
+in ``fused_moe/oracle/fp8.py``: Triton at EP 1, FlashInfer CUTLASS at EP > 1; AIC's H100 / H200
+fp8_block rows hold exactly those two kernels). 0.16.0 has no such rule and takes the first
+supported backend, FlashInfer CUTLASS, at every EP size; 0.12.0-0.14.0 run DeepGEMM when it is
+installed, the MoE TP size is below 8, the step has >= 128 tokens and the per-rank expert width
+exceeds 512, else Triton. No table times FlashInfer CUTLASS at EP 1 or DeepGEMM's grouped GEMM,
+so those releases are priced with 0.24.0's kernel (bench/README.md, 2026-12-01 08:00 UTC).
 """
 
 from __future__ import annotations
