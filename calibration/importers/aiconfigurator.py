@@ -58,6 +58,7 @@ def import_aiconfigurator_report(data_root: Path | None, out_root: Path, gpus=No
 
     ``gpus``: AIC names ("h200_sxm") or catalogue names ("H200"); None = all with vllm tables.
     ``version``: vLLM version folder; None = query_versions.yaml "current" (else newest).
+    ValueError when nothing was imported (every selected GPU skipped: the reasons, one line).
     """
     systems = _systems_dir(data_root)
     families = tuple(families) if families else FAMILIES
@@ -75,6 +76,8 @@ def import_aiconfigurator_report(data_root: Path | None, out_root: Path, gpus=No
         for family in families:
             frames = _FAMILY_READERS[family](systems, aic_gpu, gpu, vdir, skipped)
             add(rows, by_gpu, gpu, family, write_rows(frames, out_root, family, gpu))
+    if not any(rows.values()):
+        raise ValueError(f"nothing to import from the AIC data under {systems}: {'; '.join(skipped) or 'no rows'}")
     return ImportReport(rows=rows, rows_by_gpu=by_gpu, skipped=tuple(skipped))
 
 

@@ -100,6 +100,11 @@ def test_aic_errors_and_skips(tmp_path):
         import_aiconfigurator(AIC, tmp_path, gpus=["h20"])
     with pytest.raises(ValueError, match="no AIC systems/data folder"):
         import_aiconfigurator(tmp_path, tmp_path)
+    # nothing to import (every chosen GPU skipped) is an error naming why, not a report of 0 rows
+    with pytest.raises(ValueError, match=r"^nothing to import from the AIC data under .*: b60: no frontier "
+                                         r"catalogue GPU for this AIC system$"):
+        import_aiconfigurator_report(AIC, tmp_path / "none", gpus=["b60"], families=["comm"])
+    assert not (tmp_path / "none").exists()
     rep = import_aiconfigurator_report(AIC, tmp_path, gpus=["b60", "l40s"], families=["comm"])
     assert "b60: no frontier catalogue GPU for this AIC system" in rep.skipped   # Intel Arc Pro B60
     assert rep.rows == {"comm": 138 + 504}  # custom all-reduce backfilled from vllm 0.22.0 + nccl 2.27.3
@@ -207,6 +212,16 @@ def test_cli_import_profiles(tmp_path):
     assert again.exit_code == 2 and "already holds ['aiconfigurator'] rows" in again.output
     bad = CliRunner().invoke(app, ["import-profiles", "--source", "vidur", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "--source vidur needs --path" in bad.output
+    # a version the data lacks: one line with the versions it has (was "total: 0 rows", exit 0; and
+    # `calibrate --source aiconfigurator` named its temporary import folder, "found gpus: none")
+    want = (f"error: nothing to import from the AIC data under {AIC / 'systems'}: h200_sxm: no vllm 9.9 data "
+            "(have 0.1.dev19262, 0.14.0, 0.18.0, 0.19.0, 0.24.0)\n")
+    res = CliRunner().invoke(app, [*args[:-4], "--gpu", "h200_sxm", "--version", "9.9"])
+    assert res.exit_code == 2 and res.output == want, res.output
+    res = CliRunner().invoke(app, ["calibrate", "--source", "aiconfigurator", "--source-path", str(AIC), "--gpu",
+                                   "h200_sxm", "--framework-version", "9.9", "--out", str(tmp_path / "b.joblib")])
+    assert res.exit_code == 2 and res.output == want, res.output
+    assert not (tmp_path / "b.joblib").exists()
 
 
 @needs_aic
