@@ -24,6 +24,7 @@ Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank
 from __future__ import annotations
 
 import difflib
+import math
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -221,10 +222,23 @@ def load_model_spec(name_or_path: str) -> ModelSpec:
         path = path / "config.json"
     if path.is_file():
         hf_quant_path = path.with_name("hf_quant_config.json")
-        hf_quant = json.loads(hf_quant_path.read_text()) if hf_quant_path.is_file() else None
-        return model_spec_from_config(json.loads(path.read_text()), path.parent.name or str(path), hf_quant)
+        hf_quant = _read_json_object(hf_quant_path) if hf_quant_path.is_file() else None
+        return model_spec_from_config(_read_json_object(path), path.parent.name or str(path), hf_quant)
     config, hf_quant = _catalogue_lookup(name_or_path)
     return model_spec_from_config(config, name_or_path, hf_quant)
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """A local JSON file's top-level object; ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not a JSON text file (byte {exc.start} is not UTF-8)") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object (a Hugging Face config)")
+    return data
 
 
 def _normalize(name: str) -> str:
@@ -279,6 +293,8 @@ def _catalogue_lookup(name: str) -> tuple[dict[str, Any], dict[str, Any] | None]
 
 def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str, Any] | None = None) -> ModelSpec:
     """ModelSpec from a parsed config.json dict (the LLM may sit under `text_config`)."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{name}: config.json holds a JSON {type(config).__name__}, not an object")
     top = config
     cfg = {**top, **top["text_config"]} if isinstance(top.get("text_config"), dict) else top
     model_type = str(cfg.get("model_type", ""))
@@ -287,6 +303,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if not cfg.get(k)]
     if missing:
         raise ValueError(f"{name}: config.json lacks required field(s) {missing}")
+    _check_whole_fields(cfg, name)
     arch = (cfg.get("architectures") or top.get("architectures") or [model_type])[0]
     hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     layers = int(cfg["num_hidden_layers"])
@@ -325,6 +342,28 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )
+
+
+# config.json fields read as whole numbers, with their least valid value when set (0 / null /
+# absent mean "not used" for the optional ones and are not checked).
+_WHOLE_FIELDS = {"hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1, "vocab_size": 1,
+                 "num_key_value_heads": 1, "head_dim": 1, "intermediate_size": 0, "moe_intermediate_size": 0,
+                 "num_experts": 0, "num_local_experts": 0, "n_routed_experts": 0, "num_experts_per_tok": 0,
+                 "experts_per_token": 0, "n_shared_experts": 0, "shared_expert_intermediate_size": 0,
+                 "kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0, "qk_nope_head_dim": 0,
+                 "v_head_dim": 0, "max_position_embeddings": 0, "sliding_window": 0,
+                 "first_k_dense_replace": 0, "moe_layer_freq": 0, "decoder_sparse_step": 0}
+
+
+def _check_whole_fields(cfg: dict[str, Any], name: str) -> None:
+    """ValueError naming the first set _WHOLE_FIELDS field that is not a whole number >= its minimum."""
+    for key, minimum in _WHOLE_FIELDS.items():
+        v = cfg.get(key)
+        if v is None or v is False or v == 0:
+            continue
+        whole = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v == int(v))
+        if isinstance(v, bool) or not whole or v < minimum:
+            raise ValueError(f"{name}: config.json {key}={v!r}; valid: a whole number >= {minimum}")
 
 
 def _num_dense_layers(cfg: dict[str, Any], layers: int) -> int:

@@ -217,6 +217,35 @@ def test_missing_required_field_is_value_error():
         model_spec_from_config(cfg, "x")
 
 
+@pytest.mark.parametrize("key, value, valid", [("hidden_size", "x", 1), ("num_hidden_layers", -2, 1),
+                                               ("num_key_value_heads", 2.5, 1), ("num_experts", True, 0),
+                                               ("intermediate_size", float("inf"), 0)])
+def test_a_field_that_is_no_whole_number_is_named(key, value, valid):
+    """int() of such a field raised "invalid literal for int() with base 10: 'x'" (or nothing)."""
+    with pytest.raises(ValueError, match=rf"^x: config.json {key}={value!r}; valid: a whole number >= {valid}$"):
+        model_spec_from_config({**_tiny(), key: value}, "x")
+    with pytest.raises(ValueError, match=r"^x: config.json holds a JSON list, not an object$"):
+        model_spec_from_config([1, 2], "x")
+
+
+def test_a_local_config_that_is_no_json_object_is_named(tmp_path):
+    """A binary file, broken JSON or a JSON list as config.json: a traceback (AttributeError) or a
+    bare decoder message before."""
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir()
+    for content, want in ((b"\xcb\x00\x01", "is not a JSON text file (byte 0 is not UTF-8)"),
+                          (b'{"a":', "is not valid JSON: Expecting value at line 1 column 6"),
+                          (b"[1, 2]", "holds a JSON list, not an object (a Hugging Face config)")):
+        path.write_bytes(content)
+        with pytest.raises(ValueError) as err:
+            load_model_spec(str(path.parent))
+        assert str(err.value) == f"{path} {want}"
+    path.write_text(json.dumps(_tiny()))
+    (path.parent / "hf_quant_config.json").write_text("[]")
+    with pytest.raises(ValueError, match=r"hf_quant_config.json holds a JSON list, not an object"):
+        load_model_spec(str(path))
+
+
 def test_minimax_m2_5_is_a_mixtral_style_fp8_block_moe():
     m = load_model_spec("MiniMaxAI/MiniMax-M2.5")
     assert (m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size, m.intermediate_size) == (256, 8, 1536, 0)
