@@ -146,17 +146,21 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
            "zero.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\nlinear,0,4096,4096,bf16\n",
            "blank.csv": "family,m,n,k,dtype\nlinear,,4096,4096,bf16\n",
            "dtype.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,int3\n",
-           "nofamily.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\n,16,4096,4096,bf16\n"}
+           "nofamily.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\n,16,4096,4096,bf16\n",
+           "binary.csv": b"\x8c\x00\x01family"}
     want = {"missing.csv": "missing.csv does not exist", "empty.csv": "empty.csv is empty",
             "family.csv": "has no 'foo' predictor; has ['comm', 'linear']",
             "mode.csv": "linear rows in", "number.csv": "number.csv line 2: linear column m='abc'; valid: a whole number >= 1",
             "zero.csv": "zero.csv line 3: linear column m=0; valid: a whole number >= 1",
             "blank.csv": "blank.csv line 2: linear column 'm' is empty; give a number >= 1",
             "dtype.csv": "dtype.csv line 2: linear column dtype='int3'; valid: fp32, fp16, bf16,",
-            "nofamily.csv": "nofamily.csv line 3: family is empty; valid: a bundle family, e.g. linear"}
+            "nofamily.csv": "nofamily.csv line 3: family is empty; valid: a bundle family, e.g. linear",
+            "binary.csv": "binary.csv is not a text CSV (byte 0 is not UTF-8)"}
     for name, text in bad.items():
         path = tmp_path / name
-        if text is not None:
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        elif text is not None:
             path.write_text(text)
         res = runner.invoke(app, ["predict", "--bundle", str(out), "--input", str(path)])
         assert res.exit_code == 2 and res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
