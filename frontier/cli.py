@@ -653,7 +653,7 @@ def predict(
             raise ValueError(f"--input {input} is empty; need a header row with `family` and the "
                              f"family's profile-schema columns") from None
         except UnicodeDecodeError as exc:
-            raise ValueError(f"--input {input} is not a text CSV (byte {exc.start} is not UTF-8)") from None
+            raise ValueError(f"--input {input} is not a UTF-8 text file (byte {exc.start})") from None
         if "family" not in df.columns:
             raise ValueError(f"{input} has no `family` column")
         if "timing_mode" not in df.columns:

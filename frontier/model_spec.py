@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frontier.quant import BF16_BYTES, QuantSpec, parse_quantization
+from frontier.text_file import read_text
 
 if TYPE_CHECKING:
     from frontier.parallel import ParallelSpec
@@ -231,13 +232,13 @@ def load_model_spec(name_or_path: str) -> ModelSpec:
 def _read_json_object(path: Path) -> dict[str, Any]:
     """A local JSON file's top-level object; ValueError naming the file when it is not one."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not a JSON text file (byte {exc.start} is not UTF-8)") from None
+        data = json.loads(read_text(path, "model config"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise ValueError(f"model config {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object (a Hugging Face config)")
+        raise ValueError(f"model config {str(path)!r} holds a JSON {type(data).__name__}, not an object "
+                         f"(a Hugging Face config)")
     return data
 
 

@@ -13,6 +13,8 @@ from typing import Any, Iterable
 
 import yaml
 
+from frontier.text_file import read_text
+
 
 def load_scenario(path: str | Path, valid_keys: Iterable[str]) -> dict[str, Any]:
     """Read ``path`` and return ``{underscored_key: value}``; refuse unknown keys."""
@@ -20,7 +22,7 @@ def load_scenario(path: str | Path, valid_keys: Iterable[str]) -> dict[str, Any]
     if not p.is_file():
         raise ValueError(f"scenario file {str(p)!r} does not exist")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(read_text(p, "scenario file"))
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise ValueError(f"scenario file {str(p)!r} is not valid YAML: {first}") from None

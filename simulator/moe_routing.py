@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from frontier.power_law_routing import power_law_loads
+from frontier.text_file import read_text
 
 ROUTING_KINDS = ("balanced", "random", "power_law", "trace")
 RANDOM_EXACT_PAIRS = 4096      # random routing: exact distinct top-k draws up to this many pairs
@@ -87,16 +88,30 @@ class RoutingSpec:
 def load_expert_weights(path: str | Path, num_experts: int) -> np.ndarray:
     """One non-negative weight per expert from a JSON / .npy / text file (module doc)."""
     p = Path(path)
+    what = f"--moe-routing trace file {str(p)!r}"
     if not p.is_file():
-        raise ValueError(f"--moe-routing trace file {str(p)!r} does not exist")
+        raise ValueError(f"{what} does not exist")
     if p.suffix == ".npy":
-        w = np.load(p)
-    elif p.suffix == ".json":
-        data = json.loads(p.read_text())
-        w = np.asarray(data["expert_load"] if isinstance(data, dict) else data, dtype=float)
+        try:
+            values = np.load(p, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ValueError(f"{what} is not a .npy array of numbers ({exc})") from None
     else:
-        w = np.asarray([float(x) for x in p.read_text().replace(",", " ").split()], dtype=float)
-    w = np.asarray(w, dtype=float).ravel()
+        text = read_text(p, "--moe-routing trace file")
+        if p.suffix == ".json":
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+            if isinstance(data, dict) and "expert_load" not in data:
+                raise ValueError(f"{what} holds a JSON object without \"expert_load\" (a list of weights)")
+            values = data["expert_load"] if isinstance(data, dict) else data
+        else:
+            values = text.replace(",", " ").split()
+    try:
+        w = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} holds no list of expert weights ({exc})") from None
     if w.size != num_experts or (w < 0).any() or not w.sum() > 0:
         raise ValueError(f"trace {str(p)!r}: need {num_experts} non-negative weights with a positive sum, "
                          f"got {w.size}")

@@ -42,6 +42,7 @@ from typing import Iterator
 import numpy as np
 
 from frontier.cache import cache_root
+from frontier.text_file import read_text
 
 from simulator.request import RequestSpec
 
@@ -116,7 +117,7 @@ class TokenCache:
 
     def _load_data(self) -> list[dict]:
         if self._data is None:
-            text = self.path.read_text(encoding="utf-8")
+            text = read_text(self.path, "ShareGPT file")
             self._data = [e for e in parse_entries(text) if "conversations" in e and len(e["conversations"]) >= 2]
             self.num_entries = len(self._data)
         return self._data

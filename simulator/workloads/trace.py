@@ -17,11 +17,13 @@ sorted by arrival time (stable).  Rows are numbered from 0 in error messages.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+from frontier.text_file import read_text
 from simulator.request import RequestSpec
 
 REQUIRED = ("arrival_time_s", "output_len")
@@ -31,17 +33,16 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         rows = []
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}: line {n + 1} is not valid JSON ({e.msg})") from None
+        for n, line in enumerate(io.StringIO(read_text(path, "trace file"), newline=None)):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}: line {n + 1} is not valid JSON ({e.msg})") from None
         return rows
     if suffix == ".csv":
-        with open(path, encoding="utf-8", newline="") as f:
-            return [{k: v for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+        f = io.StringIO(read_text(path, "trace file"), newline="")
+        return [{k: v for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
     if suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 

@@ -155,7 +155,7 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
             "blank.csv": "blank.csv line 2: linear column 'm' is empty; give a number >= 1",
             "dtype.csv": "dtype.csv line 2: linear column dtype='int3'; valid: fp32, fp16, bf16,",
             "nofamily.csv": "nofamily.csv line 3: family is empty; valid: a bundle family, e.g. linear",
-            "binary.csv": "binary.csv is not a text CSV (byte 0 is not UTF-8)"}
+            "binary.csv": "binary.csv is not a UTF-8 text file (byte 0)"}
     for name, text in bad.items():
         path = tmp_path / name
         if isinstance(text, bytes):

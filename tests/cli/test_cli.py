@@ -62,7 +62,18 @@ def test_scenario_file_and_flags_merge_flags_win(tmp_path):
 def test_bad_inputs_get_one_line_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("max-num-seq: 4\n")
+    binary, sharegpt, model = tmp_path / "bin.yaml", tmp_path / "sg.json", tmp_path / "m"
+    binary.write_bytes(b"model: x\n\xcb")
+    sharegpt.write_bytes(b"[\xcb]")
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "hidden_size": "x", "num_hidden_layers": 2, '
+                                       '"num_attention_heads": 4, "vocab_size": 100}')
     cases = [
+        # binary files and malformed configs: the bare codec / int() messages before
+        (["simulate", "--config", str(binary)], f"scenario file '{binary}' is not a UTF-8 text file (byte 9)"),
+        (["simulate", "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "2"],
+         f"ShareGPT file '{sharegpt}' is not a UTF-8 text file (byte 1)"),
+        (["simulate", "--model", str(model)], "m: config.json hidden_size='x'; valid: a whole number >= 1"),
         (["simulate", "--gpu", "X100"], "unknown GPU 'X100'"),
         (["simulate", "--max-num-seqs", "0"], "--max-num-seqs must be a positive integer"),
         (["simulate", "--dataset-name", "nope"], "dataset_name='nope'"),

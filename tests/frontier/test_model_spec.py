@@ -233,16 +233,16 @@ def test_a_local_config_that_is_no_json_object_is_named(tmp_path):
     bare decoder message before."""
     path = tmp_path / "m" / "config.json"
     path.parent.mkdir()
-    for content, want in ((b"\xcb\x00\x01", "is not a JSON text file (byte 0 is not UTF-8)"),
+    for content, want in ((b"\xcb\x00\x01", "is not a UTF-8 text file (byte 0)"),
                           (b'{"a":', "is not valid JSON: Expecting value at line 1 column 6"),
                           (b"[1, 2]", "holds a JSON list, not an object (a Hugging Face config)")):
         path.write_bytes(content)
         with pytest.raises(ValueError) as err:
             load_model_spec(str(path.parent))
-        assert str(err.value) == f"{path} {want}"
+        assert str(err.value) == f"model config {str(path)!r} {want}"
     path.write_text(json.dumps(_tiny()))
     (path.parent / "hf_quant_config.json").write_text("[]")
-    with pytest.raises(ValueError, match=r"hf_quant_config.json holds a JSON list, not an object"):
+    with pytest.raises(ValueError, match=r"hf_quant_config.json' holds a JSON list, not an object"):
         load_model_spec(str(path))
 
 

@@ -111,6 +111,21 @@ def test_trace_weights(tmp_path):
         MoeRouter(RoutingSpec.parse(f"trace:{tmp_path / 'short.txt'}"), 8, 2, ep=2)
 
 
+def test_trace_weight_files_that_hold_no_weights_are_named(tmp_path):
+    """Each was a bare decoder message, a KeyError or "could not convert string to float" before."""
+    cases = {"bin.json": (b"\xcb\x00", "is not a UTF-8 text file (byte 0)"),
+             "broken.json": (b'{"expert_load": [1,', "is not valid JSON: Expecting value at line 1 column 20"),
+             "other.json": (b'{"load": [1, 2]}', 'holds a JSON object without "expert_load" (a list of weights)'),
+             "words.txt": (b"1 2 abc", "holds no list of expert weights (could not convert string to float: 'abc')"),
+             "junk.npy": (b"\x93NUMPY", "is not a .npy array of numbers (")}
+    for name, (content, want) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(ValueError) as err:
+            MoeRouter(RoutingSpec.parse(f"trace:{path}"), 8, 2, ep=2)
+        assert str(err.value).startswith(f"--moe-routing trace file {str(path)!r} {want}"), str(err.value)
+
+
 def test_allocate_pairs_water_fills_the_cap():
     assert allocate_pairs(np.array([100.0, 1.0, 1.0]), 6, 3).tolist() == [3, 2, 1]
     assert allocate_pairs(np.array([1.0, 1.0, 1.0]), 7, 3).tolist() == [3, 2, 2]

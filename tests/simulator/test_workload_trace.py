@@ -86,3 +86,7 @@ def test_bad_files(tmp_path):
     (tmp_path / "t.jsonl").write_text('{"arrival_time_s": 0\n')
     with pytest.raises(ValueError, match="line 1 is not valid JSON"):
         _gen(tmp_path / "t.jsonl")
+    for name in ("b.jsonl", "b.csv"):          # a binary file: the bare utf-8 codec message before
+        (tmp_path / name).write_bytes(b"arrival_time_s\n\xcb\x00")
+        with pytest.raises(ValueError, match=rf"^trace file '{tmp_path / name}' is not a UTF-8 text file \(byte 15\)$"):
+            _gen(tmp_path / name)
