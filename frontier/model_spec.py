@@ -24,8 +24,8 @@ Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank
 from __future__ import annotations
 
 import difflib
-import math
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -237,8 +237,7 @@ def _read_json_object(path: Path) -> dict[str, Any]:
         raise ValueError(f"model config {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
                          f"column {exc.colno}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"model config {str(path)!r} holds a JSON {type(data).__name__}, not an object "
-                         f"(a Hugging Face config)")
+        raise ValueError(f"model config {str(path)!r} holds a JSON {type(data).__name__}, not an object")
     return data
 
 

@@ -235,7 +235,7 @@ def test_a_local_config_that_is_no_json_object_is_named(tmp_path):
     path.parent.mkdir()
     for content, want in ((b"\xcb\x00\x01", "is not a UTF-8 text file (byte 0)"),
                           (b'{"a":', "is not valid JSON: Expecting value at line 1 column 6"),
-                          (b"[1, 2]", "holds a JSON list, not an object (a Hugging Face config)")):
+                          (b"[1, 2]", "holds a JSON list, not an object")):
         path.write_bytes(content)
         with pytest.raises(ValueError) as err:
             load_model_spec(str(path.parent))
