@@ -30,7 +30,11 @@ spread (2026-12-01, H200 rows): 10.49 -> 12.22 % (balanced rows 10.5 -> 12.4 %),
 rows are even, as featurized; by slice the power-law rows without EP reach 7.1-7.7 %, the noise
 floor (``bench/table_noise.py``), and the balanced (10.5 %) and EP rows (10.9-12.7 %) carry the
 tail. The tables repeat
-identical work to p95 ~7 % (README, calibration), below which no predictor can go."""
+identical work to p95 ~7 % (README, calibration), below which no predictor can go. AIC's H200
+w4a16_mxfp4 rows hold two kernels (gpt-oss's Triton, 1,944 rows; Kimi-K3's Marlin, 972) in one
+sub-model and roofline: a sub-model per kernel (2026-12-01, H200 rows) takes the Triton
+sub-model's p95 11.31 -> 9.51 % (Marlin 13.05 %), all rows 10.49 -> 10.46 %, and moves the 75
+gpt-oss H200 silicon rows by 38.1 / 7.3 -> 38.3 / 7.1 % TTFT / TPOT MAPE: not adopted."""
 
 from __future__ import annotations
 
