@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import typer
 
+from frontier.out_path import check_dir_path, check_file_path
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Frontier: simulate LLM serving deployments on a CPU, faithfully to vLLM.")
 
@@ -258,7 +260,7 @@ def simulate(
 ) -> None:
     """Simulate a vLLM deployment serving a benchmark workload and print vllm bench serve's summary."""
     from simulator.engine_args import EngineArgs
-    from simulator.output import write_outputs
+    from simulator.output import check_output_paths, write_outputs
     from simulator.simulation import FRONTEND_LATENCY_S, SimulationSpec, run_simulation
     from simulator.workload import WorkloadSpec
     from simulator.metrics import format_summary
@@ -295,6 +297,7 @@ def simulate(
             architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
             afd=_afd_spec(values),
             predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
+        check_output_paths(values)
         result = run_simulation(spec)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
@@ -324,7 +327,12 @@ def simulate(
         typer.echo(format_summary(result.summary))
     typer.echo(f"{'Simulated duration (s):':<40} {result.simulated_duration_s:<10.2f}")
     typer.echo(f"{'Simulation wall time (s):':<40} {result.sim_wall_s:<10.3f}")
-    for path in write_outputs(result, values):
+    try:
+        written = write_outputs(result, values)
+    except OSError as exc:       # what check_output_paths cannot foresee (a full disk, /proc)
+        _fail(f"could not write {exc.filename or 'an output file'}: {exc.strerror or exc}")
+        return
+    for path in written:
         typer.echo(f"wrote {path}")
 
 
@@ -487,6 +495,7 @@ def import_profiles(
 ) -> None:
     """Import public measured profiles (AIConfigurator perf DB, Vidur CSVs) into the profile schema."""
     try:
+        check_dir_path("--out", out)
         if source == "aiconfigurator":
             from calibration.importers.aiconfigurator import import_aiconfigurator_report
             report = import_aiconfigurator_report(path, out, gpus=gpu, families=family, version=version)
@@ -557,6 +566,7 @@ def calibrate(
         _fail(f"unknown --holdout-by {holdout_by!r}; valid: {', '.join(HOLDOUT_BY)}")
     t0 = time.perf_counter()
     try:
+        check_file_path("--out", out)
         with tempfile.TemporaryDirectory(prefix="frontier-import-") as tmp:
             root = profiles
             if source == "vidur":
@@ -740,6 +750,7 @@ def profile(
                        gpu=gpu, grid=grid, backend=backend, warmup_ms=warmup_ms, budget_ms=budget_ms,
                        max_chunks=max_chunks, dry_run=dry_run)
     try:
+        check_dir_path("--out", out)
         run_profile(args)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

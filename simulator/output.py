@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from frontier.out_path import check_dir_path, check_file_path
 from simulator.trace import write_parquet
 
 
@@ -74,6 +75,23 @@ def result_filename(values: dict[str, Any], model_id: str, now: datetime | None 
     mc_str = f"-concurrency{mc}" if mc is not None else ""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     return f"vllm-{rate_str}qps{mc_str}-{model_id.split('/')[-1]}-{stamp}.json"
+
+
+def check_output_paths(values: dict[str, Any]) -> None:
+    """ValueError (one line) for an output option ``write_outputs`` could not write, checked
+    before the simulation runs (``frontier.out_path``): the folders ``--output-dir`` and, with
+    ``--save-result``, ``--result-dir``; the files ``--batch-trace``, ``--perfetto`` and a named
+    result file. Creates nothing."""
+    save = bool(values.get("save_result"))
+    if values.get("output_dir") is not None:
+        check_dir_path("--output-dir", values["output_dir"])
+    if save:
+        check_dir_path("--result-dir", values.get("result_dir") or ".")
+        if values.get("result_filename"):
+            check_file_path("--result-filename", Path(values.get("result_dir") or ".") / str(values["result_filename"]))
+    for flag, key in (("--batch-trace", "batch_trace"), ("--perfetto", "perfetto")):
+        if values.get(key) is not None:
+            check_file_path(flag, values[key])
 
 
 def write_outputs(result, values: dict[str, Any]) -> list[Path]:

@@ -69,6 +69,12 @@ def test_bad_inputs_get_one_line_errors(tmp_path):
     (model / "config.json").write_text('{"model_type": "llama", "hidden_size": "x", "num_hidden_layers": 2, '
                                        '"num_attention_heads": 4, "vocab_size": 100}')
     cases = [
+        # output paths that cannot be written: refused before simulating (a traceback at the end before)
+        (["simulate", "--output-dir", str(bad)], f"--output-dir {bad} exists and is not a directory"),
+        (["simulate", "--output-dir", str(bad / "sub")],
+         f"--output-dir: {bad} is not a directory, so {bad / 'sub'} cannot be created"),
+        (["simulate", "--batch-trace", str(tmp_path)], f"--batch-trace {tmp_path} is a directory; give a file path"),
+        (["simulate", "--save-result", "--result-dir", str(bad)], f"--result-dir {bad} exists and is not a directory"),
         # binary files and malformed configs: the bare codec / int() messages before
         (["simulate", "--config", str(binary)], f"scenario file '{binary}' is not a UTF-8 text file (byte 9)"),
         (["simulate", "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "2"],
@@ -91,6 +97,18 @@ def test_bad_inputs_get_one_line_errors(tmp_path):
         assert res.exit_code == 2, (argv, res.output)
         lines = [ln for ln in res.output.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], (argv, res.output)
+
+
+def test_an_output_that_fails_at_the_end_is_one_line(tmp_path, monkeypatch):
+    """What check_output_paths cannot foresee (a full disk, /proc) fails in one line, not a traceback."""
+    import simulator.output
+
+    def full_disk(result, values):
+        raise OSError(28, "No space left on device", str(tmp_path / "out" / "requests.parquet"))
+    monkeypatch.setattr(simulator.output, "write_outputs", full_disk)
+    res = runner.invoke(app, BASE + ["--output-dir", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    assert res.output.splitlines()[-1] == f"error: could not write {tmp_path / 'out' / 'requests.parquet'}: No space left on device"
 
 
 def test_memory_json_has_the_breakdown():
