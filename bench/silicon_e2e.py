@@ -859,6 +859,46 @@ def plan(rows: list[dict[str, str]], models: list[str] | None, limit: int | None
     return deps, skips
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """ValueError (one line) for a flag the bench cannot run with, raised before anything is
+    simulated (each of these used to fail every row, print an empty table, or end the run in a
+    traceback once it was done)."""
+    from frontier.out_path import check_file_path
+    from simulator.moe_routing import RoutingSpec
+    bad = [s.strip() for s in args.systems.split(",") if s.strip() and s.strip() not in SYSTEM_TO_GPU]
+    if bad:
+        raise ValueError(f"--systems {bad[0]!r} is not a system this bench simulates; valid: {', '.join(SYSTEM_TO_GPU)}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    for flag, value, high in (("--step-jitter", args.step_jitter, 1.0), ("--range-ratio", args.range_ratio, 1.0),
+                              ("--frontend-latency-ms", args.frontend_latency_ms, 60000.0)):
+        if not 0.0 <= value < high:
+            raise ValueError(f"{flag} must be in [0, {high:g}), got {value!r}")
+    RoutingSpec.parse(args.moe_routing)
+    if args.predictor_bundle not in (None, "none", "auto"):
+        from calibration.bundle import read_manifest
+        read_manifest(args.predictor_bundle)
+    if args.out is not None:
+        check_file_path("--out", args.out)
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    """A JSON report written by ``--out`` (``--rescore``); ValueError (one line) otherwise."""
+    from frontier.text_file import read_text
+    if not path.is_file():
+        raise ValueError(f"--rescore {path} does not exist; give a report written by --out")
+    try:
+        report = json.loads(read_text(path, "--rescore file"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--rescore {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not (isinstance(report, dict) and isinstance(report.get("rows"), list) and report["rows"]
+            and "skipped" in report):
+        raise ValueError(f"--rescore {path} is not a report written by --out (no rows and skipped lists)")
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", type=Path, default=SILICON_CSV)
@@ -897,9 +937,14 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"SimulationSpec.frontend_latency_s in ms: send -> engines (default {FRONTEND_LATENCY_MS:g} "
                          "here; see the module doc)")
     args = ap.parse_args(argv)
+    try:
+        check_args(args)
+        report = _read_report(args.rescore) if args.rescore else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
-    if args.rescore:
-        report = json.loads(args.rescore.read_text())
+    if report is not None:
         jitters = tuple(float(k.split("=", 1)[1]) for k in report["rows"][0] if k.startswith("jitter="))
         for r in report["rows"]:
             for j in jitters:
@@ -915,6 +960,9 @@ def main(argv: list[str] | None = None) -> int:
     models = [m.strip() for m in args.models.split(",")] if args.models else None
     rows = load_rows(args.csv, systems)
     deps, skips = plan(rows, models, args.limit, args.aic_runs)
+    if models and not deps and not skips:
+        print(f"error: --models {args.models!r} matches no row's model_path on {', '.join(systems)}", file=sys.stderr)
+        return 2
     if args.both_jitter:
         jitters: tuple[float, ...] = (0.0, args.step_jitter or 0.05)
     else:

@@ -343,3 +343,34 @@ def test_every_selected_row_has_a_known_vllm_version(rows: dict[str, dict[str, s
     deps = [d for d in map(e2e.map_row, rows.values()) if isinstance(d, e2e.Deployment)]
     versions = {e2e._engine_args(d).vllm_version for d in deps}
     assert versions == {"0.11.2", "0.12.0", "0.15.1", "0.16.0", "0.17.0", "0.18.0", "0.19.0", "0.33.0"}
+
+
+def test_bad_flags_are_one_line_before_any_simulation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each of these printed an empty table (0 rows), an ERROR on every row, or a traceback at the
+    end of the run; now one line on stderr and exit 2, before anything is simulated."""
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2]")
+    cases = [(["--systems", "h100_sxm,bogus"], "--systems 'bogus' is not a system this bench simulates; valid: "
+                                                 "h100_sxm, h200_sxm, b200_sxm, b300_sxm"),
+             (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+             (["--limit", "0"], "--limit must be >= 1, got 0"),
+             (["--step-jitter", "5"], "--step-jitter must be in [0, 1), got 5.0"),
+             (["--range-ratio", "1"], "--range-ratio must be in [0, 1), got 1.0"),
+             (["--frontend-latency-ms", "nan"], "--frontend-latency-ms must be in [0, 60000), got nan"),
+             (["--moe-routing", "zipf"], "--moe-routing 'zipf'; valid: balanced, random, power_law:ALPHA, trace:PATH"),
+             (["--predictor-bundle", str(junk)], f"bundle {junk} has no manifest junk.json.manifest.json; "
+                                                 "refusing to unpickle it"),
+             (["--out", str(tmp_path)], f"--out {tmp_path} is a directory; give a file path"),
+             (["--rescore", str(tmp_path / "none.json")], f"--rescore {tmp_path / 'none.json'} does not exist; "
+                                                          "give a report written by --out"),
+             (["--rescore", str(junk)], f"--rescore {junk} is not a report written by --out (no rows and skipped lists)")]
+    for argv, message in cases:
+        assert e2e.main(argv) == 2, argv
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err) == ("", f"error: {message}\n"), argv
+
+
+@needs_data
+def test_models_matching_no_row_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e.main(["--models", "Llama-3.3", "--systems", "h100_sxm"]) == 2
+    assert capsys.readouterr().err == "error: --models 'Llama-3.3' matches no row's model_path on h100_sxm\n"
