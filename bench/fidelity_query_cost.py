@@ -36,6 +36,8 @@ from calibration.auto_bundle import ensure_bundle
 from calibration.bundle import load_bundle
 from calibration.predictors import base
 from calibration.predictors.base import SCALAR_QUERIES
+from frontier.gpu import get_gpu
+from frontier.model_spec import load_model_spec
 from simulator import predictor_cost
 from simulator.engine_args import EngineArgs
 from simulator.simulation import SimulationSpec, run_simulation
@@ -103,7 +105,14 @@ def main() -> None:
                         help="simulations in one process (workload seeds 0, 1, ...): the first starts with "
                              "empty memos, the later ones reuse them, as the runs of a sweep do")
     args = parser.parse_args()
-    path = ensure_bundle(args.gpu, log=print)
+    for flag, value in (("--runs", args.runs), ("--num-prompts", args.num_prompts)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    try:
+        load_model_spec(args.model)                 # an unknown model or GPU: one line, not a traceback
+        path = ensure_bundle(get_gpu(args.gpu).name, log=print)
+    except ValueError as exc:
+        parser.error(str(exc))
     bundle = load_bundle(path)
     for family in ("linear", "attention"):
         raw, fast = one_row_costs_s(bundle.predictors[family])

@@ -70,6 +70,10 @@ def main() -> None:
     parser.add_argument("--predictor-bundle", default=None,
                         help="calibrated costs: a bundle path or auto (the cached H100 bundle); default roofline")
     args = parser.parse_args()
+    if args.num_prompts < 1:
+        parser.error(f"--num-prompts must be >= 1, got {args.num_prompts}")
+    if args.request_rate is not None and not args.request_rate > 0:
+        parser.error(f"--request-rate must be > 0, got {args.request_rate}")
     names = ("pdd", "afd") if args.case == "all" else (args.case,)
     print(f"{'case':<16} {'gpus':>5} {'reqs':>7} {'failed':>6} {'sim_s':>7} {'loop_s':>7} {'wall_s':>7} "
           f"{'cpu_s':>7} {'x_real':>6} {'x_cpu':>6} {'steps':>8} {'req/s':>7} {'tpot_ms':>7} {'ttft_ms':>8} "

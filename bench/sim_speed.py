@@ -32,6 +32,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--num-prompts", type=int, default=2000)
     args = parser.parse_args()
+    if args.num_prompts < 1:
+        parser.error(f"--num-prompts must be >= 1, got {args.num_prompts}")
     print(f"{'case':<30} {'reqs':>6} {'sim_s':>8} {'wall_s':>7} {'steps':>7} {'steps/s':>8} "
           f"{'us/req-step':>11} {'rss_MiB':>8}")
     for name, engine, wl in CASES:
