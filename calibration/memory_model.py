@@ -101,10 +101,3 @@ def overheads_for(entry: dict | None, model: str, parallel: ParallelSpec) -> Pro
                 graph_intercept_bytes=graph.get("intercept_bytes"),
                 graph_bytes_per_token=graph.get("bytes_per_token"))
     return None
-
-
-def bundle_overheads(bundle: str | Path, model: str, parallel: ParallelSpec) -> ProfiledOverheads | None:
-    """The fitted terms a bundle carries for `model` at `parallel` (its manifest is checked first)."""
-    from calibration.bundle import read_manifest
-
-    return overheads_for(read_manifest(bundle).get("memory"), model, parallel)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import fields
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -373,7 +373,8 @@ def memory(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
     """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's)."""
-    from calibration.memory_model import bundle_overheads
+    from calibration.bundle import read_manifest
+    from calibration.memory_model import overheads_for
     from simulator.engine_args import EngineArgs
     from simulator.memory import parse_human_int
     from simulator.simulation import build_memory, resolve_engine
@@ -393,7 +394,19 @@ def memory(
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version, **cg,
             kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
-        profiled = None if predictor_bundle is None else bundle_overheads(predictor_bundle, resolved.model.name, resolved.parallel)
+        profiled = note = None
+        if predictor_bundle is not None:
+            manifest = read_manifest(predictor_bundle)
+            profiled = overheads_for(manifest.get("memory"), resolved.model.name, resolved.parallel)
+            terms = profiled is not None and any(v is not None for v in astuple(profiled))
+            bundle_gpu = str(manifest.get("gpu", ""))
+            if terms and bundle_gpu and bundle_gpu.lower() != resolved.gpu.name.lower():
+                raise ValueError(f"--predictor-bundle {predictor_bundle} was profiled on {bundle_gpu}, not "
+                                 f"{resolved.gpu.name}; its memory terms hold for {bundle_gpu} only")
+            if not terms:
+                p = resolved.parallel
+                note = (f"{predictor_bundle} has no profiled memory terms for {resolved.model.name} at TP{p.tp} "
+                        f"PP{p.pp} EP{p.ep}: the activation, non-torch and CUDA-graph terms are vLLM's estimates")
         budget = build_memory(resolved, profiled)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
@@ -426,6 +439,7 @@ def memory(
         "kv_cache_groups": [[g.kind, len(g.layers)] for g in budget.layout.groups],
         "sources": dict(budget.sources),
         "start_error": budget.start_error(resolved.max_model_len),
+        "bundle_note": note,
     }
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -444,6 +458,8 @@ def memory(
                f"{report['max_concurrency']:.2f}x")
     if report["start_error"]:
         typer.echo(report["start_error"])
+    if note:
+        typer.echo(f"note: {note}")
 
 
 @app.command()

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from calibration.bundle import read_manifest, save_bundle
-from calibration.memory_model import GRAPH_TOKENS, bundle_overheads, fit_memory_rows, memory_entry, overheads_for
+from calibration.memory_model import GRAPH_TOKENS, fit_memory_rows, memory_entry, overheads_for
 from frontier.cli import app
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
@@ -94,14 +94,22 @@ def test_bundle_carries_the_entry_and_the_cli_uses_it(tmp_path):
     assert memory_entry(root, "A100-80GB") is None
     save_bundle(bundle, {}, {"gpu": "H100-SXM"}, memory=entry)
     assert read_manifest(bundle)["memory"] == json.loads(json.dumps(entry))
-    assert bundle_overheads(bundle, MODEL, ParallelSpec()).non_torch_bytes == 320 * MIB
+    assert overheads_for(read_manifest(bundle)["memory"], MODEL, ParallelSpec()).non_torch_bytes == 320 * MIB
     res = runner.invoke(app, ["memory", "--model", MODEL, "--max-num-seqs", "256", "--predictor-bundle", str(bundle),
                               "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
     assert report["sources"]["activation"] == "profiled" and report["non_torch_gib"] == 320 / 1024
+    assert report["bundle_note"] is None
     res = runner.invoke(app, ["memory", "--model", MODEL, "-tp", "2", "--predictor-bundle", str(bundle)])
     assert res.exit_code == 0 and "(estimated)" in res.output and "(profiled)" not in res.output
+    # ... and says why (the estimates used to replace the bundle's terms silently)
+    assert res.output.splitlines()[-1] == (f"note: {bundle} has no profiled memory terms for {MODEL} at TP2 PP1 "
+                                           "EP1: the activation, non-torch and CUDA-graph terms are vLLM's estimates")
+    # terms profiled on another GPU are not applied to this one (they were, silently)
+    res = runner.invoke(app, ["memory", "--model", MODEL, "--gpu", "H200", "--predictor-bundle", str(bundle)])
+    assert res.exit_code == 2 and res.output == (f"error: --predictor-bundle {bundle} was profiled on H100-SXM, not "
+                                                 "H200; its memory terms hold for H100-SXM only\n"), res.output
 
 
 def test_cpu_profiler_rows_leave_every_term_estimated(tmp_path):
