@@ -640,6 +640,10 @@ def evaluate(
     from calibration.bundle import read_manifest
     try:
         manifest = read_manifest(bundle)
+        if not isinstance(manifest.get("heldout_error"), dict) or not isinstance(manifest.get("split"), dict):
+            held = "profiled memory terms only" if manifest.get("memory") else "no held-out report"
+            raise ValueError(f"bundle {bundle} holds {held}; `frontier calibrate` writes the held-out error "
+                             f"`frontier evaluate` reports")
     except ValueError as exc:
         _fail(str(exc))
         return

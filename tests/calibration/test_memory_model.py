@@ -101,6 +101,10 @@ def test_bundle_carries_the_entry_and_the_cli_uses_it(tmp_path):
     report = json.loads(res.output)
     assert report["sources"]["activation"] == "profiled" and report["non_torch_gib"] == 320 / 1024
     assert report["bundle_note"] is None
+    # `frontier evaluate` on it: one line, not a KeyError traceback
+    res = runner.invoke(app, ["evaluate", "--bundle", str(bundle)])
+    assert res.exit_code == 2 and res.output == (f"error: bundle {bundle} holds profiled memory terms only; `frontier "
+                                                 "calibrate` writes the held-out error `frontier evaluate` reports\n")
     res = runner.invoke(app, ["memory", "--model", MODEL, "-tp", "2", "--predictor-bundle", str(bundle)])
     assert res.exit_code == 0 and "(estimated)" in res.output and "(profiled)" not in res.output
     # ... and says why (the estimates used to replace the bundle's terms silently)
