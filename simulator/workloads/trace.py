@@ -10,8 +10,9 @@ Columns (one row per request):
     request_id         str, unique (default: the row index)                   (optional)
     priority           int (default 0; lower runs first under priority scheduling)  (optional)
 
-Like vLLM's ``timed_trace`` the first ``num_prompts`` rows (file order) are used; the result is
-sorted by arrival time (stable).  Rows are numbered from 0 in error messages.
+A ``.json`` file may instead hold one JSON array of such objects.  Like vLLM's ``timed_trace``
+the first ``num_prompts`` rows (file order) are used; the result is sorted by arrival time
+(stable).  Rows are numbered from 0 in error messages.
 """
 
 from __future__ import annotations
@@ -32,8 +33,14 @@ REQUIRED = ("arrival_time_s", "output_len")
 def _read_rows(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
+        text = read_text(path, "trace file")
+        if suffix == ".json" and text.lstrip().startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not a valid JSON array ({e.msg} at line {e.lineno})") from None
         rows = []
-        for n, line in enumerate(io.StringIO(read_text(path, "trace file"), newline=None)):
+        for n, line in enumerate(io.StringIO(text, newline=None)):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
@@ -75,6 +82,9 @@ def _token_ids(value: Any, row: int) -> tuple[int, ...]:
 
 
 def _parse_row(raw: dict[str, Any], row: int) -> RequestSpec:
+    if not isinstance(raw, dict):
+        raise ValueError(f"trace row {row}: a JSON {type(raw).__name__}, not an object with arrival_time_s, "
+                         "output_len and prompt_len or prompt_token_ids")
     missing = [c for c in REQUIRED if raw.get(c) is None]
     if raw.get("prompt_len") is None and raw.get("prompt_token_ids") is None:
         missing.append("prompt_len|prompt_token_ids")

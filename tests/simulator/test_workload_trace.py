@@ -86,6 +86,18 @@ def test_bad_files(tmp_path):
     (tmp_path / "t.jsonl").write_text('{"arrival_time_s": 0\n')
     with pytest.raises(ValueError, match="line 1 is not valid JSON"):
         _gen(tmp_path / "t.jsonl")
+    # a .json file holding one array of rows is read as such; a row that is not an object is named
+    # (a JSON array read as JSON Lines ended in "AttributeError: 'list' object has no attribute 'get'")
+    (tmp_path / "a.json").write_text(json.dumps([{"arrival_time_s": 0.5, "prompt_len": 4, "output_len": 2},
+                                                 {"arrival_time_s": 0.0, "prompt_len": 3, "output_len": 1}]))
+    assert [(r.arrival_s, r.prompt_len) for r in _gen(tmp_path / "a.json")] == [(0.0, 3), (0.5, 4)]
+    (tmp_path / "ints.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"^trace row 0: a JSON int, not an object with arrival_time_s, output_len "
+                                         r"and prompt_len or prompt_token_ids$"):
+        _gen(tmp_path / "ints.json")
+    (tmp_path / "cut.json").write_text('[{"arrival_time_s": 0,')
+    with pytest.raises(ValueError, match=r"cut.json: not a valid JSON array \(Expecting property name"):
+        _gen(tmp_path / "cut.json")
     for name in ("b.jsonl", "b.csv"):          # a binary file: the bare utf-8 codec message before
         (tmp_path / name).write_bytes(b"arrival_time_s\n\xcb\x00")
         with pytest.raises(ValueError, match=rf"^trace file '{tmp_path / name}' is not a UTF-8 text file \(byte 15\)$"):
