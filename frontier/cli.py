@@ -373,8 +373,6 @@ def memory(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
     """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's)."""
-    from calibration.bundle import read_manifest
-    from calibration.memory_model import overheads_for
     from simulator.engine_args import EngineArgs
     from simulator.memory import parse_human_int
     from simulator.simulation import build_memory, resolve_engine
@@ -394,19 +392,7 @@ def memory(
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version, **cg,
             kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
-        profiled = note = None
-        if predictor_bundle is not None:
-            manifest = read_manifest(predictor_bundle)
-            profiled = overheads_for(manifest.get("memory"), resolved.model.name, resolved.parallel)
-            terms = profiled is not None and any(v is not None for v in astuple(profiled))
-            bundle_gpu = str(manifest.get("gpu", ""))
-            if terms and bundle_gpu and bundle_gpu.lower() != resolved.gpu.name.lower():
-                raise ValueError(f"--predictor-bundle {predictor_bundle} was profiled on {bundle_gpu}, not "
-                                 f"{resolved.gpu.name}; its memory terms hold for {bundle_gpu} only")
-            if not terms:
-                p = resolved.parallel
-                note = (f"{predictor_bundle} has no profiled memory terms for {resolved.model.name} at TP{p.tp} "
-                        f"PP{p.pp} EP{p.ep}: the activation, non-torch and CUDA-graph terms are vLLM's estimates")
+        profiled, note = (None, None) if predictor_bundle is None else _bundle_memory_terms(predictor_bundle, resolved)
         budget = build_memory(resolved, profiled)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
@@ -460,6 +446,24 @@ def memory(
         typer.echo(report["start_error"])
     if note:
         typer.echo(f"note: {note}")
+
+
+def _bundle_memory_terms(bundle: Path, resolved) -> tuple[Any, str | None]:
+    """(the profiled non-KV terms a bundle holds for the resolved model and layout, or None; a note
+    when it holds none). ValueError when they were profiled on another GPU than the resolved one."""
+    from calibration.bundle import read_manifest
+    from calibration.memory_model import overheads_for
+    manifest = read_manifest(bundle)
+    profiled = overheads_for(manifest.get("memory"), resolved.model.name, resolved.parallel)
+    bundle_gpu = str(manifest.get("gpu", ""))
+    if profiled is not None and any(v is not None for v in astuple(profiled)):
+        if bundle_gpu and bundle_gpu.lower() != resolved.gpu.name.lower():
+            raise ValueError(f"--predictor-bundle {bundle} was profiled on {bundle_gpu}, not {resolved.gpu.name}; "
+                             f"its memory terms hold for {bundle_gpu} only")
+        return profiled, None
+    p = resolved.parallel
+    return profiled, (f"{bundle} has no profiled memory terms for {resolved.model.name} at TP{p.tp} PP{p.pp} "
+                      f"EP{p.ep}: the activation, non-torch and CUDA-graph terms are vLLM's estimates")
 
 
 @app.command()
