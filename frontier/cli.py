@@ -275,7 +275,11 @@ def simulate(
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
         if isinstance(values.get("request_rate"), str):
-            values["request_rate"] = float(values["request_rate"])
+            try:
+                values["request_rate"] = float(values["request_rate"])
+            except ValueError:
+                raise ValueError(f"--request-rate {values['request_rate']!r} is not a number; give requests "
+                                 "per second, or inf") from None
         values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
         _apply_compilation_config(values)
         if values.get("kv_cache_memory_bytes") is not None:

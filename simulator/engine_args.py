@@ -108,6 +108,15 @@ class EngineArgs:
     vllm_version: str = VLLM_DEFAULT
 
     def __post_init__(self) -> None:
+        # a scenario file's values reach here untyped (a YAML list or number for a name ended in a
+        # TypeError / AttributeError traceback; a word for a switch passed as true)
+        for name, what in (("model", "a catalogue name or a config.json path"), ("gpu", "a GPU name")):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
+        for name in ("enable_expert_parallel", "enable_prefix_caching", "enforce_eager", "async_scheduling"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (value is None and name == "async_scheduling"):
+                raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                      "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                      "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes",

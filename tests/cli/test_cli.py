@@ -62,6 +62,11 @@ def test_scenario_file_and_flags_merge_flags_win(tmp_path):
 def test_bad_inputs_get_one_line_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("max-num-seq: 4\n")
+    typed = {name: tmp_path / f"{name}.yaml" for name in ("model", "gpu", "rate", "switch")}
+    typed["model"].write_text("model: 5\n")
+    typed["gpu"].write_text("gpu: [H100]\n")
+    typed["rate"].write_text("request-rate: fast\n")
+    typed["switch"].write_text("enable-prefix-caching: maybe\n")
     binary, sharegpt, model = tmp_path / "bin.yaml", tmp_path / "sg.json", tmp_path / "m"
     binary.write_bytes(b"model: x\n\xcb")
     sharegpt.write_bytes(b"[\xcb]")
@@ -75,6 +80,13 @@ def test_bad_inputs_get_one_line_errors(tmp_path):
          f"--output-dir: {bad} is not a directory, so {bad / 'sub'} cannot be created"),
         (["simulate", "--batch-trace", str(tmp_path)], f"--batch-trace {tmp_path} is a directory; give a file path"),
         (["simulate", "--save-result", "--result-dir", str(bad)], f"--result-dir {bad} exists and is not a directory"),
+        # scenario values of the wrong type: tracebacks (TypeError, AttributeError, float()) or, for a
+        # word given to a switch, accepted as true
+        (["simulate", "--config", str(typed["model"])], "--model must be a catalogue name or a config.json path, got 5"),
+        (["simulate", "--config", str(typed["gpu"])], "--gpu must be a GPU name, got ['H100']"),
+        (["simulate", "--config", str(typed["rate"])], "--request-rate 'fast' is not a number; give requests per "
+                                                       "second, or inf"),
+        (["simulate", "--config", str(typed["switch"])], "--enable-prefix-caching must be true or false, got 'maybe'"),
         # binary files and malformed configs: the bare codec / int() messages before
         (["simulate", "--config", str(binary)], f"scenario file '{binary}' is not a UTF-8 text file (byte 9)"),
         (["simulate", "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "2"],
