@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import typing
 from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -38,11 +39,49 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...]) -> dict[str, Any]:
+def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
+           types: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The scenario file's settings (``types``: the command's parameter types, which its values are
+    checked against as the flags would be parsed, ``_typed``) overridden by the flags given."""
     from frontier.scenario import load_scenario
     merged = load_scenario(config, valid) if config is not None else {}
+    merged = {k: _typed(k, v, (types or {}).get(k)) for k, v in merged.items()}
     merged.update({k: v for k, v in cli.items() if v is not None})
     return merged
+
+
+# Scenario keys whose values may be richer than the flag's text: a YAML list of capture sizes, a
+# mapping for --compilation-config, and --vllm-version, whose number (0.20 read as 0.2) gets its
+# own message downstream.
+_UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "vllm_version")
+
+
+def _typed(key: str, value: Any, hint: Any) -> Any:
+    """A scenario value as its flag would be parsed: switches true / false, integers and numbers
+    (numeric text accepted), names and paths single values (numbers taken as text); ValueError
+    (one line) otherwise. A YAML value of the wrong type used to reach the simulator as it was
+    (a TypeError traceback, or a word taken as true)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    kind, flag = args[0], "--" + key.replace("_", "-")
+    if value is None or key in _UNTYPED_SCENARIO_KEYS or kind not in (bool, int, float, str, Path):
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{flag} must be true or false, got {value!r}")
+        return value
+    if isinstance(value, bool) or isinstance(value, (list, dict)):
+        raise ValueError(f"{flag} must be a single {'value' if kind in (str, Path) else 'number'}, got {value!r}")
+    if kind in (str, Path):
+        return str(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{flag} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if kind is int:
+        if not number.is_integer():
+            raise ValueError(f"{flag} must be an integer, got {value!r}")
+        return int(number)
+    return number
 
 
 def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
@@ -273,13 +312,7 @@ def simulate(
                 "predictor_bundle", "compilation_config") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
-        values = _merge({k: cli[k] for k in valid if k in cli}, config, valid)
-        if isinstance(values.get("request_rate"), str):
-            try:
-                values["request_rate"] = float(values["request_rate"])
-            except ValueError:
-                raise ValueError(f"--request-rate {values['request_rate']!r} is not a number; give requests "
-                                 "per second, or inf") from None
+        values = _merge({k: cli[k] for k in valid if k in cli}, config, valid, typing.get_type_hints(simulate))
         values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
         _apply_compilation_config(values)
         if values.get("kv_cache_memory_bytes") is not None:

@@ -62,7 +62,12 @@ def test_scenario_file_and_flags_merge_flags_win(tmp_path):
 def test_bad_inputs_get_one_line_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("max-num-seq: 4\n")
-    typed = {name: tmp_path / f"{name}.yaml" for name in ("model", "gpu", "rate", "switch")}
+    typed = {name: tmp_path / f"{name}.yaml" for name in ("model", "gpu", "rate", "switch", "save", "jitter", "conc",
+                                                          "out")}
+    typed["save"].write_text("save-result: maybe\n")
+    typed["jitter"].write_text("step-jitter: abc\n")
+    typed["conc"].write_text("max-concurrency: 2.5\n")
+    typed["out"].write_text("output-dir: [a]\n")
     typed["model"].write_text("model: 5\n")
     typed["gpu"].write_text("gpu: [H100]\n")
     typed["rate"].write_text("request-rate: fast\n")
@@ -82,11 +87,14 @@ def test_bad_inputs_get_one_line_errors(tmp_path):
         (["simulate", "--save-result", "--result-dir", str(bad)], f"--result-dir {bad} exists and is not a directory"),
         # scenario values of the wrong type: tracebacks (TypeError, AttributeError, float()) or, for a
         # word given to a switch, accepted as true
-        (["simulate", "--config", str(typed["model"])], "--model must be a catalogue name or a config.json path, got 5"),
-        (["simulate", "--config", str(typed["gpu"])], "--gpu must be a GPU name, got ['H100']"),
-        (["simulate", "--config", str(typed["rate"])], "--request-rate 'fast' is not a number; give requests per "
-                                                       "second, or inf"),
+        (["simulate", "--config", str(typed["model"])], "unknown model '5': not a config.json path nor a catalogue name"),
+        (["simulate", "--config", str(typed["gpu"])], "--gpu must be a single value, got ['H100']"),
+        (["simulate", "--config", str(typed["rate"])], "--request-rate must be a number, got 'fast'"),
         (["simulate", "--config", str(typed["switch"])], "--enable-prefix-caching must be true or false, got 'maybe'"),
+        (["simulate", "--config", str(typed["save"])], "--save-result must be true or false, got 'maybe'"),
+        (["simulate", "--config", str(typed["jitter"])], "--step-jitter must be a number, got 'abc'"),
+        (["simulate", "--config", str(typed["conc"])], "--max-concurrency must be an integer, got 2.5"),
+        (["simulate", "--config", str(typed["out"])], "--output-dir must be a single value, got ['a']"),
         # binary files and malformed configs: the bare codec / int() messages before
         (["simulate", "--config", str(binary)], f"scenario file '{binary}' is not a UTF-8 text file (byte 9)"),
         (["simulate", "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "2"],
