@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from frontier.text_file import read_text
+
 DISTRIBUTIONS = ("balanced", "skewed")
 
 
@@ -40,16 +42,24 @@ class SweepGrid:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        # checked by each field's declared type: a grid file's values arrive untyped (a word or a
+        # single number where a list belongs ended in a TypeError traceback)
+        def whole(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
         for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, tuple) and f.name != "moe_distributions":
-                if not value or any(not isinstance(v, int) or v <= 0 for v in value):
-                    raise ValueError(f"grid {f.name}={list(value)} must be a non-empty list of positive integers")
-        bad = [d for d in self.moe_distributions if d not in DISTRIBUTIONS]
-        if bad or not self.moe_distributions:
-            raise ValueError(f"grid moe_distributions={list(self.moe_distributions)}; valid: {', '.join(DISTRIBUTIONS)}")
-        if self.block_size <= 0 or self.chunk_size <= 0:
-            raise ValueError(f"grid block_size={self.block_size}, chunk_size={self.chunk_size} must be > 0")
+            value, kind = getattr(self, f.name), str(f.type)
+            if kind == "tuple[int, ...]":
+                if not isinstance(value, tuple) or not value or any(not whole(v) or v <= 0 for v in value):
+                    shown = list(value) if isinstance(value, tuple) else value
+                    raise ValueError(f"grid {f.name}={shown!r} must be a non-empty list of positive integers")
+            elif kind == "bool" and not isinstance(value, bool):
+                raise ValueError(f"grid {f.name}={value!r} must be true or false")
+            elif kind == "int" and (not whole(value) or value < (0 if f.name == "seed" else 1)):
+                raise ValueError(f"grid {f.name}={value!r} must be an integer >= {0 if f.name == 'seed' else 1}")
+        if not isinstance(self.moe_distributions, tuple) or not self.moe_distributions or any(
+                d not in DISTRIBUTIONS for d in self.moe_distributions):
+            shown = list(self.moe_distributions) if isinstance(self.moe_distributions, tuple) else self.moe_distributions
+            raise ValueError(f"grid moe_distributions={shown!r}; valid: a list of {', '.join(DISTRIBUTIONS)}")
 
     @classmethod
     def default(cls, device: str) -> SweepGrid:
@@ -73,8 +83,13 @@ class SweepGrid:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"grid file {path} does not exist")
-        text = path.read_text()
-        data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        text = read_text(path, "grid file")
+        try:
+            data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            first = str(exc).splitlines()[0]
+            raise ValueError(f"grid file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+                             f"{first}") from None
         if not isinstance(data, dict):
             raise ValueError(f"grid file {path} must hold a mapping of grid keys")
         valid = [f.name for f in fields(cls)]

@@ -111,6 +111,24 @@ def test_grid_file_with_an_unknown_key_is_refused(dense_config, tmp_path):
     assert res.exit_code == 2 and f"error: grid file {grid} has unknown keys ['linear_token']; valid: " in res.output
 
 
+@pytest.mark.parametrize("name, content, message", [
+    ("bin.yaml", b"\xcb\x00", "'{grid}' is not a UTF-8 text file (byte 0)"),
+    ("cut.yaml", b"a: [1,\n", "{grid} is not valid YAML: while parsing a flow node"),
+    ("cut.json", b'{"a":', "{grid} is not valid JSON: Expecting value: line 1 column 6 (char 5)"),
+    ("word.yaml", b"chunk_size: abc\n", "grid chunk_size='abc' must be an integer >= 1"),
+    ("one.yaml", b"linear_tokens: 8\n", "grid linear_tokens=8 must be a non-empty list of positive integers"),
+    ("switch.yaml", b"attention_mixed: maybe\n", "grid attention_mixed='maybe' must be true or false"),
+    ("dist.yaml", b"moe_distributions: skewed\n", "grid moe_distributions='skewed'; valid: a list of balanced, skewed"),
+])
+def test_a_grid_file_that_is_not_a_grid_is_one_line(dense_config, tmp_path, name, content, message):
+    """Each was a bare decoder message, a YAMLError or a TypeError traceback."""
+    grid = tmp_path / name
+    grid.write_bytes(content)
+    res = profile("--model", dense_config, "--out", str(tmp_path / "o"), "--grid", str(grid), "--dry-run")
+    want = "error: " + ("grid file " if not message.startswith("grid ") else "") + message.format(grid=grid)
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == want, res.output
+
+
 def test_out_folder_with_another_backends_rows_is_refused(dense_config, fast_timing, tmp_path):
     """A root holding vLLM attention rows takes no torch attention rows (and vice versa), so a
     calibration never averages two engines' kernels; families both runs time with torch mix."""
