@@ -886,13 +886,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 def _read_report(path: Path) -> dict[str, Any]:
     """A JSON report written by ``--out`` (``--rescore``); ValueError (one line) otherwise."""
-    from frontier.text_file import read_text
+    from frontier.text_file import read_json
     if not path.is_file():
         raise ValueError(f"--rescore {path} does not exist; give a report written by --out")
-    try:
-        report = json.loads(read_text(path, "--rescore file"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--rescore {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    report = read_json(path, "--rescore file")
     if not (isinstance(report, dict) and isinstance(report.get("rows"), list) and report["rows"]
             and "skipped" in report):
         raise ValueError(f"--rescore {path} is not a report written by --out (no rows and skipped lists)")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from frontier.quant import BF16_BYTES, QuantSpec, parse_quantization
-from frontier.text_file import read_text
+from frontier.text_file import read_json
 
 if TYPE_CHECKING:
     from frontier.parallel import ParallelSpec
@@ -231,11 +231,7 @@ def load_model_spec(name_or_path: str) -> ModelSpec:
 
 def _read_json_object(path: Path) -> dict[str, Any]:
     """A local JSON file's top-level object; ValueError naming the file when it is not one."""
-    try:
-        data = json.loads(read_text(path, "model config"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"model config {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                         f"column {exc.colno}") from None
+    data = read_json(path, "model config")
     if not isinstance(data, dict):
         raise ValueError(f"model config {str(path)!r} holds a JSON {type(data).__name__}, not an object")
     return data

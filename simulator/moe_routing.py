@@ -37,7 +37,6 @@ not depend on the order steps are priced in; results are memoized per token coun
 
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from frontier.power_law_routing import power_law_loads
-from frontier.text_file import read_text
+from frontier.text_file import read_json, read_text
 
 ROUTING_KINDS = ("balanced", "random", "power_law", "trace")
 RANDOM_EXACT_PAIRS = 4096      # random routing: exact distinct top-k draws up to this many pairs
@@ -97,17 +96,13 @@ def load_expert_weights(path: str | Path, num_experts: int) -> np.ndarray:
         except (ValueError, OSError, EOFError) as exc:
             raise ValueError(f"{what} is not a .npy array of numbers ({exc})") from None
     else:
-        text = read_text(p, "--moe-routing trace file")
         if p.suffix == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+            data = read_json(p, "--moe-routing trace file")
             if isinstance(data, dict) and "expert_load" not in data:
                 raise ValueError(f"{what} holds a JSON object without \"expert_load\" (a list of weights)")
             values = data["expert_load"] if isinstance(data, dict) else data
         else:
-            values = text.replace(",", " ").split()
+            values = read_text(p, "--moe-routing trace file").replace(",", " ").split()
     try:
         w = np.asarray(values, dtype=float).ravel()
     except (TypeError, ValueError) as exc:

@@ -86,9 +86,10 @@ def check_output_paths(values: dict[str, Any]) -> None:
     if values.get("output_dir") is not None:
         check_dir_path("--output-dir", values["output_dir"])
     if save:
-        check_dir_path("--result-dir", values.get("result_dir") or ".")
+        result_dir = values.get("result_dir") or "."
+        check_dir_path("--result-dir", result_dir)
         if values.get("result_filename"):
-            check_file_path("--result-filename", Path(values.get("result_dir") or ".") / str(values["result_filename"]))
+            check_file_path("--result-filename", Path(result_dir) / str(values["result_filename"]))
     for flag, key in (("--batch-trace", "batch_trace"), ("--perfetto", "perfetto")):
         if values.get(key) is not None:
             check_file_path(flag, values[key])
