@@ -52,14 +52,27 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   experts over 8 ranks (192) do not, so its tp8 rows (stated moe_tp 8, moe_ep 1) were served
   with ``--enable-expert-parallel``, the only other layout vLLM builds over those GPUs.
 * InferenceMAX's attention-DP rows (``attention_dp_size`` > 1: MiniMax-M2.5 on H100 / B200 / B300,
-  Kimi-K2.5 on B200; tp 4 x adp 4 and tp 2 x adp 2) run on ``tp_size`` GPUs, not tp x adp: vLLM
-  ``--tensor-parallel-size tp/adp --data-parallel-size adp --enable-expert-parallel`` (``dp_in_tp``).
-  The rows' own InferenceMAX labels say so (``..._tp4_ep4_1323``: EP 4, where the CSV's moe_ep says
-  16), InferenceMAX's agg runs are single-node (16 GPUs would be two 8-GPU nodes), and the
-  measured TPOT equals that of the same tp_size's non-DP expert-parallel runs (H100 MiniMax tp4,
-  1k/1k, c4-c64: 10.1 / 12.5 / 15.5 / 20.0 / 25.7 ms both; B200 tp2: 9.6 / 11.1 / 13.7 / 18.2 /
-  22.4 against 9.6 / 11.1 / 13.6 / 18.0 / 22.3) where 4x the GPUs would cut it at high load.
-  Until 2026-11-30 (seventh stop) they ran on tp x adp GPUs.
+  Kimi-K2.5 on B200; tp 4 x adp 4 and tp 2 x adp 2) run on ``tp_size`` GPUs, not tp x adp: their own
+  InferenceMAX labels say so (``..._tp4_ep4_1323``: EP 4, where the CSV's moe_ep says 16), and
+  InferenceMAX's agg runs are single-node (16 GPUs would be two 8-GPU nodes). On the H100 and the
+  B200 (``IMAX_DP_AS_TP_EP``) they run as the plain expert-parallel deployment,
+  ``--tensor-parallel-size tp_size --enable-expert-parallel`` at ``max_concurrency = batch_size *
+  adp`` (``dp_label_only``), because they are measurements of it: the data holds that deployment's
+  own non-DP rows at the same precision, lengths and concurrency for 40 of them (H100 MiniMax-M2.5
+  tp 4: 15; B200 MiniMax-M2.5 tp 2: 10; B200 Kimi-K2.5 tp 4: 15), and 28 of the 40 agree to TPOT
+  1.5 % and TTFT 13 %, the data's run-to-run noise (the other 12: ten of Kimi's, TPOT 1.3-10.5 %
+  apart either way, and the H100's 8k / 1k c4 and c16, off both ways). Attention DP would not give
+  that: on the H100, each DP rank of TP 1 holds every KV head and the attention weights, 25 %
+  fewer KV tokens in all (4 x 45,296 against 242,512, ``frontier memory``), yet the KV-bound
+  points queue alike (1k / 8k c64 20.07 s with the DP label, 20.03 s without; 8k / 1k c64 32.5 /
+  30.6 s; c32 3.01 / 2.90 s); on the B200, Kimi-K2.5's DP rows match the TP rows' TPOT at c4-c8
+  (8.4 / 10.5 ms) where attention DP simulates 19-24 % slower (replicated attention weights).
+  (``test_attention_dp_rows_are_measurements_of_the_tp_ep_deployment`` recomputes the pairs.)
+  The B300 rows have no such twins and one of them needs more than one engine's default 1,024
+  sequences in flight (NVFP4 tp 2 x adp 2, 1k / 1k c2048: 3.7 s TTFT measured; as one engine,
+  32 s simulated), so they keep the DP label: ``--tensor-parallel-size tp/adp
+  --data-parallel-size adp --enable-expert-parallel`` (``dp_in_tp``), as every DP row did from the
+  seventh stop to 2026-12-01 (before that on tp x adp GPUs).
 * Workload (``vllm bench serve`` random dataset): ``random_input_len = isl``,
   ``random_output_len = osl``, range ratio 0 (fixed lengths, as the rows state), request rate inf,
   ``max_concurrency = batch_size * attention_dp_size``: the README defines batch_size as
@@ -213,6 +226,9 @@ LENGTH_POLICIES = ("harness", "fixed")
 # cause; a FIFO wait for a connection counts in TTFT exactly as a server-side queue does, so the
 # cap is simulated as max_num_seqs.
 IMAX_2025_IN_SERVICE_CAP = 100
+# Systems whose InferenceMAX attention-DP rows are measurements of the plain TP x EP deployment on
+# tp_size GPUs (the module doc: they reproduce that deployment's own rows; B300 has none to compare)
+IMAX_DP_AS_TP_EP = frozenset({"h100_sxm", "b200_sxm"})
 # AIC's own gap-analysis runs (harness "aic"; assumed, see the module doc): launched as
 # AIConfigurator 0.12.0's generator launches vLLM for a benchmark (generator/rule_plugin/benchmark/
 # vllm.rule, agg): --max-num-seqs batch_size, --max-num-batched-tokens batch_size + isl + 1500,
@@ -252,7 +268,7 @@ class Deployment:
     enable_expert_parallel: bool
     isl: int
     osl: int
-    batch_size: int          # per worker, as in the CSV
+    batch_size: int          # per worker, as in the CSV (x adp where dp_label_only)
     concurrency: int         # client max_concurrency = batch_size * dp
     num_prompts: int
     quant_method: str
@@ -272,6 +288,8 @@ class Deployment:
                                        # (block-quantized experts split mid-block): run as EP
     dp_in_tp: bool = False             # InferenceMAX attention-DP row: its dp ranks split the row's tp_size
                                        # GPUs (tp = tp_size / adp per rank), experts EP over them
+    dp_label_only: bool = False        # InferenceMAX attention-DP row of IMAX_DP_AS_TP_EP, run as the TP x EP
+                                       # deployment on tp_size GPUs it measured: batch_size = the CSV's x adp
     vllm_version: str = ""             # the CSV's backend_version: the vLLM the run used ("" = not stated)
 
 
@@ -471,6 +489,11 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
     if not (tp and pp and dp and isl and osl and bs):
         return skip("missing field", f"tp={tp} pp={pp} dp={dp} isl={isl} osl={osl} bs={bs}")
     harness = harness or harness_of(row)
+    dp_label_only = harness == "inferencemax" and dp > 1 and system in IMAX_DP_AS_TP_EP
+    if dp_label_only:   # a measurement of the TP x EP deployment on tp_size GPUs (module doc)
+        bs, dp = bs * dp, 1
+        if spec.is_moe:
+            moe_tp, moe_ep = 1, tp             # its label's ep (the CSV's moe_ep counts tp_size x adp GPUs)
     dp_in_tp = harness == "inferencemax" and dp > 1
     if dp_in_tp:   # InferenceMAX's attention DP: dp ranks over the tp_size GPUs of one node (module doc)
         if tp % dp:
@@ -515,7 +538,8 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
         concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl, launch.get("bench_prompts")),
         quant_method=method, ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness, in_service_cap=cap,
         quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype, ep_inferred=ep_inferred,
-        dp_in_tp=dp_in_tp, vllm_version=(row.get("backend_version") or "").strip(), **launch)
+        dp_in_tp=dp_in_tp, dp_label_only=dp_label_only, vllm_version=(row.get("backend_version") or "").strip(),
+        **launch)
 
 
 def check_deployment(dep: Deployment) -> str | None:
