@@ -58,10 +58,12 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   B200 (``IMAX_DP_AS_TP_EP``) they run as the plain expert-parallel deployment,
   ``--tensor-parallel-size tp_size --enable-expert-parallel`` at ``max_concurrency = batch_size *
   adp`` (``dp_label_only``), because they are measurements of it: the data holds that deployment's
-  own non-DP rows at the same precision, lengths and concurrency for 40 of them (H100 MiniMax-M2.5
-  tp 4: 15; B200 MiniMax-M2.5 tp 2: 10; B200 Kimi-K2.5 tp 4: 15), and 28 of the 40 agree to TPOT
-  1.5 % and TTFT 13 %, the data's run-to-run noise (the other 12: ten of Kimi's, TPOT 1.3-10.5 %
-  apart either way, and the H100's 8k / 1k c4 and c16, off both ways). Attention DP would not give
+  own non-DP rows at the same precision, lengths and concurrency for 40 distinct DP measurements
+  (H100 MiniMax-M2.5 tp 4: 15; B200 MiniMax-M2.5 fp8 tp 2 and tp 4: 10; B200 Kimi-K2.5 tp 4: 15;
+  the B200's others, NVFP4 and the highest concurrencies, have no twin and run as their GPU's
+  twinned rows do), and 28 of the 40 agree to TPOT 1.5 % and TTFT 13 %, the data's run-to-run
+  noise (the other 12: ten of Kimi's, TPOT 1.3-10.5 % apart either way, and the H100's 8k / 1k c4
+  and c16, off both ways). Attention DP would not give
   that: on the H100, each DP rank of TP 1 holds every KV head and the attention weights, 25 %
   fewer KV tokens in all (4 x 45,296 against 242,512, ``frontier memory``), yet the KV-bound
   points queue alike (1k / 8k c64 20.07 s with the DP label, 20.03 s without; 8k / 1k c64 32.5 /
