@@ -356,14 +356,27 @@ def imax_copies(rows: list[dict[str, str]]) -> set[str]:
     return {r["id"] for r in rows if harness_of(r) != "inferencemax" and _measurement_key(r) in imax}
 
 
-# the columns that name one deployment of the CSV (what ``repeat_runs`` groups runs by)
+# the columns that name one deployment of the CSV (``deployment_key``, what ``repeat_runs`` groups runs by)
 DEPLOYMENT_COLUMNS = ("system", "model_path", "precision", "tp_size", "pp_size", "attention_dp_size",
                       "moe_tp_size", "moe_ep_size", "isl", "osl", "batch_size")
 
 
+def deployment_key(row: dict[str, str]) -> tuple:
+    """The deployment a row measured, what ``repeat_runs`` groups runs by: its DEPLOYMENT_COLUMNS,
+    the numeric ones as numbers (None when empty), and an InferenceMAX attention-DP row of
+    ``IMAX_DP_AS_TP_EP`` as the TP x EP deployment it measured (attention DP 1, MoE TP 1, MoE EP
+    tp_size, batch_size x adp; the module doc), so that it and its twins count as runs of one
+    deployment. ValueError for a non-number."""
+    system, model, precision, *numbers = (row[c] for c in DEPLOYMENT_COLUMNS)
+    tp, pp, adp, moe_tp, moe_ep, isl, osl, bs = (_num(v) for v in numbers)
+    if adp is not None and adp > 1 and system in IMAX_DP_AS_TP_EP and harness_of(row) == "inferencemax":
+        adp, moe_tp, moe_ep, bs = 1.0, 1.0, tp, None if bs is None else bs * adp
+    return system, model, precision, tp, pp, adp, moe_tp, moe_ep, isl, osl, bs
+
+
 def repeat_runs(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
     """The data's own repeatability, per row id: for a deployment measured more than once (the
-    same DEPLOYMENT_COLUMNS, distinct TTFT / TPOT to 0.01 ms: a copied measurement counts once,
+    same ``deployment_key``, distinct TTFT / TPOT to 0.01 ms: a copied measurement counts once,
     as its first row), each run's absolute percentage error of TTFT and TPOT when the mean of the
     deployment's other runs stands for it (``_ape(mean of the others, this run)``). A simulator
     that predicted every deployment's mean run exactly would miss these rows by about this much.
@@ -376,7 +389,11 @@ def repeat_runs(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
             continue
         if not ttft or not tpot:
             continue
-        runs = groups.setdefault(tuple(r[c] for c in DEPLOYMENT_COLUMNS), {})
+        try:
+            key = deployment_key(r)
+        except ValueError:
+            continue
+        runs = groups.setdefault(key, {})
         runs.setdefault((round(ttft, 2), round(tpot, 2)), (r["id"], ttft, tpot))
     out: dict[str, tuple[float, float]] = {}
     for runs in groups.values():
