@@ -233,6 +233,10 @@ def test_two_rows_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert t["per_system"] == {"h200_sxm": {**t["per_system"]["h200_sxm"], "rows": 2,
                                             "ttft_mape": sum(apes) / 2}}   # both rows: Llama-8B on H200
     assert t["per_harness"]["aic"]["rows"] == 2 and "system h200_sxm" in text
+    # the aim is stated for the H100 / H200 rows: named apart
+    assert t["aim_rows"] == {"systems": ["h100_sxm", "h200_sxm"], "rows": 2, "ttft_mape": sum(apes) / 2,
+                             "tpot_mape": t["per_system"]["h200_sxm"]["tpot_mape"]}
+    assert "the aim's rows (h100_sxm + h200_sxm, bench)" in text
     # the vLLM the runs used, from the CSV's backend_version
     assert {r["deployment"]["vllm_version"] for r in report["rows"]} == {"0.12.0"}
     assert t["per_version"]["0.12.0"]["rows"] == 2 and "version 0.12.0" in text
