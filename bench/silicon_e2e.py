@@ -63,9 +63,8 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   the B200's others, NVFP4 and the highest concurrencies, have no twin and run as their GPU's
   twinned rows do), and 28 of the 40 agree to TPOT 1.5 % and TTFT 13 %, the data's run-to-run
   noise (the other 12: ten of Kimi's, TPOT 1.3-10.5 % apart either way, and the H100's 8k / 1k c4
-  and c16, off both ways). Attention DP would not give
-  that: on the H100, each DP rank of TP 1 holds every KV head and the attention weights, 25 %
-  fewer KV tokens in all (4 x 45,296 against 242,512, ``frontier memory``), yet the KV-bound
+  and c16, off both ways). Attention DP would not give that: on the H100, each DP rank of TP 1
+  holds every KV head and the attention weights, 25 % fewer KV tokens in all (4 x 45,296 against 242,512, ``frontier memory``), yet the KV-bound
   points queue alike (1k / 8k c64 20.07 s with the DP label, 20.03 s without; 8k / 1k c64 32.5 /
   30.6 s; c32 3.01 / 2.90 s); on the B200, Kimi-K2.5's DP rows match the TP rows' TPOT at c4-c8
   (8.4 / 10.5 ms) where attention DP simulates 19-24 % slower (replicated attention weights).

@@ -92,11 +92,12 @@ calibrated tables time vLLM 0.24.0's choice, which 0.17.0 introduced (``_get_pri
 in ``fused_moe/oracle/fp8.py``: Triton at EP 1, FlashInfer CUTLASS at EP > 1; AIC's H100 / H200
 fp8_block rows hold exactly those two kernels). 0.16.0 has no such rule and takes the first
 supported backend, FlashInfer CUTLASS, at every EP size; 0.12.0-0.14.0 run DeepGEMM's contiguous
-grouped GEMM when deep_gemm is installed (vLLM's Docker images) and the MoE TP size is below 8, for
-every batch: ``_valid_deep_gemm``'s >= 128-token and width > 512 conditions are skipped while
-``is_deep_gemm_e8m0_used()`` holds, which ``VLLM_USE_DEEP_GEMM_E8M0`` (default 1) makes true on
-Hopper too, and each call computes ``M x top-k + local experts x 127`` rows rounded to 128 (the
-padding rows as expert 0), ~16k rows for 128 local experts whatever the batch. No table times
+grouped GEMM when deep_gemm is installed (vLLM's Docker images ship it, we believe; not checked
+here) and the MoE TP size is below 8, for every batch: ``_valid_deep_gemm``'s >= 128-token and
+width > 512 conditions are skipped while ``is_deep_gemm_e8m0_used()`` holds, which
+``VLLM_USE_DEEP_GEMM_E8M0`` (default 1) makes true on Hopper too, and each call computes ``M x
+top-k + local experts x 127`` rows rounded to 128 (the padding rows as expert 0), ~16k rows for 128
+local experts whatever the batch. No table times
 FlashInfer CUTLASS at EP 1 or DeepGEMM's grouped GEMM, so those releases are priced with 0.24.0's
 kernel (bench/README.md, 2026-12-01 08:00 and 11:30 UTC).
 """
