@@ -357,6 +357,8 @@ def simulate(
                    f"cost model: {result.summary.get('cost_model', 'roofline')}, {setup}")
     if "cost_queries_predicted" in result.summary:
         typer.echo(_calibrated_queries(result.summary))
+    for note in result.summary.get("pricing_notes", ()):
+        typer.echo(f"note: {note}")
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)

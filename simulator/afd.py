@@ -808,6 +808,8 @@ def run_afd(spec):
     _add_trace_columns(trace, engines_made)
     if engines_made:
         summary.update(cost_model_stats(engines_made[0].attn.cost_model))
+    summary["pricing_notes"] = list(dict.fromkeys(n for e in engines_made[:1] for n in (*e.attn.pricing_notes,
+                                                                                           *e.ffn.pricing_notes)))
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.ATTENTION.value: attention.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     result = SimulationResult(attention.resolved, attention.memory, records, client.failed, trace, summary,

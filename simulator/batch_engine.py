@@ -53,7 +53,7 @@ from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
-                                    SEMANTICS)
+                                    SEMANTICS, moe_kernel_note)
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
@@ -216,6 +216,10 @@ class BatchEngine:
         self.cost_model, self.cudagraph = cost_model, cudagraph
         self.moe_router, self.all2all_backend = moe_router, all2all_backend
         self.vllm_version = vllm_version
+        # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
+        note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method, parallel.moe_tp, parallel.ep)
+                if model.num_moe_layers and model.quant.bytes_per_param("routed_experts") < BF16 else None)
+        self.pricing_notes: tuple[str, ...] = (note,) if note else ()
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node
         self._intra_link = intra_node_link(gpu)

@@ -198,6 +198,8 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(pdd_summary(roles, records))
     summary.update(_roles_cost_model_stats([role.cluster.replicas[0].engine.cost_model for role in roles]))
+    summary["pricing_notes"] = list(dict.fromkeys(
+        n for role in roles for n in role.cluster.replicas[0].engine.pricing_notes))
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.DECODE.value: decode.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,

@@ -369,6 +369,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))
+    summary["pricing_notes"] = list(engine.pricing_notes)
     engines = {Role.COLOCATED.value: resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,

@@ -90,16 +90,17 @@ dp_utils.py`` and ``gpu_model_runner.py``, read in the 0.11.0, 0.12.0, 0.14.0, 0
 Not followed per release: the fused-MoE kernel vLLM picks for block-FP8 experts on Hopper. The
 calibrated tables time vLLM 0.24.0's choice, which 0.17.0 introduced (``_get_priority_backends``
 in ``fused_moe/oracle/fp8.py``: Triton at EP 1, FlashInfer CUTLASS at EP > 1; AIC's H100 / H200
-fp8_block rows hold exactly those two kernels). 0.16.0 has no such rule and takes the first
-supported backend, FlashInfer CUTLASS, at every EP size; 0.12.0-0.14.0 run DeepGEMM's contiguous
+fp8_block rows hold exactly those two kernels). 0.15.1 and 0.16.0 have no such rule and take the
+first supported backend, FlashInfer CUTLASS, at every EP size; 0.12.0-0.14.0 run DeepGEMM's contiguous
 grouped GEMM when deep_gemm is installed (vLLM's Docker images ship it, we believe; not checked
 here) and the MoE TP size is below 8, for every batch: ``_valid_deep_gemm``'s >= 128-token and
 width > 512 conditions are skipped while ``is_deep_gemm_e8m0_used()`` holds, which
 ``VLLM_USE_DEEP_GEMM_E8M0`` (default 1) makes true on Hopper too, and each call computes ``M x
 top-k + local experts x 127`` rows rounded to 128 (the padding rows as expert 0), ~16k rows for 128
-local experts whatever the batch. No table times
-FlashInfer CUTLASS at EP 1 or DeepGEMM's grouped GEMM, so those releases are priced with 0.24.0's
-kernel (bench/README.md, 2026-12-01 08:00 and 11:30 UTC).
+local experts whatever the batch (0.13.0 reads the same). No table times FlashInfer CUTLASS at EP 1
+or DeepGEMM's grouped GEMM, so those releases are priced with 0.24.0's kernel, and a run says so
+(``moe_kernel_note``: the summary's ``pricing_notes``; bench/README.md, 2026-12-01 08:00 and 11:30
+UTC).
 """
 
 from __future__ import annotations
@@ -129,6 +130,11 @@ CAPTURE_UNIFORM_DECODE = (0, 29)  # uniform-decode sizes (max_num_seqs x (1 + sp
 DP_KV_PENALTY = (0, 27)           # DP load balancer: waiting + running + KV-pressure term (4 x waiting + running before)
 DP_PAD_GRAPHS_ONLY = (0, 17)      # lockstep DP ranks pad to the busiest only when every rank runs a CUDA graph
 
+# Hopper block-FP8 MoE kernels the calibrated tables (vLLM 0.24.0's) do not time; releases read in their
+# wheels (the module doc, "Not followed per release"): a pricing note, the price unchanged
+DEEPGEMM_MOE_EVERY_BATCH = ((0, 12), (0, 15))   # [from, to): DeepGEMM over padded rows at MoE TP < 8 (0.12-0.14)
+FLASHINFER_CUTLASS_MOE_EP1 = ((0, 15), (0, 17))  # [from, to): FlashInfer CUTLASS at EP 1 too (0.15.1, 0.16.0)
+
 
 def default_gpu_memory_utilization(version: tuple[int, int]) -> float:
     """vLLM's ``--gpu-memory-utilization`` default in that release."""
@@ -156,3 +162,23 @@ def parse_vllm_version(text: str) -> tuple[int, int]:
 
 def _name(version: tuple[int, int]) -> str:
     return f"{version[0]}.{version[1]}"
+
+
+def moe_kernel_note(version: tuple[int, int], sm_version: int, quant_method: str, moe_tp: int,
+                    ep: int) -> str | None:
+    """One line naming the fused-MoE kernel this release runs for the layout that the calibrated tables
+    do not time (their kernels are vLLM 0.24.0's: Triton at EP 1, FlashInfer CUTLASS at EP > 1, for
+    block-FP8 experts on Hopper), or None when the tables time it. ``moe_tp`` / ``ep``: the experts'
+    tensor- and expert-parallel sizes (vLLM's MoE TP size is 1 under expert parallelism)."""
+    if sm_version != 90 or quant_method != "fp8_block":
+        return None
+    release, table = f"vLLM {version[0]}.{version[1]}", "Triton" if ep == 1 else "FlashInfer CUTLASS"
+    if DEEPGEMM_MOE_EVERY_BATCH[0] <= version < DEEPGEMM_MOE_EVERY_BATCH[1] and moe_tp < 8:
+        return (f"{release} runs these block-FP8 experts (MoE TP {moe_tp} < 8) on DeepGEMM's grouped GEMM "
+                f"for every batch when deep_gemm is installed, over tokens x top-k + local experts x 127 "
+                f"padded rows, which is not modelled (calibrated costs price vLLM 0.24's {table} kernel): "
+                f"small-batch MoE may be priced low (simulator/vllm_version.py)")
+    if FLASHINFER_CUTLASS_MOE_EP1[0] <= version < FLASHINFER_CUTLASS_MOE_EP1[1] and ep == 1:
+        return (f"{release} runs these block-FP8 experts at EP 1 on FlashInfer CUTLASS, which no table times "
+                f"(calibrated costs price vLLM 0.24's Triton kernel; simulator/vllm_version.py)")
+    return None

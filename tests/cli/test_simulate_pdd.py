@@ -1,5 +1,7 @@
 """`frontier simulate --architecture pdd`: end to end, outputs with roles, one-line errors."""
 
+import json
+
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
@@ -128,3 +130,16 @@ def test_num_gpus_is_checked_against_every_architecture():
                         (afd + ["--num-gpus", "6"], "on 6 GPUs in total")):
         res = runner.invoke(app, args)
         assert res.exit_code == 0 and total in res.output, (args, res.output)
+
+
+def test_pdd_run_notes_a_moe_kernel_no_table_times(tmp_path):
+    # vLLM 0.12 on Hopper: block-FP8 experts at MoE TP < 8 run DeepGEMM's padded grouped GEMM (vllm_version.py);
+    # both roles run it, the note is printed and stored once
+    res = runner.invoke(app, ["simulate", "--model", "Qwen/Qwen3-235B-A22B-FP8", "--gpu", "H200", "-tp", "2",
+                              "--max-model-len", "4096", "--num-prompts", "2", "--random-input-len", "64",
+                              "--random-output-len", "4", "--vllm-version", "0.12.0", "--architecture", "pdd",
+                              "--decode-tp", "2", "--output-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    notes = [ln for ln in res.output.splitlines() if ln.startswith("note: ")]
+    assert len(notes) == 1 and "vLLM 0.12 runs these block-FP8 experts (MoE TP 2 < 8) on DeepGEMM" in notes[0]
+    assert json.loads((tmp_path / "summary.json").read_text())["pricing_notes"] == [notes[0][len("note: "):]]

@@ -70,3 +70,37 @@ def test_engine_defaults_of_earlier_releases():
     assert (new.max_num_batched_tokens, new.max_num_seqs, new.cudagraph_config().max_capture_size) == (16384, 1024, 1024)
     assert (old.max_num_batched_tokens, old.max_num_seqs, old.cudagraph_config().max_capture_size) == (8192, 1024, 512)
     assert resolve("H100", "0.12").max_num_batched_tokens == resolve("H100", "0.33").max_num_batched_tokens == 8192
+
+
+@pytest.mark.parametrize("version, sm, method, moe_tp, ep, kernel", [
+    ((0, 12), 90, "fp8_block", 2, 1, "DeepGEMM"),          # Qwen3-235B-A22B-FP8 TP 2 on an H200
+    ((0, 14), 90, "fp8_block", 1, 4, "DeepGEMM"),          # under EP the MoE TP size is 1
+    ((0, 13), 90, "fp8_block", 8, 1, None),                # MoE TP >= 8: Triton, the table's kernel
+    ((0, 16), 90, "fp8_block", 4, 1, "FlashInfer CUTLASS"),
+    ((0, 15), 90, "fp8_block", 4, 1, "FlashInfer CUTLASS"),
+    ((0, 16), 90, "fp8_block", 1, 8, None),                # FlashInfer CUTLASS at EP > 1: the table's kernel
+    ((0, 17), 90, "fp8_block", 4, 1, None),                # from 0.17 the tables' own rule
+    ((0, 11), 90, "fp8_block", 2, 1, None),                # not read: no claim
+    ((0, 12), 100, "fp8_block", 2, 1, None),               # Blackwell
+    ((0, 12), 90, "fp8", 2, 1, None),                      # per-tensor fp8
+])
+def test_moe_kernel_note_names_the_untimed_kernel(version, sm, method, moe_tp, ep, kernel):
+    from simulator.vllm_version import moe_kernel_note
+    note = moe_kernel_note(version, sm, method, moe_tp, ep)
+    assert (note is None) == (kernel is None)
+    if kernel:
+        assert note.startswith(f"vLLM {version[0]}.{version[1]} runs these block-FP8 experts") and kernel in note
+
+
+def test_a_run_notes_the_moe_kernel_it_does_not_time():
+    """summary["pricing_notes"] (printed as "note: ..." by frontier simulate): Qwen3-235B-A22B-FP8 at TP 2
+    under vLLM 0.12 runs DeepGEMM's padded grouped GEMM; under 0.18 the tables' Triton; a dense model none."""
+    def notes(model, version, **engine):
+        spec = SimulationSpec(engine=EngineArgs(model=model, gpu="H200", max_model_len=4096, vllm_version=version,
+                                                **engine),
+                              workload=WorkloadSpec(num_prompts=2, random_input_len=64, random_output_len=4, seed=0))
+        return run_simulation(spec).summary["pricing_notes"]
+    (deepgemm,) = notes("Qwen/Qwen3-235B-A22B-FP8", "0.12.0", tensor_parallel_size=2)
+    assert "MoE TP 2 < 8" in deepgemm and "calibrated costs price vLLM 0.24's Triton kernel" in deepgemm
+    assert notes("Qwen/Qwen3-235B-A22B-FP8", "0.18.0", tensor_parallel_size=2) == []
+    assert notes("meta-llama/Llama-3.1-8B", "0.12.0") == []
