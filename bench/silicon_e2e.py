@@ -674,6 +674,7 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
     ttft_s, tpot_s = _means(steady) if steady else (float("nan"), float("nan"))
     return {"ttft_ms": ttft, "tpot_ms": tpot, "ttft_ms_steady": ttft_s, "tpot_ms_steady": tpot_s,
             "cost_model": res.summary.get("cost_model", "roofline"),
+            "pricing_notes": res.summary.get("pricing_notes", []),    # a kernel of the release no table times
             "completed": len(recs), "failed": len(res.failed),
             "preemptions": sum(r.num_preemptions for r in recs),
             "num_gpu_blocks": res.memory.num_gpu_blocks, "wall_s": time.perf_counter() - t0}

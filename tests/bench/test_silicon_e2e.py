@@ -226,6 +226,7 @@ def test_two_rows_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         s = r["jitter=0"]
         assert s["ttft_ms"] > 0 and s["tpot_ms"] > 0 and math.isfinite(s["ttft_ape_bench"]) and s["ttft_ape_raw"] >= 0
         assert r["deployment"]["model"] == "nvidia/Llama-3.1-8B-Instruct-FP8"
+        assert s["pricing_notes"] == []     # a dense model: no MoE kernel the tables miss
     t = report["totals"]["jitter=0"]
     assert t["rows_simulated"] == 2 and t["bench"]["ttft_mape"] is not None and t["raw"]["tpot_mape"] is not None
     assert t["rows_with_aic_estimate"] == 0  # AIC could not load this model offline
