@@ -91,9 +91,9 @@ Not followed per release: the fused-MoE kernel vLLM picks for block-FP8 experts 
 calibrated tables time vLLM 0.24.0's choice, which 0.17.0 introduced (``_get_priority_backends``
 in ``fused_moe/oracle/fp8.py``: Triton at EP 1, FlashInfer CUTLASS at EP > 1; AIC's H100 / H200
 fp8_block rows hold exactly those two kernels). 0.15.1 and 0.16.0 have no such rule and take the
-first supported backend, FlashInfer CUTLASS, at every EP size; 0.12.0-0.14.0 run DeepGEMM's contiguous
-grouped GEMM when deep_gemm is installed (vLLM's Docker images ship it, we believe; not checked
-here) and the MoE TP size is below 8, for every batch: ``_valid_deep_gemm``'s >= 128-token and
+first supported backend, FlashInfer CUTLASS, at every EP size; 0.12.0-0.14.0 run DeepGEMM's
+contiguous grouped GEMM when deep_gemm is installed (vLLM's Docker images ship it, we believe; not
+checked here) and the MoE TP size is below 8, for every batch: ``_valid_deep_gemm``'s >= 128-token and
 width > 512 conditions are skipped while ``is_deep_gemm_e8m0_used()`` holds, which
 ``VLLM_USE_DEEP_GEMM_E8M0`` (default 1) makes true on Hopper too, and each call computes ``M x
 top-k + local experts x 127`` rows rounded to 128 (the padding rows as expert 0), ~16k rows for 128
@@ -172,7 +172,7 @@ def moe_kernel_note(version: tuple[int, int], sm_version: int, quant_method: str
     tensor- and expert-parallel sizes (vLLM's MoE TP size is 1 under expert parallelism)."""
     if sm_version != 90 or quant_method != "fp8_block":
         return None
-    release, table = f"vLLM {version[0]}.{version[1]}", "Triton" if ep == 1 else "FlashInfer CUTLASS"
+    release, table = f"vLLM {_name(version)}", "Triton" if ep == 1 else "FlashInfer CUTLASS"
     if DEEPGEMM_MOE_EVERY_BATCH[0] <= version < DEEPGEMM_MOE_EVERY_BATCH[1] and moe_tp < 8:
         return (f"{release} runs these block-FP8 experts (MoE TP {moe_tp} < 8) on DeepGEMM's grouped GEMM "
                 f"for every batch when deep_gemm is installed, over tokens x top-k + local experts x 127 "
