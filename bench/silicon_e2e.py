@@ -64,10 +64,11 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   twinned rows do), and 28 of the 40 agree to TPOT 1.5 % and TTFT 13 %, the data's run-to-run
   noise (the other 12: ten of Kimi's, TPOT 1.3-10.5 % apart either way, and the H100's 8k / 1k c4
   and c16, off both ways). Attention DP would not give that: on the H100, each DP rank of TP 1
-  holds every KV head and the attention weights, 25 % fewer KV tokens in all (4 x 45,296 against 242,512, ``frontier memory``), yet the KV-bound
-  points queue alike (1k / 8k c64 20.07 s with the DP label, 20.03 s without; 8k / 1k c64 32.5 /
-  30.6 s; c32 3.01 / 2.90 s); on the B200, Kimi-K2.5's DP rows match the TP rows' TPOT at c4-c8
-  (8.4 / 10.5 ms) where attention DP simulates 19-24 % slower (replicated attention weights).
+  holds every KV head and the attention weights, 25 % fewer KV tokens in all (4 x 45,296 against
+  242,512, ``frontier memory``), yet the KV-bound points queue alike (1k / 8k c64 20.07 s with the
+  DP label, 20.03 s without; 8k / 1k c64 32.5 / 30.6 s; c32 3.01 / 2.90 s); on the B200,
+  Kimi-K2.5's DP rows match the TP rows' TPOT at c4-c8 (8.4 / 10.5 ms) where attention DP
+  simulates 19-24 % slower (replicated attention weights).
   (``test_attention_dp_rows_are_measurements_of_the_tp_ep_deployment`` recomputes the pairs.)
   The B300 rows have no such twins and one of them needs more than one engine's default 1,024
   sequences in flight (NVFP4 tp 2 x adp 2, 1k / 1k c2048: 3.7 s TTFT measured; as one engine,
@@ -362,6 +363,12 @@ DEPLOYMENT_COLUMNS = ("system", "model_path", "precision", "tp_size", "pp_size",
                       "moe_tp_size", "moe_ep_size", "isl", "osl", "batch_size")
 
 
+def _dp_label_only(system: str, harness: str, adp: float | None) -> bool:
+    """Whether an attention-DP row (``adp`` > 1) measured the plain TP x EP deployment on tp_size
+    GPUs: an InferenceMAX row of IMAX_DP_AS_TP_EP (``map_row`` runs it so, ``deployment_key`` groups it so)."""
+    return harness == "inferencemax" and adp is not None and adp > 1 and system in IMAX_DP_AS_TP_EP
+
+
 def deployment_key(row: dict[str, str]) -> tuple:
     """The deployment a row measured, what ``repeat_runs`` groups runs by: its DEPLOYMENT_COLUMNS,
     the numeric ones as numbers (None when empty), and an InferenceMAX attention-DP row of
@@ -370,7 +377,7 @@ def deployment_key(row: dict[str, str]) -> tuple:
     deployment. ValueError for a non-number."""
     system, model, precision, *numbers = (row[c] for c in DEPLOYMENT_COLUMNS)
     tp, pp, adp, moe_tp, moe_ep, isl, osl, bs = (_num(v) for v in numbers)
-    if adp is not None and adp > 1 and system in IMAX_DP_AS_TP_EP and harness_of(row) == "inferencemax":
+    if _dp_label_only(system, harness_of(row), adp):
         adp, moe_tp, moe_ep, bs = 1.0, 1.0, tp, None if bs is None else bs * adp
     return system, model, precision, tp, pp, adp, moe_tp, moe_ep, isl, osl, bs
 
@@ -509,7 +516,7 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
     if not (tp and pp and dp and isl and osl and bs):
         return skip("missing field", f"tp={tp} pp={pp} dp={dp} isl={isl} osl={osl} bs={bs}")
     harness = harness or harness_of(row)
-    dp_label_only = harness == "inferencemax" and dp > 1 and system in IMAX_DP_AS_TP_EP
+    dp_label_only = _dp_label_only(system, harness, dp)
     if dp_label_only:   # a measurement of the TP x EP deployment on tp_size GPUs (module doc)
         bs, dp = bs * dp, 1
         if spec.is_moe:
