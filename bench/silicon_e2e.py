@@ -117,8 +117,11 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
   default 8192-token budget admits a whole wave of c x isl <= 8192 tokens in one step, and the
   simulated batch stays locked in such waves (Qwen3-32B tp2 c8 1024/1024: 436 ms simulated, 154
   ms measured); with the rule's 2,532-token budget the wave splits into steps and the requests
-  stay staggered (208 ms). ``--aic-runs vllm-defaults`` runs them with vLLM's default flags and
-  10 x concurrency prompts (the former run).
+  stay staggered (208 ms). Each request carries a prompt of its own: aiperf's default pool of 100
+  prompts re-sent with vLLM's prefix caching on would fit the Llama-3.1-8B file's TPOT and
+  contradict the Qwen3-32B file's (bench/README.md, 2026-12-01 12:30), so it is not modelled.
+  ``--aic-runs vllm-defaults`` runs them with vLLM's default flags and 10 x concurrency prompts
+  (the former run).
 * MoE routing (``--moe-routing``, default ``power_law:1.01``, not the simulator's ``balanced``):
   AIConfigurator's own assumption about real routing (its estimator prices MoE layers from its
   ``power_law_1.01`` rows: ``workload_distribution = "power_law"``, alpha 1.01), drawn with the
