@@ -703,6 +703,27 @@ def evaluate(
     _print_errors(manifest)
 
 
+def _csv_row_lines(path: Path) -> list[int]:
+    """The line on which each data row of CSV ``path`` starts (blank lines skipped, as pandas skips
+    them); ValueError naming the first row whose field count differs from the header's: pandas
+    would read rows with extra fields by turning their first columns into the index (every column
+    shifted) or stop with a bare tokenizer message."""
+    import csv
+    import io
+
+    reader = csv.reader(io.StringIO(path.read_bytes().decode("utf-8"), newline=""))
+    header = next(reader, None)
+    lines, start = [], reader.line_num + 1
+    for fields in reader:
+        if fields:
+            if len(fields) != len(header):
+                raise ValueError(f"--input {path} line {start} has {len(fields)} fields, its header "
+                                 f"{len(header)}; a CSV of operator rows has one field per header column")
+            lines.append(start)
+        start = reader.line_num + 1
+    return lines
+
+
 @app.command()
 def predict(
     bundle: Path = typer.Option(..., "--bundle", help="Bundle file written by `frontier calibrate`."),
@@ -721,6 +742,7 @@ def predict(
         if not input.is_file():
             raise ValueError(f"--input {input} does not exist (a CSV of operator rows)")
         try:
+            lines = _csv_row_lines(input)
             df = pd.read_csv(input)
         except pd.errors.EmptyDataError:
             raise ValueError(f"--input {input} is empty; need a header row with `family` and the "
@@ -733,7 +755,7 @@ def predict(
             df["timing_mode"] = "kernel"
         # the rows as written (text), echoed back with the two new columns: no 16 -> 16.0
         echo = pd.read_csv(input, dtype=str, keep_default_na=False).assign(timing_mode=df["timing_mode"])
-        df.index = np.arange(2, len(df) + 2)      # the row's line in the CSV, for messages
+        df.index = lines if len(lines) == len(df) else np.arange(2, len(df) + 2)   # lines, for messages
         pred = np.full(len(df), np.nan)
         oor = np.ones(len(df), dtype=bool)
         for col, valid in (("family", "a bundle family, e.g. linear"), ("timing_mode", "kernel, launch")):
@@ -750,7 +772,7 @@ def predict(
                 raise ValueError(f"{fam} rows in {input} lack column {exc}") from None
             except ValueError as exc:
                 raise ValueError(f"{fam} rows in {input}: {exc}") from None
-    except (ValueError, pd.errors.ParserError) as exc:
+    except ValueError as exc:
         _fail(str(exc))
         return
     df = echo.assign(predicted_latency_s=pred, out_of_range=oor)

@@ -143,19 +143,22 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
            "family.csv": "family,m,n,k,dtype\nfoo,1,2,3,bf16\n",
            "mode.csv": "family,m,n,k,dtype,timing_mode\nlinear,1,4096,4096,bf16,fast\n",
            "number.csv": "family,m,n,k,dtype\nlinear,abc,4096,4096,bf16\n",
-           "zero.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\nlinear,0,4096,4096,bf16\n",
+           "zero.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\n\nlinear,0,4096,4096,bf16\n",
            "blank.csv": "family,m,n,k,dtype\nlinear,,4096,4096,bf16\n",
            "dtype.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,int3\n",
            "nofamily.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\n,16,4096,4096,bf16\n",
-           "binary.csv": b"\x8c\x00\x01family"}
+           "binary.csv": b"\x8c\x00\x01family",
+           "ragged.csv": "family,m,n,k,dtype\nlinear,16,4096,4096,bf16\n\nlinear,16,4096,4096,bf16,kernel,extra\n"}
     want = {"missing.csv": "missing.csv does not exist", "empty.csv": "empty.csv is empty",
             "family.csv": "has no 'foo' predictor; has ['comm', 'linear']",
             "mode.csv": "linear rows in", "number.csv": "number.csv line 2: linear column m='abc'; valid: a whole number >= 1",
-            "zero.csv": "zero.csv line 3: linear column m=0; valid: a whole number >= 1",
+            "zero.csv": "zero.csv line 4: linear column m=0; valid: a whole number >= 1",
             "blank.csv": "blank.csv line 2: linear column 'm' is empty; give a number >= 1",
             "dtype.csv": "dtype.csv line 2: linear column dtype='int3'; valid: fp32, fp16, bf16,",
             "nofamily.csv": "nofamily.csv line 3: family is empty; valid: a bundle family, e.g. linear",
-            "binary.csv": "binary.csv is not a UTF-8 text file (byte 0)"}
+            "binary.csv": "binary.csv is not a UTF-8 text file (byte 0)",
+            "ragged.csv": "ragged.csv line 4 has 7 fields, its header 5; a CSV of operator rows has one field "
+                          "per header column"}
     for name, text in bad.items():
         path = tmp_path / name
         if isinstance(text, bytes):
