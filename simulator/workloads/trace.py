@@ -48,8 +48,14 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
                     raise ValueError(f"{path}: line {n + 1} is not valid JSON ({e.msg})") from None
         return rows
     if suffix == ".csv":
-        f = io.StringIO(read_text(path, "trace file"), newline="")
-        return [{k: v for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+        reader = csv.DictReader(io.StringIO(read_text(path, "trace file"), newline=""))
+        rows = []
+        for n, row in enumerate(reader):
+            if None in row:     # fields past the header's: DictReader files them under None
+                raise ValueError(f"trace row {n}: {len(reader.fieldnames) + len(row[None])} fields, the header "
+                                 f"has {len(reader.fieldnames)} (quote a field that holds a comma)")
+            rows.append({k: v for k, v in row.items() if v not in ("", None)})
+        return rows
     if suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 

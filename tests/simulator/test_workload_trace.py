@@ -98,6 +98,11 @@ def test_bad_files(tmp_path):
     (tmp_path / "cut.json").write_text('[{"arrival_time_s": 0,')
     with pytest.raises(ValueError, match=r"cut.json: not a valid JSON array \(Expecting property name"):
         _gen(tmp_path / "cut.json")
+    # a CSV row with more fields than the header was read with the extra ones dropped
+    (tmp_path / "extra.csv").write_text("arrival_time_s,prompt_len,output_len\n0,10,5\n0.1,20,5,99\n")
+    with pytest.raises(ValueError, match=r"^trace row 1: 4 fields, the header has 3 \(quote a field that holds a "
+                                         r"comma\)$"):
+        _gen(tmp_path / "extra.csv")
     for name in ("b.jsonl", "b.csv"):          # a binary file: the bare utf-8 codec message before
         (tmp_path / name).write_bytes(b"arrival_time_s\n\xcb\x00")
         with pytest.raises(ValueError, match=rf"^trace file '{tmp_path / name}' is not a UTF-8 text file \(byte 15\)$"):
