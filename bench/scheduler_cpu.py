@@ -26,7 +26,6 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,17 +33,6 @@ VIDUR_CPU = ROOT.parent / "shared" / "datasets" / "vidur" / "legacy" / "6d98aa8"
     "cpu_overheads.csv"
 PROMPT_LEN = 128
 BLOCK_SIZE = 16
-
-
-@dataclass(frozen=True)
-class _Req:
-    """What the oracle driver reads from a request."""
-
-    request_id: str
-    prompt_len: int
-    output_len: int
-    priority: int = 0
-    prompt_token_ids: tuple[int, ...] | None = None
 
 
 def _driver():
@@ -63,6 +51,8 @@ def time_steps(batch: int, steps: int, async_scheduling: bool, prefix_caching: b
     from vllm.v1.request import Request
     from vllm.sampling_params import SamplingParams
 
+    from simulator.request import RequestSpec
+
     d = _driver()
     output_len = steps + 64
     max_len = PROMPT_LEN + output_len
@@ -78,7 +68,7 @@ def time_steps(batch: int, steps: int, async_scheduling: bool, prefix_caching: b
         init_none_hash(sha256_cbor)
         hasher = get_request_block_hasher(BLOCK_SIZE, sha256_cbor)
     for i in range(batch):
-        req = _Req(f"r{i:05d}", PROMPT_LEN, output_len)
+        req = RequestSpec(f"r{i:05d}", 0.0, PROMPT_LEN, output_len)   # what the driver reads
         sched.add_request(Request(request_id=req.request_id, prompt_token_ids=d._prompt_ids(req, i),
                                   sampling_params=SamplingParams(max_tokens=output_len, ignore_eos=True),
                                   pooling_params=None, arrival_time=0.0, priority=0, block_hasher=hasher))
