@@ -59,8 +59,8 @@ def time_steps(batch: int, steps: int, async_scheduling: bool, prefix_caching: b
     blocks = batch * (-(-max_len // BLOCK_SIZE)) + 1
     with tempfile.TemporaryDirectory(prefix="frontier-sched-cpu-") as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(d._TINY_LLAMA_CONFIG))
-        sched = d._build_scheduler(Path(tmp), max_num_seqs=batch, max_num_batched_tokens=max(batch, min(8192, batch * max_len)),
-                                   max_model_len=max_len, block_size=BLOCK_SIZE, num_gpu_blocks=blocks,
+        sched = d._build_scheduler(Path(tmp), max_num_seqs=batch,
+                                   max_num_batched_tokens=max(batch, min(8192, batch * max_len)), max_model_len=max_len, block_size=BLOCK_SIZE, num_gpu_blocks=blocks,
                                    enable_prefix_caching=prefix_caching, long_prefill_token_threshold=0,
                                    policy="fcfs", async_scheduling=async_scheduling, watermark=0.0)
     hasher = None
