@@ -26,9 +26,9 @@ ENGINE_HELP = "Engine (vllm serve flags)"
 BENCH_HELP = "Workload (vllm bench serve flags)"
 OUT_HELP = "Outputs"
 PDD_HELP = "Prefill/decode disaggregation (--architecture pdd)"
-PDD_KEYS = ("prefill_tp", "prefill_pp", "prefill_dp", "prefill_replicas", "prefill_gpu", "prefill_router",
-            "decode_tp", "decode_pp", "decode_dp", "decode_replicas", "decode_gpu", "decode_router",
-            "kv_transfer_bandwidth", "kv_transfer_latency_ms")
+ROLE_KEYS = ("tp", "pp", "dp", "replicas", "gpu", "router", "max_num_seqs", "max_num_batched_tokens")
+PDD_KEYS = tuple(f"{role}_{k}" for role in ("prefill", "decode") for k in ROLE_KEYS) + (
+    "kv_transfer_bandwidth", "kv_transfer_latency_ms")
 AFD_HELP = "Attention/FFN disaggregation (--architecture afd; prefill uses --prefill-*)"
 AFD_KEYS = ("attention_tp", "attention_dp", "attention_replicas", "attention_gpu",
             "ffn_tp", "ffn_ep", "ffn_replicas", "ffn_gpu", "afd_lanes", "afd_link_bandwidth")
@@ -159,7 +159,7 @@ def _pdd_spec(values: dict[str, Any]):
     from simulator.control_plane import DEFAULT_KV_TRANSFER_LATENCY_S, PddSpec, RoleLayout
 
     def layout(role: str):
-        return RoleLayout(role, **{k: values.get(f"{role}_{k}") for k in ("tp", "pp", "dp", "replicas", "gpu", "router")})
+        return RoleLayout(role, **{k: values.get(f"{role}_{k}") for k in ROLE_KEYS})
 
     bw = values.get("kv_transfer_bandwidth")
     lat = values.get("kv_transfer_latency_ms")
@@ -278,12 +278,16 @@ def simulate(
     prefill_replicas: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     prefill_gpu: Optional[str] = typer.Option(None, help="Prefill role GPU type (default: --gpu).", rich_help_panel=PDD_HELP),
     prefill_router: Optional[str] = typer.Option(None, help="round_robin or least_loaded (default: --router).", rich_help_panel=PDD_HELP),
+    prefill_max_num_seqs: Optional[int] = typer.Option(None, help="The prefill instances' --max-num-seqs (default: --max-num-seqs).", rich_help_panel=PDD_HELP),
+    prefill_max_num_batched_tokens: Optional[int] = typer.Option(None, help="The prefill instances' --max-num-batched-tokens (default: --max-num-batched-tokens).", rich_help_panel=PDD_HELP),
     decode_tp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_dp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_replicas: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_gpu: Optional[str] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_router: Optional[str] = typer.Option(None, help="round_robin, least_loaded or kv_aware (most free KV blocks).", rich_help_panel=PDD_HELP),
+    decode_max_num_seqs: Optional[int] = typer.Option(None, help="The decode instances' --max-num-seqs (default: --max-num-seqs).", rich_help_panel=PDD_HELP),
+    decode_max_num_batched_tokens: Optional[int] = typer.Option(None, help="The decode instances' --max-num-batched-tokens (default: --max-num-batched-tokens).", rich_help_panel=PDD_HELP),
     kv_transfer_bandwidth: Optional[float] = typer.Option(None, help="GB/s per GPU for every P->D KV transfer (default: NVLink within a node, else the NIC).", rich_help_panel=PDD_HELP),
     kv_transfer_latency_ms: Optional[float] = typer.Option(None, help="Latency floor per KV transfer (default 0.1 ms).", rich_help_panel=PDD_HELP),
     attention_tp: Optional[int] = typer.Option(None, help="Attention role TP (default: --tensor-parallel-size).", rich_help_panel=AFD_HELP),

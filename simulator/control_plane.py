@@ -66,7 +66,8 @@ DEFAULT_KV_TRANSFER_LATENCY_S = 1e-4    # placeholder per-transfer floor (read s
 
 @dataclass(frozen=True)
 class RoleLayout:
-    """One role's parallel layout; ``None`` = the main flag's value."""
+    """One role's parallel layout and batch limits (each role is its own ``vllm serve``);
+    ``None`` = the main flag's value."""
 
     name: str                       # "prefill" | "decode" (for messages and flag names)
     tp: int | None = None
@@ -75,10 +76,16 @@ class RoleLayout:
     replicas: int | None = None
     gpu: str | None = None
     router: str | None = None
+    max_num_seqs: int | None = None             # the role's --max-num-seqs
+    max_num_batched_tokens: int | None = None   # the role's --max-num-batched-tokens
 
     def __post_init__(self) -> None:
         if self.name not in ("prefill", "decode"):
             raise ValueError(f"role {self.name!r} is not prefill or decode")
+        for key in ("max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{self.name}-{key.replace('_', '-')} must be a positive integer, got {value!r}")
         for key in ("tp", "pp", "dp", "replicas"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -88,7 +95,8 @@ class RoleLayout:
             raise ValueError(f"--{self.name}-router {self.router!r} is not one of {', '.join(routers)}")
 
     def is_default(self) -> bool:
-        return all(getattr(self, k) is None for k in ("tp", "pp", "dp", "replicas", "gpu", "router"))
+        return all(getattr(self, k) is None for k in ("tp", "pp", "dp", "replicas", "gpu", "router",
+                                                      "max_num_seqs", "max_num_batched_tokens"))
 
     def engine_args(self, main: EngineArgs) -> EngineArgs:
         return replace(
@@ -97,7 +105,9 @@ class RoleLayout:
             pipeline_parallel_size=self.pp or main.pipeline_parallel_size,
             data_parallel_size=self.dp or main.data_parallel_size,
             num_replicas=self.replicas or main.num_replicas,
-            gpu=self.gpu or main.gpu)
+            gpu=self.gpu or main.gpu,
+            max_num_seqs=self.max_num_seqs or main.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens or main.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,7 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     try:
         args = layout.engine_args(main)
         resolved = resolve_engine(args)
+        sched_config = resolved.scheduler_config(debug=debug)
     except ValueError as exc:
         raise ValueError(f"{layout.name} role: {exc}") from None
     memory = build_memory(resolved)
@@ -159,7 +170,6 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
         memory.check_starts(resolved.max_model_len, layout.name,
                             f"{role_flag}-tp, {role_flag}-gpu, --gpu-memory-utilization")
     engine = make_engine(resolved)
-    sched_config = resolved.scheduler_config(debug=debug)
     kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)
 
     def new_scheduler() -> Scheduler:

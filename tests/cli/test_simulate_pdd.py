@@ -31,9 +31,23 @@ def test_pdd_run_prints_gpus_per_role_and_writes_role_columns(tmp_path):
     assert decode_tokens == 12 * 6                 # D: 1 recomputed prompt token + 5 decodes each
 
 
+def test_role_batch_limit_flags_reach_their_role(tmp_path):
+    res = runner.invoke(app, BASE + ["--architecture", "pdd", "--prefill-max-num-seqs", "1",
+                                     "--prefill-max-num-batched-tokens", "2048", "--decode-max-num-seqs", "12",
+                                     "--decode-max-num-batched-tokens", "12", "--output-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    steps = pq.read_table(tmp_path / "steps.parquet").to_pydict()
+    assert max(n for n, role in zip(steps["num_reqs"], steps["role"]) if role == "P") == 1
+    assert max(t for t, role in zip(steps["num_tokens"], steps["role"]) if role == "D") <= 12
+
+
 def test_pdd_bad_inputs_get_one_line_errors():
     cases = [
         (["--architecture", "pdd", "--prefill-replicas", "0"], "--prefill-replicas must be a positive integer"),
+        (["--architecture", "pdd", "--decode-max-num-seqs", "0"], "--decode-max-num-seqs must be a positive integer"),
+        (["--architecture", "pdd", "--prefill-max-num-seqs", "64", "--prefill-max-num-batched-tokens", "32"],
+         "prefill role: max_num_batched_tokens=32; must be >= max_num_seqs=64"),
+        (["--decode-max-num-seqs", "2"], "need --architecture pdd"),
         (["--architecture", "pdd", "--decode-gpu", "X100"], "decode role: unknown GPU 'X100'"),
         (["--architecture", "pdd", "--prefill-router", "kv_aware"], "--prefill-router 'kv_aware'"),
         (["--decode-tp", "2"], "need --architecture pdd"),

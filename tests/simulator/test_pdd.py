@@ -260,8 +260,27 @@ def test_pdd_end_to_end_with_heterogeneous_roles():
     assert [role.resolved.gpu.name for role in result.roles] == ["H100-SXM", "H200"]
 
 
+def test_each_role_has_its_own_batch_limits():
+    """Each role is its own vllm serve: --prefill-max-num-seqs 1 makes the prefill engine take one
+    request per step (8 requests, 8 prefill steps), while decode batches all of them."""
+    pdd = PddSpec(RoleLayout("prefill", max_num_seqs=1, max_num_batched_tokens=512),
+                  RoleLayout("decode", max_num_seqs=8, max_num_batched_tokens=8))
+    result = run_simulation(pdd_spec(pdd))
+    prefill, decode = (role.resolved.args for role in result.roles)
+    assert (prefill.max_num_seqs, prefill.max_num_batched_tokens) == (1, 512)
+    assert (decode.max_num_seqs, decode.max_num_batched_tokens) == (8, 8)
+    assert result.summary["completed"] == 8
+    steps = result.trace.step_cols
+    pre = [n for n, role in zip(steps["num_reqs"], steps["role"]) if role == "P"]
+    assert pre == [1] * 8                                   # one 300-token prompt per prefill step
+    default = run_simulation(pdd_spec(PddSpec(RoleLayout("prefill", replicas=1))))
+    assert [role.resolved.args.max_num_seqs for role in default.roles] == [None, None]   # the main flags'
+
+
 @pytest.mark.parametrize("pdd, engine, message", [
     (PddSpec(RoleLayout("prefill", gpu="X100")), {}, "prefill role: unknown GPU 'X100'"),
+    (PddSpec(decode=RoleLayout("decode", max_num_seqs=300, max_num_batched_tokens=200)), {},
+     "decode role: max_num_batched_tokens=200; must be >= max_num_seqs=300"),
     (PddSpec(RoleLayout("prefill", gpu="L4")), {"max_model_len": 131072},
      "prefill role: vLLM would not start: one request of max_model_len 131072 needs 8192 KV blocks"),
     (PddSpec(decode=RoleLayout("decode", tp=3)), {}, "decode role"),
@@ -276,6 +295,8 @@ def test_layout_errors():
         RoleLayout("prefill", replicas=0)
     with pytest.raises(ValueError, match="--prefill-router 'kv_aware' is not one of"):
         RoleLayout("prefill", router="kv_aware")
+    with pytest.raises(ValueError, match="--decode-max-num-batched-tokens must be a positive integer, got 0"):
+        RoleLayout("decode", max_num_batched_tokens=0)
     with pytest.raises(ValueError, match="need --architecture pdd"):
         SimulationSpec(pdd=PddSpec())
     with pytest.raises(ValueError, match="--architecture 'x'"):
