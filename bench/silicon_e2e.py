@@ -1,13 +1,15 @@
 """End-to-end check against measured vLLM deployments (AIConfigurator's silicon_sample.csv).
 
-Selects the rows of ``silicon_sample.csv`` with backend == vllm, mode == agg and system in
-``SYSTEM_TO_GPU`` (h100_sxm, h200_sxm, b200_sxm, b300_sxm: every system with vLLM agg rows whose GPU
-the catalogue has; ``--systems`` picks some), maps each row to a Frontier deployment + workload,
-simulates it and reports the absolute percentage error (APE) of mean TTFT and mean TPOT per row,
-and the MAPE over the simulated rows (in all, per harness, per system, per model) next to
-AIConfigurator 0.12's own MAPE on the same rows where it has one
-(``derived/aic0.12_estimate_vs_silicon_vllm_h100_h200_agg.csv``: H100 and H200 rows only).
-The issue's aim (10 %) is stated for the H100 / H200 rows; the Blackwell rows were added after.
+Selects the rows of ``silicon_sample.csv`` with backend == vllm, mode in ``--modes`` (agg and
+disagg: ``MODES``) and system in ``SYSTEM_TO_GPU`` (h100_sxm, h200_sxm, b200_sxm, b300_sxm, gb200:
+every system with vLLM rows whose GPU the catalogue has; ``--systems`` picks some), maps each row
+to a Frontier deployment + workload, simulates it and reports the absolute percentage error (APE)
+of mean TTFT and mean TPOT per row, and the MAPE over the simulated rows (in all, per harness, per
+system, per version, per mode, per model) next to AIConfigurator 0.12's own MAPE on the same rows
+where it has one (``derived/aic0.12_estimate_vs_silicon_vllm_h100_h200_agg.csv``: H100 and H200
+agg rows only). The issue's aim (10 %) is stated for the H100 / H200 aggregated rows; the
+Blackwell rows and the 17 disaggregated ones (GB200 14, H100 3: ``map_disagg_row``, simulated
+with ``--architecture pdd``) were added after.
 
 Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
 
@@ -142,7 +144,8 @@ Row -> deployment (see ``map_row``; bench/README.md has the full rationale):
 Usage::
 
     .venv/bin/python bench/silicon_e2e.py --jobs 2 [--limit N] [--models SUBSTR,...]
-        [--systems h100_sxm,h200_sxm,b200_sxm,b300_sxm] [--step-jitter 0.05] [--both-jitter] [--range-ratio R]
+        [--systems h100_sxm,h200_sxm,b200_sxm,b300_sxm,gb200] [--modes agg,disagg] [--step-jitter 0.05]
+        [--both-jitter] [--range-ratio R]
         [--progress] [--json] [--out FILE] [--plan-only] [--rescore FILE]
 
 Cost model: ``--predictor-bundle none`` (default, the roofline model), ``auto`` (the cached
@@ -178,15 +181,19 @@ from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 DATA_ROOT = Path(os.environ.get("FRONTIER_AIC_DATA", "/work/shared/datasets/aiconfigurator"))
 SILICON_CSV = DATA_ROOT / "systems" / "silicon_sample.csv"
 AIC_CSV = DATA_ROOT / "derived" / "aic0.12_estimate_vs_silicon_vllm_h100_h200_agg.csv"
 
-SYSTEM_TO_GPU = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "b300_sxm": "B300"}
-# the systems the issue's aim (TTFT and TPOT MAPE under 10 %) is stated for: the totals name their rows apart
+SYSTEM_TO_GPU = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200"}
+# the systems the issue's aim (TTFT and TPOT MAPE under 10 %) is stated for, aggregated rows: the
+# totals name their rows apart
 AIM_SYSTEMS = ("h100_sxm", "h200_sxm")
+# serving modes of the CSV that run: "agg" (co-located) and "disagg" (prefill / decode workers,
+# simulated with --architecture pdd)
+MODES = ("agg", "disagg")
 
 
 @dataclass(frozen=True)
@@ -261,6 +268,19 @@ DEFAULT_SEED = 0
 
 
 @dataclass(frozen=True)
+class RolePlan:
+    """One role of a disaggregated row: its engines and the vllm serve batch limits known for them
+    (None: vLLM's defaults)."""
+
+    tp: int
+    dp: int
+    replicas: int                      # the row's {prefill,decode}_num_workers
+    batch_size: int                    # the row's {prefill,decode}_batch_size (per worker)
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class Deployment:
     """One silicon row as a Frontier run."""
 
@@ -298,6 +318,9 @@ class Deployment:
     dp_label_only: bool = False        # InferenceMAX attention-DP row of IMAX_DP_AS_TP_EP, run as the TP x EP
                                        # deployment on tp_size GPUs it measured: batch_size = the CSV's x adp
     vllm_version: str = ""             # the CSV's backend_version: the vLLM the run used ("" = not stated)
+    mode: str = "agg"                  # "agg" or "disagg" (MODES); disagg rows: tp / dp / batch_size are
+    prefill: RolePlan | None = None    # the decode role's, and both roles here
+    decode: RolePlan | None = None
 
 
 @dataclass(frozen=True)
@@ -326,11 +349,12 @@ def _int(value: str, default: int | None = None) -> int | None:
     return int(v)
 
 
-def load_rows(path: Path = SILICON_CSV, systems: tuple[str, ...] = tuple(SYSTEM_TO_GPU)) -> list[dict[str, str]]:
-    """The vllm / agg rows of ``systems``, in file order."""
+def load_rows(path: Path = SILICON_CSV, systems: tuple[str, ...] = tuple(SYSTEM_TO_GPU),
+              modes: tuple[str, ...] = ("agg",)) -> list[dict[str, str]]:
+    """The vllm rows of ``systems`` in ``modes`` (MODES), in file order."""
     with open(path, newline="") as f:
         return [r for r in csv.DictReader(f)
-                if r["backend"] == "vllm" and r["mode"] == "agg" and r["system"] in systems]
+                if r["backend"] == "vllm" and r["mode"] in modes and r["system"] in systems]
 
 
 def harness_of(row: dict[str, str]) -> str:
@@ -364,6 +388,14 @@ def imax_copies(rows: list[dict[str, str]]) -> set[str]:
 # the columns that name one deployment of the CSV (``deployment_key``, what ``repeat_runs`` groups runs by)
 DEPLOYMENT_COLUMNS = ("system", "model_path", "precision", "tp_size", "pp_size", "attention_dp_size",
                       "moe_tp_size", "moe_ep_size", "isl", "osl", "batch_size")
+# a disaggregated row's columns per role: {prefill,decode}_<column>
+ROLE_COLUMNS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+def _source_concurrency(row: dict[str, str]) -> int | None:
+    """The client concurrency ``silicon_data_source`` states (``silicon_concurrency=N``), or None."""
+    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
+    return int(found.group(1)) if found else None
 
 
 def _dp_label_only(system: str, harness: str, adp: float | None) -> bool:
@@ -378,6 +410,10 @@ def deployment_key(row: dict[str, str]) -> tuple:
     ``IMAX_DP_AS_TP_EP`` as the TP x EP deployment it measured (attention DP 1, MoE TP 1, MoE EP
     tp_size, batch_size x adp; the module doc), so that it and its twins count as runs of one
     deployment. ValueError for a non-number."""
+    if row.get("mode") == "disagg":
+        return ("disagg", row["system"], row["model_path"], row["precision"], _num(row["isl"]), _num(row["osl"]),
+                _source_concurrency(row)) + tuple(_num(row[f"{role}_{c}"]) for role in ("prefill", "decode")
+                                                  for c in ROLE_COLUMNS)
     system, model, precision, *numbers = (row[c] for c in DEPLOYMENT_COLUMNS)
     tp, pp, adp, moe_tp, moe_ep, isl, osl, bs = (_num(v) for v in numbers)
     if _dp_label_only(system, harness_of(row), adp):
@@ -482,31 +518,13 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
 
     if system not in SYSTEM_TO_GPU:
         return skip("system not mapped", system)
-    precision = (row.get("precision") or "").strip().lower()
-    served = served_as(model_path, precision, system)
-    model = served.model
-    spec = _model_spec(model)
-    if isinstance(spec, Exception):
-        msg = str(spec)
-        if "unsupported model_type" in msg:
-            mt = msg.split("unsupported model_type ", 1)[1].split(";")[0]
-            return skip(f"model_type {mt} not supported by frontier.model_spec", msg[:160])
-        if "unknown model" in msg:
-            return skip("model not in the catalogue", msg[:160])
-        return skip("model config not loadable", msg[:160])
-    from simulator.engine_args import served_model
-    try:
-        method = served_model(spec, served.quantization).quant.method
-    except ValueError as exc:
-        return skip("served flags refused by the simulator", str(exc)[:160])
-    if precision:
-        family = PRECISION_FAMILY.get(precision)
-        if family is None:
-            return skip(f"precision {precision} not mapped", precision)
-        if method not in family:
-            return skip("checkpoint quantization disagrees with the row's precision",
-                        f"precision={precision} gemm={row.get('gemm_quant_mode')} moe={row.get('moe_quant_mode')} "
-                        f"but {model} is {method}")
+    served = _served_model(row, skip)
+    if isinstance(served, Skip):
+        return served
+    served, model, spec, method = served
+    harness = harness or harness_of(row)
+    if row.get("mode") == "disagg":
+        return map_disagg_row(row, aic_runs, harness, served, spec, method, skip)
     try:
         tp = _int(row["tp_size"], 1)
         pp = _int(row["pp_size"], 1)
@@ -518,7 +536,6 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
         return skip("non-integer field", str(exc))
     if not (tp and pp and dp and isl and osl and bs):
         return skip("missing field", f"tp={tp} pp={pp} dp={dp} isl={isl} osl={osl} bs={bs}")
-    harness = harness or harness_of(row)
     dp_label_only = _dp_label_only(system, harness, dp)
     if dp_label_only:   # a measurement of the TP x EP deployment on tp_size GPUs (module doc)
         bs, dp = bs * dp, 1
@@ -572,21 +589,133 @@ def map_row(row: dict[str, str], aic_runs: str = "benchmark", harness: str | Non
         **launch)
 
 
+def _served_model(row: dict[str, str], skip: Callable[[str, str], Skip]) -> tuple | Skip:
+    """(Served, catalogue name, ModelSpec, quantization method) of a row's model, or Skip: the
+    model must load and its checkpoint's quantization belong to the row's precision."""
+    precision = (row.get("precision") or "").strip().lower()
+    served = served_as(row["model_path"], precision, row["system"])
+    model = served.model
+    spec = _model_spec(model)
+    if isinstance(spec, Exception):
+        msg = str(spec)
+        if "unsupported model_type" in msg:
+            mt = msg.split("unsupported model_type ", 1)[1].split(";")[0]
+            return skip(f"model_type {mt} not supported by frontier.model_spec", msg[:160])
+        if "unknown model" in msg:
+            return skip("model not in the catalogue", msg[:160])
+        return skip("model config not loadable", msg[:160])
+    from simulator.engine_args import served_model
+    try:
+        method = served_model(spec, served.quantization).quant.method
+    except ValueError as exc:
+        return skip("served flags refused by the simulator", str(exc)[:160])
+    if precision:
+        family = PRECISION_FAMILY.get(precision)
+        if family is None:
+            return skip(f"precision {precision} not mapped", precision)
+        if method not in family:
+            return skip("checkpoint quantization disagrees with the row's precision",
+                        f"precision={precision} gemm={row.get('gemm_quant_mode')} moe={row.get('moe_quant_mode')} "
+                        f"but {model} is {method}")
+    return served, model, spec, method
+
+
+def map_disagg_row(row: dict[str, str], aic_runs: str, harness: str, served: Served, spec: Any, method: str,
+                   skip: Callable[[str, str], Skip]) -> Deployment | Skip:
+    """A disaggregated row -> a Deployment of a prefill and a decode role (``--architecture pdd``),
+    or Skip. A role's worker is {role}_tp_size x {role}_attention_dp_size GPUs, and
+    {role}_num_workers workers run (replicas). MoE experts run expert-parallel where a role's
+    moe_ep_size > 1 (moe_tp_size 1), tensor-parallel where it is 1 or not stated (0 or empty:
+    vLLM's default) unless vLLM cannot start that layout (block-quantized experts split mid-block,
+    as in ``map_row``: then expert-parallel, ``ep_inferred``); both roles alike, as
+    --enable-expert-parallel is one flag here. Concurrency:
+    the source's silicon_concurrency, else the decode workers' batch sizes summed (AIC's benchmark
+    rule: estimated_concurrency = decode workers x decode max_batch_size). Under the benchmark
+    policy an aic row gets AIC's disaggregated launch (generator/rule_plugin/benchmark/vllm.rule):
+    prefill --max-num-seqs prefill_batch_size and --max-num-batched-tokens isl + 1500, decode
+    --max-num-seqs and --max-num-batched-tokens decode_batch_size, --max-model-len isl + osl + 1500,
+    CUDA-graph sizes 1 .. decode_batch_size, 20 x concurrency requests."""
+    try:
+        isl, osl = _int(row["isl"]), _int(row["osl"])
+        roles = {r: {c: _int(row[f"{r}_{c}"], None) for c in ROLE_COLUMNS} for r in ("prefill", "decode")}
+    except ValueError as exc:
+        return skip("non-integer field", str(exc))
+    ep: set[bool] = set()
+    for name, r in roles.items():
+        if not (r["batch_size"] and r["num_workers"] and r["tp_size"] and isl and osl):
+            return skip("missing field", f"{name}: {r} isl={isl} osl={osl}")
+        if (r["pp_size"] or 1) != 1:
+            return skip("pipeline parallel role", f"{name}_pp_size={r['pp_size']}")
+        width = r["tp_size"] * (r["attention_dp_size"] or 1)
+        moe_tp, moe_ep = r["moe_tp_size"] or None, r["moe_ep_size"] or None
+        if spec.is_moe and moe_ep is not None and moe_ep > 1:
+            if (moe_tp or 1) != 1 or moe_ep != width:
+                return skip("parallel width mismatch: tp*attention_dp != moe_tp*moe_ep (inconsistent row)",
+                            f"{name}: tp={r['tp_size']} adp={r['attention_dp_size']} moe_tp={moe_tp} moe_ep={moe_ep}")
+            ep.add(True)
+        else:
+            ep.add(False)
+    if spec.is_moe and len(ep) > 1:
+        return skip("roles differ in expert parallelism", f"{roles}")
+    ep_inferred = spec.is_moe and ep == {False} and any(   # as map_row: vLLM cannot start the TP layout
+        _block_split_refused(spec, r["tp_size"], 1, r["attention_dp_size"] or 1) for r in roles.values())
+    ttft, tpot = _num(row["silicon_ttft_ms"]), _num(row["silicon_tpot_ms"])
+    if ttft is None or tpot is None:
+        return skip("no measured TTFT/TPOT", "")
+    pre, dec = roles["prefill"], roles["decode"]
+    concurrency = (_source_concurrency(row)
+                   or dec["batch_size"] * dec["num_workers"] * (dec["attention_dp_size"] or 1))
+    aic_launch = harness == "aic" and aic_runs == "benchmark"
+
+    def plan(r: dict[str, int | None], seqs: int, tokens: int) -> RolePlan:
+        return RolePlan(r["tp_size"], r["attention_dp_size"] or 1, r["num_workers"], r["batch_size"],
+                        seqs if aic_launch else None, tokens if aic_launch else None)
+
+    launch: dict[str, Any] = {}
+    if aic_launch:
+        launch = dict(bench_prompts=AIC_REQUESTS_PER_SLOT * concurrency, max_model_len=isl + osl + AIC_EXTRA_TOKENS,
+                      cudagraph_capture_sizes=tuple(range(1, dec["batch_size"] + 1)))
+    return Deployment(
+        row_id=row["id"], model_path=row["model_path"], model=served.model, system=row["system"],
+        gpu=SYSTEM_TO_GPU[row["system"]], tp=dec["tp_size"], pp=1, dp=dec["attention_dp_size"] or 1,
+        enable_expert_parallel=bool(spec.is_moe and (True in ep or ep_inferred)), ep_inferred=bool(ep_inferred),
+        isl=isl, osl=osl, batch_size=dec["batch_size"],
+        concurrency=concurrency, num_prompts=num_prompts_for(concurrency, osl, launch.get("bench_prompts")),
+        quant_method=method, ttft_meas_ms=ttft, tpot_meas_ms=tpot, harness=harness,
+        quantization=served.quantization, kv_cache_dtype=served.kv_cache_dtype,
+        vllm_version=(row.get("backend_version") or "").strip(), mode="disagg",
+        prefill=plan(pre, pre["batch_size"], isl + AIC_EXTRA_TOKENS),
+        decode=plan(dec, dec["batch_size"], dec["batch_size"]), **launch)
+
+
+def _pdd(dep: Deployment) -> Any:
+    """The ``PddSpec`` of a disaggregated deployment (None for a co-located one)."""
+    if dep.mode != "disagg":
+        return None
+    from simulator.control_plane import PddSpec, RoleLayout
+    return PddSpec(*(RoleLayout(name, tp=r.tp, dp=r.dp, replicas=r.replicas, max_num_seqs=r.max_num_seqs,
+                                max_num_batched_tokens=r.max_num_batched_tokens)
+                     for name, r in (("prefill", dep.prefill), ("decode", dep.decode))))
+
+
 def check_deployment(dep: Deployment) -> str | None:
     """Why the simulator refuses this deployment (sharding, memory), or None."""
     from frontier.gpu import get_gpu
     from simulator.engine_args import EngineArgs
     from simulator.simulation import build_memory
-    args = _engine_args(dep)
-    try:
-        resolved = args.resolve(_model_spec(dep.model), get_gpu(dep.gpu))
-        resolved.parallel.check_model(resolved.model)
-        mem = build_memory(resolved)
-    except ValueError as exc:
-        return f"simulator refuses the layout: {exc}"
-    usable = (mem.num_gpu_blocks - 1) * resolved.block_size
-    if usable < dep.isl + dep.osl:
-        return f"KV cache too small for one request ({usable} tokens)"
+    main = _engine_args(dep)
+    pdd = _pdd(dep)
+    roles = [("", main)] if pdd is None else [(f"{r.name} role: ", r.engine_args(main)) for r in (pdd.prefill, pdd.decode)]
+    for role, args in roles:
+        try:
+            resolved = args.resolve(_model_spec(dep.model), get_gpu(dep.gpu))
+            resolved.parallel.check_model(resolved.model)
+            mem = build_memory(resolved)
+        except ValueError as exc:
+            return f"simulator refuses the layout: {role}{exc}"
+        usable = (mem.num_gpu_blocks - 1) * resolved.block_size
+        if usable < dep.isl + dep.osl:
+            return f"KV cache too small for one request: {role}{usable} tokens"
     del EngineArgs
     return None
 
@@ -670,6 +799,8 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
                                     random_range_ratio=range_ratio)
         try:
             res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
+                                                architecture="pdd" if dep.mode == "disagg" else "colocated",
+                                                pdd=_pdd(dep),
                                                 max_concurrency=dep.concurrency, step_jitter=step_jitter,
                                                 predictor_bundle=predictor_bundle, comm_model=comm_model,
                                                 moe_routing=moe_routing, engine_cpu_overhead=engine_cpu_overhead,
@@ -776,7 +907,7 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
         key = f"jitter={j:g}"
         ok = [r for r in results if "error" not in r[key]]
         both = [r for r in ok if (aic.get(r["deployment"]["row_id"]) or {}).get("ttft_pred") is not None]
-        aim = [r for r in ok if r["deployment"]["system"] in AIM_SYSTEMS]
+        aim = [r for r in ok if r["deployment"]["system"] in AIM_SYSTEMS and r["deployment"].get("mode", "agg") == "agg"]
 
         def aic_ape(r: dict[str, Any], what: str) -> float:
             a = aic[r["deployment"]["row_id"]]
@@ -791,13 +922,16 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
         by_harness: dict[str, list[dict[str, Any]]] = {}
         by_system: dict[str, list[dict[str, Any]]] = {}
         by_version: dict[str, list[dict[str, Any]]] = {}
-        for r in ok:   # reports written before the harness (version) field count as "aic" ("not stated")
+        by_mode: dict[str, list[dict[str, Any]]] = {}
+        for r in ok:   # reports written before the harness (version, mode) field count as "aic" ("not stated", "agg")
             by_harness.setdefault(r["deployment"].get("harness", "aic"), []).append(r)
             by_system.setdefault(r["deployment"]["system"], []).append(r)
             by_version.setdefault(r["deployment"].get("vllm_version") or "not stated", []).append(r)
+            by_mode.setdefault(r["deployment"].get("mode", "agg"), []).append(r)
         per_model: dict[str, Any] = OrderedDict()
         for r in ok:
-            per_model.setdefault(f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}', []).append(r)
+            mode = "" if r["deployment"].get("mode", "agg") == "agg" else f' ({r["deployment"]["mode"]})'
+            per_model.setdefault(f'{r["deployment"]["model_path"]}@{r["deployment"]["system"]}{mode}', []).append(r)
         totals[key] = {
             "rows_simulated": len(ok),
             "rows_failed_in_simulation": len(results) - len(ok),
@@ -813,7 +947,8 @@ def summarize_results(results: list[dict[str, Any]], aic: dict[str, dict[str, An
                                     "tpot_mape": mape(rs, "tpot", "bench"),
                                     "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot")}
                                 for h, rs in sorted(rows.items())}
-               for group, rows in (("harness", by_harness), ("system", by_system), ("version", by_version))},
+               for group, rows in (("harness", by_harness), ("system", by_system), ("version", by_version),
+                                   ("mode", by_mode))},
             "per_model": {m: {"rows": len(rs),
                               "ttft_mape": mape(rs, "ttft", "bench"), "tpot_mape": mape(rs, "tpot", "bench"),
                               "ttft_bias_pct": bias(rs, "ttft"), "tpot_bias_pct": bias(rs, "tpot"),
@@ -880,7 +1015,7 @@ def print_report(results: list[dict[str, Any]], skips: list[Skip], totals: dict[
               f"the others (the data's repeatability) TTFT {_fmt(rep['data_ttft_mape'])}% TPOT "
               f"{_fmt(rep['data_tpot_mape'])}%  |  ours there TTFT {_fmt(rep['ours_ttft_mape'])}% "
               f"TPOT {_fmt(rep['ours_tpot_mape'])}%")
-        for group in ("harness", "system", "version"):
+        for group in ("harness", "system", "version", "mode"):
             for h, v in t.get(f"per_{group}", {}).items():
                 p(f"  {group} {h:<{20 - len(group)}} {v['rows']:>4} rows: TTFT MAPE {_fmt(v['ttft_mape'])}% "
                   f"(bias {_fmt(v['ttft_bias_pct'])}%)  TPOT MAPE {_fmt(v['tpot_mape'])}% (bias {_fmt(v['tpot_bias_pct'])}%)")
@@ -930,6 +1065,10 @@ def check_args(args: argparse.Namespace) -> None:
     bad = [s.strip() for s in args.systems.split(",") if s.strip() and s.strip() not in SYSTEM_TO_GPU]
     if bad:
         raise ValueError(f"--systems {bad[0]!r} is not a system this bench simulates; valid: {', '.join(SYSTEM_TO_GPU)}")
+    bad = [m.strip() for m in args.modes.split(",") if m.strip() and m.strip() not in MODES] or (
+        [] if any(m.strip() for m in args.modes.split(",")) else [args.modes])
+    if bad:
+        raise ValueError(f"--modes {bad[0]!r} is not a serving mode of the data; valid: {', '.join(MODES)}")
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.limit is not None and args.limit < 1:
@@ -965,6 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="simulate only the first N supported rows")
     ap.add_argument("--models", default=None, help="comma-separated substrings of model_path")
     ap.add_argument("--systems", default=",".join(SYSTEM_TO_GPU))
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated serving modes ({', '.join(MODES)})")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--step-jitter", type=float, default=0.0, help="SimulationSpec.step_jitter")
     ap.add_argument("--lengths", default="harness", choices=LENGTH_POLICIES,
@@ -1009,7 +1149,7 @@ def main(argv: list[str] | None = None) -> int:
             for j in jitters:
                 score(r["deployment"], r[f"jitter={j:g}"])
         aic = load_aic(args.aic_csv)
-        repeats = repeat_runs(load_rows(args.csv)) if args.csv.is_file() else None
+        repeats = repeat_runs(load_rows(args.csv, modes=MODES)) if args.csv.is_file() else None
         report["totals"] = summarize_results(report["rows"], aic, jitters, repeats)
         if args.out:
             args.out.write_text(json.dumps(report, indent=1, default=str))
@@ -1017,7 +1157,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     models = [m.strip() for m in args.models.split(",")] if args.models else None
-    rows = load_rows(args.csv, systems)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    rows = load_rows(args.csv, systems, modes)
     deps, skips = plan(rows, models, args.limit, args.aic_runs)
     if models and not deps and not skips:
         print(f"error: --models {args.models!r} matches no row's model_path on {', '.join(systems)}", file=sys.stderr)

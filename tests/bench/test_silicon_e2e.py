@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,48 @@ def _row(**over: str) -> dict[str, str]:
             "silicon_ttft_ms": "100.0", "silicon_tpot_ms": "10.0"}
     base.update(over)
     return base
+
+
+@needs_data
+def test_disaggregated_rows_map_to_two_roles() -> None:
+    """The data's 17 vLLM disagg rows (GB200 Kimi-K2.5 from InferenceMAX's database, H100 Qwen3 from
+    AIC's Dynamo campaign) run as --architecture pdd: each role's workers, TP x attention DP, EP
+    where the row says so (or where vLLM cannot split the experts), AIC's launch limits on aic rows."""
+    rows = e2e.load_rows(systems=("gb200", "h100_sxm"), modes=("disagg",))
+    assert len(rows) == 17 and all(r["mode"] == "disagg" for r in rows)
+    deps, skips = e2e.plan(rows, None, None)
+    assert skips == [] and len(deps) == 17 and {d.mode for d in deps} == {"disagg"}
+    kimi = {d.row_id: d for d in deps if d.system == "gb200"}
+    big = kimi["kimik2_5_gb200_vllm_fp4_disagg_1024x1024_c256_cfg697"]
+    assert (big.model, big.harness, big.concurrency, big.enable_expert_parallel, big.vllm_version) == (
+        "nvidia/Kimi-K2.5-NVFP4", "inferencemax", 256, True, "0.18.0")
+    assert big.prefill == e2e.RolePlan(tp=4, dp=1, replicas=1, batch_size=1)          # vLLM's limits
+    assert big.decode == e2e.RolePlan(tp=16, dp=1, replicas=1, batch_size=256)
+    assert kimi["kimik2_5_gb200_vllm_fp4_disagg_1024x1024_c8_cfg698"].decode == e2e.RolePlan(4, 1, 4, 2)
+    qwen = [d for d in deps if d.system == "h100_sxm"]
+    dense = next(d for d in qwen if d.model == "Qwen/Qwen3-32B")
+    assert (dense.harness, dense.concurrency, dense.bench_prompts, dense.max_model_len) == ("aic", 448, 8960, 6500)
+    assert dense.prefill == e2e.RolePlan(1, 1, 8, 1, max_num_seqs=1, max_num_batched_tokens=5500)
+    assert dense.decode == e2e.RolePlan(4, 1, 2, 224, max_num_seqs=224, max_num_batched_tokens=224)
+    moe = sorted((d for d in qwen if d.model != "Qwen/Qwen3-32B"), key=lambda d: d.concurrency)
+    assert [(d.concurrency, d.enable_expert_parallel, d.ep_inferred) for d in moe] == [(56, True, True), (72, False, False)]
+    assert moe[0].decode == e2e.RolePlan(1, 8, 1, 7, max_num_seqs=7, max_num_batched_tokens=7)
+    pdd = e2e._pdd(dense)
+    assert (pdd.prefill.replicas, pdd.prefill.max_num_seqs, pdd.decode.tp, pdd.decode.max_num_batched_tokens) == (8, 1, 4, 224)
+    assert e2e._pdd(e2e.map_row(_row())) is None
+    # a disagg row is its own deployment for the data's repeatability: same numbers, same key
+    keys = {e2e.deployment_key(r) for r in rows}
+    assert len(keys) == 17 and all(k[0] == "disagg" for k in keys)
+
+
+@needs_data
+def test_a_disaggregated_row_simulates_both_roles() -> None:
+    row = next(r for r in e2e.load_rows(systems=("gb200",), modes=("disagg",))
+               if r["id"] == "kimik2_5_gb200_vllm_fp4_disagg_1024x1024_c4_cfg698")
+    dep = replace(e2e.map_row(row), num_prompts=12)
+    assert e2e.check_deployment(dep) is None
+    got = e2e.simulate_row(dep, 0.0)           # roofline costs
+    assert got["completed"] == 12 and got["failed"] == 0 and got["ttft_ms"] > 0 and got["tpot_ms"] > 0
 
 
 @needs_data
@@ -190,7 +233,7 @@ def test_attention_dp_rows_are_measurements_of_the_tp_ep_deployment(rows: dict[s
     (dict(precision="int4"), "checkpoint quantization disagrees"),
     (dict(model_path="MiniMaxAI/MiniMax-M3"), "model_type 'minimax_m3' not supported"),
     (dict(model_path="nobody/NoSuchModel-1B"), "model not in the catalogue"),
-    (dict(system="gb200"), "system not mapped"),
+    (dict(system="gb300"), "system not mapped"),
 ])
 def test_skips_carry_reasons(over: dict[str, str], reason: str) -> None:
     m = e2e.map_row(_row(**over))
@@ -427,7 +470,7 @@ def test_bad_flags_are_one_line_before_any_simulation(tmp_path: Path, capsys: py
     junk = tmp_path / "junk.json"
     junk.write_text("[1, 2]")
     cases = [(["--systems", "h100_sxm,bogus"], "--systems 'bogus' is not a system this bench simulates; valid: "
-                                                 "h100_sxm, h200_sxm, b200_sxm, b300_sxm"),
+                                                 "h100_sxm, h200_sxm, b200_sxm, b300_sxm, gb200"),
              (["--jobs", "0"], "--jobs must be >= 1, got 0"),
              (["--limit", "0"], "--limit must be >= 1, got 0"),
              (["--step-jitter", "5"], "--step-jitter must be in [0, 1), got 5.0"),
