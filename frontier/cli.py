@@ -716,7 +716,7 @@ def _csv_row_lines(path: Path) -> list[int]:
     import io
 
     reader = csv.reader(io.StringIO(path.read_bytes().decode("utf-8"), newline=""))
-    header = next(reader, None)
+    header = next((fields for fields in reader if fields), None)    # pandas skips blank lines before it too
     lines, start = [], reader.line_num + 1
     for fields in reader:
         if fields:
@@ -776,8 +776,8 @@ def predict(
                 raise ValueError(f"{fam} rows in {input} lack column {exc}") from None
             except ValueError as exc:
                 raise ValueError(f"{fam} rows in {input}: {exc}") from None
-    except ValueError as exc:
-        _fail(str(exc))
+    except (ValueError, pd.errors.ParserError) as exc:     # ParserError: e.g. a quote left open
+        _fail(f"--input {input}: {str(exc).strip()}" if isinstance(exc, pd.errors.ParserError) else str(exc))
         return
     df = echo.assign(predicted_latency_s=pred, out_of_range=oor)
     unpriced = int(np.isnan(pred).sum())

@@ -82,14 +82,10 @@ class RoleLayout:
     def __post_init__(self) -> None:
         if self.name not in ("prefill", "decode"):
             raise ValueError(f"role {self.name!r} is not prefill or decode")
-        for key in ("max_num_seqs", "max_num_batched_tokens"):
+        for key in ("tp", "pp", "dp", "replicas", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"--{self.name}-{key.replace('_', '-')} must be a positive integer, got {value!r}")
-        for key in ("tp", "pp", "dp", "replicas"):
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"--{self.name}-{key} must be a positive integer, got {value!r}")
         routers = PREFILL_ROUTERS if self.name == "prefill" else DECODE_ROUTERS
         if self.router is not None and self.router not in routers:
             raise ValueError(f"--{self.name}-router {self.router!r} is not one of {', '.join(routers)}")

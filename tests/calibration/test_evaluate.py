@@ -170,6 +170,9 @@ def test_calibrate_evaluate_predict_cli(small_root, tmp_path):
         assert want[name] in res.output, res.output
     assert "timing_mode='fast'; valid: kernel, launch" in runner.invoke(
         app, ["predict", "--bundle", str(out), "--input", str(tmp_path / "mode.csv")]).output
+    (tmp_path / "lead.csv").write_text("\n\nfamily,m,n,k,dtype\nlinear,16,4096,4096,bf16\n")   # blank lines first
+    res = runner.invoke(app, ["predict", "--bundle", str(out), "--input", str(tmp_path / "lead.csv")])
+    assert res.exit_code == 0 and res.output.splitlines()[1].startswith("linear,16,4096,4096,bf16,kernel,"), res.output
 
 
 @needs_aic
