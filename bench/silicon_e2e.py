@@ -628,9 +628,9 @@ def map_disagg_row(row: dict[str, str], aic_runs: str, harness: str, served: Ser
     moe_ep_size > 1 (moe_tp_size 1), tensor-parallel where it is 1 or not stated (0 or empty:
     vLLM's default) unless vLLM cannot start that layout (block-quantized experts split mid-block,
     as in ``map_row``: then expert-parallel, ``ep_inferred``); both roles alike, as
-    --enable-expert-parallel is one flag here. Concurrency:
-    the source's silicon_concurrency, else the decode workers' batch sizes summed (AIC's benchmark
-    rule: estimated_concurrency = decode workers x decode max_batch_size). Under the benchmark
+    --enable-expert-parallel is one flag here. Concurrency: the source's silicon_concurrency, else
+    the decode workers' batch sizes summed (AIC's benchmark rule: estimated_concurrency = decode
+    workers x decode max_batch_size). Under the benchmark
     policy an aic row gets AIC's disaggregated launch (generator/rule_plugin/benchmark/vllm.rule):
     prefill --max-num-seqs prefill_batch_size and --max-num-batched-tokens isl + 1500, decode
     --max-num-seqs and --max-num-batched-tokens decode_batch_size, --max-model-len isl + osl + 1500,
@@ -1065,8 +1065,8 @@ def check_args(args: argparse.Namespace) -> None:
     bad = [s.strip() for s in args.systems.split(",") if s.strip() and s.strip() not in SYSTEM_TO_GPU]
     if bad:
         raise ValueError(f"--systems {bad[0]!r} is not a system this bench simulates; valid: {', '.join(SYSTEM_TO_GPU)}")
-    bad = [m.strip() for m in args.modes.split(",") if m.strip() and m.strip() not in MODES] or (
-        [] if any(m.strip() for m in args.modes.split(",")) else [args.modes])
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES] or ([] if modes else [args.modes])
     if bad:
         raise ValueError(f"--modes {bad[0]!r} is not a serving mode of the data; valid: {', '.join(MODES)}")
     if args.jobs < 1:

@@ -469,7 +469,8 @@ def test_bad_flags_are_one_line_before_any_simulation(tmp_path: Path, capsys: py
     end of the run; now one line on stderr and exit 2, before anything is simulated."""
     junk = tmp_path / "junk.json"
     junk.write_text("[1, 2]")
-    cases = [(["--systems", "h100_sxm,bogus"], "--systems 'bogus' is not a system this bench simulates; valid: "
+    cases = [(["--modes", "agg,mixed"], "--modes 'mixed' is not a serving mode of the data; valid: agg, disagg"),
+             (["--systems", "h100_sxm,bogus"], "--systems 'bogus' is not a system this bench simulates; valid: "
                                                  "h100_sxm, h200_sxm, b200_sxm, b300_sxm, gb200"),
              (["--jobs", "0"], "--jobs must be >= 1, got 0"),
              (["--limit", "0"], "--limit must be >= 1, got 0"),
