@@ -50,7 +50,11 @@ def test_gb300_and_the_rtx_pro_6000_server():
     """The two NVIDIA GPUs with AIConfigurator vLLM tables added 2026-12-01 (specs: AIC's system yaml)."""
     from frontier.gpu import intra_node_link
     gb300, rtx = get_gpu("gb300"), get_gpu("rtx_pro_6000_server")
-    assert (gb300.name, gb300.memory_bytes, gb300.fp4_flops, gb300.gpus_per_node) == ("GB300", 284208 << 20, 15e15, 4)
+    assert (gb300.name, gb300.memory_bytes, gb300.fp4_flops, gb300.gpus_per_node) == ("GB300", 284208 << 20, 15e15, 72)
+    # NVL72: the rack is one NVLink domain (a node here); the network runs between racks
+    assert (gb300.nvlink_bw_bytes_per_s, gb300.network_bw_bytes_per_s) == (900e9, 100e9) == (
+        get_gpu("GB200").nvlink_bw_bytes_per_s, get_gpu("GB200").network_bw_bytes_per_s)
+    assert get_gpu("GB200").gpus_per_node == 72
     assert is_sm100_family(gb300.sm_version) and intra_node_link(gb300) == "nvlink"
     assert (rtx.name, rtx.memory_bytes, rtx.bf16_flops, rtx.sm_version) == ("RTX-PRO-6000-Server", 97887 << 20,
                                                                               467.8e12, 120)
