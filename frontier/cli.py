@@ -205,7 +205,8 @@ def _pdd_layout(result) -> str:
         layout = (f"{r.args.num_replicas} replica(s) of DP{r.args.data_parallel_size} in lockstep x "
                   if r.lockstep_dp else f"{r.num_engines} engine(s) of ")
         parts.append(f"{role.layout.name} {layout}TP{r.parallel.tp} x PP{r.parallel.pp} "
-                     f"on {r.num_gpus} x {r.gpu.name} (KV {role.memory.num_gpu_blocks} blocks x {r.block_size} tokens)")
+                     f"on {r.num_gpus} x {r.gpu.name} (KV {role.memory.num_gpu_blocks} blocks x {r.block_size} tokens; "
+                     f"steps of <= {r.max_num_seqs} requests / {r.max_num_batched_tokens} tokens)")
     total = sum(role.num_gpus for role in result.roles)
     s = result.summary
     return (f"Simulated {result.resolved.model.name} P/D disaggregated on {total} GPUs in total: "

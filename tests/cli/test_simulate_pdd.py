@@ -36,6 +36,8 @@ def test_role_batch_limit_flags_reach_their_role(tmp_path):
                                      "--prefill-max-num-batched-tokens", "2048", "--decode-max-num-seqs", "12",
                                      "--decode-max-num-batched-tokens", "12", "--output-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
+    assert "steps of <= 1 requests / 2048 tokens); decode" in res.output       # the first line says so
+    assert "steps of <= 12 requests / 12 tokens); busy" in res.output
     steps = pq.read_table(tmp_path / "steps.parquet").to_pydict()
     assert max(n for n, role in zip(steps["num_reqs"], steps["role"]) if role == "P") == 1
     assert max(t for t, role in zip(steps["num_tokens"], steps["role"]) if role == "D") <= 12
