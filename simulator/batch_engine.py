@@ -35,7 +35,8 @@ Approximations (stated, to be replaced by measured data / later models):
   tokens when the ranks pad to the busiest, their sum when not: ``lockstep_costs``): all2all_backend
   "allgather_reducescatter" (vLLM's default: all_gather + reduce_scatter over TP x DP) or
   "all_to_all" (DeepEP-style dispatch + combine of the busiest rank's routed tokens over
-  the EP group; EP > 1).
+  the EP group; EP > 1): ``EngineArgs.all2all_backend`` maps vLLM's --all2all-backend names
+  onto the two (``engine_args.ALL2ALL_PRICED_AS``).
 - Collectives run over packed groups (ranks fill a node first); larger ones go hierarchical.
 - MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
   (latent dims); the kv_b up-projection of prefill context is not priced.

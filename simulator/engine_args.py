@@ -62,6 +62,20 @@ ONLINE_QUANTIZATION = {"fp8": {"quant_method": "fp8", "activation_scheme": "dyna
 # (vllm/model_executor/models/config.py, GptOssForCausalLMConfig.verify_and_update_config)
 ARCH_MAX_CUDAGRAPH_CAPTURE = {"GptOssForCausalLM": 1024}
 ROUTERS = ("round_robin", "least_loaded")
+# --all2all-backend: vLLM 0.33's ParallelConfig.all2all_backend (the CLI's choices), how MoE tokens
+# reach their experts with DP > 1. The batch engine prices two shapes of it (``ALL2ALL_BACKENDS``):
+# vLLM's default, an all_gather + reduce_scatter of every token over the TP x DP group, and a
+# dispatch + combine of the routed tokens over the EP group (DeepEP, MoRI, MoonEP, NIXL-EP and
+# FlashInfer's NVLink all2all kernels), two all_to_all collectives of the busiest rank's routed
+# tokens. "naive" and "pplx" were removed from vLLM: it warns and runs allgather_reducescatter.
+ALL2ALL_PRICED_AS = {
+    "allgather_reducescatter": "allgather_reducescatter", "naive": "allgather_reducescatter",
+    "pplx": "allgather_reducescatter",
+    **{name: "all_to_all" for name in ("deepep_high_throughput", "deepep_low_latency", "deepep_v2",
+                                       "mori_high_throughput", "mori_low_latency", "moonep", "nixl_ep",
+                                       "flashinfer_all2allv", "flashinfer_nvlink_two_sided",
+                                       "flashinfer_nvlink_one_sided")},
+}
 # vllm/config/vllm.py OPTIMIZATION_LEVEL_TO_CONFIG: the cudagraph_mode each -O level sets when the user
 # gave none (O0: no compilation, no graphs; O1: piecewise; O2 = default and O3: full and piecewise).
 OPTIMIZATION_LEVEL_CUDAGRAPH_MODE = {0: "NONE", 1: "PIECEWISE", 2: "FULL_AND_PIECEWISE", 3: "FULL_AND_PIECEWISE"}
@@ -102,6 +116,7 @@ class EngineArgs:
     async_scheduling: bool | None = None   # None: the release's default (on from vLLM 0.14, off before)
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
+    all2all_backend: str = "allgather_reducescatter"   # --all2all-backend (ALL2ALL_PRICED_AS)
     # not a vLLM flag: the release whose model kernels, KV budget, engine defaults (async scheduling
     # among them) and DP load balancer to reproduce (simulator/vllm_version.py); the scheduler
     # stays vLLM 0.33's
@@ -160,6 +175,9 @@ class EngineArgs:
                              f"{', '.join(SCHEDULING_POLICIES)}")
         if self.router not in ROUTERS:
             raise ValueError(f"--router {self.router!r} is not one of {', '.join(ROUTERS)}")
+        if self.all2all_backend not in ALL2ALL_PRICED_AS:
+            raise ValueError(f"--all2all-backend {self.all2all_backend!r} is not one of "
+                             f"{', '.join(ALL2ALL_PRICED_AS)}")
         parse_vllm_version(self.vllm_version)
         if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
             raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
@@ -169,6 +187,11 @@ class EngineArgs:
         """The cudagraph_mode vLLM runs: the user's, else the one the -O level sets (vLLM never
         overrides a user-set field with a level default)."""
         return self.cudagraph_mode or OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[self.optimization_level]
+
+    @property
+    def all2all_priced_as(self) -> str:
+        """The batch engine's shape of --all2all-backend (``ALL2ALL_PRICED_AS``)."""
+        return ALL2ALL_PRICED_AS[self.all2all_backend]
 
     @property
     def vllm_release(self) -> tuple[int, int]:

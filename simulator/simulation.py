@@ -94,6 +94,9 @@ class SimulationSpec:
             raise ValueError("--decode-* flags need --architecture pdd; AFD decodes on --attention-*/--ffn-*")
         if self.architecture == "colocated" and self.pdd is not None:
             raise ValueError("--prefill-*/--decode-*/--kv-transfer-* flags need --architecture pdd")
+        if self.architecture == "afd" and self.engine.all2all_backend != "allgather_reducescatter":
+            raise ValueError(f"--all2all-backend {self.engine.all2all_backend} applies to co-located and P/D "
+                             "engines; AFD moves tokens to its FFN side over the A<->F link (--afd-link-bandwidth)")
         latency = self.frontend_latency_s
         number = isinstance(latency, (int, float)) and not isinstance(latency, bool)
         if not number or not 0.0 <= latency < 60.0:
@@ -340,7 +343,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
                                                            spec.workload.seed),
-                         vllm_version=resolved.vllm_version)
+                         all2all_backend=args.all2all_priced_as, vllm_version=resolved.vllm_version)
     sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)

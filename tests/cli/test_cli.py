@@ -106,6 +106,7 @@ def test_bad_inputs_get_one_line_errors(tmp_path):
         (["simulate", "--config", str(bad)], "unknown key 'max-num-seq'"),
         (["simulate", "--model", "no/such-model"], "no/such-model"),
         (["simulate", "--scheduling-policy", "lifo"], "--scheduling-policy 'lifo'"),
+        (["simulate", "--all2all-backend", "deepep"], "--all2all-backend 'deepep' is not one of allgather_reducescatter"),
         (["simulate", "--vllm-version", "0.9"], "--vllm-version 0.9 is outside 0.10 to 0.33"),
         (["memory", "--model", "meta-llama/Llama-3.1-8B", "-tp", "3"], "3"),
         (["simulate", "--gpu", "L4", "--max-model-len", "131072"],

@@ -91,6 +91,8 @@ def test_issue_misconfigurations_get_one_line_errors():
         (moe + ["--architecture", "pdd", "--prefill-dp", "3"], "prefill role: ep=3 must divide num_experts=128"),
         (moe + ["--architecture", "pdd", "--decode-dp", "6"], "decode role: ep=6 must divide num_experts=128"),
         (moe + ["--architecture", "afd", "--ffn-ep", "3"], "ffn role: --ffn-ep 3 must divide the 128 experts"),
+        (moe + ["--architecture", "afd", "--all2all-backend", "deepep_low_latency"],
+         "--all2all-backend deepep_low_latency applies to co-located and P/D engines"),
         (moe + ["--num-replicas", "0"], "--num-replicas must be a positive integer, got 0"),
         (moe + ["--architecture", "pdd", "--prefill-replicas", "0"], "--prefill-replicas must be a positive integer, got 0"),
         (moe + ["--architecture", "pdd", "--decode-replicas", "0"], "--decode-replicas must be a positive integer, got 0"),

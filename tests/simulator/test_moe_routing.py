@@ -12,8 +12,10 @@ from frontier.parallel import ParallelSpec
 from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
+from simulator.engine_args import EngineArgs
 from simulator.moe_routing import MoeRouter, RoutingSpec, allocate_pairs, make_router
-from simulator.simulation import SimulationSpec
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.workload import WorkloadSpec
 
 H100 = GpuSpec(name="H100-SXM", memory_bytes=85520809984, hbm_bw_bytes_per_s=3.35e12, bf16_flops=989e12,
                fp8_flops=1979e12, fp4_flops=0, fp32_flops=67e12, nvlink_bw_bytes_per_s=450e9, network_bw_bytes_per_s=50e9,
@@ -249,6 +251,28 @@ def test_dp_ep_dispatch_and_combine_go_through_the_comm_backend():
     assert a2a[0].bytes == -(-64 * 16 * 8 // 16) * 2048 * 2                      # slowest rank's routed pairs
     with pytest.raises(ValueError, match="all2all_backend"):
         _engine(par, all2all="deepep")
+
+
+def test_all2all_backend_flag_picks_the_priced_shape():
+    """--all2all-backend takes vLLM 0.33's names; the dispatch / combine kernels (DeepEP, ...) price
+    as all_to_all over EP, vLLM's default and its removed naive / pplx as all_gather + reduce_scatter."""
+    assert [EngineArgs(all2all_backend=b).all2all_priced_as for b in
+            ("allgather_reducescatter", "naive", "pplx", "deepep_high_throughput", "deepep_low_latency",
+             "flashinfer_nvlink_one_sided")] == ["allgather_reducescatter"] * 3 + ["all_to_all"] * 3
+    with pytest.raises(ValueError, match=r"^--all2all-backend 'passthrough' is not one of allgather_reducescatter, "):
+        EngineArgs(all2all_backend="passthrough")        # vLLM binds it itself, not from the CLI
+
+    def run(backend, model="Qwen/Qwen3-30B-A3B"):
+        engine = EngineArgs(model=model, gpu="H200", data_parallel_size=2, enable_expert_parallel=True,
+                            max_model_len=4096, all2all_backend=backend)
+        return run_simulation(SimulationSpec(engine=engine, workload=WorkloadSpec(
+            num_prompts=16, random_input_len=256, random_output_len=8))).records
+
+    tpot = lambda recs: [r.finish_s - r.first_token_s for r in recs]     # noqa: E731
+    assert tpot(run("deepep_low_latency")) != tpot(run("allgather_reducescatter"))
+    assert tpot(run("naive")) == tpot(run("allgather_reducescatter"))
+    dense = "meta-llama/Llama-3.1-8B"                     # no experts: nothing to dispatch
+    assert tpot(run("deepep_low_latency", dense)) == tpot(run("allgather_reducescatter", dense))
 
 
 def test_make_router_and_simulation_spec_validation():
