@@ -44,34 +44,17 @@ def _driver():
 def time_steps(batch: int, steps: int, async_scheduling: bool, prefix_caching: bool) -> dict[str, float]:
     """Median microseconds of schedule(), update_from_output() and both, over ``steps`` decode
     steps of ``batch`` running requests."""
-    import tempfile
-
-    from vllm.utils.hashing import sha256_cbor
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.request import Request
-    from vllm.sampling_params import SamplingParams
-
     from simulator.request import RequestSpec
 
     d = _driver()
     output_len = steps + 64
     max_len = PROMPT_LEN + output_len
-    blocks = batch * (-(-max_len // BLOCK_SIZE)) + 1
-    with tempfile.TemporaryDirectory(prefix="frontier-sched-cpu-") as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(d._TINY_LLAMA_CONFIG))
-        sched = d._build_scheduler(Path(tmp), max_num_seqs=batch,
-                                   max_num_batched_tokens=max(batch, min(8192, batch * max_len)), max_model_len=max_len, block_size=BLOCK_SIZE, num_gpu_blocks=blocks,
-                                   enable_prefix_caching=prefix_caching, long_prefill_token_threshold=0,
-                                   policy="fcfs", async_scheduling=async_scheduling, watermark=0.0)
-    hasher = None
-    if prefix_caching:
-        init_none_hash(sha256_cbor)
-        hasher = get_request_block_hasher(BLOCK_SIZE, sha256_cbor)
-    for i in range(batch):
-        req = RequestSpec(f"r{i:05d}", 0.0, PROMPT_LEN, output_len)   # what the driver reads
-        sched.add_request(Request(request_id=req.request_id, prompt_token_ids=d._prompt_ids(req, i),
-                                  sampling_params=SamplingParams(max_tokens=output_len, ignore_eos=True),
-                                  pooling_params=None, arrival_time=0.0, priority=0, block_hasher=hasher))
+    sched, hasher = d.new_scheduler(
+        max_num_seqs=batch, max_num_batched_tokens=max(batch, min(8192, batch * max_len)), max_model_len=max_len,
+        block_size=BLOCK_SIZE, num_gpu_blocks=batch * (-(-max_len // BLOCK_SIZE)) + 1,
+        enable_prefix_caching=prefix_caching, long_prefill_token_threshold=0, policy="fcfs",
+        async_scheduling=async_scheduling, watermark=0.0)
+    d.add_requests(sched, [RequestSpec(f"r{i:05d}", 0.0, PROMPT_LEN, output_len) for i in range(batch)], hasher)
     queue: list = []
     t_sched, t_update = [], []
     while True:                       # admit and prefill everything, then time decode steps

@@ -65,7 +65,7 @@ import numpy as np
 from frontier.ops import ElementwiseOp, MoeOp
 from frontier.parallel import ParallelSpec
 from simulator.batch_engine import (BF16, BatchEngine, BatchShape, StepCost, _cdiv, min_graph_mode, quant_compute_dtype,
-                                    mode_timings)
+                                    mode_timings, pricing_notes)
 from simulator.cluster import Cluster, Role
 from simulator.dp_group import LockstepRanks
 
@@ -808,8 +808,7 @@ def run_afd(spec):
     _add_trace_columns(trace, engines_made)
     if engines_made:
         summary.update(cost_model_stats(engines_made[0].attn.cost_model))
-    summary["pricing_notes"] = list(dict.fromkeys(n for e in engines_made[:1] for n in (*e.attn.pricing_notes,
-                                                                                           *e.ffn.pricing_notes)))
+    summary["pricing_notes"] = pricing_notes(e for pair in engines_made[:1] for e in (pair.attn, pair.ffn))
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.ATTENTION.value: attention.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     result = SimulationResult(attention.resolved, attention.memory, records, client.failed, trace, summary,

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from frontier.gpu import is_sm100_family
 from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
@@ -182,6 +182,12 @@ def window_pieces(new: tuple[int, ...], ctx: tuple[int, ...], window: int
             out_ctx.append(window - (length + 1) // 2)
             start += length
     return tuple(out_new), tuple(out_ctx)
+
+
+def pricing_notes(engines: Iterable[BatchEngine]) -> list[str]:
+    """The distinct ``pricing_notes`` of ``engines`` in order of first appearance: a run's summary
+    line for the kernels its release runs that no table times."""
+    return list(dict.fromkeys(note for engine in engines for note in engine.pricing_notes))
 
 
 def mode_timings(mode: str) -> tuple[str, str]:

@@ -32,7 +32,7 @@ from simulator.cluster import Cluster, Role
 from simulator.control_plane import (CompiledRole, PddSpec, build_links, compile_role,
                                      kv_bytes_per_token)
 from simulator.predictor_cost import cost_model_stats, make_cost_model
-from simulator.batch_engine import BatchEngine
+from simulator.batch_engine import BatchEngine, pricing_notes
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import ResolvedEngine
 from simulator.events import EventLoop
@@ -198,8 +198,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(pdd_summary(roles, records))
     summary.update(_roles_cost_model_stats([role.cluster.replicas[0].engine.cost_model for role in roles]))
-    summary["pricing_notes"] = list(dict.fromkeys(
-        n for role in roles for n in role.cluster.replicas[0].engine.pricing_notes))
+    summary["pricing_notes"] = pricing_notes(role.cluster.replicas[0].engine for role in roles)
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.DECODE.value: decode.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,

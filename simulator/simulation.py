@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
-from simulator.batch_engine import BatchEngine
+from simulator.batch_engine import BatchEngine, pricing_notes
 from simulator.cluster import Cluster, Role
 from simulator.comm.backend import COMM_MODELS
 from simulator.predictor_cost import cost_model_stats, make_cost_model
@@ -372,7 +372,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))
-    summary["pricing_notes"] = list(engine.pricing_notes)
+    summary["pricing_notes"] = pricing_notes([engine])
     engines = {Role.COLOCATED.value: resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,

@@ -300,6 +300,40 @@ def _run_async(
     raise RuntimeError(f"vLLM scheduler still busy after {max_steps} engine steps")
 
 
+def new_scheduler(*, block_size: int, enable_prefix_caching: bool, **knobs: Any) -> tuple[Scheduler, Any]:
+    """A vLLM scheduler on the tiny Llama config (``_build_scheduler``'s knobs) and the block
+    hasher its requests need (None without prefix caching)."""
+    with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
+        model_dir = Path(tmp)
+        (model_dir / "config.json").write_text(json.dumps(_TINY_LLAMA_CONFIG))
+        scheduler = _build_scheduler(model_dir, block_size=block_size,
+                                     enable_prefix_caching=enable_prefix_caching, **knobs)
+    block_hasher = None
+    if enable_prefix_caching:
+        init_none_hash(sha256_cbor)
+        block_hasher = get_request_block_hasher(block_size, sha256_cbor)
+    return scheduler, block_hasher
+
+
+def add_requests(scheduler: Scheduler, requests: Sequence[RequestLike], block_hasher: Any) -> None:
+    """Add ``requests`` in list order, all arriving at t=0, each generating ``output_len``
+    tokens (``ignore_eos``)."""
+    for index, req in enumerate(requests):
+        scheduler.add_request(
+            Request(
+                request_id=req.request_id,
+                prompt_token_ids=_prompt_ids(req, index),
+                sampling_params=SamplingParams(
+                    max_tokens=req.output_len, ignore_eos=True
+                ),
+                pooling_params=None,
+                arrival_time=0.0,
+                priority=req.priority,
+                block_hasher=block_hasher,
+            )
+        )
+
+
 def run_vllm_scheduler(
     requests: Sequence[RequestLike],
     *,
@@ -323,41 +357,20 @@ def run_vllm_scheduler(
     ``watermark`` is ``SchedulerConfig.watermark``. Raises RuntimeError after
     ``max_steps`` engine steps (e.g. a request that can never fit the KV cache).
     """
-    with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
-        model_dir = Path(tmp)
-        (model_dir / "config.json").write_text(json.dumps(_TINY_LLAMA_CONFIG))
-        scheduler = _build_scheduler(
-            model_dir,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            block_size=block_size,
-            num_gpu_blocks=num_gpu_blocks,
-            enable_prefix_caching=enable_prefix_caching,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            policy=policy,
-            async_scheduling=async_scheduling,
-            watermark=watermark,
-            pipeline_parallel_size=pipeline_parallel_size,
-        )
-    block_hasher = None
-    if enable_prefix_caching:
-        init_none_hash(sha256_cbor)
-        block_hasher = get_request_block_hasher(block_size, sha256_cbor)
-    for index, req in enumerate(requests):
-        scheduler.add_request(
-            Request(
-                request_id=req.request_id,
-                prompt_token_ids=_prompt_ids(req, index),
-                sampling_params=SamplingParams(
-                    max_tokens=req.output_len, ignore_eos=True
-                ),
-                pooling_params=None,
-                arrival_time=0.0,
-                priority=req.priority,
-                block_hasher=block_hasher,
-            )
-        )
+    scheduler, block_hasher = new_scheduler(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        enable_prefix_caching=enable_prefix_caching,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        policy=policy,
+        async_scheduling=async_scheduling,
+        watermark=watermark,
+        pipeline_parallel_size=pipeline_parallel_size,
+    )
+    add_requests(scheduler, requests, block_hasher)
     if async_scheduling or pipeline_parallel_size > 1:   # EngineCore.step_with_batch_queue
         depth = scheduler.vllm_config.max_concurrent_batches
         return _run_async(scheduler, max_steps, batch_queue_size=depth)

@@ -13,10 +13,7 @@ mirror run in ``test_pd_parity`` applies the same rule.
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections import deque
-from pathlib import Path
 from typing import Any, Sequence
 
 from vllm.config import KVTransferConfig
@@ -82,15 +79,8 @@ def run_vllm_pd(
     """
     config = KVTransferConfig(kv_connector="PullConnector", kv_role="kv_both",
                               kv_connector_module_path="vllm_pd_driver")
-    with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
-        model_dir = Path(tmp)
-        (model_dir / "config.json").write_text(json.dumps(base._TINY_LLAMA_CONFIG))
-        scheduler = base._build_scheduler(model_dir, num_gpu_blocks=num_gpu_blocks, watermark=0.0,
-                                          kv_transfer_config=config, **knobs)
-    block_hasher = None
-    if knobs["enable_prefix_caching"]:
-        base.init_none_hash(base.sha256_cbor)
-        block_hasher = base.get_request_block_hasher(knobs["block_size"], base.sha256_cbor)
+    scheduler, block_hasher = base.new_scheduler(num_gpu_blocks=num_gpu_blocks, watermark=0.0,
+                                                 kv_transfer_config=config, **knobs)
     delay: dict[str, int] = {}
     for index, req in enumerate(requests):
         params = {"do_remote_prefill": True} if side == "decode" else {"do_remote_decode": True}
