@@ -233,6 +233,31 @@ class ElementwiseOp:
         return self.tokens * self.bytes_per_token
 
 
+MOE_A2A_PHASES = ("dispatch", "combine")
+
+
+@dataclass(frozen=True)
+class MoeA2a:
+    """What an MoE dispatch or combine kernel (vLLM's --all2all-backend: DeepEP, ...) moves, beyond
+    its bytes: `phase` ("dispatch" sends each token's hidden state to the ranks of its experts,
+    "combine" brings the weighted results back), `kernel` (the --all2all-backend name), `tokens`
+    (the tokens this rank dispatches; the busiest rank's under lockstep DP), `hidden_size`,
+    `topk` (experts per token) and `num_experts` (all experts of the layer)."""
+
+    phase: str
+    kernel: str
+    tokens: int
+    hidden_size: int
+    topk: int
+    num_experts: int
+
+    def __post_init__(self) -> None:
+        if self.phase not in MOE_A2A_PHASES:
+            raise ValueError(f"MoeA2a.phase={self.phase!r}; valid: {MOE_A2A_PHASES}")
+        _check_positive("MoeA2a", tokens=self.tokens, hidden_size=self.hidden_size, topk=self.topk,
+                        num_experts=self.num_experts)
+
+
 @dataclass(frozen=True)
 class CommOp:
     """A collective or transfer. `bytes` is the tensor size per rank (all_reduce: the
@@ -243,6 +268,9 @@ class CommOp:
     "nvlink"/"pcie": the whole group in one node). `ranks_per_node` > 0 = the group's ranks
     sit that many per node, `link` is the intra-node link and nodes talk over the network
     (priced hierarchically by `simulator.comm`).
+
+    `moe`: set on an all_to_all that is an MoE dispatch or combine kernel (`MoeA2a`), which a
+    comm backend with measured tables of that kernel prices from its tokens and shape.
     """
 
     family: ClassVar[str] = "comm"
@@ -251,10 +279,13 @@ class CommOp:
     group_size: int
     link: str = "nvlink"
     ranks_per_node: int = 0
+    moe: MoeA2a | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in COMM_KINDS:
             raise ValueError(f"CommOp.kind={self.kind!r}; valid: {COMM_KINDS}")
+        if self.moe is not None and self.kind != "all_to_all":
+            raise ValueError(f"CommOp.moe is set on a {self.kind!r}; an MoE dispatch / combine is an all_to_all")
         if self.link not in COMM_LINKS:
             raise ValueError(f"CommOp.link={self.link!r}; valid: {COMM_LINKS}")
         _check_positive("CommOp", bytes=self.bytes, group_size=self.group_size)

@@ -42,7 +42,7 @@ _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float3
                   "float": "fp32", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8"}
 ATTENTION_OPS = ("context", "generation", "mixed")
 ELEMENTWISE_OPS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "kv_cache_write")
-COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p", "moe_dispatch", "moe_combine")
 LINKS = ("nvlink", "network", "pcie")
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
@@ -103,8 +103,13 @@ FAMILY_COLUMNS: dict[str, pa.Schema] = {
     # norm width, (H + KV)/tp * head_dim for RoPE, I/tp (output) for silu_and_mul, and
     # 2 * KV/tp * head_dim for the KV-cache write. See profiler/ops_elementwise.py.
     "elementwise": pa.schema([("op_name", _S), ("num_tokens", _I), ("hidden_size", _I), ("dtype", _S)]),
+    # moe_dispatch / moe_combine rows (an MoE all2all kernel, e.g. DeepEP; `backend` names it):
+    # num_tokens = tokens each rank dispatches, the layer's hidden_size, topk and num_experts;
+    # message_bytes = num_tokens x hidden_size x dtype bytes. Null on collectives (and in files
+    # written before these columns: they read as null).
     "comm": pa.schema([
         ("op_name", _S), ("message_bytes", _I), ("num_gpus", _I), ("dtype", _S), ("link", _S),
+        ("num_tokens", _I), ("hidden_size", _I), ("topk", _I), ("num_experts", _I),
     ]),
     "memory": pa.schema([
         ("model", _S), ("tp", _I), ("pp", _I), ("ep", _I), ("max_num_batched_tokens", _I),

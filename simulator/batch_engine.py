@@ -33,10 +33,12 @@ Approximations (stated, to be replaced by measured data / later models):
   then every distinct load of an EP rank that receives pairs is priced and the slowest
   rank's MoeOp kept. With DP>1 all DP ranks' tokens reach the experts (dp x the rank's
   tokens when the ranks pad to the busiest, their sum when not: ``lockstep_costs``): all2all_backend
-  "allgather_reducescatter" (vLLM's default: all_gather + reduce_scatter over TP x DP) or
-  "all_to_all" (DeepEP-style dispatch + combine of the busiest rank's routed tokens over
-  the EP group; EP > 1): ``EngineArgs.all2all_backend`` maps vLLM's --all2all-backend names
-  onto the two (``engine_args.ALL2ALL_PRICED_AS``).
+  (vLLM's --all2all-backend name) priced as one of two shapes (``engine_args.ALL2ALL_PRICED_AS``):
+  "allgather_reducescatter" (vLLM's default: all_gather + reduce_scatter over TP x DP) or a
+  dispatch + combine kernel (DeepEP, ...; EP > 1): two all_to_all of the busiest rank's routed
+  tokens over the EP group, each tagged with what the kernel moves (``MoeA2a``: the rank's
+  tokens, hidden size, top-k), which the calibrated comm backend prices from measured DeepEP
+  tables (``simulator.comm.moe_a2a``).
 - Collectives run over packed groups (ranks fill a node first); larger ones go hierarchical.
 - MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
   (latent dims); the kv_b up-projection of prefill context is not priced.
@@ -49,10 +51,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from frontier.gpu import is_sm100_family
-from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
+from frontier.ops import MOE_A2A_PHASES, AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeA2a, MoeOp
 from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
+from simulator.engine_args import ALL2ALL_PRICED_AS
 from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
                                     SEMANTICS, moe_kernel_note)
 
@@ -90,9 +93,6 @@ def quant_compute_dtype(method: str, weight_bytes_per_param: float, sm_version: 
         return "bf16"
     dtype, min_sm = _QUANT_COMPUTE[method]
     return dtype if sm_version >= min_sm else "bf16"
-
-
-ALL2ALL_BACKENDS = ("allgather_reducescatter", "all_to_all")
 
 
 @dataclass(frozen=True)
@@ -215,13 +215,14 @@ class BatchEngine:
         """``vllm_version``: (major, minor) of the release whose model kernels to price
         (``simulator.vllm_version``: MiniMax-M2's router and q/k norm)."""
         parallel.check_model(model)
-        if all2all_backend not in ALL2ALL_BACKENDS:
-            raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {ALL2ALL_BACKENDS}")
+        if all2all_backend not in ALL2ALL_PRICED_AS:
+            raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {', '.join(ALL2ALL_PRICED_AS)}")
         if moe_router is not None and moe_router.ep != parallel.ep:
             raise ValueError(f"moe_router.ep={moe_router.ep} must equal parallel.ep={parallel.ep}")
         self.model, self.parallel, self.gpu = model, parallel, gpu
         self.cost_model, self.cudagraph = cost_model, cudagraph
         self.moe_router, self.all2all_backend = moe_router, all2all_backend
+        self._dispatch_combine = ALL2ALL_PRICED_AS[all2all_backend] == "all_to_all"
         self.vllm_version = vllm_version
         # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
         note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method, parallel.moe_tp, parallel.ep)
@@ -469,9 +470,11 @@ class BatchEngine:
         shared = mdl.num_shared_experts * mdl.shared_expert_intermediate_size
         if shared:
             ops += self._mlp_ops("shared_experts", "shared", m, _cdiv(shared, self._tp))
-        if par.dp > 1 and par.ep > 1 and self.all2all_backend == "all_to_all":
+        if par.dp > 1 and par.ep > 1 and self._dispatch_combine:
             routed = max(pairs, 1) * h * ab     # the busiest rank's routed tokens, in and back out
-            ops += [self._comm("all_to_all", routed, par.ep), self._comm("all_to_all", routed, par.ep)]
+            ops += [self._comm("all_to_all", routed, par.ep,
+                               MoeA2a(phase, self.all2all_backend, m, h, mdl.num_experts_per_tok, e))
+                    for phase in MOE_A2A_PHASES]
         elif par.dp > 1:
             group = par.tp * par.dp
             ops += [self._comm("all_gather", tokens * h * ab, group),
@@ -520,12 +523,12 @@ class BatchEngine:
                 return [GemmOp("router_bf16x3", m, 3 * e, h, BF16, ab)]
         return [ElementwiseOp("router_cast", m, h, (ab + FP32) * h), GemmOp("router", m, e, h, FP32, FP32, "fp32")]
 
-    def _comm(self, kind: str, nbytes: float, size: int) -> CommOp:
+    def _comm(self, kind: str, nbytes: float, size: int, moe: MoeA2a | None = None) -> CommOp:
         """A collective over `size` consecutive ranks: flat in one node, else hierarchical."""
         per_node = self.gpu.gpus_per_node
         if size <= per_node:
-            return CommOp(kind, nbytes, size, self._intra_link)
-        return CommOp(kind, nbytes, size, self._intra_link, math.gcd(size, per_node))
+            return CommOp(kind, nbytes, size, self._intra_link, moe=moe)
+        return CommOp(kind, nbytes, size, self._intra_link, math.gcd(size, per_node), moe)
 
     def _times(self, ops: list[tuple[object, int]], timing: str) -> float:
         times = self.cost_model.op_times_s([op for op, _ in ops], timing)

@@ -163,7 +163,10 @@ class RooflineCostModel:
     def comm_time_s(self, op: CommOp) -> float:
         """Delegated to the comm backend (default analytical: ring/tree, hierarchical across
         nodes; see simulator/comm/analytical.py) over the group the op describes."""
-        return self.comm.collective_time_s(op.kind, op.bytes, CommGroup.from_op(op, self.gpu))
+        group = CommGroup.from_op(op, self.gpu)
+        if op.moe is not None:
+            return self.comm.moe_a2a_time_s(op.moe, op.bytes, group)
+        return self.comm.collective_time_s(op.kind, op.bytes, group)
 
 
 def moe_kernel_class(op: MoeOp) -> str:

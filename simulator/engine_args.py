@@ -11,6 +11,10 @@ server usage context, which is what ``vllm serve`` runs:
     >= 70 GiB and not A100 (H100, H200, H800...) -> 8192, 1024
     otherwise (A100, L40S, L4, H20 is 96 GB -> 70 GiB tier) -> 2048, 256
     max_num_batched_tokens = min(max_num_seqs * max_model_len, that)   (only when defaulted)
+    max_num_seqs = min(max_num_seqs, max_num_batched_tokens)            (only when defaulted)
+    --all2all-backend deepep_low_latency or nixl_ep with expert parallelism and DP > 1
+    (``batched_dp_moe``, from vLLM 0.20)          -> "that" is 256 tokens (the kernels' per-rank
+                                                    buffers hold max_num_batched_tokens tokens)
 
 ``max_model_len`` defaults to the model's ``max_position_embeddings``.
 ``block_size`` defaults to 16, or 64 for MLA models (FlashMLA supports only 64).
@@ -47,7 +51,7 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import (ASYNC_BY_DEFAULT, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS,
+from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS,
                                     default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
@@ -61,6 +65,10 @@ ONLINE_QUANTIZATION = {"fp8": {"quant_method": "fp8", "activation_scheme": "dyna
 # vLLM's per-architecture max_cudagraph_capture_size when neither capture flag is given
 # (vllm/model_executor/models/config.py, GptOssForCausalLMConfig.verify_and_update_config)
 ARCH_MAX_CUDAGRAPH_CAPTURE = {"GptOssForCausalLM": 1024}
+# SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP and the backends of
+# ParallelConfig.use_batched_dp_moe (vllm/config/parallel.py, 0.20.0-0.33.0)
+BATCHED_DP_MOE_TOKENS = 256
+BATCHED_DP_MOE_BACKENDS = ("deepep_low_latency", "nixl_ep")
 ROUTERS = ("round_robin", "least_loaded")
 # --all2all-backend: vLLM 0.33's ParallelConfig.all2all_backend (the CLI's choices), how MoE tokens
 # reach their experts with DP > 1. The batch engine prices two shapes of it (``ALL2ALL_BACKENDS``):
@@ -189,6 +197,14 @@ class EngineArgs:
         return self.cudagraph_mode or OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[self.optimization_level]
 
     @property
+    def batched_dp_moe(self) -> bool:
+        """vLLM's ``ParallelConfig.use_batched_dp_moe`` (from 0.20): --all2all-backend
+        deepep_low_latency or nixl_ep with expert parallelism and DP > 1, whose kernels take at
+        most max_num_batched_tokens tokens per rank; its default is then 256 (module doc)."""
+        return (self.all2all_backend in BATCHED_DP_MOE_BACKENDS and self.enable_expert_parallel
+                and self.data_parallel_size > 1 and self.vllm_release >= BATCHED_DP_MOE)
+
+    @property
     def all2all_priced_as(self) -> str:
         """The batch engine's shape of --all2all-backend (``ALL2ALL_PRICED_AS``)."""
         return ALL2ALL_PRICED_AS[self.all2all_backend]
@@ -242,11 +258,15 @@ class EngineArgs:
             default_tokens, default_seqs = 8192, 1024
         else:
             default_tokens, default_seqs = 2048, 256
+        if self.batched_dp_moe:
+            default_tokens = BATCHED_DP_MOE_TOKENS
         max_num_seqs = self.max_num_seqs or default_seqs
         if self.max_num_batched_tokens is None:
             max_num_batched_tokens = min(max_num_seqs * max_model_len, default_tokens)
         else:
             max_num_batched_tokens = self.max_num_batched_tokens
+        if self.max_num_seqs is None:    # a defaulted max_num_seqs never exceeds the token budget
+            max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)

@@ -172,7 +172,7 @@ def _engine_factory(spec: SimulationSpec):
                            make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle),
                            cudagraph, moe_router=make_moe_router(spec.moe_routing, resolved.model,
                                                                  resolved.parallel, spec.workload.seed),
-                           all2all_backend=resolved.args.all2all_priced_as, vllm_version=resolved.vllm_version)
+                           all2all_backend=resolved.args.all2all_backend, vllm_version=resolved.vllm_version)
     return make_engine
 
 

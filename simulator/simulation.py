@@ -343,7 +343,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
                                                            spec.workload.seed),
-                         all2all_backend=args.all2all_priced_as, vllm_version=resolved.vllm_version)
+                         all2all_backend=args.all2all_backend, vllm_version=resolved.vllm_version)
     sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)

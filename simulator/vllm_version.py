@@ -61,6 +61,10 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.14.0 | ``--kv-cache-dtype auto``: the model dtype -> the checkpoint's KV scheme (a modelopt        |
 |        | ``kv_cache_quant_algo`` or compressed-tensors ``kv_cache_scheme``, e.g. FP8), via           |
 |        | ``resolve_kv_cache_dtype_string`` (read in the 0.12.0, 0.13.0, 0.14.0 and 0.16.0 wheels)    |
+| 0.20.0 | --all2all-backend deepep_low_latency / nixl_ep with EP and DP > 1: the MoE layer runs the    |
+|        | ranks' tokens in chunks of ``VLLM_MOE_DP_CHUNK_SIZE`` = 256 per rank (also mori and         |
+|        | flashinfer_all2allv; ``use_dp_chunking``) -> no chunks; max_num_batched_tokens defaults to  |
+|        | 256 instead (``use_batched_dp_moe``; 0.19.0 has the chunks, 0.20.0-0.33.0 the default)      |
 | 0.21.0 | default CUDA-graph sizes: max_num_batched_tokens appended when it fits under the ceiling    |
 | 0.28.0 | GPUs of >= 160 GiB (B200, B300): max_num_batched_tokens default 8192 -> 16384 for the API   |
 |        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
@@ -123,6 +127,7 @@ CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)
 WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
 
+BATCHED_DP_MOE = (0, 20)          # max_num_batched_tokens default 256 under deepep_low_latency / nixl_ep x DP x EP
 LARGE_GPU_DEFAULTS = (0, 28)      # >= 160 GiB GPUs: max_num_batched_tokens 16384 (8192 before)
 SM100_CAPTURE_1024 = (0, 28)      # CUDA-graph capture ceiling 1024 on the sm_100 family (512 before)
 CAPTURE_APPENDS_BATCH_TOKENS = (0, 21)   # max_num_batched_tokens appended to the capture sizes

@@ -16,7 +16,11 @@ and a frontier catalogue entry:
 * moe       <- ``moe_perf``: every dtype and distribution. Per-expert load stats are null:
   the collector that draws tokens per expert is not shipped in aiconfigurator-core.
 * comm      <- ``comm/vllm/<v>/custom_allreduce_perf`` and ``comm/{nccl,oneccl}/<v>``.
-  message_bytes = message_size (elements) x dtype bytes.
+  message_bytes = message_size (elements) x dtype bytes. And ``comm/vllm/<v>/moe_a2a_perf``
+  (vLLM 0.24.0's DeepEP dispatch / combine, one node of 8 GPUs, 4 on GB200 / GB300) as
+  ``moe_dispatch`` / ``moe_combine`` rows: backend deepep_ht / deepep_ll (H100 also
+  deepep_v2_context / _generation), num_tokens per rank, hidden_size, topk, num_experts;
+  AIC's latency is in microseconds there.
 
 Timings: AIC replays CUDA graphs and records the mean of the replays (ms); it is stored
 as ``latency_s_median`` (seconds), p10/p90/num_samples null, timing_mode "kernel". The
@@ -278,6 +282,10 @@ def _comm(systems, aic_gpu, gpu, vdir, skipped):
     if got is not None:
         d, table = got
         frames.append(_comm_frame(d, d["allreduce_dtype"], d["backend"].astype(str), link, gpu, table, "vllm", vdir))
+    if any((systems / "data" / aic_gpu / "comm" / "vllm").glob("*/moe_a2a_perf.parquet")):
+        got = _read(systems, aic_gpu, f"comm/vllm/{vdir}/moe_a2a_perf.parquet", skipped)
+        if got is not None:
+            frames.append(_moe_a2a_frame(got[0], link, gpu, got[1], vdir))
     for fw in ("nccl", "oneccl"):
         versions = sorted((p.name for p in (systems / "data" / aic_gpu / "comm" / fw).glob("*") if p.is_dir()),
                           key=_version_key)
@@ -300,6 +308,20 @@ def _comm_frame(d, dtype_col, backend, link, gpu, table, framework, version):
                         "latency_s_median": _ms_to_s(d)})
     out["timing_mode"] = (out["backend"] == "vllm_eager").map({True: "launch", False: "kernel"})
     return finish(out, "comm", **_provenance(d, gpu, table, framework, version))
+
+
+def _moe_a2a_frame(d, link, gpu, table, vdir):
+    """DeepEP dispatch / combine rows (``moe_a2a_perf``: one node, latency in us) as comm rows
+    ``moe_<phase>``: backend = AIC's comm_backend (deepep_ht, deepep_ll, ...), num_tokens = the
+    tokens each rank dispatches, message_bytes = their bf16 hidden states."""
+    d = d[d["node_num"] == 1]
+    out = pd.DataFrame({"op_name": "moe_" + d["phase"].astype(str), "num_gpus": d["ep_size"],
+                        "num_tokens": d["num_tokens"], "hidden_size": d["hidden_size"], "topk": d["topk"],
+                        "num_experts": d["num_experts"], "dtype": "bf16", "link": link,
+                        "backend": d["comm_backend"].astype(str),
+                        "latency_s_median": d["latency"].astype(float) / 1e6})
+    out["message_bytes"] = out["num_tokens"].astype("int64") * out["hidden_size"] * DTYPE_BYTES["bf16"]
+    return finish(out, "comm", timing_mode="kernel", **_provenance(d, gpu, table, "vllm", vdir))
 
 
 def _system_yaml(systems: Path, aic_gpu: str) -> dict:

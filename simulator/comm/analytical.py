@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from frontier.gpu import GpuSpec
+from frontier.ops import MoeA2a
 from simulator.comm.group import CommGroup, Endpoint, intra_node_link
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
@@ -98,6 +99,10 @@ class AnalyticalCommBackend:
         if src == dst:
             return 0.0
         return self.flat_time_s("p2p", message_bytes, 2, self.link_between(src, dst))
+
+    def moe_a2a_time_s(self, moe: MoeA2a, message_bytes: float, group: CommGroup) -> float:
+        """An MoE dispatch or combine kernel: the all_to_all of its routed bytes."""
+        return self.collective_time_s("all_to_all", message_bytes, group)
 
     def collective_time_s(self, kind: str, message_bytes: float, group: CommGroup) -> float:
         if group.size == 1 and kind != "p2p":

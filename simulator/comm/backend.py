@@ -7,6 +7,9 @@ The batch engine and the cluster roles ask a backend two questions, both on idle
   `message_bytes` follows `frontier.ops.CommOp.bytes` (all_reduce: the reduced tensor;
   all_gather: the gathered output; reduce_scatter: the input; all_to_all: what one rank
   sends in total; p2p: the message).
+* `moe_a2a_time_s(moe, message_bytes, group)` — one MoE dispatch or combine kernel
+  (`frontier.ops.MoeA2a`: the kernel, the tokens each rank dispatches, hidden size, top-k) over
+  the EP `group`; `message_bytes`: the busiest rank's routed bytes (the all_to_all it amounts to).
 * `transfer_time_s(message_bytes, src, dst)` — one point-to-point copy between two GPUs.
 
 Concurrent transfers sharing a link are not the backend's business: put them on a
@@ -28,6 +31,7 @@ from simulator.comm.group import CommGroup, Endpoint
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
+    from frontier.ops import MoeA2a
 
 COMM_MODELS = ("analytical", "calibrated")
 
@@ -38,6 +42,8 @@ class CommBackend(Protocol):
     name: str
 
     def collective_time_s(self, kind: str, message_bytes: float, group: CommGroup) -> float: ...
+
+    def moe_a2a_time_s(self, moe: MoeA2a, message_bytes: float, group: CommGroup) -> float: ...
 
     def transfer_time_s(self, message_bytes: float, src: Endpoint, dst: Endpoint) -> float: ...
 

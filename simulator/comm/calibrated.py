@@ -20,6 +20,10 @@ both are priced with the NCCL curve (conservative for the symm-mem band).
 
 Groups spanning nodes have no measured data here: they are composed like the analytical
 backend (intra pieces from the tables, the network piece analytical) and counted.
+
+MoE dispatch / combine kernels (an all_to_all op carrying ``MoeA2a``: --all2all-backend
+deepep_high_throughput / deepep_low_latency) are priced from AIC's measured DeepEP tables
+(``simulator.comm.moe_a2a``), analytically where none covers them (counted).
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from frontier.gpu import GpuSpec
+from frontier.ops import MoeA2a
 from simulator.comm.analytical import AnalyticalCommBackend
 from simulator.comm.group import CommGroup, Endpoint
+from simulator.comm.moe_a2a import MoeA2aTables, tables_from_rows
 
 MIB = 1 << 20
 CUSTOM_AR_DEFAULT_MAX_BYTES = 8 * MIB               # CustomAllreduce(max_size=8192 * 1024)
@@ -47,6 +53,9 @@ CUSTOM_AR_MAX_BYTES = {                             # all_reduce_utils.CUSTOM_AL
 
 SHARED_AIC_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "aiconfigurator"
 Curve = tuple[np.ndarray, np.ndarray]               # (log bytes ascending, log seconds)
+# the cache folder of the imported tables; renamed when the importer's comm rows change, so a cache
+# of older rows is not read (2026-12-01: + DeepEP dispatch / combine, the "aiconfigurator" before)
+CACHE_NAME = "aiconfigurator-2"
 
 
 def custom_ar_max_bytes(sm_version: int, world_size: int) -> int:
@@ -89,14 +98,16 @@ class CalibratedCommBackend:
 
     name = "calibrated"
 
-    def __init__(self, gpu: GpuSpec, curves: dict[tuple[str, str, int], Curve]) -> None:
+    def __init__(self, gpu: GpuSpec, curves: dict[tuple[str, str, int], Curve],
+                 moe_tables: MoeA2aTables | None = None) -> None:
         if not curves:
             raise ValueError(f"CalibratedCommBackend: no measured comm curves for {gpu.name}")
         self.gpu = gpu
         self.curves = curves
+        self.moe_tables = moe_tables if moe_tables is not None else MoeA2aTables({})
         self.analytical = AnalyticalCommBackend(gpu)
         self.fallbacks: Counter[str] = Counter()    # "kind/n=<n>/<reason>" -> calls priced analytically
-        self._memo: dict[tuple[str, float, CommGroup], float] = {}
+        self._memo: dict[tuple, float] = {}    # (kind or MoeA2a, bytes, group) -> seconds
 
     def link_bandwidth_bytes_per_s(self, link: str) -> float:
         return self.analytical.link_bandwidth_bytes_per_s(link)
@@ -113,6 +124,21 @@ class CalibratedCommBackend:
         t = self._memo.get(key)
         if t is None:
             t = self._memo[key] = self._price(kind, float(message_bytes), group)
+        return t
+
+    def moe_a2a_time_s(self, moe: MoeA2a, message_bytes: float, group: CommGroup) -> float:
+        """One MoE dispatch or combine kernel (``simulator.comm.moe_a2a``): its measured table
+        when one covers the kernel, phase and EP size in one node, else the analytical all_to_all
+        of ``message_bytes`` (the routed bytes), counted."""
+        key = (moe, float(message_bytes), group)
+        t = self._memo.get(key)
+        if t is None:
+            t = self.moe_tables.time_s(moe, group.size, self.fallbacks) if group.in_one_node else None
+            if t is None:
+                where = "in-one-node" if group.in_one_node else "multi-node"
+                t = self._fallback(f"moe_{moe.phase}", message_bytes, group, f"{moe.kernel}-{where}-no-table",
+                                   kind="all_to_all")
+            self._memo[key] = t
         return t
 
     def measured_time_s(self, impl: str, kind: str, message_bytes: float, n: int) -> float | None:
@@ -151,9 +177,11 @@ class CalibratedCommBackend:
             return self._fallback(kind, message_bytes, group, f"{impl}-out-of-range")
         return t
 
-    def _fallback(self, kind: str, message_bytes: float, group: CommGroup, reason: str) -> float:
-        self.fallbacks[f"{kind}/n={group.size}/{reason}"] += 1
-        return self.analytical.collective_time_s(kind, message_bytes, group)
+    def _fallback(self, name: str, message_bytes: float, group: CommGroup, reason: str,
+                  kind: str | None = None) -> float:
+        """The analytical price of collective ``kind`` (default ``name``), counted under ``name``."""
+        self.fallbacks[f"{name}/n={group.size}/{reason}"] += 1
+        return self.analytical.collective_time_s(kind or name, message_bytes, group)
 
 
 def aic_data_root() -> Path | None:
@@ -171,14 +199,14 @@ def load_calibrated_backend(gpu: GpuSpec, data_root: Path | None = None,
     """Comm tables of `gpu` from `cache_dir`/aiconfigurator (importing the AIC perf DB there
     on first use, via calibration.importers.aiconfigurator) -> CalibratedCommBackend."""
     from frontier.profile_schema import read_profiles
-    root = Path(cache_dir or cache_root() / "profiles") / "aiconfigurator"
+    root = Path(cache_dir or cache_root() / "profiles") / CACHE_NAME
     part = root / "family=comm" / f"gpu={gpu.name}"
     if not any(part.glob("part-*.parquet")):
         _import_comm(gpu, data_root if data_root is not None else aic_data_root(), root)
     df = read_profiles(root, family="comm", gpu=gpu.name)
     if not len(df):
         raise ValueError(f"no measured comm data for {gpu.name}; use --comm-model analytical")
-    return CalibratedCommBackend(gpu, curves_from_rows(df))
+    return CalibratedCommBackend(gpu, curves_from_rows(df), tables_from_rows(df))
 
 
 def _import_comm(gpu: GpuSpec, data_root: Path | None, root: Path) -> None:

@@ -25,11 +25,28 @@ def h200(tmp_path_factory):
 def test_h200_row_counts(h200):
     report, out = h200
     # gemm 107225; attention = context 50830 + generation 62166 + MLA module 3886 + 5888;
-    # moe 49896; comm = custom all-reduce 138 + nccl 2.26.2 (h200_sxm.yaml nccl_version) 1008.
-    assert report.rows == {"linear": 107225, "attention": 122770, "moe": 49896, "comm": 1146}
+    # moe 49896; comm = custom all-reduce 138 + DeepEP dispatch / combine 324 + nccl 2.26.2
+    # (h200_sxm.yaml nccl_version) 1008.
+    assert report.rows == {"linear": 107225, "attention": 122770, "moe": 49896, "comm": 1470}
     assert report.rows_by_gpu == {"H200": report.rows}
     assert report.skipped == ()
     assert (out / "family=linear" / "gpu=H200" / "part-0.parquet").exists()
+
+
+@needs_aic
+def test_h200_deepep_rows(h200):
+    """DeepEP dispatch / combine (vLLM 0.24.0, EP 8): AIC's latency is in microseconds."""
+    c = read_profiles(h200[1], "comm")
+    moe = c[c.op_name.isin(["moe_dispatch", "moe_combine"])]
+    assert moe.groupby(["op_name", "backend"]).size().to_dict() == {
+        ("moe_combine", "deepep_ht"): 78, ("moe_combine", "deepep_ll"): 84,
+        ("moe_dispatch", "deepep_ht"): 78, ("moe_dispatch", "deepep_ll"): 84}
+    r = moe[(moe.op_name == "moe_combine") & (moe.backend == "deepep_ht") & (moe.num_tokens == 1024)
+            & (moe.hidden_size == 7168) & (moe.topk == 8) & (moe.num_experts == 256)].iloc[0]
+    assert r.latency_s_median == pytest.approx(403.296003e-6, rel=1e-8)
+    assert (r.num_gpus, r.message_bytes, r["dtype"], r.link, r.kernel_source, r.framework_version, r.timing_mode) == (
+        8, 1024 * 7168 * 2, "bf16", "nvlink", "deepep", "0.24.0", "kernel")
+    assert c[~c.op_name.isin(["moe_dispatch", "moe_combine"])].num_tokens.isna().all()
 
 
 @needs_aic
@@ -82,14 +99,14 @@ def test_h200_moe_and_comm_rows(h200):
 @needs_aic
 def test_h100_counts_and_filters(tmp_path):
     rows = import_aiconfigurator(AIC / "systems", tmp_path, gpus=["H100-SXM"], families=["linear", "comm"])
-    assert rows == {"linear": 107188, "comm": 1146}
+    assert rows == {"linear": 107188, "comm": 1146 + 648}     # + DeepEP HT / LL / v2 dispatch and combine
     g = read_profiles(tmp_path, "linear", gpu="H100-SXM")
     r = g[(g.m == 4096) & (g.n == 4096) & (g.k == 4096) & (g.dtype == "fp8")].iloc[0]
     assert (r.latency_s_median, r.device_name) == (pytest.approx(0.1537511083814833e-3), "NVIDIA H100 80GB HBM3")
     with pytest.raises(ValueError, match="already holds \\['aiconfigurator'\\] rows"):
         import_aiconfigurator(AIC, tmp_path, gpus=["h100_sxm"], families=["comm"])
     # a catalogue alias names the same system ("H100" is how `frontier simulate --gpu` spells it)
-    assert import_aiconfigurator(AIC, tmp_path / "alias", gpus=["H100"], families=["comm"]) == {"comm": 1146}
+    assert import_aiconfigurator(AIC, tmp_path / "alias", gpus=["H100"], families=["comm"]) == {"comm": 1146 + 648}
 
 
 @needs_aic
@@ -119,7 +136,7 @@ def test_every_nvidia_gpu_with_vllm_tables_imports(tmp_path):
     """GB300 and the RTX PRO 6000 Server joined the catalogue (2026-12-01): their vLLM tables import;
     the RTX PRO 6000 has no NVLink, so its collective rows are PCIe ones."""
     rep = import_aiconfigurator_report(AIC, tmp_path, gpus=["gb300", "rtx_pro_6000_server"], families=["comm"])
-    assert rep.rows_by_gpu == {"GB300": {"comm": 1436}, "RTX-PRO-6000-Server": {"comm": 642}}
+    assert rep.rows_by_gpu == {"GB300": {"comm": 1436 + 324}, "RTX-PRO-6000-Server": {"comm": 642}}
     assert set(read_profiles(tmp_path, "comm", gpu="RTX-PRO-6000-Server").link) == {"pcie"}
     assert set(read_profiles(tmp_path, "comm", gpu="GB300").link) == {"nvlink"}
 
@@ -207,7 +224,7 @@ def test_cli_import_profiles(tmp_path):
             "--gpu", "h200_sxm", "--family", "comm"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "H200         comm 1,146" in res.output
+    assert "H200         comm 1,470" in res.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 2 and "already holds ['aiconfigurator'] rows" in again.output
     bad = CliRunner().invoke(app, ["import-profiles", "--source", "vidur", "--out", str(tmp_path)])

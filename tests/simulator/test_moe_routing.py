@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from frontier.gpu import GpuSpec
-from frontier.model_spec import ModelSpec
+from frontier.gpu import GpuSpec, get_gpu
+from frontier.model_spec import ModelSpec, load_model_spec
 from frontier.ops import CommOp, MoeOp
 from frontier.parallel import ParallelSpec
 from simulator.batch_engine import BatchEngine, BatchShape
@@ -246,7 +246,7 @@ def test_dp_ep_dispatch_and_combine_go_through_the_comm_backend():
     par = ParallelSpec.from_vllm(tp=1, dp=16, enable_expert_parallel=True)     # 2 nodes of 8
     default = [op for op, _ in _engine(par).layer_ops(64) if isinstance(op, CommOp)]
     assert [(o.kind, o.group_size, o.ranks_per_node) for o in default] == [("all_gather", 16, 8), ("reduce_scatter", 16, 8)]
-    a2a = [op for op, _ in _engine(par, all2all="all_to_all").layer_ops(64) if isinstance(op, CommOp)]
+    a2a = [op for op, _ in _engine(par, all2all="deepep_high_throughput").layer_ops(64) if isinstance(op, CommOp)]
     assert [(o.kind, o.group_size) for o in a2a] == [("all_to_all", 16)] * 2
     assert a2a[0].bytes == -(-64 * 16 * 8 // 16) * 2048 * 2                      # slowest rank's routed pairs
     with pytest.raises(ValueError, match="all2all_backend"):
@@ -272,7 +272,27 @@ def test_all2all_backend_flag_picks_the_priced_shape():
     assert tpot(run("deepep_low_latency")) != tpot(run("allgather_reducescatter"))
     assert tpot(run("naive")) == tpot(run("allgather_reducescatter"))
     dense = "meta-llama/Llama-3.1-8B"                     # no experts: nothing to dispatch
-    assert tpot(run("deepep_low_latency", dense)) == tpot(run("allgather_reducescatter", dense))
+    assert tpot(run("deepep_high_throughput", dense)) == tpot(run("allgather_reducescatter", dense))
+
+
+def test_batched_dp_moe_backends_default_the_token_budget_to_256():
+    """vLLM 0.20+ (``use_batched_dp_moe``): deepep_low_latency or nixl_ep with EP and DP > 1 default
+    max_num_batched_tokens to 256, model or not MoE; a defaulted max_num_seqs follows it down."""
+    h100 = get_gpu("H100")
+    model = load_model_spec("Qwen/Qwen3-30B-A3B")
+
+    def limits(**kw):
+        r = EngineArgs(model=model.name, data_parallel_size=2, enable_expert_parallel=True, **kw).resolve(model, h100)
+        return r.max_num_batched_tokens, r.max_num_seqs
+
+    assert limits(all2all_backend="deepep_low_latency") == (256, 256)
+    assert limits(all2all_backend="nixl_ep") == (256, 256)
+    assert limits(all2all_backend="deepep_low_latency", max_num_seqs=128) == (256, 128)
+    assert limits(all2all_backend="deepep_low_latency", max_num_batched_tokens=1024) == (1024, 1024)
+    assert limits(all2all_backend="deepep_high_throughput") == (8192, 1024)
+    assert limits(all2all_backend="deepep_low_latency", vllm_version="0.19.0") == (8192, 1024)
+    no_ep = EngineArgs(model=model.name, data_parallel_size=2, all2all_backend="deepep_low_latency").resolve(model, h100)
+    assert no_ep.max_num_batched_tokens == 8192
 
 
 def test_make_router_and_simulation_spec_validation():

@@ -72,6 +72,19 @@ def test_engine_defaults_of_earlier_releases():
     assert resolve("H100", "0.12").max_num_batched_tokens == resolve("H100", "0.33").max_num_batched_tokens == 8192
 
 
+def test_a_defaulted_max_num_seqs_follows_a_smaller_token_budget():
+    """Every release from 0.11 (``default_max_num_seqs`` capped by ``max_num_batched_tokens``; 0.12+
+    ``max_num_seqs = min(max_num_seqs, max_num_batched_tokens)`` when defaulted): a budget of 512
+    tokens runs at most 512 requests; before 2026-12-01 the simulator refused it (512 < 1024)."""
+    model = load_model_spec("meta-llama/Llama-3.1-8B")
+    for version in ("0.11.0", "0.33.0"):
+        r = EngineArgs(model=model.name, max_num_batched_tokens=512, vllm_version=version).resolve(model, get_gpu("H100"))
+        assert (r.max_num_batched_tokens, r.max_num_seqs) == (512, 512)
+    given = EngineArgs(model=model.name, max_num_batched_tokens=512, max_num_seqs=600)
+    with pytest.raises(ValueError, match="max_num_batched_tokens=512; must be >= max_num_seqs=600"):
+        given.resolve(model, get_gpu("H100")).scheduler_config()
+
+
 @pytest.mark.parametrize("version, sm, method, moe_tp, ep, kernel", [
     ((0, 12), 90, "fp8_block", 2, 1, "DeepGEMM"),          # Qwen3-235B-A22B-FP8 TP 2 on an H200
     ((0, 14), 90, "fp8_block", 1, 4, "DeepGEMM"),          # under EP the MoE TP size is 1
