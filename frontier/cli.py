@@ -363,6 +363,8 @@ def simulate(
                    f"cost model: {result.summary.get('cost_model', 'roofline')}, {setup}")
     if "cost_queries_predicted" in result.summary:
         typer.echo(_calibrated_queries(result.summary))
+    if "comm_queries" in result.summary:
+        typer.echo(_calibrated_comm(result.summary))
     for note in result.summary.get("pricing_notes", ()):
         typer.echo(f"note: {note}")
     if result.failed:
@@ -388,6 +390,16 @@ def _calibrated_queries(s: dict) -> str:
     return (f"calibrated costs: {predicted} of {total} operator queries priced by the bundle "
             f"({int(s['cost_queries_out_of_range'])} outside its measured range); {roofline} by the roofline "
             f"or, for collectives, the comm model")
+
+
+def _calibrated_comm(s: dict) -> str:
+    """How the measured comm tables priced the run's collectives (the summary's comm_queries_* counts)."""
+    total, analytical = int(s["comm_queries"]), int(s["comm_queries_analytical"])
+    extrapolated = int(s["comm_queries_extrapolated"])
+    return (f"calibrated comm: {total - analytical} of {total} distinct collectives priced from measured tables"
+            + (f" ({extrapolated} off their measured points: a DeepEP shape or token count they do not hold)"
+               if extrapolated else "")
+            + f"; {analytical} by the analytical model (no table: across nodes, another size or kernel)")
 
 
 @app.command()

@@ -149,7 +149,12 @@ def make_cost_model(gpu: GpuSpec, comm_model: str, predictor_bundle: str | None)
 
 
 def cost_model_stats(cost_model: CostModel) -> dict[str, int | str]:
-    """Summary keys naming the cost model and, for a bundle, how its queries were answered."""
-    if isinstance(cost_model, PredictorCostModel):
-        return cost_model.stats()
-    return {"cost_model": cost_model.name}
+    """Summary keys naming the cost model and, for a bundle, how its queries were answered; with
+    measured comm tables (``--comm-model calibrated``), how many collectives they did not cover."""
+    from simulator.comm.calibrated import CalibratedCommBackend
+    roofline = cost_model.fallback if isinstance(cost_model, PredictorCostModel) else cost_model
+    out = cost_model.stats() if isinstance(cost_model, PredictorCostModel) else {"cost_model": cost_model.name}
+    comm = getattr(roofline, "comm", None)
+    if isinstance(comm, CalibratedCommBackend):
+        out.update(comm.stats())
+    return out

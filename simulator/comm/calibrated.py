@@ -107,7 +107,14 @@ class CalibratedCommBackend:
         self.moe_tables = moe_tables if moe_tables is not None else MoeA2aTables({})
         self.analytical = AnalyticalCommBackend(gpu)
         self.fallbacks: Counter[str] = Counter()    # "kind/n=<n>/<reason>" -> calls priced analytically
+        self.extrapolated: Counter[str] = Counter()  # "moe_<phase>/n=<n>/<how>" -> calls off the measured points
         self._memo: dict[tuple, float] = {}    # (kind or MoeA2a, bytes, group) -> seconds
+
+    def stats(self) -> dict[str, int]:
+        """Summary counts (distinct queries: prices are memoized): all, priced analytically
+        (``fallbacks``), priced off the measured points of a DeepEP table (``extrapolated``)."""
+        return {"comm_queries": len(self._memo), "comm_queries_analytical": sum(self.fallbacks.values()),
+                "comm_queries_extrapolated": sum(self.extrapolated.values())}
 
     def link_bandwidth_bytes_per_s(self, link: str) -> float:
         return self.analytical.link_bandwidth_bytes_per_s(link)
@@ -133,7 +140,7 @@ class CalibratedCommBackend:
         key = (moe, float(message_bytes), group)
         t = self._memo.get(key)
         if t is None:
-            t = self.moe_tables.time_s(moe, group.size, self.fallbacks) if group.in_one_node else None
+            t = self.moe_tables.time_s(moe, group.size, self.extrapolated) if group.in_one_node else None
             if t is None:
                 where = "in-one-node" if group.in_one_node else "multi-node"
                 t = self._fallback(f"moe_{moe.phase}", message_bytes, group, f"{moe.kernel}-{where}-no-table",

@@ -122,3 +122,35 @@ def test_calibrated_backend_prices_deepep_from_the_h200_tables(tmp_path):
     assert calibrated.moe_a2a_time_s(mori, 1 << 20, g8) == analytical.collective_time_s("all_to_all", 1 << 20, g8)
     assert calibrated.fallbacks == {"moe_dispatch/n=16/deepep_low_latency-multi-node-no-table": 1,
                                     "moe_dispatch/n=8/mori_low_latency-in-one-node-no-table": 1}
+
+
+@pytest.mark.skipif(not AIC.is_file(), reason="shared AIConfigurator data absent")
+def test_a_run_reports_what_the_measured_comm_tables_did_not_cover(tmp_path, monkeypatch):
+    """Qwen3-30B-A3B (hidden 2048: a shape the DeepEP tables fit, not hold) with DP 8 x EP on H200s:
+    every dispatch / combine from the EP-8 tables, off their points; at DP 2 (EP 2: no table) all
+    analytical. The summary counts distinct queries; the CLI prints them."""
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+    from simulator.engine_args import EngineArgs
+    from simulator.simulation import SimulationSpec, run_simulation
+    from simulator.workload import WorkloadSpec
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path))
+
+    def summary(dp):
+        engine = EngineArgs(model="Qwen/Qwen3-30B-A3B", gpu="H200", data_parallel_size=dp, enable_expert_parallel=True,
+                            max_model_len=2048, all2all_backend="deepep_low_latency")
+        return run_simulation(SimulationSpec(engine=engine, comm_model="calibrated", workload=WorkloadSpec(
+            num_prompts=16, random_input_len=300, random_output_len=4))).summary
+
+    s8, s2 = summary(8), summary(2)
+    moe8 = s8["comm_queries"] - s8["comm_queries_analytical"]
+    assert moe8 == s8["comm_queries_extrapolated"] > 0 and s8["comm_queries_analytical"] == 0
+    assert s2["comm_queries_analytical"] == s2["comm_queries"] > 0 and s2["comm_queries_extrapolated"] == 0
+    res = CliRunner().invoke(app, ["simulate", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H200", "-dp", "8",
+                                   "--enable-expert-parallel", "--all2all-backend", "deepep_low_latency",
+                                   "--comm-model", "calibrated", "--num-prompts", "16", "--random-input-len", "300",
+                                   "--random-output-len", "4", "--max-model-len", "2048"])
+    assert res.exit_code == 0, res.output
+    assert (f"calibrated comm: {moe8} of {moe8} distinct collectives priced from measured tables ({moe8} off their "
+            "measured points: a DeepEP shape or token count they do not hold); 0 by the analytical model") in res.output
