@@ -64,7 +64,9 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.20.0 | --all2all-backend deepep_low_latency / nixl_ep with EP and DP > 1: the MoE layer runs the    |
 |        | ranks' tokens in chunks of ``VLLM_MOE_DP_CHUNK_SIZE`` = 256 per rank (also mori and         |
 |        | flashinfer_all2allv; ``use_dp_chunking``) -> no chunks; max_num_batched_tokens defaults to  |
-|        | 256 instead (``use_batched_dp_moe``; 0.19.0 has the chunks, 0.20.0-0.33.0 the default)      |
+|        | 256 instead (``use_batched_dp_moe``; 0.19.0 has the chunks, 0.20.0-0.33.0 the default).     |
+|        | The chunks are not modelled: a run of an earlier release with these kernels says so         |
+|        | (``moe_dp_chunk_note``) and prices each step's MoE as one chunk                             |
 | 0.21.0 | default CUDA-graph sizes: max_num_batched_tokens appended when it fits under the ceiling    |
 | 0.28.0 | GPUs of >= 160 GiB (B200, B300): max_num_batched_tokens default 8192 -> 16384 for the API   |
 |        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
@@ -128,6 +130,12 @@ LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x 
 WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
 
 BATCHED_DP_MOE = (0, 20)          # max_num_batched_tokens default 256 under deepep_low_latency / nixl_ep x DP x EP
+# before BATCHED_DP_MOE: the MoE layers run in chunks of VLLM_MOE_DP_CHUNK_SIZE (256) tokens per rank with
+# these kernels (default_moe_runner.use_dp_chunking, 0.12.0-0.19.0 wheels); not modelled, a pricing note
+MOE_DP_CHUNK_TOKENS = 256
+# (0.33's --all2all-backend names; 0.19's "mori" is both MoRI ones)
+MOE_DP_CHUNKED_BACKENDS = ("deepep_low_latency", "mori_high_throughput", "mori_low_latency", "flashinfer_all2allv",
+                           "flashinfer_nvlink_two_sided", "nixl_ep")
 LARGE_GPU_DEFAULTS = (0, 28)      # >= 160 GiB GPUs: max_num_batched_tokens 16384 (8192 before)
 SM100_CAPTURE_1024 = (0, 28)      # CUDA-graph capture ceiling 1024 on the sm_100 family (512 before)
 CAPTURE_APPENDS_BATCH_TOKENS = (0, 21)   # max_num_batched_tokens appended to the capture sizes
@@ -167,6 +175,17 @@ def parse_vllm_version(text: str) -> tuple[int, int]:
 
 def _name(version: tuple[int, int]) -> str:
     return f"{version[0]}.{version[1]}"
+
+
+def moe_dp_chunk_note(version: tuple[int, int], all2all_backend: str, dp: int, ep: int) -> str | None:
+    """One line when this release runs the MoE layers in ``VLLM_MOE_DP_CHUNK_SIZE`` chunks, which the
+    simulator does not (before 0.20, ``use_dp_chunking``: these kernels with DP x EP), else None."""
+    if version >= BATCHED_DP_MOE or all2all_backend not in MOE_DP_CHUNKED_BACKENDS or dp < 2 or ep < 2:
+        return None
+    return (f"vLLM {_name(version)} runs the MoE layers with --all2all-backend {all2all_backend} in chunks of "
+            f"{MOE_DP_CHUNK_TOKENS} tokens per DP rank (VLLM_MOE_DP_CHUNK_SIZE), a dispatch, the experts and a "
+            f"combine per chunk, which is not modelled: steps above {MOE_DP_CHUNK_TOKENS} tokens per rank are "
+            "priced as one chunk (simulator/vllm_version.py)")
 
 
 def moe_kernel_note(version: tuple[int, int], sm_version: int, quant_method: str, moe_tp: int,

@@ -6,7 +6,7 @@ from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from simulator.engine_args import EngineArgs
 from simulator.simulation import SimulationSpec, run_simulation
-from simulator.vllm_version import DEFAULT, SEMANTICS, parse_vllm_version
+from simulator.vllm_version import DEFAULT, SEMANTICS, moe_dp_chunk_note, parse_vllm_version
 from simulator.workload import WorkloadSpec
 
 
@@ -70,6 +70,18 @@ def test_engine_defaults_of_earlier_releases():
     assert (new.max_num_batched_tokens, new.max_num_seqs, new.cudagraph_config().max_capture_size) == (16384, 1024, 1024)
     assert (old.max_num_batched_tokens, old.max_num_seqs, old.cudagraph_config().max_capture_size) == (8192, 1024, 512)
     assert resolve("H100", "0.12").max_num_batched_tokens == resolve("H100", "0.33").max_num_batched_tokens == 8192
+
+
+def test_moe_dp_chunks_before_0_20_are_a_pricing_note():
+    """vLLM 0.12-0.19 chunk the MoE by 256 tokens per rank with these kernels under DP x EP; not
+    modelled, so a run says so. 0.20+ (the 256-token budget instead), DP 1, EP 1 or another
+    kernel: no note."""
+    note = moe_dp_chunk_note((0, 19), "deepep_low_latency", 2, 2)
+    assert note.startswith("vLLM 0.19 runs the MoE layers with --all2all-backend deepep_low_latency in chunks of "
+                           "256 tokens per DP rank (VLLM_MOE_DP_CHUNK_SIZE)")
+    assert moe_dp_chunk_note((0, 12), "flashinfer_all2allv", 8, 8) is not None
+    assert [moe_dp_chunk_note(*a) for a in (((0, 20), "deepep_low_latency", 2, 2), ((0, 19), "deepep_high_throughput",
+            2, 2), ((0, 19), "deepep_low_latency", 1, 2), ((0, 19), "deepep_low_latency", 2, 1))] == [None] * 4
 
 
 def test_a_defaulted_max_num_seqs_follows_a_smaller_token_budget():
