@@ -8,6 +8,8 @@ kernel (deepep_ht, deepep_ll) and phase, prints:
 * analytical: what ``--comm-model analytical`` (and, before these tables, ``calibrated``)
   charges: the all_to_all of the routed bytes (tokens x top-k x hidden x 2 B) over the EP group,
   as a ratio to the measured latency (median, p10, p90) over the table's rows;
+* across nodes: the ratio of SGLang's DeepEP tables at 2 / 4 / 8 nodes to one node (median over
+  the one-node table's token counts), which scales the vLLM one-node price across nodes;
 * leave one shape out: each measured (hidden, top-k) shape priced by ``simulator.comm.moe_a2a``
   from the other shapes only (its "shape-fit" across hidden sizes), the absolute percentage
   error of every token count: p50 / p95. A shape the table holds is priced from its own curve
@@ -40,6 +42,8 @@ def report(root: Path, gpus: list[str]) -> list[str]:
         gpu = get_gpu(name)
         df = read_profiles(root, family="comm", gpu=gpu.name)
         df = df[df["op_name"].isin(["moe_dispatch", "moe_combine"]) & df["backend"].isin(list(KERNEL))]
+        scaling = tables_from_rows(df).node_scaling
+        df = df[df["framework"] == "vllm"]
         if not len(df):
             lines.append(f"{gpu.name}: no DeepEP table")
             continue
@@ -57,12 +61,19 @@ def report(root: Path, gpus: list[str]) -> list[str]:
                 tables = tables_from_rows(g[~own])
                 for tokens, lat in g[own].groupby("num_tokens")["latency_s_median"].median().items():
                     moe = MoeA2a(op.removeprefix("moe_"), KERNEL[backend], int(tokens), int(h), int(k), 256)
-                    errors.append(abs(tables.time_s(moe, n, Counter()) / lat - 1.0) * 100)
+                    errors.append(abs(tables.time_s(moe, group, Counter()) / lat - 1.0) * 100)
             p10, p50, p90 = np.percentile(ratio, [10, 50, 90])
             e50, e95 = np.percentile(errors, [50, 95])
             lines.append(f"  {backend} {op.removeprefix('moe_'):8s} EP {n}  {len(g):3d} rows  analytical / measured "
                          f"{p50:.2f} (p10 {p10:.2f}, p90 {p90:.2f})  leave one shape out p50 {e50:5.1f} %  "
                          f"p95 {e95:5.1f} %")
+        for (backend, phase), per_size in sorted(scaling.items()):
+            base = min(per_size)
+            xs = per_size[base][0]
+            ratios = [f"EP {n} {np.median(np.exp(np.interp(xs, *per_size[n]) - per_size[base][1])):.2f}x"
+                      for n in sorted(per_size) if n != base]
+            lines.append(f"  {backend} {phase:8s} across nodes, x EP {base} (SGLang's tables, median over EP {base}'s "
+                         f"token counts): {', '.join(ratios)}")
     return lines
 
 

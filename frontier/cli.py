@@ -397,9 +397,9 @@ def _calibrated_comm(s: dict) -> str:
     total, analytical = int(s["comm_queries"]), int(s["comm_queries_analytical"])
     extrapolated = int(s["comm_queries_extrapolated"])
     return (f"calibrated comm: {total - analytical} of {total} distinct collectives priced from measured tables"
-            + (f" ({extrapolated} off their measured points: a DeepEP shape or token count they do not hold)"
-               if extrapolated else "")
-            + f"; {analytical} by the analytical model (no table: across nodes, another size or kernel)")
+            + (f" ({extrapolated} off their measured points: a DeepEP shape, token count or multi-node EP size "
+               "they do not hold)" if extrapolated else "")
+            + f"; {analytical} by the analytical model (no table for that kernel or group)")
 
 
 @app.command()

@@ -20,7 +20,9 @@ and a frontier catalogue entry:
   (vLLM 0.24.0's DeepEP dispatch / combine, one node of 8 GPUs, 4 on GB200 / GB300) as
   ``moe_dispatch`` / ``moe_combine`` rows: backend deepep_ht / deepep_ll (H100 also
   deepep_v2_context / _generation), num_tokens per rank, hidden_size, topk, num_experts;
-  AIC's latency is in microseconds there.
+  AIC's latency is in microseconds there. Plus SGLang's wide-EP DeepEP tables
+  (``comm/sglang/<v>/wideep_deepep_{ll,normal}_perf``; 1-8 nodes on H100 / H200) as rows of
+  framework "sglang", which scale the vLLM tables across nodes (``simulator.comm.moe_a2a``).
 
 Timings: AIC replays CUDA graphs and records the mean of the replays (ms); it is stored
 as ``latency_s_median`` (seconds), p10/p90/num_samples null, timing_mode "kernel". The
@@ -286,6 +288,7 @@ def _comm(systems, aic_gpu, gpu, vdir, skipped):
         got = _read(systems, aic_gpu, f"comm/vllm/{vdir}/moe_a2a_perf.parquet", skipped)
         if got is not None:
             frames.append(_moe_a2a_frame(got[0], link, gpu, got[1], vdir))
+    frames += _sglang_deepep_frames(systems, aic_gpu, gpu, link)
     for fw in ("nccl", "oneccl"):
         versions = sorted((p.name for p in (systems / "data" / aic_gpu / "comm" / fw).glob("*") if p.is_dir()),
                           key=_version_key)
@@ -322,6 +325,32 @@ def _moe_a2a_frame(d, link, gpu, table, vdir):
                         "latency_s_median": d["latency"].astype(float) / 1e6})
     out["message_bytes"] = out["num_tokens"].astype("int64") * out["hidden_size"] * DTYPE_BYTES["bf16"]
     return finish(out, "comm", timing_mode="kernel", **_provenance(d, gpu, table, "vllm", vdir))
+
+
+def _sglang_deepep_frames(systems: Path, aic_gpu: str, gpu: str, link: str) -> list[pd.DataFrame]:
+    """SGLang's wide-EP DeepEP tables (``comm/sglang/<v>/wideep_deepep_{ll,normal}_perf``), the only
+    ones AIC has across nodes (1, 2, 4, 8 nodes of 8 GPUs, DeepEP inside SGLang 0.5.0) as comm rows
+    ``moe_<phase>`` of framework "sglang": backend deepep_ll / deepep_ht (SGLang's "normal" mode),
+    num_gpus = 8 x node_num, link the intra-node one in one node, else "network". Normal-mode rows
+    only at DeepEP's default 20 SMs per phase (what vLLM runs); latency = transmit + notify (us)."""
+    frames = []
+    for path in sorted((systems / "data" / aic_gpu / "comm" / "sglang").glob("*/wideep_deepep_*_perf.parquet")):
+        d = pd.read_parquet(path)
+        table = str(path.relative_to(systems))
+        ll = path.name == "wideep_deepep_ll_perf.parquet"
+        if not ll:
+            d = d[(d["dispatch_sms"] == 20) & (d["combine_sms"] == 20)]
+        for phase in ("dispatch", "combine"):
+            lat = d[f"{phase}_avg_t_us"] if ll else d[f"{phase}_transmit_us"] + d[f"{phase}_notify_us"]
+            out = pd.DataFrame({"op_name": f"moe_{phase}", "num_gpus": 8 * d["node_num"], "num_tokens": d["num_token"],
+                                "hidden_size": d["hidden_size"], "topk": d["num_topk"], "num_experts": d["num_experts"],
+                                "dtype": "bf16", "link": d["node_num"].map(lambda n: link if n == 1 else "network"),
+                                "backend": "deepep_ll" if ll else "deepep_ht",
+                                "latency_s_median": lat.astype(float) / 1e6})
+            out["message_bytes"] = out["num_tokens"].astype("int64") * out["hidden_size"] * DTYPE_BYTES["bf16"]
+            frames.append(finish(out, "comm", timing_mode="kernel",
+                                 **_provenance(d, gpu, table, "sglang", path.parent.name)))
+    return frames
 
 
 def _system_yaml(systems: Path, aic_gpu: str) -> dict:

@@ -54,8 +54,8 @@ CUSTOM_AR_MAX_BYTES = {                             # all_reduce_utils.CUSTOM_AL
 SHARED_AIC_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "aiconfigurator"
 Curve = tuple[np.ndarray, np.ndarray]               # (log bytes ascending, log seconds)
 # the cache folder of the imported tables; renamed when the importer's comm rows change, so a cache
-# of older rows is not read (2026-12-01: + DeepEP dispatch / combine, the "aiconfigurator" before)
-CACHE_NAME = "aiconfigurator-2"
+# of older rows is not read (2026-12-01: "-2" + vLLM's DeepEP dispatch / combine, "-3" + SGLang's across nodes)
+CACHE_NAME = "aiconfigurator-3"
 
 
 def custom_ar_max_bytes(sm_version: int, world_size: int) -> int:
@@ -135,12 +135,13 @@ class CalibratedCommBackend:
 
     def moe_a2a_time_s(self, moe: MoeA2a, message_bytes: float, group: CommGroup) -> float:
         """One MoE dispatch or combine kernel (``simulator.comm.moe_a2a``): its measured table
-        when one covers the kernel, phase and EP size in one node, else the analytical all_to_all
-        of ``message_bytes`` (the routed bytes), counted."""
+        when one covers the kernel, phase and EP size (across nodes: the one-node table scaled by
+        the measured node ratio), else the analytical all_to_all of ``message_bytes`` (the routed
+        bytes), counted."""
         key = (moe, float(message_bytes), group)
         t = self._memo.get(key)
         if t is None:
-            t = self.moe_tables.time_s(moe, group.size, self.extrapolated) if group.in_one_node else None
+            t = self.moe_tables.time_s(moe, group, self.extrapolated)
             if t is None:
                 where = "in-one-node" if group.in_one_node else "multi-node"
                 t = self._fallback(f"moe_{moe.phase}", message_bytes, group, f"{moe.kernel}-{where}-no-table",

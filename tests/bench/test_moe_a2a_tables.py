@@ -20,7 +20,9 @@ def test_h200_deepep_figures_are_printed(capsys):
     assert lines[0] == "H200:" and lines[-1] == "A100-80GB: no DeepEP table"
     assert lines[1] == ("  deepep_ht combine  EP 8   78 rows  analytical / measured 0.53 (p10 0.13, p90 0.82)  "
                         "leave one shape out p50   5.8 %  p95  45.4 %")
-    assert len(lines) == 6
+    assert lines[-2] == ("  deepep_ll dispatch across nodes, x EP 8 (SGLang's tables, median over EP 8's token counts): "
+                         "EP 16 1.74x, EP 32 2.27x, EP 64 2.58x")
+    assert len(lines) == 10
 
 
 @pytest.mark.skipif(not AIC.is_dir(), reason=f"{AIC} not present")

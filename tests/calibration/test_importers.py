@@ -26,8 +26,9 @@ def test_h200_row_counts(h200):
     report, out = h200
     # gemm 107225; attention = context 50830 + generation 62166 + MLA module 3886 + 5888;
     # moe 49896; comm = custom all-reduce 138 + DeepEP dispatch / combine 324 + nccl 2.26.2
-    # (h200_sxm.yaml nccl_version) 1008.
-    assert report.rows == {"linear": 107225, "attention": 122770, "moe": 49896, "comm": 1470}
+    # (h200_sxm.yaml nccl_version) 1008 + SGLang's DeepEP 1554 (0.5.12: LL 176 + normal at 20 SMs
+    # 414, 0.5.6.post2: 95 + 92; two phases each).
+    assert report.rows == {"linear": 107225, "attention": 122770, "moe": 49896, "comm": 1470 + 1554}
     assert report.rows_by_gpu == {"H200": report.rows}
     assert report.skipped == ()
     assert (out / "family=linear" / "gpu=H200" / "part-0.parquet").exists()
@@ -35,9 +36,17 @@ def test_h200_row_counts(h200):
 
 @needs_aic
 def test_h200_deepep_rows(h200):
-    """DeepEP dispatch / combine (vLLM 0.24.0, EP 8): AIC's latency is in microseconds."""
+    """DeepEP dispatch / combine (vLLM 0.24.0, EP 8): AIC's latency is in microseconds; SGLang's
+    wide-EP tables (1-8 nodes) come as rows of their own framework and release."""
     c = read_profiles(h200[1], "comm")
-    moe = c[c.op_name.isin(["moe_dispatch", "moe_combine"])]
+    sglang = c[c.framework == "sglang"]
+    two_nodes = sglang[(sglang.num_gpus == 16) & (sglang.backend == "deepep_ll") & (sglang.op_name == "moe_dispatch")
+                       & (sglang.num_tokens == 128) & (sglang.num_experts == 256)].iloc[0]
+    assert two_nodes.latency_s_median == pytest.approx(102.1e-6, rel=1e-3)
+    assert (two_nodes.link, two_nodes.framework_version, two_nodes.source_table) == (
+        "network", "0.5.0", "data/h200_sxm/comm/sglang/0.5.6.post2/wideep_deepep_ll_perf.parquet")
+    assert sorted(sglang.num_gpus.unique()) == [8, 16, 32, 64]
+    moe = c[c.op_name.isin(["moe_dispatch", "moe_combine"]) & (c.framework == "vllm")]
     assert moe.groupby(["op_name", "backend"]).size().to_dict() == {
         ("moe_combine", "deepep_ht"): 78, ("moe_combine", "deepep_ll"): 84,
         ("moe_dispatch", "deepep_ht"): 78, ("moe_dispatch", "deepep_ll"): 84}
@@ -47,6 +56,7 @@ def test_h200_deepep_rows(h200):
     assert (r.num_gpus, r.message_bytes, r["dtype"], r.link, r.kernel_source, r.framework_version, r.timing_mode) == (
         8, 1024 * 7168 * 2, "bf16", "nvlink", "deepep", "0.24.0", "kernel")
     assert c[~c.op_name.isin(["moe_dispatch", "moe_combine"])].num_tokens.isna().all()
+    assert len(sglang) == 1554
 
 
 @needs_aic
@@ -99,14 +109,14 @@ def test_h200_moe_and_comm_rows(h200):
 @needs_aic
 def test_h100_counts_and_filters(tmp_path):
     rows = import_aiconfigurator(AIC / "systems", tmp_path, gpus=["H100-SXM"], families=["linear", "comm"])
-    assert rows == {"linear": 107188, "comm": 1146 + 648}     # + DeepEP HT / LL / v2 dispatch and combine
+    assert rows == {"linear": 107188, "comm": 1146 + 648 + 1554}    # + DeepEP in vLLM (HT / LL / v2), in SGLang
     g = read_profiles(tmp_path, "linear", gpu="H100-SXM")
     r = g[(g.m == 4096) & (g.n == 4096) & (g.k == 4096) & (g.dtype == "fp8")].iloc[0]
     assert (r.latency_s_median, r.device_name) == (pytest.approx(0.1537511083814833e-3), "NVIDIA H100 80GB HBM3")
     with pytest.raises(ValueError, match="already holds \\['aiconfigurator'\\] rows"):
         import_aiconfigurator(AIC, tmp_path, gpus=["h100_sxm"], families=["comm"])
     # a catalogue alias names the same system ("H100" is how `frontier simulate --gpu` spells it)
-    assert import_aiconfigurator(AIC, tmp_path / "alias", gpus=["H100"], families=["comm"]) == {"comm": 1146 + 648}
+    assert import_aiconfigurator(AIC, tmp_path / "alias", gpus=["H100"], families=["comm"]) == {"comm": 1146 + 648 + 1554}
 
 
 @needs_aic
@@ -224,7 +234,7 @@ def test_cli_import_profiles(tmp_path):
             "--gpu", "h200_sxm", "--family", "comm"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "H200         comm 1,470" in res.output
+    assert "H200         comm 3,024" in res.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 2 and "already holds ['aiconfigurator'] rows" in again.output
     bad = CliRunner().invoke(app, ["import-profiles", "--source", "vidur", "--out", str(tmp_path)])

@@ -207,7 +207,7 @@ def test_simulation_with_calibrated_comm(tmp_path, monkeypatch):
     runs = {m: run_simulation(SimulationSpec(engine=eng, workload=wl, comm_model=m)) for m in comm.COMM_MODELS}
     assert all(r.summary["completed"] == 10 for r in runs.values())
     assert runs["calibrated"].simulated_duration_s != runs["analytical"].simulated_duration_s
-    assert any((tmp_path / "profiles" / "aiconfigurator-2").glob("family=comm/gpu=H100-SXM/part-*.parquet"))
+    assert any((tmp_path / "profiles" / "aiconfigurator-3").glob("family=comm/gpu=H100-SXM/part-*.parquet"))
 
 
 def test_cli_rejects_an_unknown_comm_model():
