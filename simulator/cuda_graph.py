@@ -8,8 +8,9 @@ speculative decoding V2 keeps the PIECEWISE sizes as they are and captures FULL 
 graphs at each size rounded up to a multiple of q (V1 would instead round the whole list).
 Sizes count tokens. User-given `--cudagraph-capture-sizes` / `--max-cudagraph-capture-size`
 and `cudagraph_mode` (NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE) follow the
-same code (`resolve_capture_sizes`). Not modelled: interactivity mode, dynamic speculative
-tiers, LoRA keys, attention backends or models that lower the mode.
+same code (`resolve_capture_sizes`), and so does `--performance-mode interactivity` (every size from
+1 to 32 captured). Not modelled: dynamic speculative tiers, LoRA keys, attention backends or
+models that lower the mode.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ from frontier.gpu import is_sm100_family
 from simulator.vllm_version import CAPTURE_APPENDS_BATCH_TOKENS, CAPTURE_UNIFORM_DECODE, SEMANTICS, SM100_CAPTURE_1024
 
 DEFAULT_MAX_CAPTURE = 512
+INTERACTIVITY_MAX = 32      # --performance-mode interactivity: every capture size 1..32
 SM100_MAX_CAPTURE = 1024    # datacenter Blackwell (B200/GB200/B300): capture ceiling 1024
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"   # -O2, vllm serve's default optimization level
 
 
-def _grid(max_size: int) -> list[int]:
-    """[1,2,4] + multiples of 8 below 256 + multiples of 16 from 256, all <= max_size."""
-    sizes = [n for n in (1, 2, 4) if n <= max_size]
+def _grid(max_size: int, interactivity: bool = False) -> list[int]:
+    """[1,2,4] (``--performance-mode interactivity``: every size 1..32) + multiples of 8 below 256 +
+    multiples of 16 from 256, all <= max_size (unsorted, may repeat: callers sort and dedupe)."""
+    sizes = list(range(1, min(max_size, INTERACTIVITY_MAX) + 1)) if interactivity else [n for n in (1, 2, 4)
+                                                                                        if n <= max_size]
     if max_size >= 8:
         sizes += list(range(8, min(max_size + 1, 256), 8))
     if max_size >= 256:
@@ -36,10 +40,11 @@ def _grid(max_size: int) -> list[int]:
     return sizes
 
 
-def _grid_with_batch_tokens(max_size: int, max_num_batched_tokens: int, vllm_version: tuple[int, int]) -> list[int]:
+def _grid_with_batch_tokens(max_size: int, max_num_batched_tokens: int, vllm_version: tuple[int, int],
+                            interactivity: bool = False) -> list[int]:
     """The default grid up to ``max_size`` tokens, plus max_num_batched_tokens when it fits under
     it (from vLLM 0.21, so the largest batch is captured even off-stride)."""
-    sizes = _grid(max_size)
+    sizes = _grid(max_size, interactivity)
     if (vllm_version >= CAPTURE_APPENDS_BATCH_TOKENS and max_num_batched_tokens <= max_size
             and max_num_batched_tokens not in sizes):
         sizes.append(max_num_batched_tokens)
@@ -47,11 +52,13 @@ def _grid_with_batch_tokens(max_size: int, max_num_batched_tokens: int, vllm_ver
 
 
 def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
-                       num_spec_tokens: int = 0, vllm_version: tuple[int, int] = SEMANTICS) -> tuple[int, ...]:
+                       num_spec_tokens: int = 0, vllm_version: tuple[int, int] = SEMANTICS,
+                       interactivity: bool = False) -> tuple[int, ...]:
     """Capture sizes exactly as vLLM 0.33 `_set_cudagraph_sizes` derives the default, or as the
     release ``vllm_version`` (major, minor) did (``simulator.vllm_version``): the 1024 ceiling of
     the sm_100 family from 0.28 (512 before), max_num_batched_tokens appended from 0.21, the
-    uniform-decode sizes from 0.29."""
+    uniform-decode sizes from 0.29. ``interactivity``: ``--performance-mode interactivity`` (0.17+)
+    starts the grid with every size from 1 to 32 instead of 1, 2, 4."""
     sm100 = is_sm100_family(sm_version) and vllm_version >= SM100_CAPTURE_1024
     ceiling = SM100_MAX_CAPTURE if sm100 else DEFAULT_MAX_CAPTURE
     q = 1 + num_spec_tokens
@@ -64,7 +71,8 @@ def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_versio
             decode_sizes = sorted({n * q for n in counts if n * q <= max_size})
         elif max_num_seqs <= max_size:
             decode_sizes = [max_num_seqs]
-    sizes = _grid_with_batch_tokens(min(max_num_batched_tokens, max_size), max_num_batched_tokens, vllm_version)
+    sizes = _grid_with_batch_tokens(min(max_num_batched_tokens, max_size), max_num_batched_tokens, vllm_version,
+                                    interactivity)
     sizes += [s for s in decode_sizes if s <= max_num_batched_tokens]
     sizes = sorted(set(sizes))
     return tuple(sizes)
@@ -88,7 +96,7 @@ def _check_user_sizes(capture_sizes: tuple[int, ...] | None, max_capture_size: i
 def resolve_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_version: int,
                           num_spec_tokens: int = 0, cudagraph_capture_sizes: tuple[int, ...] | None = None,
                           max_cudagraph_capture_size: int | None = None,
-                          vllm_version: tuple[int, int] = SEMANTICS) -> tuple[int, ...]:
+                          vllm_version: tuple[int, int] = SEMANTICS, interactivity: bool = False) -> tuple[int, ...]:
     """Capture sizes (tokens) as vLLM 0.33 `_set_cudagraph_sizes` with the user's two flags.
 
     Neither flag: the default (`vllm_capture_sizes`). Sizes given: deduplicated, those above
@@ -97,16 +105,18 @@ def resolve_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, sm_ver
     max_num_batched_tokens when it fits, without the uniform-decode sizes. Both given: the
     max must equal the largest kept size, else ValueError with vLLM's message. ``vllm_version``:
     the release whose default grid to derive (``vllm_capture_sizes``; no max_num_batched_tokens
-    appended before 0.21).
+    appended before 0.21); ``interactivity``: the grid of ``--performance-mode interactivity``
+    (user-given sizes stay as given).
     """
     _check_user_sizes(cudagraph_capture_sizes, max_cudagraph_capture_size)
     if cudagraph_capture_sizes is None and max_cudagraph_capture_size is None:
-        return vllm_capture_sizes(max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens, vllm_version)
+        return vllm_capture_sizes(max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens, vllm_version,
+                                  interactivity)
     if cudagraph_capture_sizes is not None:
         sizes = sorted({s for s in cudagraph_capture_sizes if s <= max_num_batched_tokens})
     else:
         sizes = sorted(set(_grid_with_batch_tokens(min(max_num_batched_tokens, max_cudagraph_capture_size),
-                                                   max_num_batched_tokens, vllm_version)))
+                                                   max_num_batched_tokens, vllm_version, interactivity)))
     valid_max = sizes[-1] if sizes else 0
     if (cudagraph_capture_sizes is not None and max_cudagraph_capture_size is not None
             and max_cudagraph_capture_size != valid_max):
@@ -142,9 +152,10 @@ class CudaGraphConfig:
                   sm_version: int = 90, num_spec_tokens: int = 0,
                   cudagraph_capture_sizes: tuple[int, ...] | None = None,
                   max_cudagraph_capture_size: int | None = None,
-                  cudagraph_mode: str | None = None, vllm_version: tuple[int, int] = SEMANTICS) -> CudaGraphConfig:
-        """As VllmConfig (of release ``vllm_version``): enforce_eager or mode NONE capture nothing
-        (user sizes ignored)."""
+                  cudagraph_mode: str | None = None, vllm_version: tuple[int, int] = SEMANTICS,
+                  interactivity: bool = False) -> CudaGraphConfig:
+        """As VllmConfig (of release ``vllm_version``; ``interactivity``: --performance-mode
+        interactivity's grid): enforce_eager or mode NONE capture nothing (user sizes ignored)."""
         if max_num_seqs <= 0 or max_num_batched_tokens <= 0:
             raise ValueError(f"max_num_seqs={max_num_seqs} and max_num_batched_tokens="
                              f"{max_num_batched_tokens} must both be > 0")
@@ -156,7 +167,7 @@ class CudaGraphConfig:
             mode = "NONE"
         sizes = () if mode == "NONE" else resolve_capture_sizes(
             max_num_seqs, max_num_batched_tokens, sm_version, num_spec_tokens,
-            cudagraph_capture_sizes, max_cudagraph_capture_size, vllm_version)
+            cudagraph_capture_sizes, max_cudagraph_capture_size, vllm_version, interactivity)
         return cls(enforce_eager=enforce_eager, capture_sizes=sizes, max_num_seqs=max_num_seqs,
                    num_spec_tokens=num_spec_tokens, mode=mode)
 

@@ -12,6 +12,9 @@ server usage context, which is what ``vllm serve`` runs:
     otherwise (A100, L40S, L4, H20 is 96 GB -> 70 GiB tier) -> 2048, 256
     max_num_batched_tokens = min(max_num_seqs * max_model_len, that)   (only when defaulted)
     max_num_seqs = min(max_num_seqs, max_num_batched_tokens)            (only when defaulted)
+    --performance-mode throughput (vLLM 0.17+)    -> both tiers' values doubled (before the two
+                                                    min() above); interactivity captures CUDA
+                                                    graphs at every size 1..32 (simulator.cuda_graph)
     --all2all-backend deepep_low_latency or nixl_ep with expert parallelism and DP > 1
     (``batched_dp_moe``, from vLLM 0.20)          -> "that" is 256 tokens (the kernels' per-rank
                                                     buffers hold max_num_batched_tokens tokens)
@@ -51,8 +54,9 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS,
-                                    default_gpu_memory_utilization, parse_vllm_version)
+from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT,
+                                    LARGE_GPU_DEFAULTS, PERFORMANCE_MODE, default_gpu_memory_utilization,
+                                    parse_vllm_version)
 
 GiB = 1 << 30
 
@@ -70,6 +74,7 @@ ARCH_MAX_CUDAGRAPH_CAPTURE = {"GptOssForCausalLM": 1024}
 BATCHED_DP_MOE_TOKENS = 256
 BATCHED_DP_MOE_BACKENDS = ("deepep_low_latency", "nixl_ep")
 ROUTERS = ("round_robin", "least_loaded")
+PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 # --all2all-backend: vLLM 0.33's ParallelConfig.all2all_backend (the CLI's choices), how MoE tokens
 # reach their experts with DP > 1. The batch engine prices two shapes of it (``ALL2ALL_BACKENDS``):
 # vLLM's default, an all_gather + reduce_scatter of every token over the TP x DP group, and a
@@ -125,6 +130,7 @@ class EngineArgs:
     scheduling_policy: str = "fcfs"
     router: str = "round_robin"
     all2all_backend: str = "allgather_reducescatter"   # --all2all-backend (ALL2ALL_PRICED_AS)
+    performance_mode: str = "balanced"   # --performance-mode (vLLM 0.17+): balanced, interactivity, throughput
     # not a vLLM flag: the release whose model kernels, KV budget, engine defaults (async scheduling
     # among them) and DP load balancer to reproduce (simulator/vllm_version.py); the scheduler
     # stays vLLM 0.33's
@@ -187,6 +193,11 @@ class EngineArgs:
             raise ValueError(f"--all2all-backend {self.all2all_backend!r} is not one of "
                              f"{', '.join(ALL2ALL_PRICED_AS)}")
         parse_vllm_version(self.vllm_version)
+        if self.performance_mode not in PERFORMANCE_MODES:
+            raise ValueError(f"--performance-mode {self.performance_mode!r} is not one of {', '.join(PERFORMANCE_MODES)}")
+        if self.performance_mode != "balanced" and self.vllm_release < PERFORMANCE_MODE:
+            raise ValueError(f"--performance-mode came with vLLM 0.17; --vllm-version {self.vllm_version} has none "
+                             "(drop the flag or use 0.17 or later)")
         if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
             raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
 
@@ -260,6 +271,8 @@ class EngineArgs:
             default_tokens, default_seqs = 2048, 256
         if self.batched_dp_moe:
             default_tokens = BATCHED_DP_MOE_TOKENS
+        if self.performance_mode == "throughput":    # doubles whichever of the two is defaulted
+            default_tokens, default_seqs = 2 * default_tokens, 2 * default_seqs
         max_num_seqs = self.max_num_seqs or default_seqs
         if self.max_num_batched_tokens is None:
             max_num_batched_tokens = min(max_num_seqs * max_model_len, default_tokens)
@@ -342,7 +355,8 @@ class ResolvedEngine:
             sm_version=self.gpu.sm_version, num_spec_tokens=num_spec_tokens,
             cudagraph_capture_sizes=a.cudagraph_capture_sizes,
             max_cudagraph_capture_size=self.max_cudagraph_capture_size,
-            cudagraph_mode=a.effective_cudagraph_mode, vllm_version=self.vllm_version)
+            cudagraph_mode=a.effective_cudagraph_mode, vllm_version=self.vllm_version,
+            interactivity=a.performance_mode == "interactivity")
 
     @property
     def gpus_per_engine(self) -> int:

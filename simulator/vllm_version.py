@@ -61,6 +61,9 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.14.0 | ``--kv-cache-dtype auto``: the model dtype -> the checkpoint's KV scheme (a modelopt        |
 |        | ``kv_cache_quant_algo`` or compressed-tensors ``kv_cache_scheme``, e.g. FP8), via           |
 |        | ``resolve_kv_cache_dtype_string`` (read in the 0.12.0, 0.13.0, 0.14.0 and 0.16.0 wheels)    |
+| 0.17.0 | ``--performance-mode`` (none -> balanced, interactivity, throughput: throughput doubles     |
+|        | the defaulted max_num_batched_tokens and max_num_seqs, interactivity captures every CUDA    |
+|        | graph size 1..32; read in the 0.16.0, 0.17.0 and 0.18.0-0.33.0 wheels); refused before      |
 | 0.20.0 | --all2all-backend deepep_low_latency / nixl_ep with EP and DP > 1: the MoE layer runs the    |
 |        | ranks' tokens in chunks of ``VLLM_MOE_DP_CHUNK_SIZE`` = 256 per rank (also mori and         |
 |        | flashinfer_all2allv; ``use_dp_chunking``) -> no chunks; max_num_batched_tokens defaults to  |
@@ -129,6 +132,7 @@ CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)
 WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
 
+PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists
 BATCHED_DP_MOE = (0, 20)          # max_num_batched_tokens default 256 under deepep_low_latency / nixl_ep x DP x EP
 # before BATCHED_DP_MOE: the MoE layers run in chunks of VLLM_MOE_DP_CHUNK_SIZE (256) tokens per rank with
 # these kernels (default_moe_runner.use_dp_chunking, 0.12.0-0.19.0 wheels); not modelled, a pricing note

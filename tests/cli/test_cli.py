@@ -108,6 +108,10 @@ def test_bad_inputs_get_one_line_errors(tmp_path):
         (["simulate", "--scheduling-policy", "lifo"], "--scheduling-policy 'lifo'"),
         (["simulate", "--all2all-backend", "deepep"], "--all2all-backend 'deepep' is not one of allgather_reducescatter"),
         (["simulate", "--vllm-version", "0.9"], "--vllm-version 0.9 is outside 0.10 to 0.33"),
+        (["simulate", "--performance-mode", "fast"], "--performance-mode 'fast' is not one of balanced, interactivity"),
+        (["memory", "--performance-mode", "throughput", "--vllm-version", "0.16.0"],
+         "--performance-mode came with vLLM 0.17; --vllm-version 0.16.0 has none"),
+        (["memory", "--all2all-backend", "pplx2"], "--all2all-backend 'pplx2' is not one of"),
         (["memory", "--model", "meta-llama/Llama-3.1-8B", "-tp", "3"], "3"),
         (["simulate", "--gpu", "L4", "--max-model-len", "131072"],
          "vLLM would not start: one request of max_model_len 131072 needs 8192 KV blocks (16.00 GiB) but 2521 "
@@ -142,6 +146,18 @@ def test_memory_json_has_the_breakdown():
         assert key in report
     assert report["num_gpu_blocks"] == 1000
     assert report["weights_gib"] == 16060522496 / 2**30
+
+
+def test_memory_takes_the_flags_that_set_the_token_budget():
+    """--all2all-backend deepep_low_latency with DP x EP (vLLM 0.20+: 256 tokens) and --performance-mode
+    throughput (twice the defaults) change the profiled activation peak, so the KV budget."""
+    def activation(*flags):
+        res = runner.invoke(app, ["memory", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H200", "-dp", "2",
+                                  "--enable-expert-parallel", "--json", *flags])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)["activation_gib"]
+    base = activation()
+    assert activation("--all2all-backend", "deepep_low_latency") < base < activation("--performance-mode", "throughput")
 
 
 def test_simulator_and_calibration_never_import_torch():

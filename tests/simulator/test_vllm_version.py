@@ -84,6 +84,30 @@ def test_moe_dp_chunks_before_0_20_are_a_pricing_note():
             2, 2), ((0, 19), "deepep_low_latency", 1, 2), ((0, 19), "deepep_low_latency", 2, 1))] == [None] * 4
 
 
+def test_performance_mode():
+    """vLLM 0.17+: throughput doubles the defaulted batch limits (a given one stays), interactivity
+    captures every CUDA-graph size 1..32 before the usual grid; refused for earlier releases."""
+    model, h100 = load_model_spec("meta-llama/Llama-3.1-8B"), get_gpu("H100")
+
+    def resolve(**kw):
+        return EngineArgs(model=model.name, **kw).resolve(model, h100)
+    fast = resolve(performance_mode="throughput")
+    assert (fast.max_num_batched_tokens, fast.max_num_seqs) == (16384, 2048)
+    given = resolve(performance_mode="throughput", max_num_seqs=64)
+    assert (given.max_num_batched_tokens, given.max_num_seqs) == (16384, 64)
+    ll = EngineArgs(model=model.name, data_parallel_size=2, enable_expert_parallel=True, performance_mode="throughput",
+                    all2all_backend="deepep_low_latency").resolve(model, h100)
+    assert (ll.max_num_batched_tokens, ll.max_num_seqs) == (512, 512)
+    sizes = resolve(performance_mode="interactivity").cudagraph_config().capture_sizes
+    assert sizes[:34] == tuple(range(1, 33)) + (40, 48)
+    assert sizes[32:] == resolve().cudagraph_config().capture_sizes[7:]     # 1, 2, 4, 8, 16, 24, 32 before
+    assert resolve(performance_mode="interactivity", vllm_version="0.17.0").max_num_seqs == 1024
+    with pytest.raises(ValueError, match=r"^--performance-mode came with vLLM 0.17; --vllm-version 0.16.0 has none"):
+        EngineArgs(model=model.name, performance_mode="throughput", vllm_version="0.16.0")
+    with pytest.raises(ValueError, match=r"^--performance-mode 'fast' is not one of balanced, interactivity, throughput"):
+        EngineArgs(model=model.name, performance_mode="fast")
+
+
 def test_a_defaulted_max_num_seqs_follows_a_smaller_token_budget():
     """Every release from 0.11 (``default_max_num_seqs`` capped by ``max_num_batched_tokens``; 0.12+
     ``max_num_seqs = min(max_num_seqs, max_num_batched_tokens)`` when defaulted): a budget of 512
