@@ -237,6 +237,7 @@ def simulate(
     kv_cache_dtype: Optional[str] = typer.Option(None, help=KV_DTYPE_HELP, rich_help_panel=ENGINE_HELP),
     quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help=QUANT_HELP, rich_help_panel=ENGINE_HELP),
     enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_HELP),
+    enable_chunked_prefill: Optional[bool] = typer.Option(None, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="Off: a prompt is scheduled whole or waits, and the defaulted --max-num-batched-tokens is at least --max-model-len (vLLM's rule).", rich_help_panel=ENGINE_HELP),
     long_prefill_token_threshold: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),

@@ -10,7 +10,10 @@ server usage context, which is what ``vllm serve`` runs:
                                                     (from vLLM 0.28; before, the next tier's 8192)
     >= 70 GiB and not A100 (H100, H200, H800...) -> 8192, 1024
     otherwise (A100, L40S, L4, H20 is 96 GB -> 70 GiB tier) -> 2048, 256
-    max_num_batched_tokens = min(max_num_seqs * max_model_len, that)   (only when defaulted)
+    --no-enable-chunked-prefill                   -> that = max(max_model_len, that) (from vLLM 0.12;
+                                                    max_model_len before)
+    max_num_batched_tokens = min(max_num_seqs * max_model_len, that)   (only when defaulted; from
+                                                    vLLM 0.12, not before)
     max_num_seqs = min(max_num_seqs, max_num_batched_tokens)            (only when defaulted)
     --performance-mode throughput (vLLM 0.17+)    -> both tiers' values doubled (before the two
                                                     min() above); interactivity captures CUDA
@@ -55,7 +58,7 @@ from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT,
-                                    LARGE_GPU_DEFAULTS, PERFORMANCE_MODE, default_gpu_memory_utilization,
+                                    BUDGET_FROM_SEQS_X_LEN, LARGE_GPU_DEFAULTS, PERFORMANCE_MODE, default_gpu_memory_utilization,
                                     parse_vllm_version)
 
 GiB = 1 << 30
@@ -120,6 +123,7 @@ class EngineArgs:
     kv_cache_dtype: str = "auto"    # --kv-cache-dtype: auto = the checkpoint's KV scheme, else the model dtype
     quantization: str | None = None   # --quantization: fp8 = online FP8 of an unquantized checkpoint
     enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True   # --enable-chunked-prefill / --no-enable-chunked-prefill
     long_prefill_token_threshold: int = 0
     enforce_eager: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
@@ -142,7 +146,8 @@ class EngineArgs:
         for name, what in (("model", "a catalogue name or a config.json path"), ("gpu", "a GPU name")):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
-        for name in ("enable_expert_parallel", "enable_prefix_caching", "enforce_eager", "async_scheduling"):
+        for name in ("enable_expert_parallel", "enable_prefix_caching", "enable_chunked_prefill", "enforce_eager",
+                     "async_scheduling"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name == "async_scheduling"):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
@@ -275,7 +280,12 @@ class EngineArgs:
             default_tokens, default_seqs = 2 * default_tokens, 2 * default_seqs
         max_num_seqs = self.max_num_seqs or default_seqs
         if self.max_num_batched_tokens is None:
-            max_num_batched_tokens = min(max_num_seqs * max_model_len, default_tokens)
+            max_num_batched_tokens = default_tokens
+            if not self.enable_chunked_prefill:    # a whole prompt must fit in one step
+                max_num_batched_tokens = (max(max_model_len, default_tokens)
+                                          if self.vllm_release >= BUDGET_FROM_SEQS_X_LEN else max_model_len)
+            if self.vllm_release >= BUDGET_FROM_SEQS_X_LEN:
+                max_num_batched_tokens = min(max_num_seqs * max_model_len, max_num_batched_tokens)
         else:
             max_num_batched_tokens = self.max_num_batched_tokens
         if self.max_num_seqs is None:    # a defaulted max_num_seqs never exceeds the token budget
@@ -329,6 +339,7 @@ class ResolvedEngine:
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len, long_prefill_token_threshold=a.long_prefill_token_threshold,
             policy=a.scheduling_policy, async_scheduling=a.effective_async_scheduling, block_size=self.block_size,
+            enable_chunked_prefill=a.enable_chunked_prefill,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
 

@@ -54,6 +54,9 @@ and ``vllm/config/vllm.py`` of the same wheels):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
+| 0.12.0 | a defaulted max_num_batched_tokens: the tier's value -> also at most max_num_seqs x         |
+|        | max_model_len; with --no-enable-chunked-prefill max_model_len -> max(max_model_len, the     |
+|        | tier's value) (read in the 0.10.2, 0.11.0 and 0.12.0 wheels)                                |
 | 0.14.0 | ``--async-scheduling``: off -> on unless something rules it out (``VllmConfig``: pp > 1,   |
 |        | non-EAGLE speculative decoding, another executor; read in the 0.12.0, 0.13.0 and 0.14.0    |
 |        | wheels' ``vllm/config/vllm.py`` and ``scheduler.py``); the simulator keeps 0.33's pp > 1   |
@@ -64,7 +67,7 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.17.0 | ``--performance-mode`` (none -> balanced, interactivity, throughput: throughput doubles     |
 |        | the defaulted max_num_batched_tokens and max_num_seqs, interactivity captures every CUDA    |
 |        | graph size 1..32; read in the 0.16.0, 0.17.0 and 0.18.0-0.33.0 wheels); refused before      |
-| 0.20.0 | --all2all-backend deepep_low_latency / nixl_ep with EP and DP > 1: the MoE layer runs the    |
+| 0.20.0 | --all2all-backend deepep_low_latency / nixl_ep with EP and DP > 1: the MoE layer runs the   |
 |        | ranks' tokens in chunks of ``VLLM_MOE_DP_CHUNK_SIZE`` = 256 per rank (also mori and         |
 |        | flashinfer_all2allv; ``use_dp_chunking``) -> no chunks; max_num_batched_tokens defaults to  |
 |        | 256 instead (``use_batched_dp_moe``; 0.19.0 has the chunks, 0.20.0-0.33.0 the default).     |
@@ -132,6 +135,8 @@ CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)
 WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
 
+BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_num_seqs x max_model_len, ...);
+                                  # without chunked prefill max(max_model_len, the default) (max_model_len before)
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists
 BATCHED_DP_MOE = (0, 20)          # max_num_batched_tokens default 256 under deepep_low_latency / nixl_ep x DP x EP
 # before BATCHED_DP_MOE: the MoE layers run in chunks of VLLM_MOE_DP_CHUNK_SIZE (256) tokens per rank with

@@ -84,6 +84,26 @@ def test_moe_dp_chunks_before_0_20_are_a_pricing_note():
             2, 2), ((0, 19), "deepep_low_latency", 1, 2), ((0, 19), "deepep_low_latency", 2, 1))] == [None] * 4
 
 
+def test_chunked_prefill_off_raises_the_defaulted_budget_to_max_model_len():
+    """--no-enable-chunked-prefill: the defaulted budget is max(max_model_len, the tier's) from vLLM 0.12,
+    max_model_len before; the min(max_num_seqs x max_model_len, ...) clamp came with 0.12 too. A
+    given budget below max_model_len is refused (vLLM's verify_max_model_len)."""
+    model, h100 = load_model_spec("meta-llama/Llama-3.1-8B"), get_gpu("H100")
+
+    def tokens(**kw):
+        return EngineArgs(model=model.name, **kw).resolve(model, h100).max_num_batched_tokens
+    assert tokens(enable_chunked_prefill=False, max_model_len=16384) == 16384
+    assert tokens(enable_chunked_prefill=False, max_model_len=4096) == 8192
+    assert tokens(enable_chunked_prefill=False, max_model_len=4096, vllm_version="0.11.0") == 4096
+    assert tokens(max_num_seqs=2, max_model_len=2048) == 4096
+    assert tokens(max_num_seqs=2, max_model_len=2048, vllm_version="0.11.0") == 8192
+    off = EngineArgs(model=model.name, enable_chunked_prefill=False, max_model_len=16384).resolve(model, h100)
+    assert off.scheduler_config().enable_chunked_prefill is False
+    short = EngineArgs(model=model.name, enable_chunked_prefill=False, max_model_len=16384, max_num_batched_tokens=2048)
+    with pytest.raises(ValueError, match="must be >= max_model_len=16384 when chunked prefill is off"):
+        short.resolve(model, h100).scheduler_config()
+
+
 def test_performance_mode():
     """vLLM 0.17+: throughput doubles the defaulted batch limits (a given one stays), interactivity
     captures every CUDA-graph size 1..32 before the usual grid; refused for earlier releases."""
