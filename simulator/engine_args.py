@@ -58,7 +58,7 @@ from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT,
-                                    BUDGET_FROM_SEQS_X_LEN, LARGE_GPU_DEFAULTS, PERFORMANCE_MODE, default_gpu_memory_utilization,
+                                    BUDGET_FROM_SEQS_X_LEN, HT_WITHOUT_GRAPHS, LARGE_GPU_DEFAULTS, PERFORMANCE_MODE, default_gpu_memory_utilization,
                                     parse_vllm_version)
 
 GiB = 1 << 30
@@ -209,8 +209,14 @@ class EngineArgs:
     @property
     def effective_cudagraph_mode(self) -> str:
         """The cudagraph_mode vLLM runs: the user's, else the one the -O level sets (vLLM never
-        overrides a user-set field with a level default)."""
-        return self.cudagraph_mode or OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[self.optimization_level]
+        overrides a user-set field with a level default); with --all2all-backend
+        deepep_high_throughput and DP > 1, NONE whatever was set (its kernels are not CUDA-graph
+        compatible: ``CompilationConfig``, 0.11-0.33; 0.10 ran PIECEWISE graphs without the MoE
+        ops instead, taken as PIECEWISE)."""
+        mode = self.cudagraph_mode or OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[self.optimization_level]
+        if self.all2all_backend == "deepep_high_throughput" and self.data_parallel_size > 1 and mode != "NONE":
+            return "NONE" if self.vllm_release >= HT_WITHOUT_GRAPHS else "PIECEWISE"
+        return mode
 
     @property
     def batched_dp_moe(self) -> bool:

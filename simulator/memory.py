@@ -344,12 +344,13 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               async_scheduling: bool = True, profiled: ProfiledOverheads | None = None,
               cudagraph_capture_sizes: tuple[int, ...] | None = None,
               max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None,
-              vllm_version: tuple[int, int] = SEMANTICS) -> MemoryBudget:
+              vllm_version: tuple[int, int] = SEMANTICS, interactivity: bool = False) -> MemoryBudget:
     """KV budget of one rank (all ranks use the minimum; ours are symmetric), as vLLM
     ``vllm_version`` (major, minor) computes it (``simulator.vllm_version``: before 0.14 the
     requested memory is not rounded up, before 0.20 no CUDA-graph estimate is subtracted,
     before 0.26 a sliding-window group reserves max_num_batched_tokens, not the tokens in
     flight, and before 0.21 the logged token count is num_blocks // groups x block size).
+    ``interactivity``: --performance-mode interactivity's capture grid (``simulator.cuda_graph``).
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -398,7 +399,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     else:
         cudagraph = CudaGraphConfig.from_vllm(max_num_seqs, max_num_batched_tokens, enforce_eager, gpu.sm_version,
                                               num_spec_tokens, cudagraph_capture_sizes, max_cudagraph_capture_size,
-                                              cudagraph_mode, vllm_version)
+                                              cudagraph_mode, vllm_version, interactivity)
         first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
         graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
         graph_src = PROFILED if first is not None else ESTIMATED

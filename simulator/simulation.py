@@ -312,7 +312,7 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         async_scheduling=args.effective_async_scheduling, profiled=profiled,
         cudagraph_capture_sizes=args.cudagraph_capture_sizes,
         max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode,
-        vllm_version=resolved.vllm_version)
+        vllm_version=resolved.vllm_version, interactivity=args.performance_mode == "interactivity")
 
 
 def resolve_engine(args: EngineArgs) -> ResolvedEngine:

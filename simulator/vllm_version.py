@@ -54,6 +54,9 @@ and ``vllm/config/vllm.py`` of the same wheels):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
+| 0.11.0 | --all2all-backend deepep_high_throughput with DP > 1: PIECEWISE CUDA graphs without the MoE |
+|        | ops (taken as PIECEWISE) -> no CUDA graphs (read in the 0.10.2, 0.11.0 and 0.12.0-0.33.0    |
+|        | wheels: ``platforms/cuda.py``, then ``CompilationConfig``)                                  |
 | 0.12.0 | a defaulted max_num_batched_tokens: the tier's value -> also at most max_num_seqs x         |
 |        | max_model_len; with --no-enable-chunked-prefill max_model_len -> max(max_model_len, the     |
 |        | tier's value) (read in the 0.10.2, 0.11.0 and 0.12.0 wheels)                                |
@@ -135,6 +138,7 @@ CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)
 WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
 
+HT_WITHOUT_GRAPHS = (0, 11)       # deepep_high_throughput x DP > 1: CUDA graphs NONE (PIECEWISE without MoE before)
 BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_num_seqs x max_model_len, ...);
                                   # without chunked prefill max(max_model_len, the default) (max_model_len before)
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists

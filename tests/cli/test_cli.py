@@ -158,6 +158,10 @@ def test_memory_takes_the_flags_that_set_the_token_budget():
         return json.loads(res.output)["activation_gib"]
     base = activation()
     assert activation("--all2all-backend", "deepep_low_latency") < base < activation("--performance-mode", "throughput")
+    graphs = runner.invoke(app, ["memory", "--performance-mode", "interactivity", "--json"])
+    assert graphs.exit_code == 0, graphs.output
+    balanced = json.loads(runner.invoke(app, ["memory", "--json"]).output)["cuda_graph_gib"]
+    assert json.loads(graphs.output)["cuda_graph_gib"] > balanced        # 25 more capture sizes
 
 
 def test_simulator_and_calibration_never_import_torch():

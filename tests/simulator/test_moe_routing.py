@@ -272,7 +272,7 @@ def test_all2all_backend_flag_picks_the_priced_shape():
     assert tpot(run("deepep_low_latency")) != tpot(run("allgather_reducescatter"))
     assert tpot(run("naive")) == tpot(run("allgather_reducescatter"))
     dense = "meta-llama/Llama-3.1-8B"                     # no experts: nothing to dispatch
-    assert tpot(run("deepep_high_throughput", dense)) == tpot(run("allgather_reducescatter", dense))
+    assert tpot(run("mori_high_throughput", dense)) == tpot(run("allgather_reducescatter", dense))
 
 
 def test_batched_dp_moe_backends_default_the_token_budget_to_256():

@@ -104,6 +104,21 @@ def test_chunked_prefill_off_raises_the_defaulted_budget_to_max_model_len():
         short.resolve(model, h100).scheduler_config()
 
 
+def test_deepep_high_throughput_with_dp_runs_without_cuda_graphs():
+    """Its kernels are not CUDA-graph compatible: vLLM 0.11+ sets cudagraph_mode NONE (even a user's
+    FULL), 0.10 PIECEWISE; one DP rank or another backend keeps the graphs."""
+    def mode(**kw):
+        return EngineArgs(model="Qwen/Qwen3-30B-A3B", enable_expert_parallel=True, **kw).effective_cudagraph_mode
+    ht = dict(all2all_backend="deepep_high_throughput", data_parallel_size=2)
+    assert mode(**ht) == "NONE" and mode(**ht, cudagraph_mode="FULL") == "NONE"
+    assert mode(**ht, vllm_version="0.10.2") == "PIECEWISE" and mode(**ht, cudagraph_mode="NONE") == "NONE"
+    assert mode(all2all_backend="deepep_high_throughput") == mode(**{**ht, "all2all_backend": "deepep_low_latency"}) \
+        == "FULL_AND_PIECEWISE"
+    model = load_model_spec("Qwen/Qwen3-30B-A3B")
+    resolved = EngineArgs(model=model.name, enable_expert_parallel=True, **ht).resolve(model, get_gpu("H200"))
+    assert resolved.cudagraph_config().capture_sizes == ()
+
+
 def test_performance_mode():
     """vLLM 0.17+: throughput doubles the defaulted batch limits (a given one stays), interactivity
     captures every CUDA-graph size 1..32 before the usual grid; refused for earlier releases."""
