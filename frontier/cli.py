@@ -147,6 +147,33 @@ def _apply_compilation_config(values: dict[str, Any]) -> None:
         values[key] = value
 
 
+# vLLM 0.33's EPLBConfig fields (--eplb-config); only num_redundant_experts changes a simulation (the
+# placement is the steady state, the rearrangement's timing and transfers are not modelled: simulator.eplb)
+EPLB_KEYS = ("window_size", "step_interval", "num_redundant_experts", "log_balancedness",
+             "log_balancedness_interval", "use_async", "policy", "communicator", "enable_migration_batching")
+
+
+def _apply_eplb_config(values: dict[str, Any]) -> None:
+    """Move ``eplb_config``'s num_redundant_experts (JSON text or a mapping) into ``values``."""
+    cfg = values.pop("eplb_config", None)
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--eplb-config {cfg!r} is not valid JSON: {exc.msg}") from None
+    if cfg is None:
+        return
+    if not isinstance(cfg, dict):
+        raise ValueError(f"--eplb-config must be a JSON object, got {cfg!r}")
+    for key in cfg:
+        if key not in EPLB_KEYS:
+            raise ValueError(f"--eplb-config key {key!r} is not one of vLLM's: {', '.join(EPLB_KEYS)}")
+    n = cfg.get("num_redundant_experts", 0)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"--eplb-config num_redundant_experts must be an integer >= 0, got {n!r}")
+    values["num_redundant_experts"] = n
+
+
 def _pick(cls, values: dict[str, Any]):
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names})
@@ -224,6 +251,8 @@ def simulate(
     pipeline_parallel_size: Optional[int] = typer.Option(None, "--pipeline-parallel-size", "-pp", rich_help_panel=ENGINE_HELP),
     data_parallel_size: Optional[int] = typer.Option(None, "--data-parallel-size", "-dp", help="DP ranks; each runs its own scheduler and KV cache.", rich_help_panel=ENGINE_HELP),
     enable_expert_parallel: Optional[bool] = typer.Option(None, "--enable-expert-parallel/--no-enable-expert-parallel", rich_help_panel=ENGINE_HELP),
+    enable_eplb: Optional[bool] = typer.Option(None, "--enable-eplb/--no-enable-eplb", help="vLLM's expert-parallel load balancer: experts placed by their load as its policy does (steady state), with --eplb-config's redundant replicas.", rich_help_panel=ENGINE_HELP),
+    eplb_config: Optional[str] = typer.Option(None, "--eplb-config", help="vLLM --eplb-config JSON, e.g. '{\"num_redundant_experts\": 32}'; only num_redundant_experts is simulated.", rich_help_panel=ENGINE_HELP),
     num_replicas: Optional[int] = typer.Option(None, help="Independent engine replicas behind the router.", rich_help_panel=ENGINE_HELP),
     num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="Expected total GPUs of the deployment, all roles together; a layout that uses another number is refused before the run.", rich_help_panel=ENGINE_HELP),
     router: Optional[str] = typer.Option(None, help="round_robin (default) or least_loaded: picks one of --num-replicas servers; vLLM's DP load balancer picks the DP rank within it.", rich_help_panel=ENGINE_HELP),
@@ -317,12 +346,13 @@ def simulate(
     out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
                 "max_concurrency", "num_gpus", "save_detailed", "step_jitter", "comm_model", "moe_routing", "architecture",
                 "engine_cpu_overhead", "frontend_latency_ms",
-                "predictor_bundle", "compilation_config") + PDD_KEYS + AFD_KEYS
+                "predictor_bundle", "compilation_config", "eplb_config") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid, typing.get_type_hints(simulate))
         values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
         _apply_compilation_config(values)
+        _apply_eplb_config(values)
         if values.get("kv_cache_memory_bytes") is not None:
             from simulator.memory import parse_human_int
             values["kv_cache_memory_bytes"] = parse_human_int(values["kv_cache_memory_bytes"])
@@ -430,6 +460,8 @@ def memory(
     predictor_bundle: Optional[Path] = typer.Option(None, help="Bundle whose profiled memory rows replace the estimated activation / non-torch / CUDA-graph terms."),
     vllm_version: str = typer.Option("0.33.0", "--vllm-version", help="vLLM release whose KV-budget formula to use (0.10 to 0.33; simulator/vllm_version.py lists what changed)."),
     all2all_backend: str = typer.Option("allgather_reducescatter", "--all2all-backend", help="As vllm serve's: deepep_low_latency / nixl_ep with DP x EP default --max-num-batched-tokens to 256 (vLLM 0.20+), which sets the activation peak."),
+    enable_eplb: bool = typer.Option(False, "--enable-eplb/--no-enable-eplb", help="As vllm serve's; with --eplb-config's num_redundant_experts every EP rank holds (experts + redundant) / EP experts."),
+    eplb_config: Optional[str] = typer.Option(None, "--eplb-config", help="vLLM --eplb-config JSON; only num_redundant_experts is simulated."),
     performance_mode: str = typer.Option("balanced", "--performance-mode", help="As vllm serve's (0.17+): throughput doubles the defaulted --max-num-batched-tokens and --max-num-seqs; interactivity captures CUDA graphs at every size 1..32."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
@@ -442,6 +474,8 @@ def memory(
         cg = {"cudagraph_capture_sizes": _int_list(cudagraph_capture_sizes, "--cudagraph-capture-sizes"),
               "max_cudagraph_capture_size": max_cudagraph_capture_size, "compilation_config": compilation_config}
         _apply_compilation_config(cg)
+        eplb = {"eplb_config": eplb_config}
+        _apply_eplb_config(eplb)
         args = EngineArgs(
             model=model, gpu=gpu, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
@@ -451,7 +485,7 @@ def memory(
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
             optimization_level=optimization_level, async_scheduling=async_scheduling,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
-            all2all_backend=all2all_backend, performance_mode=performance_mode, **cg,
+            all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,
             kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
         profiled, note = (None, None) if predictor_bundle is None else _bundle_memory_terms(predictor_bundle, resolved)

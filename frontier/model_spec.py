@@ -74,6 +74,7 @@ class ModelSpec:
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     num_shared_experts: int = 0
+    num_expert_groups: int = 1   # DeepSeek-V3's n_group (EPLB packs the groups to nodes)
     shared_expert_intermediate_size: int = 0  # width of ONE shared expert
     num_dense_layers: int = 0  # leading dense layers of an MoE model
     kv_lora_rank: int = 0
@@ -144,7 +145,7 @@ class ModelSpec:
         h = self.hidden_size
         if not moe:
             return 3 * h * _ceil_div(self.intermediate_size, parallel.tp) * self.quant.bytes_per_param("dense_mlp")
-        local_experts = _ceil_div(self.num_experts, parallel.ep)
+        local_experts = parallel.local_experts(self.num_experts)
         inter = _ceil_div(self.moe_intermediate_size, parallel.moe_tp)
         routed = local_experts * 3 * h * inter * self.quant.bytes_per_param("routed_experts")
         shared_inter = self.num_shared_experts * self.shared_expert_intermediate_size
@@ -330,6 +331,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         num_experts=num_experts,
         num_experts_per_tok=int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0),
         moe_intermediate_size=moe_inter, num_shared_experts=shared, shared_expert_intermediate_size=shared_inter,
+        num_expert_groups=int(cfg.get("n_group") or 1),
         num_dense_layers=dense, kv_lora_rank=kv_lora, q_lora_rank=int(cfg.get("q_lora_rank") or 0),
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if kv_lora else 0,
         qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0) if kv_lora else 0,
@@ -348,7 +350,7 @@ _WHOLE_FIELDS = {"hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads"
                  "experts_per_token": 0, "n_shared_experts": 0, "shared_expert_intermediate_size": 0,
                  "kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0, "qk_nope_head_dim": 0,
                  "v_head_dim": 0, "max_position_embeddings": 0, "sliding_window": 0,
-                 "first_k_dense_replace": 0, "moe_layer_freq": 0, "decoder_sparse_step": 0}
+                 "first_k_dense_replace": 0, "moe_layer_freq": 0, "decoder_sparse_step": 0, "n_group": 0}
 
 
 def _check_whole_fields(cfg: dict[str, Any], name: str) -> None:

@@ -7,7 +7,8 @@ Two domains share the same tp*dp GPUs of a pipeline stage:
 
 so tp * dp == ffn_tp * ep. vLLM: `--enable-expert-parallel` gives ep = tp*dp, ffn_tp = 1;
 without it experts are tensor-parallel over all tp*dp GPUs (ffn_tp = tp*dp, ep = 1).
-world_size = pp * tp * dp.
+world_size = pp * tp * dp. `eplb` (vLLM's --enable-eplb) places the experts by load
+(``simulator.eplb``) in E + `redundant_experts` physical slots, (E + R) / ep per EP rank.
 """
 
 from __future__ import annotations
@@ -29,12 +30,23 @@ class ParallelSpec:
     dp: int = 1
     ep: int = 1
     ffn_tp: int | None = None
+    eplb: bool = False
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "ep"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"ParallelSpec.{name}={value!r} must be an integer >= 1")
+        if not isinstance(self.redundant_experts, int) or isinstance(self.redundant_experts, bool) \
+                or self.redundant_experts < 0:
+            raise ValueError(f"num_redundant_experts={self.redundant_experts!r} must be an integer >= 0")
+        if self.redundant_experts and not self.eplb:
+            raise ValueError(f"num_redundant_experts is set to {self.redundant_experts} but EPLB is not enabled; "
+                             "add --enable-eplb or drop num_redundant_experts")
+        if self.eplb and self.ep < 2:
+            raise ValueError("EPLB needs expert parallelism over more than one rank: --enable-expert-parallel "
+                             "with tensor x data parallel size > 1")
         if self.ffn_tp is None:
             if (self.tp * self.dp) % self.ep:
                 raise ValueError(f"ep={self.ep} must divide tp*dp={self.tp}*{self.dp}={self.tp * self.dp}")
@@ -56,12 +68,22 @@ class ParallelSpec:
         assert self.ffn_tp is not None
         return self.ffn_tp
 
+    def local_experts(self, num_experts: int) -> int:
+        """Expert slots on one EP rank: ceil((num_experts + redundant_experts) / ep)."""
+        return -(-(num_experts + self.redundant_experts) // self.ep)
+
     @classmethod
-    def from_vllm(cls, tp: int = 1, pp: int = 1, dp: int = 1, enable_expert_parallel: bool = False) -> ParallelSpec:
-        """Layout vLLM builds from --tensor/--pipeline/--data-parallel-size and --enable-expert-parallel."""
+    def from_vllm(cls, tp: int = 1, pp: int = 1, dp: int = 1, enable_expert_parallel: bool = False,
+                  enable_eplb: bool = False, num_redundant_experts: int = 0) -> ParallelSpec:
+        """Layout vLLM builds from --tensor/--pipeline/--data-parallel-size, --enable-expert-parallel
+        and --enable-eplb (--eplb-config's num_redundant_experts)."""
+        if enable_eplb and not enable_expert_parallel:
+            raise ValueError("--enable-eplb needs --enable-expert-parallel (vLLM: enable_expert_parallel must be "
+                             "True to use EPLB)")
         if enable_expert_parallel:
-            return cls(tp=tp, pp=pp, dp=dp, ep=tp * dp, ffn_tp=1)
-        return cls(tp=tp, pp=pp, dp=dp, ep=1, ffn_tp=tp * dp)
+            return cls(tp=tp, pp=pp, dp=dp, ep=tp * dp, ffn_tp=1, eplb=enable_eplb,
+                       redundant_experts=num_redundant_experts)
+        return cls(tp=tp, pp=pp, dp=dp, ep=1, ffn_tp=tp * dp, redundant_experts=num_redundant_experts)
 
     def check_model(self, model: ModelSpec) -> None:
         """Raise ValueError when vLLM could not shard `model` this way.
@@ -86,9 +108,11 @@ class ParallelSpec:
                 raise ValueError(f"tp={self.tp} must be a multiple of num_kv_heads={kv} of {model.name} when tp >= kv heads")
         if model.intermediate_size and model.intermediate_size % self.tp:
             raise ValueError(f"tp={self.tp} must divide intermediate_size={model.intermediate_size} of {model.name}")
-        if model.is_moe and model.num_experts % self.ep:
-            valid = [d for d in range(1, model.num_experts + 1) if model.num_experts % d == 0]
-            raise ValueError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name} "
+        if model.is_moe and (model.num_experts + self.redundant_experts) % self.ep:
+            physical = model.num_experts + self.redundant_experts
+            valid = [d for d in range(1, physical + 1) if physical % d == 0]
+            extra = f" + {self.redundant_experts} redundant" if self.redundant_experts else ""
+            raise ValueError(f"ep={self.ep} must divide num_experts={model.num_experts}{extra} of {model.name} "
                              f"(ep = tensor x data parallel size with --enable-expert-parallel, or --*-ep); "
                              f"valid ep: {', '.join(map(str, valid))}")
         block_error = self.block_split_error(model)

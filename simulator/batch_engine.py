@@ -449,7 +449,8 @@ class BatchEngine:
     def _moe_ops(self, m: int, moe_tokens: int | None = None) -> list[object]:
         mdl, par, ab = self.model, self.parallel, self._ab
         h, e = mdl.hidden_size, mdl.num_experts
-        local = _cdiv(e, par.ep)
+        local = par.local_experts(e)
+        slots = e + par.redundant_experts   # the layer's expert weight sets (EPLB adds replicas)
         tokens = m * par.dp if moe_tokens is None else moe_tokens   # DP ranks' tokens gathered to the experts
         wb = mdl.quant.bytes_per_param("routed_experts")
         dtype = quant_compute_dtype(mdl.quant.method, wb, self.gpu.sm_version)
@@ -459,10 +460,10 @@ class BatchEngine:
         router = self.moe_router
         if router is None or router.balanced:   # every rank holds ceil(pairs / ep) pairs
             pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
-            experts = MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, max(pairs, 1), wb, ab, dtype,
+            experts = MoeOp(tokens, slots, local, mdl.num_experts_per_tok, h, inter, max(pairs, 1), wb, ab, dtype,
                             **shard)
         else:   # price every distinct load of a rank that has pairs (an idle rank is not the slowest)
-            ranks = [MoeOp(tokens, e, local, mdl.num_experts_per_tok, h, inter, sum(r), wb, ab, dtype, r,
+            ranks = [MoeOp(tokens, slots, local, mdl.num_experts_per_tok, h, inter, sum(r), wb, ab, dtype, r,
                            **shard) for r in dict.fromkeys(router.rank_loads(tokens)) if any(r)]
             times = self.cost_model.op_times_s(ranks, "kernel")
             experts = ranks[max(range(len(ranks)), key=times.__getitem__)]

@@ -112,6 +112,8 @@ class EngineArgs:
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
+    enable_eplb: bool = False            # --enable-eplb: experts placed by load (simulator.eplb)
+    num_redundant_experts: int = 0       # --eplb-config '{"num_redundant_experts": N}'
     num_replicas: int = 1
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
@@ -146,8 +148,8 @@ class EngineArgs:
         for name, what in (("model", "a catalogue name or a config.json path"), ("gpu", "a GPU name")):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
-        for name in ("enable_expert_parallel", "enable_prefix_caching", "enable_chunked_prefill", "enforce_eager",
-                     "async_scheduling"):
+        for name in ("enable_expert_parallel", "enable_eplb", "enable_prefix_caching", "enable_chunked_prefill",
+                     "enforce_eager", "async_scheduling"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name == "async_scheduling"):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
@@ -260,7 +262,8 @@ class EngineArgs:
         """The parallel layout of one engine (one DP rank group of TP x PP GPUs per DP rank)."""
         return ParallelSpec.from_vllm(
             tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
-            dp=self.data_parallel_size, enable_expert_parallel=self.enable_expert_parallel)
+            dp=self.data_parallel_size, enable_expert_parallel=self.enable_expert_parallel,
+            enable_eplb=self.enable_eplb, num_redundant_experts=self.num_redundant_experts)
 
     def resolve(self, model: ModelSpec, gpu: GpuSpec) -> "ResolvedEngine":
         """Fill the defaults of ``vllm serve`` on ``gpu`` as release ``vllm_version`` sets them

@@ -143,20 +143,42 @@ def allocate_pairs(weights: np.ndarray, pairs: int, cap: int) -> np.ndarray:
 
 
 class MoeRouter:
-    """Tokens per expert for a step of `tokens` tokens, and the slowest EP rank's share."""
+    """Tokens per expert for a step of `tokens` tokens, and the slowest EP rank's share.
 
-    def __init__(self, spec: RoutingSpec, num_experts: int, topk: int, ep: int, seed: int = 0) -> None:
-        if num_experts < 1 or not 1 <= topk <= num_experts or ep < 1 or num_experts % ep:
+    `placement` (EPLB, ``simulator.eplb``): the logical expert of every physical slot, slot i on
+    rank i // local; an expert's pairs split evenly over its replicas (the first replicas in
+    slot order take the remainder; vLLM hashes each token to a replica). None: vLLM's linear map."""
+
+    def __init__(self, spec: RoutingSpec, num_experts: int, topk: int, ep: int, seed: int = 0,
+                 placement: np.ndarray | None = None) -> None:
+        slots = num_experts if placement is None else len(placement)
+        if num_experts < 1 or not 1 <= topk <= num_experts or ep < 1 or slots % ep:
             raise ValueError(f"MoeRouter: need 1 <= topk={topk} <= num_experts={num_experts} and "
-                             f"ep={ep} dividing num_experts")
+                             f"ep={ep} dividing the {slots} expert slots")
         self.spec, self.num_experts, self.topk, self.ep, self.seed = spec, num_experts, topk, ep, seed
-        self.local = num_experts // ep
+        self.local = slots // ep
         self._weights = load_expert_weights(spec.path, num_experts) if spec.kind == "trace" else None
         self._memo: dict[int, tuple[tuple[int, ...], ...]] = {}
+        self.placement = None if placement is None else np.asarray(placement, dtype=np.int64)
+        if self.placement is not None:
+            replicas = np.bincount(self.placement, minlength=num_experts)
+            if self.placement.min() < 0 or self.placement.max() >= num_experts or (replicas == 0).any():
+                raise ValueError("MoeRouter: the placement must hold every expert at least once")
+            # k-th replica (slot order) of each slot's expert, and each slot's expert's replica count
+            self._nth = np.array([int((self.placement[:i] == e).sum()) for i, e in enumerate(self.placement)])
+            self._replicas = replicas[self.placement]
 
     @property
     def balanced(self) -> bool:
-        return self.spec.kind == "balanced"
+        return self.spec.kind == "balanced" and self.placement is None
+
+    def slot_counts(self, tokens: int) -> np.ndarray:
+        """Pairs per physical expert slot (rank-major), length ep x local."""
+        counts = self.expert_counts(tokens)
+        if self.placement is None:
+            return counts
+        per, rem = np.divmod(counts[self.placement], self._replicas)
+        return per + (self._nth < rem)
 
     def expert_counts(self, tokens: int) -> np.ndarray:
         """Pairs per expert (global expert order), length num_experts."""
@@ -182,13 +204,13 @@ class MoeRouter:
 
     def rank_pairs(self, tokens: int) -> np.ndarray:
         """Pairs per EP rank."""
-        return self.expert_counts(tokens).reshape(self.ep, self.local).sum(axis=1)
+        return self.slot_counts(tokens).reshape(self.ep, self.local).sum(axis=1)
 
     def rank_loads(self, tokens: int) -> tuple[tuple[int, ...], ...]:
-        """Tokens per local expert of every EP rank, rank order (memoized per token count)."""
+        """Tokens per local expert slot of every EP rank, rank order (memoized per token count)."""
         got = self._memo.get(tokens)
         if got is None:
-            per_rank = self.expert_counts(tokens).reshape(self.ep, self.local)
+            per_rank = self.slot_counts(tokens).reshape(self.ep, self.local)
             got = tuple(tuple(int(c) for c in row) for row in per_rank)
             if len(self._memo) >= MAX_MEMO:
                 self._memo.clear()
@@ -201,9 +223,20 @@ class MoeRouter:
         return max(loads, key=lambda r: (sum(r), sum(1 for c in r if c)))
 
 
-def make_router(routing: str, model, parallel, seed: int = 0) -> MoeRouter | None:
-    """The router of `model` under `parallel` for `--moe-routing`, None for dense models."""
+def make_router(routing: str, model, parallel, seed: int = 0, gpus_per_node: int = 8) -> MoeRouter | None:
+    """The router of `model` under `parallel` for `--moe-routing`, None for dense models. With
+    EPLB (``parallel.eplb``) the experts sit where vLLM's policy puts them for the routing's
+    long-run loads: a trace's weights, else even ones (``simulator.eplb``); the EP group spans
+    ceil(ep / gpus_per_node) nodes."""
     spec = RoutingSpec.parse(routing)
     if not model.is_moe:
         return None
-    return MoeRouter(spec, model.num_experts, model.num_experts_per_tok, parallel.ep, seed)
+    placement = None
+    if parallel.eplb:
+        from simulator.eplb import eplb_placement
+        weights = (load_expert_weights(spec.path, model.num_experts) if spec.kind == "trace"
+                   else np.ones(model.num_experts))
+        nodes = -(-parallel.ep // gpus_per_node)
+        placement = eplb_placement(weights, model.num_experts + parallel.redundant_experts, parallel.ep,
+                                   model.num_expert_groups, nodes)
+    return MoeRouter(spec, model.num_experts, model.num_experts_per_tok, parallel.ep, seed, placement)

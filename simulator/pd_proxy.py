@@ -171,7 +171,8 @@ def _engine_factory(spec: SimulationSpec):
         return BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
                            make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle),
                            cudagraph, moe_router=make_moe_router(spec.moe_routing, resolved.model,
-                                                                 resolved.parallel, spec.workload.seed),
+                                                                 resolved.parallel, spec.workload.seed,
+                                                                 resolved.gpu.gpus_per_node),
                            all2all_backend=resolved.args.all2all_backend, vllm_version=resolved.vllm_version)
     return make_engine
 

@@ -97,6 +97,9 @@ class SimulationSpec:
         if self.architecture == "afd" and self.engine.all2all_backend != "allgather_reducescatter":
             raise ValueError(f"--all2all-backend {self.engine.all2all_backend} applies to co-located and P/D "
                              "engines; AFD moves tokens to its FFN side over the A<->F link (--afd-link-bandwidth)")
+        if self.architecture == "afd" and self.engine.enable_eplb:
+            raise ValueError("--enable-eplb applies to co-located and P/D engines; AFD's FFN side places its experts "
+                             "by --ffn-ep")
         latency = self.frontend_latency_s
         number = isinstance(latency, (int, float)) and not isinstance(latency, bool)
         if not number or not 0.0 <= latency < 60.0:
@@ -342,7 +345,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
-                                                           spec.workload.seed),
+                                                           spec.workload.seed, resolved.gpu.gpus_per_node),
                          all2all_backend=args.all2all_backend, vllm_version=resolved.vllm_version)
     sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()

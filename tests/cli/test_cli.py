@@ -112,6 +112,13 @@ def test_bad_inputs_get_one_line_errors(tmp_path):
         (["memory", "--performance-mode", "throughput", "--vllm-version", "0.16.0"],
          "--performance-mode came with vLLM 0.17; --vllm-version 0.16.0 has none"),
         (["memory", "--all2all-backend", "pplx2"], "--all2all-backend 'pplx2' is not one of"),
+        (["simulate", "--eplb-config", "{num_redundant_experts: 8}"], "--eplb-config '{num_redundant_experts: 8}' is "
+         "not valid JSON"),
+        (["simulate", "--eplb-config", '{"num_redundant_experts": -1}'],
+         "--eplb-config num_redundant_experts must be an integer >= 0, got -1"),
+        (["memory", "--eplb-config", '{"num_redundant_experts": 8}'],
+         "num_redundant_experts is set to 8 but EPLB is not enabled"),
+        (["simulate", "--model", "Qwen/Qwen3-30B-A3B", "--enable-eplb"], "--enable-eplb needs --enable-expert-parallel"),
         (["memory", "--model", "meta-llama/Llama-3.1-8B", "-tp", "3"], "3"),
         (["simulate", "--gpu", "L4", "--max-model-len", "131072"],
          "vLLM would not start: one request of max_model_len 131072 needs 8192 KV blocks (16.00 GiB) but 2521 "

@@ -26,7 +26,8 @@ CASES = [  # max_num_seqs, max_num_batched_tokens, capture sizes, max capture si
 ]
 
 
-def _vllm(max_num_seqs, max_num_batched_tokens, sizes, max_size, num_spec_tokens, mode="FULL_AND_PIECEWISE"):
+def _vllm(max_num_seqs, max_num_batched_tokens, sizes, max_size, num_spec_tokens, mode="FULL_AND_PIECEWISE",
+          performance_mode="balanced"):
     from vllm.config import CompilationConfig, VllmConfig
     from vllm.config.compilation import CUDAGraphMode
 
@@ -39,7 +40,7 @@ def _vllm(max_num_seqs, max_num_batched_tokens, sizes, max_size, num_spec_tokens
     fake = SimpleNamespace(
         model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
         scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens),
-        uniform_decode_query_len=1 + num_spec_tokens, speculative_config=None, performance_mode="balanced")
+        uniform_decode_query_len=1 + num_spec_tokens, speculative_config=None, performance_mode=performance_mode)
     VllmConfig._set_cudagraph_sizes(fake)
     return tuple(cc.cudagraph_capture_sizes), cc.max_cudagraph_capture_size
 
@@ -52,6 +53,16 @@ def test_capture_sizes_equal_vllm(seqs, tokens, sizes, max_size, spec):
                                      max_cudagraph_capture_size=max_size)
     assert ours.capture_sizes == want
     assert ours.max_capture_size == want_max
+
+
+@pytest.mark.parametrize("seqs,tokens,sizes,max_size,spec", CASES)
+def test_interactivity_capture_sizes_equal_vllm(seqs, tokens, sizes, max_size, spec):
+    """--performance-mode interactivity: every size 1..32 first (user-given sizes unchanged)."""
+    want, want_max = _vllm(seqs, tokens, sizes, max_size, spec, performance_mode="interactivity")
+    ours = CudaGraphConfig.from_vllm(seqs, tokens, sm_version=90, num_spec_tokens=spec,
+                                     cudagraph_capture_sizes=None if sizes is None else tuple(sizes),
+                                     max_cudagraph_capture_size=max_size, interactivity=True)
+    assert (ours.capture_sizes, ours.max_capture_size) == (want, want_max)
 
 
 @pytest.mark.parametrize("seqs,tokens,sizes,max_size", [
