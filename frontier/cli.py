@@ -126,18 +126,23 @@ def _int_list(value: Any, flag: str) -> Any:
     return out
 
 
+def _json_object(value: Any, flag: str) -> dict | None:
+    """A JSON-object flag's value (JSON text, or a mapping from a scenario file) as a dict; None if unset."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{flag} {value!r} is not valid JSON: {exc.msg}") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{flag} must be a JSON object, got {value!r}")
+    return value
+
+
 def _apply_compilation_config(values: dict[str, Any]) -> None:
     """Move the CUDA-graph keys of ``compilation_config`` (JSON text or a mapping) into ``values``."""
-    cc = values.pop("compilation_config", None)
-    if isinstance(cc, str):
-        try:
-            cc = json.loads(cc)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--compilation-config {cc!r} is not valid JSON: {exc.msg}") from None
+    cc = _json_object(values.pop("compilation_config", None), "--compilation-config")
     if cc is None:
         return
-    if not isinstance(cc, dict):
-        raise ValueError(f"--compilation-config must be a JSON object, got {cc!r}")
     for key, value in cc.items():
         if key not in COMPILATION_KEYS:
             raise ValueError(f"--compilation-config key {key!r} is not simulated; "
@@ -155,16 +160,9 @@ EPLB_KEYS = ("window_size", "step_interval", "num_redundant_experts", "log_balan
 
 def _apply_eplb_config(values: dict[str, Any]) -> None:
     """Move ``eplb_config``'s num_redundant_experts (JSON text or a mapping) into ``values``."""
-    cfg = values.pop("eplb_config", None)
-    if isinstance(cfg, str):
-        try:
-            cfg = json.loads(cfg)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--eplb-config {cfg!r} is not valid JSON: {exc.msg}") from None
+    cfg = _json_object(values.pop("eplb_config", None), "--eplb-config")
     if cfg is None:
         return
-    if not isinstance(cfg, dict):
-        raise ValueError(f"--eplb-config must be a JSON object, got {cfg!r}")
     for key in cfg:
         if key not in EPLB_KEYS:
             raise ValueError(f"--eplb-config key {key!r} is not one of vLLM's: {', '.join(EPLB_KEYS)}")
