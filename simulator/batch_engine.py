@@ -227,7 +227,8 @@ class BatchEngine:
         # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
         note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method, parallel.moe_tp, parallel.ep)
                 if model.num_moe_layers and model.quant.bytes_per_param("routed_experts") < BF16 else None)
-        chunks = moe_dp_chunk_note(vllm_version, all2all_backend, parallel.dp, parallel.ep) if model.num_moe_layers else None
+        chunks = (moe_dp_chunk_note(vllm_version, all2all_backend, parallel.dp, parallel.ep)
+                  if model.num_moe_layers else None)
         self.pricing_notes: tuple[str, ...] = tuple(n for n in (note, chunks) if n)
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node

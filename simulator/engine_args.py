@@ -57,9 +57,9 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, DEFAULT as VLLM_DEFAULT, KV_AUTO_FROM_CHECKPOINT,
-                                    BUDGET_FROM_SEQS_X_LEN, HT_WITHOUT_GRAPHS, LARGE_GPU_DEFAULTS, PERFORMANCE_MODE, default_gpu_memory_utilization,
-                                    parse_vllm_version)
+from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
+                                    HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, PERFORMANCE_MODE,
+                                    default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
 
@@ -201,7 +201,8 @@ class EngineArgs:
                              f"{', '.join(ALL2ALL_PRICED_AS)}")
         parse_vllm_version(self.vllm_version)
         if self.performance_mode not in PERFORMANCE_MODES:
-            raise ValueError(f"--performance-mode {self.performance_mode!r} is not one of {', '.join(PERFORMANCE_MODES)}")
+            raise ValueError(f"--performance-mode {self.performance_mode!r} is not one of "
+                             f"{', '.join(PERFORMANCE_MODES)}")
         if self.performance_mode != "balanced" and self.vllm_release < PERFORMANCE_MODE:
             raise ValueError(f"--performance-mode came with vLLM 0.17; --vllm-version {self.vllm_version} has none "
                              "(drop the flag or use 0.17 or later)")

@@ -31,6 +31,10 @@ Distributions (`--moe-routing`):
 * ``trace:PATH`` — fixed expert weights from a file: JSON list (or {"expert_load": [...]}),
   .npy, or text/CSV numbers; one non-negative weight per expert (e.g. an expert-load dump).
 
+With EPLB (``--enable-eplb``) the slots are not the linear map: ``placement`` gives the logical
+expert of every physical slot (``simulator.eplb``), and an expert's pairs split evenly over its
+replicas.
+
 Deterministic: the draw for a token count depends only on (seed, tokens), so a run does
 not depend on the order steps are priced in; results are memoized per token count.
 """
@@ -161,8 +165,10 @@ class MoeRouter:
         self._memo: dict[int, tuple[tuple[int, ...], ...]] = {}
         self.placement = None if placement is None else np.asarray(placement, dtype=np.int64)
         if self.placement is not None:
+            if self.placement.min() < 0 or self.placement.max() >= num_experts:
+                raise ValueError(f"MoeRouter: the placement names experts outside 0..{num_experts - 1}")
             replicas = np.bincount(self.placement, minlength=num_experts)
-            if self.placement.min() < 0 or self.placement.max() >= num_experts or (replicas == 0).any():
+            if (replicas == 0).any():
                 raise ValueError("MoeRouter: the placement must hold every expert at least once")
             # k-th replica (slot order) of each slot's expert, and each slot's expert's replica count
             self._nth = np.array([int((self.placement[:i] == e).sum()) for i, e in enumerate(self.placement)])

@@ -83,9 +83,9 @@ class MoeA2aTables:
             return None
         x = math.log(moe.tokens)
         tag = f"moe_{moe.phase}/n={group_size}"
-        if any(x > xs[-1] for xs, _ in shapes.values()):
-            counts[f"{tag}/above-table"] += 1
         own = shapes.get((moe.hidden_size, moe.topk))
+        if any(x > xs[-1] for xs, _ in ([own] if own is not None else shapes.values())):
+            counts[f"{tag}/above-table"] += 1
         if own is not None:
             return math.exp(_at(own, x))
         counts[f"{tag}/shape-fit"] += 1
