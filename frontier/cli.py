@@ -758,15 +758,15 @@ def evaluate(
     _print_errors(manifest)
 
 
-def _csv_row_lines(path: Path) -> list[int]:
-    """The line on which each data row of CSV ``path`` starts (blank lines skipped, as pandas skips
-    them); ValueError naming the first row whose field count differs from the header's: pandas
-    would read rows with extra fields by turning their first columns into the index (every column
-    shifted) or stop with a bare tokenizer message."""
+def _csv_row_lines(text: str, path: Path) -> list[int]:
+    """The line on which each data row of CSV ``text`` (read from ``path``) starts (blank lines
+    skipped, as pandas skips them); ValueError naming the first row whose field count differs from
+    the header's: pandas would read rows with extra fields by turning their first columns into the
+    index (every column shifted) or stop with a bare tokenizer message."""
     import csv
     import io
 
-    reader = csv.reader(io.StringIO(path.read_bytes().decode("utf-8"), newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""))
     header = next((fields for fields in reader if fields), None)    # pandas skips blank lines before it too
     lines, start = [], reader.line_num + 1
     for fields in reader:
@@ -786,6 +786,8 @@ def predict(
     output: Optional[Path] = typer.Option(None, "--output", help="CSV to write (default: print to stdout)."),
 ) -> None:
     """Price operator rows from a file: adds predicted_latency_s and out_of_range."""
+    import io
+
     import numpy as np
     import pandas as pd
 
@@ -797,8 +799,9 @@ def predict(
         if not input.is_file():
             raise ValueError(f"--input {input} does not exist (a CSV of operator rows)")
         try:
-            lines = _csv_row_lines(input)
-            df = pd.read_csv(input)
+            text = input.read_bytes().decode("utf-8")       # read once; parsed as fields, typed and as text
+            lines = _csv_row_lines(text, input)
+            df = pd.read_csv(io.StringIO(text))
         except pd.errors.EmptyDataError:
             raise ValueError(f"--input {input} is empty; need a header row with `family` and the "
                              f"family's profile-schema columns") from None
@@ -809,7 +812,7 @@ def predict(
         if "timing_mode" not in df.columns:
             df["timing_mode"] = "kernel"
         # the rows as written (text), echoed back with the two new columns: no 16 -> 16.0
-        echo = pd.read_csv(input, dtype=str, keep_default_na=False).assign(timing_mode=df["timing_mode"])
+        echo = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).assign(timing_mode=df["timing_mode"])
         df.index = lines if len(lines) == len(df) else np.arange(2, len(df) + 2)   # lines, for messages
         pred = np.full(len(df), np.nan)
         oor = np.ones(len(df), dtype=bool)
