@@ -53,7 +53,7 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
 # Scenario keys whose values may be richer than the flag's text: a YAML list of capture sizes, a
 # mapping for --compilation-config, and --vllm-version, whose number (0.20 read as 0.2) gets its
 # own message downstream.
-_UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "vllm_version")
+_UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:
@@ -99,6 +99,9 @@ def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
 
 CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
            "--max-num-batched-tokens are dropped. Default: vLLM's list.")
+HUMAN_INT_HELP = "Tokens; as vLLM: 8k = 8,000, 8K = 8,192."
+MAX_MODEL_LEN_HELP = ("Tokens (8k = 8,000, 8K = 8,192), or auto / -1 (vLLM 0.14+): the longest a request can be "
+                      "with the KV cache the memory leaves, at most the model's (default: the model's).")
 CC_HELP = ("vLLM --compilation-config JSON; only the CUDA-graph keys are simulated: cudagraph_mode "
            "(NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE = default), cudagraph_capture_sizes, "
            "max_cudagraph_capture_size.")
@@ -170,6 +173,30 @@ def _apply_eplb_config(values: dict[str, Any]) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"--eplb-config num_redundant_experts must be an integer >= 0, got {n!r}")
     values["num_redundant_experts"] = n
+
+
+def _token_count(value: Any, flag: str, auto: bool = False) -> int | None:
+    """A token-count flag as vLLM parses it (``human_readable_int``: 32k = 32,000, 32K = 32,768;
+    ``auto``: --max-model-len's auto / -1, kept as -1); None stays None."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if auto and (text == "-1" or text.lower() == "auto"):
+        return -1
+    from simulator.memory import parse_human_int
+    try:
+        return parse_human_int(text)
+    except ValueError as exc:
+        if "decimals" in str(exc):      # 3.5K: vLLM refuses a decimal with a binary suffix too
+            raise ValueError(f"{flag} {exc}") from None
+        raise ValueError(f"{flag} {value!r} is not a token count; use digits or a k/m/g (1000s) or K/M/G (1024s) "
+                         f"suffix, e.g. 32k{', or auto' if auto else ''}") from None
+
+
+def _apply_token_counts(values: dict[str, Any]) -> None:
+    """--max-model-len and --max-num-batched-tokens parsed as vLLM parses them (``_token_count``)."""
+    values["max_model_len"] = _token_count(values.get("max_model_len"), "--max-model-len", auto=True)
+    values["max_num_batched_tokens"] = _token_count(values.get("max_num_batched_tokens"), "--max-num-batched-tokens")
 
 
 def _pick(cls, values: dict[str, Any]):
@@ -255,8 +282,8 @@ def simulate(
     num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="Expected total GPUs of the deployment, all roles together; a layout that uses another number is refused before the run.", rich_help_panel=ENGINE_HELP),
     router: Optional[str] = typer.Option(None, help="round_robin (default) or least_loaded: picks one of --num-replicas servers; vLLM's DP load balancer picks the DP rank within it.", rich_help_panel=ENGINE_HELP),
     max_num_seqs: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
-    max_model_len: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
+    max_num_batched_tokens: Optional[str] = typer.Option(None, help=HUMAN_INT_HELP, rich_help_panel=ENGINE_HELP),
+    max_model_len: Optional[str] = typer.Option(None, help=MAX_MODEL_LEN_HELP, rich_help_panel=ENGINE_HELP),
     block_size: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     gpu_memory_utilization: Optional[float] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     num_gpu_blocks_override: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
@@ -351,6 +378,7 @@ def simulate(
         values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
         _apply_compilation_config(values)
         _apply_eplb_config(values)
+        _apply_token_counts(values)
         if values.get("kv_cache_memory_bytes") is not None:
             from simulator.memory import parse_human_int
             values["kv_cache_memory_bytes"] = parse_human_int(values["kv_cache_memory_bytes"])
@@ -441,8 +469,8 @@ def memory(
     data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp"),
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel/--no-enable-expert-parallel"),
     max_num_seqs: Optional[int] = typer.Option(None),
-    max_num_batched_tokens: Optional[int] = typer.Option(None),
-    max_model_len: Optional[int] = typer.Option(None),
+    max_num_batched_tokens: Optional[str] = typer.Option(None, help=HUMAN_INT_HELP),
+    max_model_len: Optional[str] = typer.Option(None, help=MAX_MODEL_LEN_HELP),
     block_size: Optional[int] = typer.Option(None),
     gpu_memory_utilization: Optional[float] = typer.Option(None, help="Default: the release's (0.92; 0.9 before vLLM 0.20)."),
     num_gpu_blocks_override: Optional[int] = typer.Option(None),
@@ -466,7 +494,7 @@ def memory(
     """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's)."""
     from simulator.engine_args import EngineArgs
     from simulator.memory import parse_human_int
-    from simulator.simulation import build_memory, resolve_engine
+    from simulator.simulation import build_memory, fit_max_model_len, resolve_engine
 
     try:
         cg = {"cudagraph_capture_sizes": _int_list(cudagraph_capture_sizes, "--cudagraph-capture-sizes"),
@@ -474,11 +502,12 @@ def memory(
         _apply_compilation_config(cg)
         eplb = {"eplb_config": eplb_config}
         _apply_eplb_config(eplb)
+        tokens = {"max_model_len": max_model_len, "max_num_batched_tokens": max_num_batched_tokens}
+        _apply_token_counts(tokens)
         args = EngineArgs(
             model=model, gpu=gpu, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
-            enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+            enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs, **tokens,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
             optimization_level=optimization_level, async_scheduling=async_scheduling,
@@ -488,6 +517,7 @@ def memory(
         resolved = resolve_engine(args)
         profiled, note = (None, None) if predictor_bundle is None else _bundle_memory_terms(predictor_bundle, resolved)
         budget = build_memory(resolved, profiled)
+        resolved = fit_max_model_len(resolved, budget)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return

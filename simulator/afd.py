@@ -664,7 +664,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     from simulator.kv_cache.manager import KVCacheManager
     from simulator.replica import Replica
     from simulator.scheduler import Scheduler
-    from simulator.simulation import resolve_engine
+    from simulator.simulation import fit_max_model_len, resolve_engine
 
     main, role = spec.engine, afd.attention
     args = replace(main, tensor_parallel_size=role.tp or main.tensor_parallel_size,
@@ -674,6 +674,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     try:
         resolved = resolve_engine(args)
         memory = attention_memory(resolved)
+        resolved = fit_max_model_len(resolved, memory)
     except ValueError as exc:
         raise ValueError(f"attention role: {exc}") from None
     if args.num_gpu_blocks_override is None:

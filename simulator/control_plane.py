@@ -152,16 +152,17 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
 
     ``make_engine`` prices the role's steps (its own model shard and GPU).
     """
-    from simulator.simulation import build_memory, resolve_engine
+    from simulator.simulation import build_memory, fit_max_model_len, resolve_engine
 
     role_flag = f"--{layout.name}"
     try:
         args = layout.engine_args(main)
         resolved = resolve_engine(args)
+        memory = build_memory(resolved)
+        resolved = fit_max_model_len(resolved, memory)
         sched_config = resolved.scheduler_config(debug=debug)
     except ValueError as exc:
         raise ValueError(f"{layout.name} role: {exc}") from None
-    memory = build_memory(resolved)
     if args.num_gpu_blocks_override is None:
         memory.check_starts(resolved.max_model_len, layout.name,
                             f"{role_flag}-tp, {role_flag}-gpu, --gpu-memory-utilization")

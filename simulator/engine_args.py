@@ -22,7 +22,9 @@ server usage context, which is what ``vllm serve`` runs:
     (``batched_dp_moe``, from vLLM 0.20)          -> "that" is 256 tokens (the kernels' per-rank
                                                     buffers hold max_num_batched_tokens tokens)
 
-``max_model_len`` defaults to the model's ``max_position_embeddings``.
+``max_model_len`` defaults to the model's ``max_position_embeddings``; -1 (``--max-model-len auto``,
+vLLM 0.14+) starts from it and then shrinks to the longest request the KV cache holds
+(``simulation.fit_max_model_len``).
 ``block_size`` defaults to 16, or 64 for MLA models (FlashMLA supports only 64).
 ``kv_cache_dtype`` "auto" keeps the checkpoint's KV-cache scheme, as 0.33 resolves it
 (``resolve_kv_cache_dtype_string``: a modelopt ``kv_cache_quant_algo`` FP8 -> fp8; the attention
@@ -58,7 +60,8 @@ from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
-                                    HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, PERFORMANCE_MODE,
+                                    HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
+                                    PERFORMANCE_MODE,
                                     default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
@@ -77,6 +80,7 @@ ARCH_MAX_CUDAGRAPH_CAPTURE = {"GptOssForCausalLM": 1024}
 BATCHED_DP_MOE_TOKENS = 256
 BATCHED_DP_MOE_BACKENDS = ("deepep_low_latency", "nixl_ep")
 ROUTERS = ("round_robin", "least_loaded")
+AUTO_MAX_MODEL_LEN = -1   # --max-model-len auto / -1: the longest that fits in the KV cache (vLLM 0.14+)
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 # --all2all-backend: vLLM 0.33's ParallelConfig.all2all_backend (the CLI's choices), how MoE tokens
 # reach their experts with DP > 1. The batch engine prices two shapes of it (``ALL2ALL_BACKENDS``):
@@ -153,8 +157,14 @@ class EngineArgs:
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name == "async_scheduling"):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
+        if self.max_model_len == AUTO_MAX_MODEL_LEN:
+            if self.vllm_release < MAX_MODEL_LEN_AUTO:
+                raise ValueError(f"--max-model-len auto (-1) came with vLLM 0.14; --vllm-version {self.vllm_version} "
+                                 "needs a length")
+        else:
+            _positive("max_model_len", self.max_model_len)
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-                     "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                     "num_replicas", "max_num_seqs", "max_num_batched_tokens",
                      "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes",
                      "max_cudagraph_capture_size"):
             _positive(name, getattr(self, name))
@@ -269,11 +279,12 @@ class EngineArgs:
     def resolve(self, model: ModelSpec, gpu: GpuSpec) -> "ResolvedEngine":
         """Fill the defaults of ``vllm serve`` on ``gpu`` as release ``vllm_version`` sets them
         (0.33's unless given; ``simulator.vllm_version``)."""
-        if self.max_model_len is None and model.max_position_embeddings < 1:
+        given = None if self.max_model_len == AUTO_MAX_MODEL_LEN else self.max_model_len
+        if given is None and model.max_position_embeddings < 1:
             raise ValueError(f"model {model.name!r} does not state max_position_embeddings; "
                              "give --max-model-len")
-        max_model_len = self.max_model_len or model.max_position_embeddings
-        if self.max_model_len is not None and self.max_model_len > model.max_position_embeddings:
+        max_model_len = given or model.max_position_embeddings    # auto: the model's, fitted to memory later
+        if given is not None and given > model.max_position_embeddings:
             raise ValueError(
                 f"--max-model-len {self.max_model_len} exceeds the model's max_position_embeddings "
                 f"{model.max_position_embeddings}")

@@ -239,11 +239,30 @@ class MemoryBudget:
             return self.num_gpu_blocks / -(-max_model_len // self.block_size)
         return self.num_gpu_blocks / self.layout.blocks_per_request(max_model_len, self.max_in_flight_tokens)
 
+    def _request_blocks(self, max_model_len: int) -> int:
+        return (self.layout.blocks_per_request(max_model_len, self.max_in_flight_tokens) if self.layout
+                else -(-max_model_len // self.block_size))
+
+    def max_fitting_model_len(self, upper: int) -> int:
+        """The largest max_model_len <= ``upper`` whose one request fits in the blocks besides the
+        null block (0 if not even one token does), by vLLM's binary search
+        (kv_cache_planning._estimate_max_model_len_from_groups: ``--max-model-len auto``)."""
+        usable = self.num_gpu_blocks - 1
+        if self._request_blocks(1) > usable:
+            return 0
+        lo, hi, best = 1, upper, 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._request_blocks(mid) <= usable:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
     def start_error(self, max_model_len: int) -> str | None:
         """Why vLLM would refuse to start (one request of max_model_len must fit in the blocks
         besides the null block: kv_cache_planning._check_enough_kv_cache_memory), or None."""
-        need = (self.layout.blocks_per_request(max_model_len, self.max_in_flight_tokens) if self.layout
-                else -(-max_model_len // self.block_size))
+        need = self._request_blocks(max_model_len)
         if self.num_gpu_blocks - 1 >= need:
             return None
         return (f"vLLM would not start: one request of max_model_len {max_model_len} needs {need} KV blocks "

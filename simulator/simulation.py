@@ -17,6 +17,7 @@ server refuses it, and counted as failed.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from array import array
@@ -32,7 +33,7 @@ from simulator.cluster import Cluster, Role
 from simulator.comm.backend import COMM_MODELS
 from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.dp_group import LockstepRanks
-from simulator.engine_args import EngineArgs, ResolvedEngine
+from simulator.engine_args import AUTO_MAX_MODEL_LEN, EngineArgs, ResolvedEngine
 from simulator.engine_cpu import MEASURED as MEASURED_ENGINE_CPU, EngineCpu
 from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.kv_cache.manager import KVCacheManager
@@ -318,6 +319,19 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         vllm_version=resolved.vllm_version, interactivity=args.performance_mode == "interactivity")
 
 
+def fit_max_model_len(resolved: ResolvedEngine, memory: MemoryBudget) -> ResolvedEngine:
+    """``resolved`` with ``--max-model-len auto`` (-1) fitted as vLLM 0.14+ fits it: the longest
+    request whose KV fits in the blocks besides the null block, at most the model's length
+    (``kv_cache_planning._auto_fit_max_model_len``); other values unchanged."""
+    if resolved.args.max_model_len != AUTO_MAX_MODEL_LEN:
+        return resolved
+    fit = memory.max_fitting_model_len(resolved.max_model_len)
+    if fit <= 0:
+        raise ValueError("Cannot auto-fit max_model_len: not enough GPU memory for the KV cache of even a single "
+                         "token; raise --gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")
+    return dataclasses.replace(resolved, max_model_len=fit)
+
+
 def resolve_engine(args: EngineArgs) -> ResolvedEngine:
     model = load_model_spec(args.model)
     gpu = get_gpu(args.gpu)
@@ -337,6 +351,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     resolved = resolve_engine(spec.engine)
     args = resolved.args
     memory = build_memory(resolved)
+    resolved = fit_max_model_len(resolved, memory)
     if args.num_gpu_blocks_override is None:
         memory.check_starts(resolved.max_model_len,
                             more_memory="--gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")

@@ -60,6 +60,8 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.12.0 | a defaulted max_num_batched_tokens: the tier's value -> also at most max_num_seqs x         |
 |        | max_model_len; with --no-enable-chunked-prefill max_model_len -> max(max_model_len, the     |
 |        | tier's value) (read in the 0.10.2, 0.11.0 and 0.12.0 wheels)                                |
+| 0.14.0 | ``--max-model-len auto`` / -1: refused -> the longest request the KV cache holds, at most   |
+|        | the model's (``_auto_fit_max_model_len``; read in the 0.12.0 and 0.14.0 wheels)             |
 | 0.14.0 | ``--async-scheduling``: off -> on unless something rules it out (``VllmConfig``: pp > 1,   |
 |        | non-EAGLE speculative decoding, another executor; read in the 0.12.0, 0.13.0 and 0.14.0    |
 |        | wheels' ``vllm/config/vllm.py`` and ``scheduler.py``); the simulator keeps 0.33's pp > 1   |
@@ -141,6 +143,7 @@ WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens
 HT_WITHOUT_GRAPHS = (0, 11)       # deepep_high_throughput x DP > 1: CUDA graphs NONE (PIECEWISE without MoE before)
 BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_num_seqs x max_model_len, ...);
                                   # without chunked prefill max(max_model_len, the default) (max_model_len before)
+MAX_MODEL_LEN_AUTO = (0, 14)      # --max-model-len auto / -1: fitted to the KV cache
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists
 BATCHED_DP_MOE = (0, 20)          # max_num_batched_tokens default 256 under deepep_low_latency / nixl_ep x DP x EP
 # before BATCHED_DP_MOE: the MoE layers run in chunks of VLLM_MOE_DP_CHUNK_SIZE (256) tokens per rank with

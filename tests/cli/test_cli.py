@@ -171,6 +171,26 @@ def test_memory_takes_the_flags_that_set_the_token_budget():
     assert json.loads(graphs.output)["cuda_graph_gib"] > balanced        # 25 more capture sizes
 
 
+def test_token_counts_read_as_vllm_reads_them():
+    """--max-model-len / --max-num-batched-tokens: 32k = 32,000, 32K = 32,768; --max-model-len auto."""
+    def line(*flags):
+        res = runner.invoke(app, ["memory", *flags])
+        assert res.exit_code == 0, res.output
+        return res.output.splitlines()[-1]
+    assert line("--max-model-len", "32k") == "Maximum concurrency for 32,000 tokens per request: 14.37x"
+    assert line("--max-model-len", "32K") == "Maximum concurrency for 32,768 tokens per request: 14.04x"
+    assert line("--max-model-len", "auto", "--gpu-memory-utilization", "0.3") == (
+        "Maximum concurrency for 55,392 tokens per request: 1.00x")
+    assert json.loads(runner.invoke(app, ["memory", "--max-num-batched-tokens", "2K", "--json"]).output)[
+        "activation_gib"] < json.loads(runner.invoke(app, ["memory", "--json"]).output)["activation_gib"]
+    for flags, message in ((["--max-model-len", "3.5K"], "--max-model-len '3.5K': decimals are not allowed with "
+                                                         "binary suffix K; did you mean 3.5k?"),
+                           (["--max-num-batched-tokens", "auto"], "--max-num-batched-tokens 'auto' is not a token "
+                                                                  "count")):
+        res = runner.invoke(app, ["memory", *flags])
+        assert res.exit_code == 2 and res.output.startswith(f"error: {message}")
+
+
 def test_simulator_and_calibration_never_import_torch():
     code = ("import sys, simulator.simulation, simulator.output, frontier.cli, calibration; "
             "from frontier.cli import app; "

@@ -188,3 +188,27 @@ def test_a_run_notes_the_moe_kernel_it_does_not_time():
     assert "MoE TP 2 < 8" in deepgemm and "calibrated costs price vLLM 0.24's Triton kernel" in deepgemm
     assert notes("Qwen/Qwen3-235B-A22B-FP8", "0.18.0", tensor_parallel_size=2) == []
     assert notes("meta-llama/Llama-3.1-8B", "0.12.0") == []
+
+
+def test_max_model_len_auto_fits_the_kv_cache():
+    """--max-model-len auto / -1 (vLLM 0.14+): the longest request whose blocks fit besides the null
+    block, at most the model's length; refused for earlier releases."""
+    from simulator.simulation import SimulationSpec, build_memory, fit_max_model_len, resolve_engine, run_simulation
+    from simulator.workload import WorkloadSpec
+
+    args = EngineArgs(model="meta-llama/Llama-3.1-8B", max_model_len=-1, gpu_memory_utilization=0.3)
+    resolved = resolve_engine(args)
+    assert resolved.max_model_len == 131072                      # the model's, until the memory is known
+    memory = build_memory(resolved)
+    fitted = fit_max_model_len(resolved, memory)
+    assert fitted.max_model_len == (memory.num_gpu_blocks - 1) * 16 == 55392
+    assert memory.start_error(55392) is None and memory.start_error(55393) is not None
+    roomy = resolve_engine(EngineArgs(model="meta-llama/Llama-3.1-8B", max_model_len=-1))
+    assert fit_max_model_len(roomy, build_memory(roomy)).max_model_len == 131072     # the model's fits
+    result = run_simulation(SimulationSpec(engine=args, workload=WorkloadSpec(num_prompts=4, random_input_len=100,
+                                                                              random_output_len=4)))
+    assert result.resolved.max_model_len == 55392
+    with pytest.raises(ValueError, match=r"^--max-model-len auto \(-1\) came with vLLM 0.14; --vllm-version 0.12.0"):
+        EngineArgs(max_model_len=-1, vllm_version="0.12.0")
+    with pytest.raises(ValueError, match="--max-model-len must be a positive integer, got -2"):
+        EngineArgs(max_model_len=-2)
