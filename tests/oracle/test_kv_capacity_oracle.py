@@ -252,3 +252,27 @@ def test_start_refused_exactly_where_vllm_refuses(vllm_config, name, tp, block, 
             with pytest.raises(ValueError, match="To serve at least one request"):
                 vllm_capacity(vllm_config, specs, available, max_model_len=max_len, max_num_batched_tokens=8192, pp=1)
             assert ours.start_error(max_len).startswith("vLLM would not start")
+
+
+@pytest.mark.parametrize("name,gpu,tp,pp,ep,block,fp8,max_len", [CASES[0], CASES[5], CASES[10], CASES[13], CASES[16]])
+def test_max_model_len_auto_fit_matches_vllm(vllm_config, name, gpu, tp, pp, ep, block, fp8, max_len):
+    """--max-model-len auto: vLLM's planner (original_max_model_len -1) shrinks max_model_len to what
+    the pool holds; ours (MemoryBudget.max_fitting_model_len) on the same bytes: equal, for pools
+    that hold ~1/3, ~1/10 and a few blocks beyond one token's request, and one that holds it all."""
+    _, _, args, budget = _ours(name, gpu, tp, pp, ep, block, fp8, max_len)
+    specs = rank_specs(name, tp, pp, block, fp8)
+    config = vllm_config
+    need = budget.layout.blocks_per_request(max_len, budget.max_in_flight_tokens) + 1
+    pools = (need * budget.bytes_per_block // 3 + 777, need * budget.bytes_per_block // 10,
+             (need + 5) * budget.bytes_per_block)
+    saved = config.model_config.original_max_model_len
+    try:
+        config.model_config.original_max_model_len = -1
+        for available in pools:
+            vllm_capacity(config, specs, available, max_model_len=max_len,
+                          max_num_batched_tokens=args.max_num_batched_tokens, pp=pp)
+            want = config.model_config.max_model_len
+            ours = dataclasses.replace(budget, num_gpu_blocks=available // budget.bytes_per_block)
+            assert ours.max_fitting_model_len(max_len) == want, available
+    finally:
+        config.model_config.original_max_model_len = saved
