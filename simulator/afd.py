@@ -686,7 +686,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
 
     def new_scheduler() -> Scheduler:
         kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
-                            enable_prefix_caching=args.enable_prefix_caching)
+                            enable_prefix_caching=args.enable_prefix_caching, watermark=args.watermark)
         return Scheduler(sched_config, kv, kv_role="consumer")
 
     replicas = []

@@ -171,7 +171,7 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
 
     def new_scheduler() -> Scheduler:
         kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
-                            enable_prefix_caching=args.enable_prefix_caching)
+                            enable_prefix_caching=args.enable_prefix_caching, watermark=args.watermark)
         return Scheduler(sched_config, kv, kv_role=kv_role)
 
     dp = args.data_parallel_size

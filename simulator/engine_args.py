@@ -61,7 +61,7 @@ from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
                                     HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
-                                    PERFORMANCE_MODE,
+                                    PERFORMANCE_MODE, SCHEDULER_031, SCHEDULER_WATERMARK,
                                     default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
@@ -131,6 +131,9 @@ class EngineArgs:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True   # --enable-chunked-prefill / --no-enable-chunked-prefill
     long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
+    max_num_active_seqs: int | None = None   # --max-num-active-seqs (vLLM 0.31+): RUNNING cap below max_num_seqs
+    watermark: float = 0.0               # --watermark (vLLM 0.24+): KV blocks kept free when admitting
     enforce_eager: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
     max_cudagraph_capture_size: int | None = None           # tokens; None = vLLM's default
@@ -153,7 +156,7 @@ class EngineArgs:
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
         for name in ("enable_expert_parallel", "enable_eplb", "enable_prefix_caching", "enable_chunked_prefill",
-                     "enforce_eager", "async_scheduling"):
+                     "long_prefill_token_threshold_adaptive", "enforce_eager", "async_scheduling"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name == "async_scheduling"):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
@@ -164,7 +167,7 @@ class EngineArgs:
         else:
             _positive("max_model_len", self.max_model_len)
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-                     "num_replicas", "max_num_seqs", "max_num_batched_tokens",
+                     "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs",
                      "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes",
                      "max_cudagraph_capture_size"):
             _positive(name, getattr(self, name))
@@ -210,6 +213,16 @@ class EngineArgs:
             raise ValueError(f"--all2all-backend {self.all2all_backend!r} is not one of "
                              f"{', '.join(ALL2ALL_PRICED_AS)}")
         parse_vllm_version(self.vllm_version)
+        if not isinstance(self.watermark, (int, float)) or isinstance(self.watermark, bool) \
+                or not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"--watermark must be in [0, 1), got {self.watermark!r}")
+        for flag, value, since in (("--watermark", self.watermark, SCHEDULER_WATERMARK),
+                                   ("--max-num-active-seqs", self.max_num_active_seqs, SCHEDULER_031),
+                                   ("--long-prefill-token-threshold-adaptive",
+                                    self.long_prefill_token_threshold_adaptive, SCHEDULER_031)):
+            if value and self.vllm_release < since:
+                raise ValueError(f"{flag} came with vLLM {since[0]}.{since[1]}; --vllm-version {self.vllm_version} "
+                                 "has none (drop the flag or use a later release)")
         if self.performance_mode not in PERFORMANCE_MODES:
             raise ValueError(f"--performance-mode {self.performance_mode!r} is not one of "
                              f"{', '.join(PERFORMANCE_MODES)}")
@@ -360,7 +373,9 @@ class ResolvedEngine:
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len, long_prefill_token_threshold=a.long_prefill_token_threshold,
             policy=a.scheduling_policy, async_scheduling=a.effective_async_scheduling, block_size=self.block_size,
-            enable_chunked_prefill=a.enable_chunked_prefill,
+            enable_chunked_prefill=a.enable_chunked_prefill, watermark=a.watermark,
+            max_num_active_seqs=a.max_num_active_seqs,
+            long_prefill_token_threshold_adaptive=a.long_prefill_token_threshold_adaptive,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
 

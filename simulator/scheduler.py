@@ -389,6 +389,8 @@ class Scheduler:
         st = _StepState(self.config.max_num_batched_tokens)
         n_eligible = len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
         thr = self.config.long_prefill_token_threshold if n_eligible > 1 else 0
+        if thr and self.config.long_prefill_token_threshold_adaptive:    # a fair share of the budget at least
+            thr = max(thr, self.config.max_num_batched_tokens // n_eligible)
         self._schedule_running(st, thr)
         if not st.preempted:
             if self.kv_role == "consumer":
@@ -646,8 +648,9 @@ class Scheduler:
         if not waiting:
             return                          # most steps: nothing to admit
         skipped: deque[Request] = deque()
+        max_active = cfg.max_num_active_seqs or cfg.max_num_seqs
         while st.token_budget > 0 and waiting:
-            if len(running) >= cfg.max_num_seqs:
+            if len(running) >= max_active:
                 break
             r = waiting.peek_request()
             if r.num_stale_output_tokens and not r.drop_stale_output:
@@ -696,9 +699,10 @@ class Scheduler:
             holds = r.num_computed_tokens > 0 or r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
             (skipped_holding if holds else skipped_waiting).appendleft(r)
 
+        max_active = cfg.max_num_active_seqs or cfg.max_num_seqs
         while st.token_budget > 0:
             queue = holding if holding else waiting
-            if not queue or len(running) >= cfg.max_num_seqs:
+            if not queue or len(running) >= max_active:
                 break
             r = queue.peek_request()
             if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS:

@@ -21,7 +21,11 @@ class SchedulerConfig:
         step where only one request is running or waiting (0.33).
     policy: "fcfs" or "priority" (lower priority value served first).
     async_scheduling: mirror `AsyncScheduler` (vLLM 0.33 default on); see `Scheduler` docstring.
-    watermark: fraction of blocks kept free at admission when something runs.
+    watermark: fraction of blocks kept free at admission when something runs (``--watermark``).
+    max_num_active_seqs: cap on requests admitted into RUNNING (None: max_num_seqs); the model
+        runner keeps max_num_seqs slots (``--max-num-active-seqs``, vLLM 0.31+).
+    long_prefill_token_threshold_adaptive: the threshold is at least max_num_batched_tokens //
+        (running + waiting) requests (``--long-prefill-token-threshold-adaptive``, vLLM 0.31+).
     debug: check invariants every step and raise (also on with env FRONTIER_SCHED_DEBUG=1).
     pipeline_parallel_size: async + PP > 1 (model runner V2): a request decoded in step N is
         next eligible to decode in step N + pp (``AsyncScheduler.decode_stagger``), so the pp
@@ -36,6 +40,8 @@ class SchedulerConfig:
     async_scheduling: bool = True
     enable_chunked_prefill: bool = True
     watermark: float = 0.0
+    max_num_active_seqs: int | None = None
+    long_prefill_token_threshold_adaptive: bool = False
     block_size: int = 16
     enable_prefix_caching: bool = True
     debug: bool = False
@@ -50,6 +56,9 @@ class SchedulerConfig:
             raise ValueError(f"policy={self.policy!r}; valid: 'fcfs', 'priority'")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark={self.watermark}; must be in [0, 1)")
+        if self.max_num_active_seqs is not None and not 1 <= self.max_num_active_seqs <= self.max_num_seqs:
+            raise ValueError(f"max_num_active_seqs={self.max_num_active_seqs}; must be in [1, "
+                             f"max_num_seqs={self.max_num_seqs}]")
         if not 0 <= self.long_prefill_token_threshold <= self.max_model_len:
             raise ValueError(
                 f"long_prefill_token_threshold={self.long_prefill_token_threshold}; "

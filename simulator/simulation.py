@@ -368,7 +368,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
 
     def new_scheduler() -> Scheduler:
         kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
-                            enable_prefix_caching=args.enable_prefix_caching)
+                            enable_prefix_caching=args.enable_prefix_caching, watermark=args.watermark)
         return Scheduler(sched_config, kv)
 
     def new_replica(i: int, sched: Scheduler | LockstepRanks) -> Replica:

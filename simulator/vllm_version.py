@@ -79,10 +79,14 @@ and ``vllm/config/vllm.py`` of the same wheels):
 |        | The chunks are not modelled: a run of an earlier release with these kernels says so         |
 |        | (``moe_dp_chunk_note``) and prices each step's MoE as one chunk                             |
 | 0.21.0 | default CUDA-graph sizes: max_num_batched_tokens appended when it fits under the ceiling    |
+| 0.24.0 | ``--watermark`` (KV blocks kept free when admitting waiting / preempted requests) exists    |
+|        | (read in the 0.19.0-0.32.0 wheels' ``vllm/config/scheduler.py``); refused before            |
 | 0.28.0 | GPUs of >= 160 GiB (B200, B300): max_num_batched_tokens default 8192 -> 16384 for the API   |
 |        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
 | 0.29.0 | default CUDA-graph sizes: the uniform-decode sizes (max_num_seqs, and with speculative      |
 |        | decoding a request-count grid x (1 + spec tokens)) appended                                 |
+| 0.31.0 | ``--max-num-active-seqs`` and ``--long-prefill-token-threshold-adaptive`` exist; refused    |
+|        | before                                                                                      |
 
 DP load balancer (``simulator.dp_group``; ``vllm/v1/engine/core_client.py``, read in every wheel
 from 0.10.2 to 0.33.0):
@@ -144,6 +148,8 @@ HT_WITHOUT_GRAPHS = (0, 11)       # deepep_high_throughput x DP > 1: CUDA graphs
 BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_num_seqs x max_model_len, ...);
                                   # without chunked prefill max(max_model_len, the default) (max_model_len before)
 MAX_MODEL_LEN_AUTO = (0, 14)      # --max-model-len auto / -1: fitted to the KV cache
+SCHEDULER_WATERMARK = (0, 24)     # --watermark
+SCHEDULER_031 = (0, 31)           # --max-num-active-seqs, --long-prefill-token-threshold-adaptive
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists
 BATCHED_DP_MOE = (0, 20)          # max_num_batched_tokens default 256 under deepep_low_latency / nixl_ep x DP x EP
 # before BATCHED_DP_MOE: the MoE layers run in chunks of VLLM_MOE_DP_CHUNK_SIZE (256) tokens per rank with

@@ -38,6 +38,9 @@ class Case:
     num_shared_prefixes: int = 0          # > 0: real token ids, each prompt = a shared prefix + own suffix
     priorities: tuple[int, ...] = (0,)
     pipeline_parallel_size: int = 1       # > 1: batch queue of pp + 1 (async) / pp (sync), decode stagger
+    watermark: float = 0.0                # --watermark
+    max_num_active_seqs: int | None = None  # --max-num-active-seqs
+    long_prefill_token_threshold_adaptive: bool = False
 
 
 CASES = [
@@ -79,6 +82,16 @@ CASES = [
     Case("pp4_async_prefix_threshold", 23, 30, (16, 800), (1, 60), 3000, enable_prefix_caching=True,
          num_shared_prefixes=3, long_prefill_token_threshold=64, async_scheduling=True,
          pipeline_parallel_size=4),
+    Case("watermark_tight_blocks", 24, 40, (50, 400), (50, 300), 120, watermark=0.1),
+    Case("watermark_async_cached", 25, 40, (30, 400), (20, 200), 150, watermark=0.05, enable_prefix_caching=True,
+         num_shared_prefixes=3, async_scheduling=True),
+    Case("max_num_active_seqs", 26, 30, (16, 500), (1, 80), 3000, max_num_seqs=16, max_num_active_seqs=5),
+    Case("max_num_active_seqs_async", 27, 30, (16, 500), (1, 80), 3000, max_num_seqs=8, max_num_active_seqs=3,
+         async_scheduling=True),
+    Case("adaptive_threshold", 28, 12, (200, 1500), (1, 40), 3000, max_num_batched_tokens=1024,
+         long_prefill_token_threshold=64, long_prefill_token_threshold_adaptive=True),
+    Case("adaptive_threshold_async", 29, 30, (16, 900), (1, 50), 3000, max_num_batched_tokens=2048,
+         long_prefill_token_threshold=32, long_prefill_token_threshold_adaptive=True, async_scheduling=True),
 ]
 
 
@@ -123,6 +136,9 @@ def _knobs(case: Case) -> dict:
         policy=case.policy,
         async_scheduling=case.async_scheduling,
         pipeline_parallel_size=case.pipeline_parallel_size,
+        watermark=case.watermark,
+        max_num_active_seqs=case.max_num_active_seqs,
+        long_prefill_token_threshold_adaptive=case.long_prefill_token_threshold_adaptive,
     )
 
 
@@ -193,6 +209,19 @@ def test_tight_cases_really_preempt(vllm_driver, name: str) -> None:
     trace = vllm_driver.run_vllm_scheduler(requests, num_gpu_blocks=case.num_gpu_blocks, **_knobs(case))
     assert _resumed_requests(trace, requests), f"{name}: no request was preempted"
     assert {rid for step in trace for rid in step} == {r.request_id for r in requests}
+
+
+@pytest.mark.parametrize("name", ["watermark_tight_blocks", "watermark_async_cached", "max_num_active_seqs",
+                                  "max_num_active_seqs_async", "adaptive_threshold", "adaptive_threshold_async"])
+def test_knob_cases_change_the_schedule(vllm_driver, name: str) -> None:
+    # Guards the knob cases: vLLM schedules them differently than with the knob at its default.
+    import dataclasses
+    case = next(c for c in CASES if c.name == name)
+    plain = dataclasses.replace(case, watermark=0.0, max_num_active_seqs=None, long_prefill_token_threshold_adaptive=False)
+    requests = make_requests(case)
+    with_knob = vllm_driver.run_vllm_scheduler(requests, num_gpu_blocks=case.num_gpu_blocks, **_knobs(case))
+    without = vllm_driver.run_vllm_scheduler(requests, num_gpu_blocks=case.num_gpu_blocks, **_knobs(plain))
+    assert with_knob != without, f"{name}: the knob changes nothing"
 
 
 def test_first_difference_reports_the_step() -> None:

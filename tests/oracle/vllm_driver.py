@@ -163,6 +163,8 @@ def _build_scheduler(
     watermark: float,
     kv_transfer_config: Any = None,
     pipeline_parallel_size: int = 1,
+    max_num_active_seqs: int | None = None,
+    long_prefill_token_threshold_adaptive: bool = False,
 ) -> Scheduler:
     model_config = ModelConfig(
         model=str(model_dir),
@@ -180,6 +182,8 @@ def _build_scheduler(
         policy=policy,
         async_scheduling=async_scheduling,
         watermark=watermark,
+        max_num_active_seqs=max_num_active_seqs,
+        long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
     )
     cache_config = CacheConfig(
         block_size=block_size, enable_prefix_caching=enable_prefix_caching
@@ -219,7 +223,8 @@ def _build_scheduler(
         block_size=block_size,
     )
     effective = {
-        "max_num_seqs": scheduler.max_num_active_reqs,
+        "max_num_seqs": scheduler.max_num_running_reqs,
+        "max_num_active_seqs": scheduler.max_num_active_reqs,
         "max_num_batched_tokens": scheduler.max_num_scheduled_tokens,
         "max_model_len": scheduler.max_model_len,
         "long_prefill_token_threshold": scheduler.scheduler_config.long_prefill_token_threshold,
@@ -228,6 +233,7 @@ def _build_scheduler(
     }
     wanted = {
         "max_num_seqs": max_num_seqs,
+        "max_num_active_seqs": max_num_active_seqs or max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_model_len": max_model_len,
         "long_prefill_token_threshold": long_prefill_token_threshold,
@@ -349,6 +355,8 @@ def run_vllm_scheduler(
     watermark: float = 0.0,
     max_steps: int = 200_000,
     pipeline_parallel_size: int = 1,
+    max_num_active_seqs: int | None = None,
+    long_prefill_token_threshold_adaptive: bool = False,
 ) -> list[dict[str, int]]:
     """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
 
@@ -369,6 +377,8 @@ def run_vllm_scheduler(
         async_scheduling=async_scheduling,
         watermark=watermark,
         pipeline_parallel_size=pipeline_parallel_size,
+        max_num_active_seqs=max_num_active_seqs,
+        long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
     )
     add_requests(scheduler, requests, block_hasher)
     if async_scheduling or pipeline_parallel_size > 1:   # EngineCore.step_with_batch_queue

@@ -1,0 +1,48 @@
+"""vLLM 0.33's scheduler knobs from the command line: --watermark, --max-num-active-seqs,
+--long-prefill-token-threshold-adaptive (their step-by-step parity with vLLM: tests/oracle/test_parity.py)."""
+
+import pytest
+
+from simulator.engine_args import EngineArgs
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.workload import WorkloadSpec
+
+
+def _run(**kw):
+    engine = EngineArgs(model="meta-llama/Llama-3.1-8B", max_model_len=4096, **kw)
+    return run_simulation(SimulationSpec(engine=engine, workload=WorkloadSpec(
+        num_prompts=64, random_input_len=512, random_output_len=64), keep_batch_trace=True))
+
+
+def test_max_num_active_seqs_caps_running_but_not_the_graphs():
+    capped = _run(max_num_active_seqs=8)
+    assert max(capped.trace.step_cols["num_reqs"]) == 8
+    assert max(_run().trace.step_cols["num_reqs"]) == 64
+    resolved = EngineArgs(model="meta-llama/Llama-3.1-8B", max_num_active_seqs=8)
+    from simulator.simulation import resolve_engine
+    r = resolve_engine(resolved)
+    assert r.scheduler_config().max_num_active_seqs == 8 and r.cudagraph_config().max_capture_size == 512
+
+
+def test_watermark_and_adaptive_threshold_reach_the_scheduler():
+    from simulator.simulation import resolve_engine
+    cfg = resolve_engine(EngineArgs(watermark=0.05, long_prefill_token_threshold=64,
+                                    long_prefill_token_threshold_adaptive=True)).scheduler_config()
+    assert (cfg.watermark, cfg.long_prefill_token_threshold_adaptive) == (0.05, True)
+    tight = dict(num_gpu_blocks_override=300)
+    assert _run(watermark=0.3, **tight).summary["mean_ttft_ms"] != _run(**tight).summary["mean_ttft_ms"]
+    plain, adaptive = (_run(long_prefill_token_threshold=32, long_prefill_token_threshold_adaptive=a)
+                       for a in (False, True))
+    assert adaptive.summary["mean_ttft_ms"] < plain.summary["mean_ttft_ms"]
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(watermark=0.1, vllm_version="0.23.0"), "--watermark came with vLLM 0.24; --vllm-version 0.23.0 has none"),
+    (dict(max_num_active_seqs=4, vllm_version="0.30.0"), "--max-num-active-seqs came with vLLM 0.31"),
+    (dict(long_prefill_token_threshold_adaptive=True, vllm_version="0.24.0"),
+     "--long-prefill-token-threshold-adaptive came with vLLM 0.31"),
+    (dict(watermark=1.0), r"--watermark must be in \[0, 1\), got 1.0"),
+])
+def test_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        EngineArgs(**kw)
