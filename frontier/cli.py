@@ -295,6 +295,7 @@ def simulate(
     long_prefill_token_threshold: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     long_prefill_token_threshold_adaptive: Optional[bool] = typer.Option(None, "--long-prefill-token-threshold-adaptive/--no-long-prefill-token-threshold-adaptive", help="vLLM 0.31+: the threshold is at least --max-num-batched-tokens / (running + waiting requests).", rich_help_panel=ENGINE_HELP),
     max_num_active_seqs: Optional[int] = typer.Option(None, help="vLLM 0.31+: requests admitted into RUNNING at most (default --max-num-seqs, which still sizes the CUDA graphs).", rich_help_panel=ENGINE_HELP),
+    scheduler_reserve_full_isl: Optional[bool] = typer.Option(None, "--scheduler-reserve-full-isl/--no-scheduler-reserve-full-isl", help="vLLM 0.19+ (default on): admit a request only when its whole prompt's KV blocks fit; off: its first chunk's.", rich_help_panel=ENGINE_HELP),
     watermark: Optional[float] = typer.Option(None, help="vLLM 0.24+: fraction of the KV blocks kept free when admitting waiting or preempted requests (default 0).", rich_help_panel=ENGINE_HELP),
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),

@@ -61,7 +61,7 @@ from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
                                     HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
-                                    PERFORMANCE_MODE, SCHEDULER_031, SCHEDULER_WATERMARK,
+                                    PERFORMANCE_MODE, RESERVE_FULL_ISL_FLAG, SCHEDULER_031, SCHEDULER_WATERMARK,
                                     default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
@@ -134,6 +134,7 @@ class EngineArgs:
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
     max_num_active_seqs: int | None = None   # --max-num-active-seqs (vLLM 0.31+): RUNNING cap below max_num_seqs
     watermark: float = 0.0               # --watermark (vLLM 0.24+): KV blocks kept free when admitting
+    scheduler_reserve_full_isl: bool = True   # --[no-]scheduler-reserve-full-isl (vLLM 0.19+)
     enforce_eager: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
     max_cudagraph_capture_size: int | None = None           # tokens; None = vLLM's default
@@ -156,7 +157,8 @@ class EngineArgs:
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
         for name in ("enable_expert_parallel", "enable_eplb", "enable_prefix_caching", "enable_chunked_prefill",
-                     "long_prefill_token_threshold_adaptive", "enforce_eager", "async_scheduling"):
+                     "long_prefill_token_threshold_adaptive", "scheduler_reserve_full_isl", "enforce_eager",
+                     "async_scheduling"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name == "async_scheduling"):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
@@ -219,7 +221,9 @@ class EngineArgs:
         for flag, value, since in (("--watermark", self.watermark, SCHEDULER_WATERMARK),
                                    ("--max-num-active-seqs", self.max_num_active_seqs, SCHEDULER_031),
                                    ("--long-prefill-token-threshold-adaptive",
-                                    self.long_prefill_token_threshold_adaptive, SCHEDULER_031)):
+                                    self.long_prefill_token_threshold_adaptive, SCHEDULER_031),
+                                   ("--no-scheduler-reserve-full-isl", not self.scheduler_reserve_full_isl,
+                                    RESERVE_FULL_ISL_FLAG)):
             if value and self.vllm_release < since:
                 raise ValueError(f"{flag} came with vLLM {since[0]}.{since[1]}; --vllm-version {self.vllm_version} "
                                  "has none (drop the flag or use a later release)")
@@ -376,6 +380,7 @@ class ResolvedEngine:
             enable_chunked_prefill=a.enable_chunked_prefill, watermark=a.watermark,
             max_num_active_seqs=a.max_num_active_seqs,
             long_prefill_token_threshold_adaptive=a.long_prefill_token_threshold_adaptive,
+            scheduler_reserve_full_isl=a.scheduler_reserve_full_isl,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
 

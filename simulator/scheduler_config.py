@@ -26,6 +26,8 @@ class SchedulerConfig:
         runner keeps max_num_seqs slots (``--max-num-active-seqs``, vLLM 0.31+).
     long_prefill_token_threshold_adaptive: the threshold is at least max_num_batched_tokens //
         (running + waiting) requests (``--long-prefill-token-threshold-adaptive``, vLLM 0.31+).
+    scheduler_reserve_full_isl: admit a request only when its whole prompt's blocks fit, not just
+        its first chunk's (``--no-scheduler-reserve-full-isl`` turns it off; vLLM 0.19+).
     debug: check invariants every step and raise (also on with env FRONTIER_SCHED_DEBUG=1).
     pipeline_parallel_size: async + PP > 1 (model runner V2): a request decoded in step N is
         next eligible to decode in step N + pp (``AsyncScheduler.decode_stagger``), so the pp
@@ -42,6 +44,7 @@ class SchedulerConfig:
     watermark: float = 0.0
     max_num_active_seqs: int | None = None
     long_prefill_token_threshold_adaptive: bool = False
+    scheduler_reserve_full_isl: bool = True
     block_size: int = 16
     enable_prefix_caching: bool = True
     debug: bool = False

@@ -72,6 +72,10 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.17.0 | ``--performance-mode`` (none -> balanced, interactivity, throughput: throughput doubles     |
 |        | the defaulted max_num_batched_tokens and max_num_seqs, interactivity captures every CUDA    |
 |        | graph size 1..32; read in the 0.16.0, 0.17.0 and 0.18.0-0.33.0 wheels); refused before      |
+| 0.19.0 | ``--[no-]scheduler-reserve-full-isl`` exists (on: a request is admitted only when its whole |
+|        | prompt's KV blocks fit; before, only its first chunk's were checked, which the simulator    |
+|        | does not follow: its scheduler is 0.33's); ``--no-scheduler-reserve-full-isl`` is refused   |
+|        | before                                                                                      |
 | 0.20.0 | --all2all-backend deepep_low_latency / nixl_ep with EP and DP > 1: the MoE layer runs the   |
 |        | ranks' tokens in chunks of ``VLLM_MOE_DP_CHUNK_SIZE`` = 256 per rank (also mori and         |
 |        | flashinfer_all2allv; ``use_dp_chunking``) -> no chunks; max_num_batched_tokens defaults to  |
@@ -148,6 +152,7 @@ HT_WITHOUT_GRAPHS = (0, 11)       # deepep_high_throughput x DP > 1: CUDA graphs
 BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_num_seqs x max_model_len, ...);
                                   # without chunked prefill max(max_model_len, the default) (max_model_len before)
 MAX_MODEL_LEN_AUTO = (0, 14)      # --max-model-len auto / -1: fitted to the KV cache
+RESERVE_FULL_ISL_FLAG = (0, 19)   # --[no-]scheduler-reserve-full-isl
 SCHEDULER_WATERMARK = (0, 24)     # --watermark
 SCHEDULER_031 = (0, 31)           # --max-num-active-seqs, --long-prefill-token-threshold-adaptive
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists

@@ -41,6 +41,7 @@ class Case:
     watermark: float = 0.0                # --watermark
     max_num_active_seqs: int | None = None  # --max-num-active-seqs
     long_prefill_token_threshold_adaptive: bool = False
+    scheduler_reserve_full_isl: bool = True
 
 
 CASES = [
@@ -92,6 +93,10 @@ CASES = [
          long_prefill_token_threshold=64, long_prefill_token_threshold_adaptive=True),
     Case("adaptive_threshold_async", 29, 30, (16, 900), (1, 50), 3000, max_num_batched_tokens=2048,
          long_prefill_token_threshold=32, long_prefill_token_threshold_adaptive=True, async_scheduling=True),
+    Case("first_chunk_admission_tight", 30, 40, (100, 600), (20, 200), 120, max_num_batched_tokens=128,
+         scheduler_reserve_full_isl=False),
+    Case("first_chunk_admission_async_cached", 31, 40, (50, 500), (20, 200), 110, max_num_batched_tokens=256,
+         scheduler_reserve_full_isl=False, enable_prefix_caching=True, num_shared_prefixes=3, async_scheduling=True),
 ]
 
 
@@ -139,6 +144,7 @@ def _knobs(case: Case) -> dict:
         watermark=case.watermark,
         max_num_active_seqs=case.max_num_active_seqs,
         long_prefill_token_threshold_adaptive=case.long_prefill_token_threshold_adaptive,
+        scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
     )
 
 
@@ -212,12 +218,14 @@ def test_tight_cases_really_preempt(vllm_driver, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["watermark_tight_blocks", "watermark_async_cached", "max_num_active_seqs",
-                                  "max_num_active_seqs_async", "adaptive_threshold", "adaptive_threshold_async"])
+                                  "max_num_active_seqs_async", "adaptive_threshold", "adaptive_threshold_async",
+                                  "first_chunk_admission_tight", "first_chunk_admission_async_cached"])
 def test_knob_cases_change_the_schedule(vllm_driver, name: str) -> None:
     # Guards the knob cases: vLLM schedules them differently than with the knob at its default.
     import dataclasses
     case = next(c for c in CASES if c.name == name)
-    plain = dataclasses.replace(case, watermark=0.0, max_num_active_seqs=None, long_prefill_token_threshold_adaptive=False)
+    plain = dataclasses.replace(case, watermark=0.0, max_num_active_seqs=None, long_prefill_token_threshold_adaptive=False,
+                                scheduler_reserve_full_isl=True)
     requests = make_requests(case)
     with_knob = vllm_driver.run_vllm_scheduler(requests, num_gpu_blocks=case.num_gpu_blocks, **_knobs(case))
     without = vllm_driver.run_vllm_scheduler(requests, num_gpu_blocks=case.num_gpu_blocks, **_knobs(plain))

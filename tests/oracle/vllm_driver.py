@@ -165,6 +165,7 @@ def _build_scheduler(
     pipeline_parallel_size: int = 1,
     max_num_active_seqs: int | None = None,
     long_prefill_token_threshold_adaptive: bool = False,
+    scheduler_reserve_full_isl: bool = True,
 ) -> Scheduler:
     model_config = ModelConfig(
         model=str(model_dir),
@@ -184,6 +185,7 @@ def _build_scheduler(
         watermark=watermark,
         max_num_active_seqs=max_num_active_seqs,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
     )
     cache_config = CacheConfig(
         block_size=block_size, enable_prefix_caching=enable_prefix_caching
@@ -357,6 +359,7 @@ def run_vllm_scheduler(
     pipeline_parallel_size: int = 1,
     max_num_active_seqs: int | None = None,
     long_prefill_token_threshold_adaptive: bool = False,
+    scheduler_reserve_full_isl: bool = True,
 ) -> list[dict[str, int]]:
     """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
 
@@ -379,6 +382,7 @@ def run_vllm_scheduler(
         pipeline_parallel_size=pipeline_parallel_size,
         max_num_active_seqs=max_num_active_seqs,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
     )
     add_requests(scheduler, requests, block_hasher)
     if async_scheduling or pipeline_parallel_size > 1:   # EngineCore.step_with_batch_queue
