@@ -134,7 +134,7 @@ class EngineArgs:
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
     max_num_active_seqs: int | None = None   # --max-num-active-seqs (vLLM 0.31+): RUNNING cap below max_num_seqs
     watermark: float = 0.0               # --watermark (vLLM 0.24+): KV blocks kept free when admitting
-    scheduler_reserve_full_isl: bool = True   # --[no-]scheduler-reserve-full-isl (vLLM 0.19+)
+    scheduler_reserve_full_isl: bool | None = None   # --[no-]scheduler-reserve-full-isl (vLLM 0.19+); None: the release's
     enforce_eager: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
     max_cudagraph_capture_size: int | None = None           # tokens; None = vLLM's default
@@ -160,7 +160,8 @@ class EngineArgs:
                      "long_prefill_token_threshold_adaptive", "scheduler_reserve_full_isl", "enforce_eager",
                      "async_scheduling"):
             value = getattr(self, name)
-            if not isinstance(value, bool) and not (value is None and name == "async_scheduling"):
+            if not isinstance(value, bool) and not (value is None and name in ("async_scheduling",
+                                                                                "scheduler_reserve_full_isl")):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
         if self.max_model_len == AUTO_MAX_MODEL_LEN:
             if self.vllm_release < MAX_MODEL_LEN_AUTO:
@@ -222,7 +223,7 @@ class EngineArgs:
                                    ("--max-num-active-seqs", self.max_num_active_seqs, SCHEDULER_031),
                                    ("--long-prefill-token-threshold-adaptive",
                                     self.long_prefill_token_threshold_adaptive, SCHEDULER_031),
-                                   ("--no-scheduler-reserve-full-isl", not self.scheduler_reserve_full_isl,
+                                   ("--[no-]scheduler-reserve-full-isl", self.scheduler_reserve_full_isl is not None,
                                     RESERVE_FULL_ISL_FLAG)):
             if value and self.vllm_release < since:
                 raise ValueError(f"{flag} came with vLLM {since[0]}.{since[1]}; --vllm-version {self.vllm_version} "
@@ -273,6 +274,14 @@ class EngineArgs:
         if self.async_scheduling is not None:
             return bool(self.async_scheduling)
         return self.vllm_release >= ASYNC_BY_DEFAULT
+
+    @property
+    def effective_scheduler_reserve_full_isl(self) -> bool:
+        """The user's --[no-]scheduler-reserve-full-isl, else the release's: a request is admitted
+        only when its whole prompt's KV blocks fit from vLLM 0.19, on its first chunk's before."""
+        if self.scheduler_reserve_full_isl is not None:
+            return self.scheduler_reserve_full_isl
+        return self.vllm_release >= RESERVE_FULL_ISL_FLAG
 
     @property
     def effective_gpu_memory_utilization(self) -> float:
@@ -380,7 +389,7 @@ class ResolvedEngine:
             enable_chunked_prefill=a.enable_chunked_prefill, watermark=a.watermark,
             max_num_active_seqs=a.max_num_active_seqs,
             long_prefill_token_threshold_adaptive=a.long_prefill_token_threshold_adaptive,
-            scheduler_reserve_full_isl=a.scheduler_reserve_full_isl,
+            scheduler_reserve_full_isl=a.effective_scheduler_reserve_full_isl,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
 

@@ -4,8 +4,9 @@ The simulator follows vLLM 0.33 (``../shared/reference/engine-semantics.md``). S
 the start-up KV budget, a few engine defaults (``--kv-cache-dtype auto`` and ``--async-scheduling``
 among them), the DP load balancer and the lockstep DP ranks' padding changed between the releases
 that measured deployments ran (0.11-0.19 and nightlies in AIConfigurator's silicon data)
-and 0.33; ``--vllm-version`` picks those (the five tables below), and only those: the scheduler,
-the KV-cache manager and every other default stay 0.33's whatever it says.
+and 0.33; ``--vllm-version`` picks those (the five tables below), and only those: the scheduler
+(but its admission gate: the first chunk's KV blocks before 0.19, the whole prompt's after), the
+KV-cache manager and every other default stay 0.33's whatever it says.
 
 Model kernels (``simulator.batch_engine``):
 
@@ -72,10 +73,9 @@ and ``vllm/config/vllm.py`` of the same wheels):
 | 0.17.0 | ``--performance-mode`` (none -> balanced, interactivity, throughput: throughput doubles     |
 |        | the defaulted max_num_batched_tokens and max_num_seqs, interactivity captures every CUDA    |
 |        | graph size 1..32; read in the 0.16.0, 0.17.0 and 0.18.0-0.33.0 wheels); refused before      |
-| 0.19.0 | ``--[no-]scheduler-reserve-full-isl`` exists (on: a request is admitted only when its whole |
-|        | prompt's KV blocks fit; before, only its first chunk's were checked, which the simulator    |
-|        | does not follow: its scheduler is 0.33's); ``--no-scheduler-reserve-full-isl`` is refused   |
-|        | before                                                                                      |
+| 0.19.0 | a waiting request is admitted when its first chunk's KV blocks fit -> when its whole        |
+|        | prompt's do (``scheduler_reserve_full_isl``, on by default; read in the 0.16.0, 0.18.0,     |
+|        | 0.19.0 and 0.20.0 wheels); the flag ``--[no-]scheduler-reserve-full-isl`` is refused before |
 | 0.20.0 | --all2all-backend deepep_low_latency / nixl_ep with EP and DP > 1: the MoE layer runs the   |
 |        | ranks' tokens in chunks of ``VLLM_MOE_DP_CHUNK_SIZE`` = 256 per rank (also mori and         |
 |        | flashinfer_all2allv; ``use_dp_chunking``) -> no chunks; max_num_batched_tokens defaults to  |
@@ -152,7 +152,7 @@ HT_WITHOUT_GRAPHS = (0, 11)       # deepep_high_throughput x DP > 1: CUDA graphs
 BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_num_seqs x max_model_len, ...);
                                   # without chunked prefill max(max_model_len, the default) (max_model_len before)
 MAX_MODEL_LEN_AUTO = (0, 14)      # --max-model-len auto / -1: fitted to the KV cache
-RESERVE_FULL_ISL_FLAG = (0, 19)   # --[no-]scheduler-reserve-full-isl
+RESERVE_FULL_ISL_FLAG = (0, 19)   # admission checks the whole prompt's blocks (the first chunk's before); the flag
 SCHEDULER_WATERMARK = (0, 24)     # --watermark
 SCHEDULER_031 = (0, 31)           # --max-num-active-seqs, --long-prefill-token-threshold-adaptive
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists

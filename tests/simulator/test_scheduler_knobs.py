@@ -30,8 +30,10 @@ def test_watermark_and_adaptive_threshold_reach_the_scheduler():
     cfg = resolve_engine(EngineArgs(watermark=0.05, long_prefill_token_threshold=64,
                                     long_prefill_token_threshold_adaptive=True)).scheduler_config()
     assert (cfg.watermark, cfg.long_prefill_token_threshold_adaptive) == (0.05, True)
-    assert resolve_engine(EngineArgs(scheduler_reserve_full_isl=False)).scheduler_config().scheduler_reserve_full_isl \
-        is False
+    def reserve(**kw):
+        return resolve_engine(EngineArgs(**kw)).scheduler_config().scheduler_reserve_full_isl
+    # the whole prompt's blocks from vLLM 0.19 (the flag's default), its first chunk's before
+    assert (reserve(), reserve(scheduler_reserve_full_isl=False), reserve(vllm_version="0.18.0")) == (True, False, False)
     tight = dict(num_gpu_blocks_override=300)
     assert _run(watermark=0.3, **tight).summary["mean_ttft_ms"] != _run(**tight).summary["mean_ttft_ms"]
     plain, adaptive = (_run(long_prefill_token_threshold=32, long_prefill_token_threshold_adaptive=a)
@@ -45,7 +47,8 @@ def test_watermark_and_adaptive_threshold_reach_the_scheduler():
     (dict(long_prefill_token_threshold_adaptive=True, vllm_version="0.24.0"),
      "--long-prefill-token-threshold-adaptive came with vLLM 0.31"),
     (dict(watermark=1.0), r"--watermark must be in \[0, 1\), got 1.0"),
-    (dict(scheduler_reserve_full_isl=False, vllm_version="0.18.0"), "--no-scheduler-reserve-full-isl came with vLLM 0.19"),
+    (dict(scheduler_reserve_full_isl=False, vllm_version="0.18.0"),
+     r"--\[no-\]scheduler-reserve-full-isl came with vLLM 0.19"),
 ])
 def test_refused(kw, message):
     with pytest.raises(ValueError, match=message):
