@@ -197,6 +197,8 @@ def _apply_token_counts(values: dict[str, Any]) -> None:
     """--max-model-len and --max-num-batched-tokens parsed as vLLM parses them (``_token_count``)."""
     values["max_model_len"] = _token_count(values.get("max_model_len"), "--max-model-len", auto=True)
     values["max_num_batched_tokens"] = _token_count(values.get("max_num_batched_tokens"), "--max-num-batched-tokens")
+    if "max_num_queued_tokens" in values:    # a human-readable int in vLLM too
+        values["max_num_queued_tokens"] = _token_count(values["max_num_queued_tokens"], "--max-num-queued-tokens")
 
 
 def _pick(cls, values: dict[str, Any]):
@@ -296,6 +298,8 @@ def simulate(
     long_prefill_token_threshold_adaptive: Optional[bool] = typer.Option(None, "--long-prefill-token-threshold-adaptive/--no-long-prefill-token-threshold-adaptive", help="vLLM 0.31+: the threshold is at least --max-num-batched-tokens / (running + waiting requests).", rich_help_panel=ENGINE_HELP),
     max_num_active_seqs: Optional[int] = typer.Option(None, help="vLLM 0.31+: requests admitted into RUNNING at most (default --max-num-seqs, which still sizes the CUDA graphs).", rich_help_panel=ENGINE_HELP),
     scheduler_reserve_full_isl: Optional[bool] = typer.Option(None, "--scheduler-reserve-full-isl/--no-scheduler-reserve-full-isl", help="vLLM 0.19+ (default on): admit a request only when its whole prompt's KV blocks fit; off: its first chunk's.", rich_help_panel=ENGINE_HELP),
+    max_num_queued_reqs: Optional[int] = typer.Option(None, help="vLLM 0.29+: the API server refuses a request (HTTP 503, a failed request) when its server holds this many unfinished ones.", rich_help_panel=ENGINE_HELP),
+    max_num_queued_tokens: Optional[str] = typer.Option(None, help="vLLM 0.29+: the API server refuses a request (HTTP 503) while its requests still in prefill hold this many prompt tokens (8k = 8,000).", rich_help_panel=ENGINE_HELP),
     watermark: Optional[float] = typer.Option(None, help="vLLM 0.24+: fraction of the KV blocks kept free when admitting waiting or preempted requests (default 0).", rich_help_panel=ENGINE_HELP),
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),

@@ -36,6 +36,37 @@ class Role(enum.Enum):
     FFN = "F"
 
 
+@dataclass(frozen=True)
+class Admission:
+    """vLLM's API-server admission limits (``AsyncLLM.check_admission``, vLLM 0.29+): a request
+    arriving at a server is refused with HTTP 503 when the server's unfinished requests (waiting +
+    running over its DP ranks) would exceed ``max_num_queued_reqs``, or when the prompt tokens of
+    its requests still in prefill (no token out yet: vLLM counts the whole prompt) reach
+    ``max_num_queued_tokens``."""
+
+    max_num_queued_reqs: int | None = None
+    max_num_queued_tokens: int | None = None
+
+    def refusal(self, schedulers: list) -> str | None:
+        """Why a server of these schedulers refuses one more request now, or None."""
+        if self.max_num_queued_reqs is not None:
+            n = sum(s.num_unfinished() for s in schedulers)
+            if n + 1 > self.max_num_queued_reqs:
+                return (f"HTTP 503: the server holds {n} unfinished requests "
+                        f"(--max-num-queued-reqs {self.max_num_queued_reqs})")
+        if self.max_num_queued_tokens is not None:
+            tokens = sum(r.prompt_len for s in schedulers for r in s.requests.values() if r.num_output_tokens == 0)
+            if tokens >= self.max_num_queued_tokens:
+                return (f"HTTP 503: the server's requests in prefill hold {tokens} prompt tokens "
+                        f"(--max-num-queued-tokens {self.max_num_queued_tokens})")
+        return None
+
+
+def _schedulers(replica: Replica) -> list:
+    """The schedulers of one replica (a lockstep DP replica's ranks, else its one scheduler)."""
+    return list(getattr(replica.scheduler, "ranks", [replica.scheduler]))
+
+
 class EngineGroup:
     """The independent DP engines of one server, as a router sees it (summed loads)."""
 
@@ -60,6 +91,7 @@ class Cluster:
     gpus_per_replica: int
     dp_ranks: int = 1
     vllm_version: tuple[int, int] = SEMANTICS     # the release whose DP load balancer picks the rank
+    admission: Admission | None = None            # the servers' API-server limits (None: none)
     router: RoundRobinRouter | LeastLoadedRouter | KvAwareRouter = field(init=False)
     _groups: list[EngineGroup] = field(init=False, default_factory=list)
     _balancers: list[DpLoadBalancer] = field(init=False, default_factory=list)
@@ -81,10 +113,17 @@ class Cluster:
     def num_gpus(self) -> int:
         return len(self.replicas) * self.gpus_per_replica
 
-    def submit(self, spec: RequestSpec) -> Request:
+    def submit(self, spec: RequestSpec) -> Request | str:
         """Route ``spec`` to a replica (and, for a server of DP engines, to a rank by vLLM's DP load
-        balancer) and hand it over; return the engine's request state."""
+        balancer) and hand it over; return the engine's request state, or why the server refused
+        it (``admission``)."""
         if self.dp_ranks == 1:
-            return self.replicas[self.router.pick(self.replicas)].add_request(spec)
+            replica = self.replicas[self.router.pick(self.replicas)]
+            refusal = self.admission.refusal(_schedulers(replica)) if self.admission else None
+            return refusal or replica.add_request(spec)
         g = self.router.pick(self._groups)
+        if self.admission:
+            refusal = self.admission.refusal([s for e in self._groups[g].engines for s in _schedulers(e)])
+            if refusal:
+                return refusal
         return self._groups[g].engines[self._balancers[g].pick()].add_request(spec)

@@ -61,7 +61,8 @@ from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
                                     HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
-                                    PERFORMANCE_MODE, RESERVE_FULL_ISL_FLAG, SCHEDULER_031, SCHEDULER_WATERMARK,
+                                    PERFORMANCE_MODE, QUEUED_LIMITS, RESERVE_FULL_ISL_FLAG, SCHEDULER_031,
+                                    SCHEDULER_WATERMARK,
                                     default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
@@ -134,6 +135,8 @@ class EngineArgs:
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
     max_num_active_seqs: int | None = None   # --max-num-active-seqs (vLLM 0.31+): RUNNING cap below max_num_seqs
     watermark: float = 0.0               # --watermark (vLLM 0.24+): KV blocks kept free when admitting
+    max_num_queued_reqs: int | None = None      # --max-num-queued-reqs (vLLM 0.29+): API-server 503 limit
+    max_num_queued_tokens: int | None = None    # --max-num-queued-tokens (vLLM 0.29+): prompt tokens in prefill
     scheduler_reserve_full_isl: bool | None = None   # --[no-]scheduler-reserve-full-isl (vLLM 0.19+); None: the release's
     enforce_eager: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
@@ -171,6 +174,7 @@ class EngineArgs:
             _positive("max_model_len", self.max_model_len)
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                      "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs",
+                     "max_num_queued_reqs", "max_num_queued_tokens",
                      "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes",
                      "max_cudagraph_capture_size"):
             _positive(name, getattr(self, name))
@@ -221,6 +225,8 @@ class EngineArgs:
             raise ValueError(f"--watermark must be in [0, 1), got {self.watermark!r}")
         for flag, value, since in (("--watermark", self.watermark, SCHEDULER_WATERMARK),
                                    ("--max-num-active-seqs", self.max_num_active_seqs, SCHEDULER_031),
+                                   ("--max-num-queued-reqs", self.max_num_queued_reqs is not None, QUEUED_LIMITS),
+                                   ("--max-num-queued-tokens", self.max_num_queued_tokens is not None, QUEUED_LIMITS),
                                    ("--long-prefill-token-threshold-adaptive",
                                     self.long_prefill_token_threshold_adaptive, SCHEDULER_031),
                                    ("--[no-]scheduler-reserve-full-isl", self.scheduler_reserve_full_isl is not None,

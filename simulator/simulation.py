@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from simulator.batch_engine import BatchEngine, pricing_notes
-from simulator.cluster import Cluster, Role
+from simulator.cluster import Admission, Cluster, Role
 from simulator.comm.backend import COMM_MODELS
 from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.dp_group import LockstepRanks
@@ -98,6 +98,10 @@ class SimulationSpec:
         if self.architecture == "afd" and self.engine.all2all_backend != "allgather_reducescatter":
             raise ValueError(f"--all2all-backend {self.engine.all2all_backend} applies to co-located and P/D "
                              "engines; AFD moves tokens to its FFN side over the A<->F link (--afd-link-bandwidth)")
+        if self.architecture != "colocated" and (self.engine.max_num_queued_reqs is not None
+                                                 or self.engine.max_num_queued_tokens is not None):
+            raise ValueError("--max-num-queued-reqs / --max-num-queued-tokens are simulated for co-located "
+                             "deployments (one API server per replica); P/D and AFD front ends do not take them")
         if self.architecture == "afd" and self.engine.enable_eplb:
             raise ValueError("--enable-eplb applies to co-located and P/D engines; AFD's FFN side places its experts "
                              "by --ffn-ep")
@@ -210,7 +214,13 @@ class BenchmarkClient:
             self._submit(spec, state)
 
     def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
-        self._track(state, self.entry.submit(spec))
+        request = self.entry.submit(spec)
+        if isinstance(request, str):        # refused by the server (its admission limits)
+            del self.in_flight[spec.request_id]
+            self.failed[spec.request_id] = request
+            self._release_slot()
+            return
+        self._track(state, request)
 
     def _track(self, state: _InFlight, request: Request) -> None:
         """``request`` produces ``state``'s tokens: their times go to state.token_times_s."""
@@ -378,14 +388,17 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
                        jitter_seed=spec.workload.seed)
 
     dp = args.data_parallel_size
+    admission = (Admission(args.max_num_queued_reqs, args.max_num_queued_tokens)
+                 if args.max_num_queued_reqs is not None or args.max_num_queued_tokens is not None else None)
     if resolved.lockstep_dp:    # MoE: the DP ranks of a replica step together
         replicas = [new_replica(i, LockstepRanks([new_scheduler() for _ in range(dp)], resolved.vllm_version))
                     for i in range(args.num_replicas)]
-        cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas))
+        cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas),
+                          admission=admission)
     else:                       # dense: every DP rank is an independent engine, a server's DP LB picks it
         replicas = [new_replica(i, new_scheduler()) for i in range(args.num_replicas * dp)]
         cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas),
-                          dp_ranks=dp, vllm_version=resolved.vllm_version)
+                          dp_ranks=dp, vllm_version=resolved.vllm_version, admission=admission)
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))

@@ -89,6 +89,8 @@ and ``vllm/config/vllm.py`` of the same wheels):
 |        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
 | 0.29.0 | default CUDA-graph sizes: the uniform-decode sizes (max_num_seqs, and with speculative      |
 |        | decoding a request-count grid x (1 + spec tokens)) appended                                 |
+| 0.29.0 | ``--max-num-queued-reqs`` / ``--max-num-queued-tokens`` (the API server refuses a request   |
+|        | with HTTP 503 past them) exist; refused before                                              |
 | 0.31.0 | ``--max-num-active-seqs`` and ``--long-prefill-token-threshold-adaptive`` exist; refused    |
 |        | before                                                                                      |
 
@@ -154,6 +156,7 @@ BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_nu
 MAX_MODEL_LEN_AUTO = (0, 14)      # --max-model-len auto / -1: fitted to the KV cache
 RESERVE_FULL_ISL_FLAG = (0, 19)   # admission checks the whole prompt's blocks (the first chunk's before); the flag
 SCHEDULER_WATERMARK = (0, 24)     # --watermark
+QUEUED_LIMITS = (0, 29)           # --max-num-queued-reqs / --max-num-queued-tokens (API-server 503s)
 SCHEDULER_031 = (0, 31)           # --max-num-active-seqs, --long-prefill-token-threshold-adaptive
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists
 BATCHED_DP_MOE = (0, 20)          # max_num_batched_tokens default 256 under deepep_low_latency / nixl_ep x DP x EP

@@ -53,3 +53,27 @@ def test_watermark_and_adaptive_threshold_reach_the_scheduler():
 def test_refused(kw, message):
     with pytest.raises(ValueError, match=message):
         EngineArgs(**kw)
+
+
+def test_queued_limits_refuse_with_503_at_the_server():
+    """--max-num-queued-reqs 40: 200 requests at t=0, the server holds 40 and refuses 160 (HTTP 503,
+    failed requests, as vllm bench serve counts them). --max-num-queued-tokens: a request is refused
+    while the prompts still in prefill reach the limit (whole prompts, as vLLM's API server counts)."""
+    def run(**kw):
+        engine = EngineArgs(model="meta-llama/Llama-3.1-8B", max_model_len=4096, **kw)
+        return run_simulation(SimulationSpec(engine=engine, workload=WorkloadSpec(
+            num_prompts=200, random_input_len=512, random_output_len=16)))
+    capped = run(max_num_queued_reqs=40)
+    assert (len(capped.records), len(capped.failed)) == (40, 160)
+    assert next(iter(capped.failed.values())) == "HTTP 503: the server holds 40 unfinished requests " \
+        "(--max-num-queued-reqs 40)"
+    tokens = run(max_num_queued_tokens=5000)
+    assert len(tokens.records) == 10 and len(tokens.failed) == 190       # 10 prompts of 512 reach 5,000
+    assert len(run().failed) == 0
+
+
+def test_queued_limits_need_a_colocated_deployment_and_vllm_029():
+    with pytest.raises(ValueError, match="--max-num-queued-reqs came with vLLM 0.29"):
+        EngineArgs(max_num_queued_reqs=8, vllm_version="0.28.0")
+    with pytest.raises(ValueError, match="simulated for co-located deployments"):
+        SimulationSpec(engine=EngineArgs(max_num_queued_tokens=8), architecture="pdd")
