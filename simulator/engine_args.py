@@ -135,6 +135,7 @@ class EngineArgs:
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
     max_num_active_seqs: int | None = None   # --max-num-active-seqs (vLLM 0.31+): RUNNING cap below max_num_seqs
     watermark: float = 0.0               # --watermark (vLLM 0.24+): KV blocks kept free when admitting
+    prefill_schedule_interval: int = 1   # --prefill-schedule-interval (vLLM 0.24+): prefill every N steps
     max_num_queued_reqs: int | None = None      # --max-num-queued-reqs (vLLM 0.29+): API-server 503 limit
     max_num_queued_tokens: int | None = None    # --max-num-queued-tokens (vLLM 0.29+): prompt tokens in prefill
     scheduler_reserve_full_isl: bool | None = None   # --[no-]scheduler-reserve-full-isl (vLLM 0.19+); None: the release's
@@ -174,7 +175,7 @@ class EngineArgs:
             _positive("max_model_len", self.max_model_len)
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                      "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs",
-                     "max_num_queued_reqs", "max_num_queued_tokens",
+                     "max_num_queued_reqs", "max_num_queued_tokens", "prefill_schedule_interval",
                      "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes",
                      "max_cudagraph_capture_size"):
             _positive(name, getattr(self, name))
@@ -224,6 +225,8 @@ class EngineArgs:
                 or not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"--watermark must be in [0, 1), got {self.watermark!r}")
         for flag, value, since in (("--watermark", self.watermark, SCHEDULER_WATERMARK),
+                                   ("--prefill-schedule-interval", self.prefill_schedule_interval != 1,
+                                    SCHEDULER_WATERMARK),
                                    ("--max-num-active-seqs", self.max_num_active_seqs, SCHEDULER_031),
                                    ("--max-num-queued-reqs", self.max_num_queued_reqs is not None, QUEUED_LIMITS),
                                    ("--max-num-queued-tokens", self.max_num_queued_tokens is not None, QUEUED_LIMITS),
@@ -396,6 +399,7 @@ class ResolvedEngine:
             max_num_active_seqs=a.max_num_active_seqs,
             long_prefill_token_threshold_adaptive=a.long_prefill_token_threshold_adaptive,
             scheduler_reserve_full_isl=a.effective_scheduler_reserve_full_isl,
+            prefill_schedule_interval=a.prefill_schedule_interval,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp)
 

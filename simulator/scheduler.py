@@ -71,10 +71,12 @@ class _StepState:
     """Scratch state of one schedule() call: the scheduled requests as aligned lists, in order."""
 
     __slots__ = ("token_budget", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
-                 "remote_ids", "samples", "prefills_done", "lazy_out")
+                 "remote_ids", "samples", "prefills_done", "lazy_out", "defer_prefills", "prefill_admitted")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
+        self.defer_prefills = False          # --prefill-schedule-interval holds prefill this step
+        self.prefill_admitted = False        # a waiting request was admitted with prompt to compute
         self.reqs: list[Request] = []        # scheduling order (a request at most once)
         self.ids: list[str] = []             # their request ids
         self.num_sched: list[int] = []       # tokens of each this step
@@ -126,6 +128,14 @@ class Scheduler:
         self.waiting = make_request_queue(config.policy)
         self._finished_req_ids: set[str] = set()
         self._step_id = 0
+        # --prefill-schedule-interval (vLLM's local prefill cadence; 1 = off): steps that scheduled
+        # tokens, the last one that carried prefill, whether the last release step left requests it
+        # could not admit, and the waiting requests a pass skipped (vLLM's deferred_waiting)
+        self._prefill_interval = config.prefill_schedule_interval
+        self._num_executed_steps = 0
+        self._last_prefill_step = -self._prefill_interval
+        self._prefill_capacity_bound = False
+        self._deferred_waiting: set[str] = set()
         # vLLM V2+PP+async: ``AsyncScheduler.decode_stagger`` = pp (0 = off: pp 1 or sync)
         pp = config.pipeline_parallel_size
         self._decode_stagger = pp if pp > 1 and config.async_scheduling else 0
@@ -387,19 +397,35 @@ class Scheduler:
                 self.check_invariants(out)
             return out
         st = _StepState(self.config.max_num_batched_tokens)
+        interval = self._prefill_interval
+        if interval > 1:        # hold prefill until the interval since the last prefill step has passed
+            st.defer_prefills = (not self._prefill_capacity_bound
+                                 and self._num_executed_steps + 1 - self._last_prefill_step < interval
+                                 and any(not r.is_prefill_chunk for r in self.running))
+            chunks = {id(r) for r in self.running if r.is_prefill_chunk}    # mid-prefill before this step
         n_eligible = len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
         thr = self.config.long_prefill_token_threshold if n_eligible > 1 else 0
         if thr and self.config.long_prefill_token_threshold_adaptive:    # a fair share of the budget at least
             thr = max(thr, self.config.max_num_batched_tokens // n_eligible)
         self._schedule_running(st, thr)
+        if interval > 1:
+            prefill_scheduled = any(id(r) in chunks for r in st.reqs)
         if not st.preempted:
             if self.kv_role == "consumer":
                 self._schedule_waiting_kv_consumer(st, thr)
             else:
                 self._schedule_waiting(st, thr)
+            if interval > 1 and not st.defer_prefills:     # a release step: could it admit everyone?
+                waiting = len(self.waiting) + len(self.kv_holding_waiting)
+                self._prefill_capacity_bound = waiting > len(self._deferred_waiting)
         if self._defer_block_free and st.reqs:
             self._sched_step_seq += 1       # _update_after_schedule stamps r.last_sched_seq
         out = self._update_after_schedule(st)
+        if interval > 1:
+            if out.total_num_scheduled_tokens > 0:
+                self._num_executed_steps += 1
+            if prefill_scheduled or st.prefill_admitted:
+                self._last_prefill_step = self._num_executed_steps
         if self._debug:
             self.check_invariants(out)
         return out
@@ -512,6 +538,9 @@ class Scheduler:
                 continue
             if stagger and step_id < r.next_decode_eligible_step:
                 i += 1  # V2+PP+async: pp steps between the same request's decodes
+                continue
+            if st.defer_prefills and r.is_prefill_chunk:
+                i += 1  # --prefill-schedule-interval: this prefill chunk waits for a release step
                 continue
             known = r.prompt_len + r.num_output_tokens
             n = known + ph - c
@@ -655,8 +684,12 @@ class Scheduler:
             r = waiting.peek_request()
             if r.num_stale_output_tokens and not r.drop_stale_output:
                 skipped.appendleft(waiting.pop_request())  # in-flight output of a preempted step
+                if self._prefill_interval > 1:
+                    self._deferred_waiting.add(r.request_id)
                 continue
             hit_blocks, hit = kv.get_computed_blocks(r)
+            if st.defer_prefills and hit < r.num_tokens - 1:
+                break       # --prefill-schedule-interval: its prompt waits for a release step
             n = self._admission_tokens(r, hit, thr, st.token_budget)
             if n is None:
                 break
@@ -667,6 +700,9 @@ class Scheduler:
                 break  # head-of-line blocking
             kv.record_prefix_cache_stats(r, hit)
             waiting.pop_request()
+            if self._prefill_interval > 1:
+                self._deferred_waiting.discard(r.request_id)
+                st.prefill_admitted |= hit < r.num_tokens - 1
             self._append_running(r)
             (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
             if r.num_preemptions == 0:
@@ -946,6 +982,7 @@ class Scheduler:
                 for k in gone:
                     del running[k]
         if stopped_waiting:
+            self._deferred_waiting.difference_update(r.request_id for r in stopped_waiting)
             self.waiting.remove_requests(stopped_waiting)
             if self.kv_holding_waiting:
                 self.kv_holding_waiting.remove_requests(stopped_waiting)

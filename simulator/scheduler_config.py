@@ -28,6 +28,9 @@ class SchedulerConfig:
         (running + waiting) requests (``--long-prefill-token-threshold-adaptive``, vLLM 0.31+).
     scheduler_reserve_full_isl: admit a request only when its whole prompt's blocks fit, not just
         its first chunk's (``--no-scheduler-reserve-full-isl`` turns it off; vLLM 0.19+).
+    prefill_schedule_interval: admit or continue prefills only once every N executed steps while
+        something decodes, unless the last release step left requests it could not admit (vLLM's
+        local prefill cadence, ``--prefill-schedule-interval``, 0.24+; 1 = every step).
     debug: check invariants every step and raise (also on with env FRONTIER_SCHED_DEBUG=1).
     pipeline_parallel_size: async + PP > 1 (model runner V2): a request decoded in step N is
         next eligible to decode in step N + pp (``AsyncScheduler.decode_stagger``), so the pp
@@ -45,6 +48,7 @@ class SchedulerConfig:
     max_num_active_seqs: int | None = None
     long_prefill_token_threshold_adaptive: bool = False
     scheduler_reserve_full_isl: bool = True
+    prefill_schedule_interval: int = 1
     block_size: int = 16
     enable_prefix_caching: bool = True
     debug: bool = False
@@ -52,7 +56,7 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
-                     "pipeline_parallel_size"):
+                     "pipeline_parallel_size", "prefill_schedule_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 1")
         if self.policy not in ("fcfs", "priority"):

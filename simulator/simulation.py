@@ -102,6 +102,9 @@ class SimulationSpec:
                                                  or self.engine.max_num_queued_tokens is not None):
             raise ValueError("--max-num-queued-reqs / --max-num-queued-tokens are simulated for co-located "
                              "deployments (one API server per replica); P/D and AFD front ends do not take them")
+        if self.engine.prefill_schedule_interval != 1 and self.architecture != "colocated":
+            raise ValueError("--prefill-schedule-interval is simulated for co-located deployments; P/D and AFD "
+                             "instances do not take it here")
         if self.architecture == "afd" and self.engine.enable_eplb:
             raise ValueError("--enable-eplb applies to co-located and P/D engines; AFD's FFN side places its experts "
                              "by --ffn-ep")
@@ -362,6 +365,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     args = resolved.args
     memory = build_memory(resolved)
     resolved = fit_max_model_len(resolved, memory)
+    if args.prefill_schedule_interval != 1 and resolved.lockstep_dp:
+        raise ValueError("--prefill-schedule-interval with MoE DP ranks: vLLM coordinates that cadence across the "
+                         "DP ranks (its DP prefill throttle), which is not simulated; use it with DP 1 or a dense model")
     if args.num_gpu_blocks_override is None:
         memory.check_starts(resolved.max_model_len,
                             more_memory="--gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")

@@ -83,8 +83,9 @@ and ``vllm/config/vllm.py`` of the same wheels):
 |        | The chunks are not modelled: a run of an earlier release with these kernels says so         |
 |        | (``moe_dp_chunk_note``) and prices each step's MoE as one chunk                             |
 | 0.21.0 | default CUDA-graph sizes: max_num_batched_tokens appended when it fits under the ceiling    |
-| 0.24.0 | ``--watermark`` (KV blocks kept free when admitting waiting / preempted requests) exists    |
-|        | (read in the 0.19.0-0.32.0 wheels' ``vllm/config/scheduler.py``); refused before            |
+| 0.24.0 | ``--watermark`` (KV blocks kept free when admitting waiting / preempted requests) and       |
+|        | ``--prefill-schedule-interval`` exist (read in the 0.19.0-0.32.0 wheels'                    |
+|        | ``vllm/config/scheduler.py``); refused before                                               |
 | 0.28.0 | GPUs of >= 160 GiB (B200, B300): max_num_batched_tokens default 8192 -> 16384 for the API   |
 |        | server; the capture ceiling of the sm_100 family 512 -> 1024                                |
 | 0.29.0 | default CUDA-graph sizes: the uniform-decode sizes (max_num_seqs, and with speculative      |
@@ -155,7 +156,7 @@ BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_nu
                                   # without chunked prefill max(max_model_len, the default) (max_model_len before)
 MAX_MODEL_LEN_AUTO = (0, 14)      # --max-model-len auto / -1: fitted to the KV cache
 RESERVE_FULL_ISL_FLAG = (0, 19)   # admission checks the whole prompt's blocks (the first chunk's before); the flag
-SCHEDULER_WATERMARK = (0, 24)     # --watermark
+SCHEDULER_WATERMARK = (0, 24)     # --watermark, --prefill-schedule-interval
 QUEUED_LIMITS = (0, 29)           # --max-num-queued-reqs / --max-num-queued-tokens (API-server 503s)
 SCHEDULER_031 = (0, 31)           # --max-num-active-seqs, --long-prefill-token-threshold-adaptive
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists

@@ -42,6 +42,7 @@ class Case:
     max_num_active_seqs: int | None = None  # --max-num-active-seqs
     long_prefill_token_threshold_adaptive: bool = False
     scheduler_reserve_full_isl: bool = True
+    prefill_schedule_interval: int = 1
 
 
 CASES = [
@@ -97,6 +98,16 @@ CASES = [
          scheduler_reserve_full_isl=False),
     Case("first_chunk_admission_async_cached", 31, 40, (50, 500), (20, 200), 110, max_num_batched_tokens=256,
          scheduler_reserve_full_isl=False, enable_prefix_caching=True, num_shared_prefixes=3, async_scheduling=True),
+    # the cadence holds prefill only once the waiting queue drains (else the release step is
+    # capacity-bound): few requests with long prompts in small chunks
+    Case("prefill_interval_4", 32, 4, (1000, 1500), (50, 200), 3000, max_num_batched_tokens=256,
+         prefill_schedule_interval=4),
+    Case("prefill_interval_3_async_cached", 33, 5, (600, 1500), (50, 200), 3000, max_num_batched_tokens=128,
+         prefill_schedule_interval=3, async_scheduling=True, enable_prefix_caching=True, num_shared_prefixes=2),
+    Case("prefill_interval_2_threshold", 34, 6, (600, 1200), (30, 150), 3000, max_num_batched_tokens=512,
+         long_prefill_token_threshold=96, prefill_schedule_interval=2),
+    Case("prefill_interval_5_async_tight", 35, 5, (400, 800), (100, 300), 110, max_num_batched_tokens=128,
+         prefill_schedule_interval=5, async_scheduling=True),
 ]
 
 
@@ -145,6 +156,7 @@ def _knobs(case: Case) -> dict:
         max_num_active_seqs=case.max_num_active_seqs,
         long_prefill_token_threshold_adaptive=case.long_prefill_token_threshold_adaptive,
         scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
+        prefill_schedule_interval=case.prefill_schedule_interval,
     )
 
 
@@ -219,13 +231,15 @@ def test_tight_cases_really_preempt(vllm_driver, name: str) -> None:
 
 @pytest.mark.parametrize("name", ["watermark_tight_blocks", "watermark_async_cached", "max_num_active_seqs",
                                   "max_num_active_seqs_async", "adaptive_threshold", "adaptive_threshold_async",
-                                  "first_chunk_admission_tight", "first_chunk_admission_async_cached"])
+                                  "first_chunk_admission_tight", "first_chunk_admission_async_cached",
+                                  "prefill_interval_4", "prefill_interval_3_async_cached",
+                                  "prefill_interval_2_threshold", "prefill_interval_5_async_tight"])
 def test_knob_cases_change_the_schedule(vllm_driver, name: str) -> None:
     # Guards the knob cases: vLLM schedules them differently than with the knob at its default.
     import dataclasses
     case = next(c for c in CASES if c.name == name)
     plain = dataclasses.replace(case, watermark=0.0, max_num_active_seqs=None, long_prefill_token_threshold_adaptive=False,
-                                scheduler_reserve_full_isl=True)
+                                scheduler_reserve_full_isl=True, prefill_schedule_interval=1)
     requests = make_requests(case)
     with_knob = vllm_driver.run_vllm_scheduler(requests, num_gpu_blocks=case.num_gpu_blocks, **_knobs(case))
     without = vllm_driver.run_vllm_scheduler(requests, num_gpu_blocks=case.num_gpu_blocks, **_knobs(plain))

@@ -166,6 +166,7 @@ def _build_scheduler(
     max_num_active_seqs: int | None = None,
     long_prefill_token_threshold_adaptive: bool = False,
     scheduler_reserve_full_isl: bool = True,
+    prefill_schedule_interval: int = 1,
 ) -> Scheduler:
     model_config = ModelConfig(
         model=str(model_dir),
@@ -186,6 +187,7 @@ def _build_scheduler(
         max_num_active_seqs=max_num_active_seqs,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        prefill_schedule_interval=prefill_schedule_interval,
     )
     cache_config = CacheConfig(
         block_size=block_size, enable_prefix_caching=enable_prefix_caching
@@ -360,6 +362,7 @@ def run_vllm_scheduler(
     max_num_active_seqs: int | None = None,
     long_prefill_token_threshold_adaptive: bool = False,
     scheduler_reserve_full_isl: bool = True,
+    prefill_schedule_interval: int = 1,
 ) -> list[dict[str, int]]:
     """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
 
@@ -383,6 +386,7 @@ def run_vllm_scheduler(
         max_num_active_seqs=max_num_active_seqs,
         long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        prefill_schedule_interval=prefill_schedule_interval,
     )
     add_requests(scheduler, requests, block_hasher)
     if async_scheduling or pipeline_parallel_size > 1:   # EngineCore.step_with_batch_queue

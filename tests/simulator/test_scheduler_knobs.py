@@ -77,3 +77,20 @@ def test_queued_limits_need_a_colocated_deployment_and_vllm_029():
         EngineArgs(max_num_queued_reqs=8, vllm_version="0.28.0")
     with pytest.raises(ValueError, match="simulated for co-located deployments"):
         SimulationSpec(engine=EngineArgs(max_num_queued_tokens=8), architecture="pdd")
+
+
+def test_prefill_schedule_interval_holds_prefill_between_release_steps():
+    """vLLM 0.24+'s local prefill cadence (its step-by-step parity: tests/oracle/test_parity.py):
+    at a light Poisson load prefills wait for a release step, so TTFT grows with the interval."""
+    def ttft(n):
+        engine = EngineArgs(model="meta-llama/Llama-3.1-8B", max_model_len=4096, prefill_schedule_interval=n)
+        return run_simulation(SimulationSpec(engine=engine, workload=WorkloadSpec(
+            num_prompts=60, random_input_len=512, random_output_len=64, request_rate=10.0))).summary["mean_ttft_ms"]
+    assert ttft(1) < ttft(4) < ttft(8)
+    with pytest.raises(ValueError, match="--prefill-schedule-interval came with vLLM 0.24"):
+        EngineArgs(prefill_schedule_interval=2, vllm_version="0.23.0")
+    moe_dp = EngineArgs(model="Qwen/Qwen3-30B-A3B", data_parallel_size=2, prefill_schedule_interval=2)
+    with pytest.raises(ValueError, match="--prefill-schedule-interval with MoE DP ranks"):
+        run_simulation(SimulationSpec(engine=moe_dp, workload=WorkloadSpec(num_prompts=2)))
+    with pytest.raises(ValueError, match="--prefill-schedule-interval is simulated for co-located deployments"):
+        SimulationSpec(engine=EngineArgs(prefill_schedule_interval=2), architecture="pdd")
