@@ -138,7 +138,7 @@ class EngineArgs:
     prefill_schedule_interval: int = 1   # --prefill-schedule-interval (vLLM 0.24+): prefill every N steps
     max_num_queued_reqs: int | None = None      # --max-num-queued-reqs (vLLM 0.29+): API-server 503 limit
     max_num_queued_tokens: int | None = None    # --max-num-queued-tokens (vLLM 0.29+): prompt tokens in prefill
-    scheduler_reserve_full_isl: bool | None = None   # --[no-]scheduler-reserve-full-isl (vLLM 0.19+); None: the release's
+    scheduler_reserve_full_isl: bool | None = None   # --[no-]scheduler-reserve-full-isl (0.19+); None: the release's
     enforce_eager: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None  # tokens; None = vLLM's default list
     max_cudagraph_capture_size: int | None = None           # tokens; None = vLLM's default

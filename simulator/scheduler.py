@@ -694,8 +694,8 @@ class Scheduler:
             if n is None:
                 break
             blocks = kv.allocate_slots(
-                r, n, hit, hit_blocks, full_sequence_must_fit=cfg.scheduler_reserve_full_isl, has_scheduled_reqs=bool(running)
-            )
+                r, n, hit, hit_blocks, full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
+                has_scheduled_reqs=bool(running))
             if blocks is None:
                 break  # head-of-line blocking
             kv.record_prefix_cache_stats(r, hit)
@@ -767,8 +767,8 @@ class Scheduler:
                 if n is None:
                     break
             blocks = kv.allocate_slots(
-                r, n, hit, hit_blocks, full_sequence_must_fit=cfg.scheduler_reserve_full_isl, has_scheduled_reqs=bool(running),
-                num_external_computed_tokens=ext, delay_cache_blocks=load_async,
+                r, n, hit, hit_blocks, full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
+                has_scheduled_reqs=bool(running), num_external_computed_tokens=ext, delay_cache_blocks=load_async,
                 reserved_blocks=self._inflight_prefill_reserved_blocks() if load_async else 0)
             if blocks is None:
                 break  # head-of-line blocking
