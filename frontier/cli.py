@@ -197,8 +197,9 @@ def _apply_token_counts(values: dict[str, Any]) -> None:
     """--max-model-len and --max-num-batched-tokens parsed as vLLM parses them (``_token_count``)."""
     values["max_model_len"] = _token_count(values.get("max_model_len"), "--max-model-len", auto=True)
     values["max_num_batched_tokens"] = _token_count(values.get("max_num_batched_tokens"), "--max-num-batched-tokens")
-    if "max_num_queued_tokens" in values:    # a human-readable int in vLLM too
-        values["max_num_queued_tokens"] = _token_count(values["max_num_queued_tokens"], "--max-num-queued-tokens")
+    for key in ("max_num_queued_tokens", "prefill_max_num_batched_tokens", "decode_max_num_batched_tokens"):
+        if key in values:    # human-readable ints in vLLM too (the roles' own --max-num-batched-tokens)
+            values[key] = _token_count(values[key], "--" + key.replace("_", "-"))
 
 
 def _pick(cls, values: dict[str, Any]):
@@ -346,7 +347,7 @@ def simulate(
     prefill_gpu: Optional[str] = typer.Option(None, help="Prefill role GPU type (default: --gpu).", rich_help_panel=PDD_HELP),
     prefill_router: Optional[str] = typer.Option(None, help="round_robin or least_loaded (default: --router).", rich_help_panel=PDD_HELP),
     prefill_max_num_seqs: Optional[int] = typer.Option(None, help="The prefill instances' --max-num-seqs (default: --max-num-seqs).", rich_help_panel=PDD_HELP),
-    prefill_max_num_batched_tokens: Optional[int] = typer.Option(None, help="The prefill instances' --max-num-batched-tokens (default: --max-num-batched-tokens).", rich_help_panel=PDD_HELP),
+    prefill_max_num_batched_tokens: Optional[str] = typer.Option(None, help="The prefill instances' --max-num-batched-tokens (default: --max-num-batched-tokens; 8k = 8,000).", rich_help_panel=PDD_HELP),
     decode_tp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_dp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
@@ -354,7 +355,7 @@ def simulate(
     decode_gpu: Optional[str] = typer.Option(None, rich_help_panel=PDD_HELP),
     decode_router: Optional[str] = typer.Option(None, help="round_robin, least_loaded or kv_aware (most free KV blocks).", rich_help_panel=PDD_HELP),
     decode_max_num_seqs: Optional[int] = typer.Option(None, help="The decode instances' --max-num-seqs (default: --max-num-seqs).", rich_help_panel=PDD_HELP),
-    decode_max_num_batched_tokens: Optional[int] = typer.Option(None, help="The decode instances' --max-num-batched-tokens (default: --max-num-batched-tokens).", rich_help_panel=PDD_HELP),
+    decode_max_num_batched_tokens: Optional[str] = typer.Option(None, help="The decode instances' --max-num-batched-tokens (default: --max-num-batched-tokens; 8k = 8,000).", rich_help_panel=PDD_HELP),
     kv_transfer_bandwidth: Optional[float] = typer.Option(None, help="GB/s per GPU for every P->D KV transfer (default: NVLink within a node, else the NIC).", rich_help_panel=PDD_HELP),
     kv_transfer_latency_ms: Optional[float] = typer.Option(None, help="Latency floor per KV transfer (default 0.1 ms).", rich_help_panel=PDD_HELP),
     attention_tp: Optional[int] = typer.Option(None, help="Attention role TP (default: --tensor-parallel-size).", rich_help_panel=AFD_HELP),

@@ -41,6 +41,12 @@ def test_role_batch_limit_flags_reach_their_role(tmp_path):
     steps = pq.read_table(tmp_path / "steps.parquet").to_pydict()
     assert max(n for n, role in zip(steps["num_reqs"], steps["role"]) if role == "P") == 1
     assert max(t for t, role in zip(steps["num_tokens"], steps["role"]) if role == "D") <= 12
+    # as vLLM reads them (2K = 2,048), and a defaulted max_num_seqs follows a smaller budget
+    res = runner.invoke(app, BASE + ["--architecture", "pdd", "--prefill-max-num-batched-tokens", "2K",
+                                     "--decode-max-num-batched-tokens", "0.5k"])
+    assert res.exit_code == 0, res.output
+    assert "steps of <= 1024 requests / 2048 tokens); decode" in res.output
+    assert "steps of <= 500 requests / 500 tokens); busy" in res.output
 
 
 def test_pdd_bad_inputs_get_one_line_errors():
