@@ -28,7 +28,7 @@ import numpy as np
 
 from calibration.importers.aiconfigurator import import_aiconfigurator
 from frontier.gpu import get_gpu
-from frontier.ops import MoeA2a
+from frontier.ops import MOE_A2A_OPS, MoeA2a
 from frontier.profile_schema import read_profiles
 from simulator.comm import AnalyticalCommBackend, CommGroup
 from simulator.comm.moe_a2a import VLLM_TABLE, tables_from_rows
@@ -41,7 +41,7 @@ def report(root: Path, gpus: list[str]) -> list[str]:
     for name in gpus:
         gpu = get_gpu(name)
         df = read_profiles(root, family="comm", gpu=gpu.name)
-        df = df[df["op_name"].isin(["moe_dispatch", "moe_combine"]) & df["backend"].isin(list(KERNEL))]
+        df = df[df["op_name"].isin(MOE_A2A_OPS) & df["backend"].isin(list(KERNEL))]
         scaling = tables_from_rows(df).node_scaling
         df = df[df["framework"] == "vllm"]
         if not len(df):

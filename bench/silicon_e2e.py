@@ -1056,16 +1056,21 @@ def plan(rows: list[dict[str, str]], models: list[str] | None, limit: int | None
     return deps, skips
 
 
+def _items(text: str) -> tuple[str, ...]:
+    """The non-empty items of a comma-separated flag value."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def check_args(args: argparse.Namespace) -> None:
     """ValueError (one line) for a flag the bench cannot run with, raised before anything is
     simulated (each of these used to fail every row, print an empty table, or end the run in a
     traceback once it was done)."""
     from frontier.out_path import check_file_path
     from simulator.moe_routing import RoutingSpec
-    bad = [s.strip() for s in args.systems.split(",") if s.strip() and s.strip() not in SYSTEM_TO_GPU]
+    bad = [s for s in _items(args.systems) if s not in SYSTEM_TO_GPU]
     if bad:
         raise ValueError(f"--systems {bad[0]!r} is not a system this bench simulates; valid: {', '.join(SYSTEM_TO_GPU)}")
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = _items(args.modes)
     bad = [m for m in modes if m not in MODES] or ([] if modes else [args.modes])
     if bad:
         raise ValueError(f"--modes {bad[0]!r} is not a serving mode of the data; valid: {', '.join(MODES)}")
@@ -1155,9 +1160,9 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(report, indent=1, default=str))
         print_report(report["rows"], [Skip(**k) for k in report["skipped"]], report["totals"], aic, jitters)
         return 0
-    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    systems = _items(args.systems)
     models = [m.strip() for m in args.models.split(",")] if args.models else None
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    modes = _items(args.modes)
     rows = load_rows(args.csv, systems, modes)
     deps, skips = plan(rows, models, args.limit, args.aic_runs)
     if models and not deps and not skips:

@@ -234,6 +234,7 @@ class ElementwiseOp:
 
 
 MOE_A2A_PHASES = ("dispatch", "combine")
+MOE_A2A_OPS = tuple(f"moe_{phase}" for phase in MOE_A2A_PHASES)   # their profile rows' op_name
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from frontier.ops import MOE_A2A_OPS
+
 # Adding a family leaves every existing file readable (its columns are unchanged), so it does
 # not bump the version; bundles refuse any other version, and a bump would orphan them all.
 SCHEMA_VERSION = 1
@@ -42,7 +44,7 @@ _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float3
                   "float": "fp32", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8"}
 ATTENTION_OPS = ("context", "generation", "mixed")
 ELEMENTWISE_OPS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "kv_cache_write")
-COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p", "moe_dispatch", "moe_combine")
+COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p") + MOE_A2A_OPS
 LINKS = ("nvlink", "network", "pcie")
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()

@@ -661,7 +661,6 @@ def attention_memory(resolved):
 
 def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     from simulator.control_plane import CompiledRole
-    from simulator.kv_cache.manager import KVCacheManager
     from simulator.replica import Replica
     from simulator.scheduler import Scheduler
     from simulator.simulation import fit_max_model_len, resolve_engine
@@ -685,8 +684,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     engines = make_engines(resolved, args.num_replicas // a_dp if lockstep else args.num_replicas)
 
     def new_scheduler() -> Scheduler:
-        kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
-                            enable_prefix_caching=args.enable_prefix_caching, watermark=args.watermark)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
         return Scheduler(sched_config, kv, kv_role="consumer")
 
     replicas = []

@@ -118,12 +118,12 @@ class Cluster:
         balancer) and hand it over; return the engine's request state, or why the server refused
         it (``admission``)."""
         if self.dp_ranks == 1:
-            replica = self.replicas[self.router.pick(self.replicas)]
-            refusal = self.admission.refusal(_schedulers(replica)) if self.admission else None
-            return refusal or replica.add_request(spec)
-        g = self.router.pick(self._groups)
-        if self.admission:
-            refusal = self.admission.refusal([s for e in self._groups[g].engines for s in _schedulers(e)])
+            server, balancer = [self.replicas[self.router.pick(self.replicas)]], None
+        else:
+            g = self.router.pick(self._groups)
+            server, balancer = self._groups[g].engines, self._balancers[g]
+        if self.admission:      # the server refuses before its DP load balancer picks a rank
+            refusal = self.admission.refusal([s for e in server for s in _schedulers(e)])
             if refusal:
                 return refusal
-        return self._groups[g].engines[self._balancers[g].pick()].add_request(spec)
+        return server[balancer.pick() if balancer else 0].add_request(spec)

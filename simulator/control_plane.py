@@ -51,7 +51,6 @@ from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.engine_cpu import EngineCpu
 from simulator.events import EventLoop
-from simulator.kv_cache.manager import KVCacheManager
 from simulator.kv_transfer import Link
 from simulator.memory import MemoryBudget
 from simulator.replica import Replica
@@ -170,8 +169,7 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)
 
     def new_scheduler() -> Scheduler:
-        kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
-                            enable_prefix_caching=args.enable_prefix_caching, watermark=args.watermark)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
         return Scheduler(sched_config, kv, kv_role=kv_role)
 
     dp = args.data_parallel_size

@@ -58,11 +58,12 @@ from frontier.model_spec import ModelSpec
 from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
+from simulator.kv_cache.manager import KVCacheManager
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
                                     HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
-                                    PERFORMANCE_MODE, QUEUED_LIMITS, RESERVE_FULL_ISL_FLAG, SCHEDULER_031,
-                                    SCHEDULER_WATERMARK,
+                                    PERFORMANCE_MODE, QUEUED_LIMITS, RESERVE_FULL_ISL_FLAG, SCHEDULER_024,
+                                    SCHEDULER_031,
                                     default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
@@ -84,7 +85,7 @@ ROUTERS = ("round_robin", "least_loaded")
 AUTO_MAX_MODEL_LEN = -1   # --max-model-len auto / -1: the longest that fits in the KV cache (vLLM 0.14+)
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 # --all2all-backend: vLLM 0.33's ParallelConfig.all2all_backend (the CLI's choices), how MoE tokens
-# reach their experts with DP > 1. The batch engine prices two shapes of it (``ALL2ALL_BACKENDS``):
+# reach their experts with DP > 1. The batch engine prices each name as one of two shapes (the values):
 # vLLM's default, an all_gather + reduce_scatter of every token over the TP x DP group, and a
 # dispatch + combine of the routed tokens over the EP group (DeepEP, MoRI, MoonEP, NIXL-EP and
 # FlashInfer's NVLink all2all kernels), two all_to_all collectives of the busiest rank's routed
@@ -224,9 +225,13 @@ class EngineArgs:
         if not isinstance(self.watermark, (int, float)) or isinstance(self.watermark, bool) \
                 or not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"--watermark must be in [0, 1), got {self.watermark!r}")
-        for flag, value, since in (("--watermark", self.watermark, SCHEDULER_WATERMARK),
+        if self.performance_mode not in PERFORMANCE_MODES:
+            raise ValueError(f"--performance-mode {self.performance_mode!r} is not one of "
+                             f"{', '.join(PERFORMANCE_MODES)}")
+        for flag, value, since in (("--performance-mode", self.performance_mode != "balanced", PERFORMANCE_MODE),
+                                   ("--watermark", self.watermark, SCHEDULER_024),
                                    ("--prefill-schedule-interval", self.prefill_schedule_interval != 1,
-                                    SCHEDULER_WATERMARK),
+                                    SCHEDULER_024),
                                    ("--max-num-active-seqs", self.max_num_active_seqs, SCHEDULER_031),
                                    ("--max-num-queued-reqs", self.max_num_queued_reqs is not None, QUEUED_LIMITS),
                                    ("--max-num-queued-tokens", self.max_num_queued_tokens is not None, QUEUED_LIMITS),
@@ -237,12 +242,6 @@ class EngineArgs:
             if value and self.vllm_release < since:
                 raise ValueError(f"{flag} came with vLLM {since[0]}.{since[1]}; --vllm-version {self.vllm_version} "
                                  "has none (drop the flag or use a later release)")
-        if self.performance_mode not in PERFORMANCE_MODES:
-            raise ValueError(f"--performance-mode {self.performance_mode!r} is not one of "
-                             f"{', '.join(PERFORMANCE_MODES)}")
-        if self.performance_mode != "balanced" and self.vllm_release < PERFORMANCE_MODE:
-            raise ValueError(f"--performance-mode came with vLLM 0.17; --vllm-version {self.vllm_version} has none "
-                             "(drop the flag or use 0.17 or later)")
         if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
             raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
 
@@ -265,11 +264,6 @@ class EngineArgs:
         most max_num_batched_tokens tokens per rank; its default is then 256 (module doc)."""
         return (self.all2all_backend in BATCHED_DP_MOE_BACKENDS and self.enable_expert_parallel
                 and self.data_parallel_size > 1 and self.vllm_release >= BATCHED_DP_MOE)
-
-    @property
-    def all2all_priced_as(self) -> str:
-        """The batch engine's shape of --all2all-backend (``ALL2ALL_PRICED_AS``)."""
-        return ALL2ALL_PRICED_AS[self.all2all_backend]
 
     @property
     def vllm_release(self) -> tuple[int, int]:
@@ -417,6 +411,13 @@ class ResolvedEngine:
         if a.cudagraph_capture_sizes is None and a.max_cudagraph_capture_size is None:
             return ARCH_MAX_CUDAGRAPH_CAPTURE.get(self.model.architecture)
         return a.max_cudagraph_capture_size
+
+    def kv_cache_manager(self, num_gpu_blocks: int) -> KVCacheManager:
+        """The KV-cache manager of one engine rank over ``num_gpu_blocks`` blocks (its memory
+        budget's), with these arguments' block size, max_model_len, prefix caching and watermark."""
+        a = self.args
+        return KVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
+                              enable_prefix_caching=a.enable_prefix_caching, watermark=a.watermark)
 
     def cudagraph_config(self, num_spec_tokens: int = 0) -> CudaGraphConfig:
         """The CUDA graphs of one engine, as VllmConfig derives them from these arguments."""

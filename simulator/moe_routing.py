@@ -170,8 +170,12 @@ class MoeRouter:
             replicas = np.bincount(self.placement, minlength=num_experts)
             if (replicas == 0).any():
                 raise ValueError("MoeRouter: the placement must hold every expert at least once")
-            # k-th replica (slot order) of each slot's expert, and each slot's expert's replica count
-            self._nth = np.array([int((self.placement[:i] == e).sum()) for i, e in enumerate(self.placement)])
+            # which replica (slot order) of its expert each slot holds, and that expert's replica count
+            seen = np.zeros(num_experts, dtype=np.int64)
+            self._nth = np.empty(len(self.placement), dtype=np.int64)
+            for i, e in enumerate(self.placement):
+                self._nth[i] = seen[e]
+                seen[e] += 1
             self._replicas = replicas[self.placement]
 
     @property

@@ -152,8 +152,10 @@ def cost_model_stats(cost_model: CostModel) -> dict[str, int | str]:
     """Summary keys naming the cost model and, for a bundle, how its queries were answered; with
     measured comm tables (``--comm-model calibrated``), how many collectives they did not cover."""
     from simulator.comm.calibrated import CalibratedCommBackend
-    roofline = cost_model.fallback if isinstance(cost_model, PredictorCostModel) else cost_model
-    out = cost_model.stats() if isinstance(cost_model, PredictorCostModel) else {"cost_model": cost_model.name}
+    if isinstance(cost_model, PredictorCostModel):
+        out, roofline = cost_model.stats(), cost_model.fallback
+    else:
+        out, roofline = {"cost_model": cost_model.name}, cost_model
     comm = getattr(roofline, "comm", None)
     if isinstance(comm, CalibratedCommBackend):
         out.update(comm.stats())

@@ -36,7 +36,6 @@ from simulator.dp_group import LockstepRanks
 from simulator.engine_args import AUTO_MAX_MODEL_LEN, EngineArgs, ResolvedEngine
 from simulator.engine_cpu import MEASURED as MEASURED_ENGINE_CPU, EngineCpu
 from simulator.events import PRIO_ARRIVAL, EventLoop
-from simulator.kv_cache.manager import KVCacheManager
 from simulator.memory import MemoryBudget, ProfiledOverheads, kv_budget
 from simulator.metrics import RequestRecord, summarize
 from simulator.moe_routing import RoutingSpec, make_router
@@ -383,8 +382,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
 
     def new_scheduler() -> Scheduler:
-        kv = KVCacheManager(memory.num_gpu_blocks, resolved.block_size, resolved.max_model_len,
-                            enable_prefix_caching=args.enable_prefix_caching, watermark=args.watermark)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
         return Scheduler(sched_config, kv)
 
     def new_replica(i: int, sched: Scheduler | LockstepRanks) -> Replica:

@@ -156,7 +156,7 @@ BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_nu
                                   # without chunked prefill max(max_model_len, the default) (max_model_len before)
 MAX_MODEL_LEN_AUTO = (0, 14)      # --max-model-len auto / -1: fitted to the KV cache
 RESERVE_FULL_ISL_FLAG = (0, 19)   # admission checks the whole prompt's blocks (the first chunk's before); the flag
-SCHEDULER_WATERMARK = (0, 24)     # --watermark, --prefill-schedule-interval
+SCHEDULER_024 = (0, 24)           # --watermark, --prefill-schedule-interval
 QUEUED_LIMITS = (0, 29)           # --max-num-queued-reqs / --max-num-queued-tokens (API-server 503s)
 SCHEDULER_031 = (0, 31)           # --max-num-active-seqs, --long-prefill-token-threshold-adaptive
 PERFORMANCE_MODE = (0, 17)        # --performance-mode (balanced / interactivity / throughput) exists

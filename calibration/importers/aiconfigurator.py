@@ -313,17 +313,24 @@ def _comm_frame(d, dtype_col, backend, link, gpu, table, framework, version):
     return finish(out, "comm", **_provenance(d, gpu, table, framework, version))
 
 
+def _moe_a2a_rows(op_name, num_gpus, num_tokens, hidden_size, topk, num_experts, link, backend,
+                  latency_us) -> pd.DataFrame:
+    """Comm rows of an MoE dispatch or combine kernel (the family columns; the caller adds
+    provenance): message_bytes = the bf16 hidden states of the tokens each rank dispatches."""
+    out = pd.DataFrame({"op_name": op_name, "num_gpus": num_gpus, "num_tokens": num_tokens,
+                        "hidden_size": hidden_size, "topk": topk, "num_experts": num_experts, "dtype": "bf16",
+                        "link": link, "backend": backend, "latency_s_median": latency_us.astype(float) / 1e6})
+    out["message_bytes"] = out["num_tokens"].astype("int64") * out["hidden_size"] * DTYPE_BYTES["bf16"]
+    return out
+
+
 def _moe_a2a_frame(d, link, gpu, table, vdir):
     """DeepEP dispatch / combine rows (``moe_a2a_perf``: one node, latency in us) as comm rows
     ``moe_<phase>``: backend = AIC's comm_backend (deepep_ht, deepep_ll, ...), num_tokens = the
-    tokens each rank dispatches, message_bytes = their bf16 hidden states."""
+    tokens each rank dispatches."""
     d = d[d["node_num"] == 1]
-    out = pd.DataFrame({"op_name": "moe_" + d["phase"].astype(str), "num_gpus": d["ep_size"],
-                        "num_tokens": d["num_tokens"], "hidden_size": d["hidden_size"], "topk": d["topk"],
-                        "num_experts": d["num_experts"], "dtype": "bf16", "link": link,
-                        "backend": d["comm_backend"].astype(str),
-                        "latency_s_median": d["latency"].astype(float) / 1e6})
-    out["message_bytes"] = out["num_tokens"].astype("int64") * out["hidden_size"] * DTYPE_BYTES["bf16"]
+    out = _moe_a2a_rows("moe_" + d["phase"].astype(str), d["ep_size"], d["num_tokens"], d["hidden_size"], d["topk"],
+                        d["num_experts"], link, d["comm_backend"].astype(str), d["latency"])
     return finish(out, "comm", timing_mode="kernel", **_provenance(d, gpu, table, "vllm", vdir))
 
 
@@ -342,12 +349,9 @@ def _sglang_deepep_frames(systems: Path, aic_gpu: str, gpu: str, link: str) -> l
             d = d[(d["dispatch_sms"] == 20) & (d["combine_sms"] == 20)]
         for phase in ("dispatch", "combine"):
             lat = d[f"{phase}_avg_t_us"] if ll else d[f"{phase}_transmit_us"] + d[f"{phase}_notify_us"]
-            out = pd.DataFrame({"op_name": f"moe_{phase}", "num_gpus": 8 * d["node_num"], "num_tokens": d["num_token"],
-                                "hidden_size": d["hidden_size"], "topk": d["num_topk"], "num_experts": d["num_experts"],
-                                "dtype": "bf16", "link": d["node_num"].map(lambda n: link if n == 1 else "network"),
-                                "backend": "deepep_ll" if ll else "deepep_ht",
-                                "latency_s_median": lat.astype(float) / 1e6})
-            out["message_bytes"] = out["num_tokens"].astype("int64") * out["hidden_size"] * DTYPE_BYTES["bf16"]
+            out = _moe_a2a_rows(f"moe_{phase}", 8 * d["node_num"], d["num_token"], d["hidden_size"], d["num_topk"],
+                                d["num_experts"], d["node_num"].map(lambda n: link if n == 1 else "network"),
+                                "deepep_ll" if ll else "deepep_ht", lat)
             frames.append(finish(out, "comm", timing_mode="kernel",
                                  **_provenance(d, gpu, table, "sglang", path.parent.name)))
     return frames

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from calibration.predictors.base import FamilyPredictor
-
-MOE_A2A_OPS = ("moe_dispatch", "moe_combine")
+from frontier.ops import MOE_A2A_OPS
 
 
 class CommPredictor(FamilyPredictor):

@@ -44,7 +44,7 @@ from collections import Counter
 
 import numpy as np
 
-from frontier.ops import MoeA2a
+from frontier.ops import MOE_A2A_OPS, MoeA2a
 from simulator.comm.group import CommGroup
 
 # --all2all-backend name -> AIC's comm_backend of its measured table
@@ -111,7 +111,7 @@ def tables_from_rows(df) -> MoeA2aTables:
     repeats of one point and the expert-count variants of one shape reduced to their median):
     vLLM's rows price, SGLang's scale across nodes (the release with the most EP sizes, its shapes
     pooled)."""
-    rows = df[df["op_name"].isin(["moe_dispatch", "moe_combine"]) & (df["timing_mode"] == "kernel")]
+    rows = df[df["op_name"].isin(MOE_A2A_OPS) & (df["timing_mode"] == "kernel")]
     framework = rows["framework"].astype(str).str.lower()
     curves: dict[tuple[str, str, int], dict[tuple[int, int], Curve]] = {}
     for (backend, op, n, h, k), g in rows[framework == "vllm"].groupby(["backend", "op_name", "num_gpus",

@@ -163,11 +163,10 @@ def _build_scheduler(
     watermark: float,
     kv_transfer_config: Any = None,
     pipeline_parallel_size: int = 1,
-    max_num_active_seqs: int | None = None,
-    long_prefill_token_threshold_adaptive: bool = False,
-    scheduler_reserve_full_isl: bool = True,
-    prefill_schedule_interval: int = 1,
+    **scheduler_knobs: Any,
 ) -> Scheduler:
+    """A vLLM scheduler over ``num_gpu_blocks`` blocks; ``scheduler_knobs``: further
+    ``SchedulerConfig`` fields as given (max_num_active_seqs, prefill_schedule_interval, ...)."""
     model_config = ModelConfig(
         model=str(model_dir),
         skip_tokenizer_init=True,
@@ -184,10 +183,7 @@ def _build_scheduler(
         policy=policy,
         async_scheduling=async_scheduling,
         watermark=watermark,
-        max_num_active_seqs=max_num_active_seqs,
-        long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
-        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        prefill_schedule_interval=prefill_schedule_interval,
+        **scheduler_knobs,
     )
     cache_config = CacheConfig(
         block_size=block_size, enable_prefix_caching=enable_prefix_caching
@@ -237,7 +233,7 @@ def _build_scheduler(
     }
     wanted = {
         "max_num_seqs": max_num_seqs,
-        "max_num_active_seqs": max_num_active_seqs or max_num_seqs,
+        "max_num_active_seqs": scheduler_knobs.get("max_num_active_seqs") or max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_model_len": max_model_len,
         "long_prefill_token_threshold": long_prefill_token_threshold,
@@ -359,16 +355,14 @@ def run_vllm_scheduler(
     watermark: float = 0.0,
     max_steps: int = 200_000,
     pipeline_parallel_size: int = 1,
-    max_num_active_seqs: int | None = None,
-    long_prefill_token_threshold_adaptive: bool = False,
-    scheduler_reserve_full_isl: bool = True,
-    prefill_schedule_interval: int = 1,
+    **scheduler_knobs: Any,
 ) -> list[dict[str, int]]:
     """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
 
     Returns one ``{request_id: num_scheduled_tokens}`` per executed step, in
     grant order. ``num_gpu_blocks`` counts block 0 (vLLM's null block).
-    ``watermark`` is ``SchedulerConfig.watermark``. Raises RuntimeError after
+    ``watermark`` is ``SchedulerConfig.watermark``; ``scheduler_knobs`` are further
+    ``SchedulerConfig`` fields (``_build_scheduler``). Raises RuntimeError after
     ``max_steps`` engine steps (e.g. a request that can never fit the KV cache).
     """
     scheduler, block_hasher = new_scheduler(
@@ -383,10 +377,7 @@ def run_vllm_scheduler(
         async_scheduling=async_scheduling,
         watermark=watermark,
         pipeline_parallel_size=pipeline_parallel_size,
-        max_num_active_seqs=max_num_active_seqs,
-        long_prefill_token_threshold_adaptive=long_prefill_token_threshold_adaptive,
-        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        prefill_schedule_interval=prefill_schedule_interval,
+        **scheduler_knobs,
     )
     add_requests(scheduler, requests, block_hasher)
     if async_scheduling or pipeline_parallel_size > 1:   # EngineCore.step_with_batch_queue

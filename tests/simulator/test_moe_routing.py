@@ -12,7 +12,7 @@ from frontier.parallel import ParallelSpec
 from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
-from simulator.engine_args import EngineArgs
+from simulator.engine_args import ALL2ALL_PRICED_AS, EngineArgs
 from simulator.moe_routing import MoeRouter, RoutingSpec, allocate_pairs, make_router
 from simulator.simulation import SimulationSpec, run_simulation
 from simulator.workload import WorkloadSpec
@@ -256,7 +256,7 @@ def test_dp_ep_dispatch_and_combine_go_through_the_comm_backend():
 def test_all2all_backend_flag_picks_the_priced_shape():
     """--all2all-backend takes vLLM 0.33's names; the dispatch / combine kernels (DeepEP, ...) price
     as all_to_all over EP, vLLM's default and its removed naive / pplx as all_gather + reduce_scatter."""
-    assert [EngineArgs(all2all_backend=b).all2all_priced_as for b in
+    assert [ALL2ALL_PRICED_AS[EngineArgs(all2all_backend=b).all2all_backend] for b in
             ("allgather_reducescatter", "naive", "pplx", "deepep_high_throughput", "deepep_low_latency",
              "flashinfer_nvlink_one_sided")] == ["allgather_reducescatter"] * 3 + ["all_to_all"] * 3
     with pytest.raises(ValueError, match=r"^--all2all-backend 'passthrough' is not one of allgather_reducescatter, "):
