@@ -53,7 +53,8 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
 # Scenario keys whose values may be richer than the flag's text: a YAML list of capture sizes, a
 # mapping for --compilation-config, and --vllm-version, whose number (0.20 read as 0.2) gets its
 # own message downstream.
-_UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version")
+_UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version",
+                          "speculative_config", "spec_acceptance_rate")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:
@@ -173,6 +174,32 @@ def _apply_eplb_config(values: dict[str, Any]) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"--eplb-config num_redundant_experts must be an integer >= 0, got {n!r}")
     values["num_redundant_experts"] = n
+
+
+def _float_list(value: Any, flag: str) -> list[float] | None:
+    """A list-of-numbers flag: a YAML list or number as is, or "0.8,0.6" / "0.8 0.6" -> [0.8, 0.6]."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [float(value)]
+    parts = value if isinstance(value, list) else str(value).strip().strip("[]").replace(",", " ").split()
+    try:
+        return [float(p) for p in parts]
+    except (TypeError, ValueError):
+        raise ValueError(f"{flag} {value!r} is not a list of numbers; give e.g. 0.8,0.6,0.45") from None
+
+
+def _apply_speculative_config(values: dict[str, Any]) -> None:
+    """Turn ``speculative_config`` (JSON text or a mapping) and ``spec_acceptance_rate`` into the
+    engine's ``SpecDecodeConfig`` (seeded with the workload's seed)."""
+    from simulator.spec_decode import spec_config_from_vllm
+    cfg = _json_object(values.pop("speculative_config", None), "--speculative-config")
+    rates = _float_list(values.pop("spec_acceptance_rate", None), "--spec-acceptance-rate")
+    if cfg is None:
+        if rates is not None:
+            raise ValueError("--spec-acceptance-rate needs --speculative-config")
+        return
+    values["speculative_config"] = spec_config_from_vllm(cfg, rates, int(values.get("seed") or 0))
 
 
 def _token_count(value: Any, flag: str, auto: bool = False) -> int | None:
@@ -336,6 +363,8 @@ def simulate(
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
     all2all_backend: Optional[str] = typer.Option(None, help="How MoE tokens reach their experts with DP x EP, as vLLM's --all2all-backend: allgather_reducescatter (default: all_gather + reduce_scatter over TP x DP), deepep_high_throughput, deepep_low_latency, ... (a dispatch + combine of the routed tokens over the EP group, priced as two all_to_all).", rich_help_panel=ENGINE_HELP),
     performance_mode: Optional[str] = typer.Option(None, "--performance-mode", help="vLLM's --performance-mode (0.17+): balanced (default), throughput (doubles the defaulted --max-num-batched-tokens and --max-num-seqs) or interactivity (CUDA graphs at every size 1..32).", rich_help_panel=ENGINE_HELP),
+    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="vLLM --speculative-config JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'; methods eagle, eagle3, mtp (co-located, PP 1); needs --spec-acceptance-rate.", rich_help_panel=ENGINE_HELP),
+    spec_acceptance_rate: Optional[str] = typer.Option(None, "--spec-acceptance-rate", help="Not a vLLM flag: the drafts' per-position acceptance rates as vLLM logs them ('Per-position acceptance rate'), e.g. 0.8,0.6,0.45, or one rate p for p, p^2, ...", rich_help_panel=ENGINE_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     engine_cpu_overhead: Optional[bool] = typer.Option(None, "--engine-cpu-overhead/--no-engine-cpu-overhead", help="Price the engine core's CPU time per step (0.81 ms + 0.042 ms per scheduled request, measured; simulator/engine_cpu.py): on the critical path with --no-async-scheduling, overlapped with the previous forward otherwise (default off).", rich_help_panel=ENGINE_HELP),
     frontend_latency_ms: Optional[float] = typer.Option(None, "--frontend-latency-ms", help="Milliseconds from a send to the request reaching the engines (HTTP, API server input processing, IPC); TTFT counts it (default 1).", rich_help_panel=ENGINE_HELP),
@@ -381,13 +410,14 @@ def simulate(
     out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
                 "max_concurrency", "num_gpus", "save_detailed", "step_jitter", "comm_model", "moe_routing", "architecture",
                 "engine_cpu_overhead", "frontend_latency_ms",
-                "predictor_bundle", "compilation_config", "eplb_config") + PDD_KEYS + AFD_KEYS
+                "predictor_bundle", "compilation_config", "eplb_config", "spec_acceptance_rate") + PDD_KEYS + AFD_KEYS
     valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid, typing.get_type_hints(simulate))
         values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
         _apply_compilation_config(values)
         _apply_eplb_config(values)
+        _apply_speculative_config(values)
         _apply_token_counts(values)
         if values.get("kv_cache_memory_bytes") is not None:
             from simulator.memory import parse_human_int
@@ -435,6 +465,8 @@ def simulate(
         typer.echo(_calibrated_comm(result.summary))
     for note in result.summary.get("pricing_notes", ()):
         typer.echo(f"note: {note}")
+    if "spec_num_drafts" in result.summary:
+        typer.echo(_spec_decoding(result.summary, r.args.speculative_config))
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)
@@ -458,6 +490,15 @@ def _calibrated_queries(s: dict) -> str:
     return (f"calibrated costs: {predicted} of {total} operator queries priced by the bundle "
             f"({int(s['cost_queries_out_of_range'])} outside its measured range); {roofline} by the roofline "
             f"or, for collectives, the comm model")
+
+
+def _spec_decoding(s: dict, spec) -> str:
+    """The drafts' outcome as vLLM's "SpecDecoding metrics" line reports it (the summary's spec_* keys)."""
+    per_pos = ", ".join(f"{a:.3f}" for a in s["spec_per_position_acceptance_rate"])
+    return (f"speculative decoding ({spec.method}, {spec.num_speculative_tokens} drafts): mean acceptance length "
+            f"{s['spec_mean_acceptance_length']:.2f}, accepted {s['spec_num_accepted_tokens']} of "
+            f"{s['spec_num_draft_tokens']} drafts ({100 * s['spec_draft_acceptance_rate']:.1f} %), per-position "
+            f"acceptance rate {per_pos}")
 
 
 def _calibrated_comm(s: dict) -> str:
@@ -499,6 +540,7 @@ def memory(
     enable_eplb: bool = typer.Option(False, "--enable-eplb/--no-enable-eplb", help="As vllm serve's; with --eplb-config's num_redundant_experts every EP rank holds (experts + redundant) / EP experts."),
     eplb_config: Optional[str] = typer.Option(None, "--eplb-config", help="vLLM --eplb-config JSON; only num_redundant_experts is simulated."),
     performance_mode: str = typer.Option("balanced", "--performance-mode", help="As vllm serve's (0.17+): throughput doubles the defaulted --max-num-batched-tokens and --max-num-seqs; interactivity captures CUDA graphs at every size 1..32."),
+    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="As vllm serve's (methods eagle, eagle3, mtp): the draft head's layer adds its weights and KV, and a uniform decode of 1 + k tokens a request sets the CUDA-graph sizes."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
     """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's)."""
@@ -514,6 +556,9 @@ def memory(
         _apply_eplb_config(eplb)
         tokens = {"max_model_len": max_model_len, "max_num_batched_tokens": max_num_batched_tokens}
         _apply_token_counts(tokens)
+        spec = {"speculative_config": speculative_config,   # the drafts' acceptance does not change memory
+                "spec_acceptance_rate": None if speculative_config is None else [1.0]}
+        _apply_speculative_config(spec)
         args = EngineArgs(
             model=model, gpu=gpu, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, data_parallel_size=data_parallel_size,
@@ -523,7 +568,7 @@ def memory(
             optimization_level=optimization_level, async_scheduling=async_scheduling,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
             all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,
-            kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
+            **spec, kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)
         profiled, note = (None, None) if predictor_bundle is None else _bundle_memory_terms(predictor_bundle, resolved)
         budget = build_memory(resolved, profiled)

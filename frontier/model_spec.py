@@ -75,6 +75,7 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     num_shared_experts: int = 0
     num_expert_groups: int = 1   # DeepSeek-V3's n_group (EPLB packs the groups to nodes)
+    num_mtp_layers: int = 0      # multi-token-prediction layers (num_nextn_predict_layers): --speculative-config mtp
     shared_expert_intermediate_size: int = 0  # width of ONE shared expert
     num_dense_layers: int = 0  # leading dense layers of an MoE model
     kv_lora_rank: int = 0
@@ -332,6 +333,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         num_experts_per_tok=int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0),
         moe_intermediate_size=moe_inter, num_shared_experts=shared, shared_expert_intermediate_size=shared_inter,
         num_expert_groups=int(cfg.get("n_group") or 1),
+        num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0),
         num_dense_layers=dense, kv_lora_rank=kv_lora, q_lora_rank=int(cfg.get("q_lora_rank") or 0),
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if kv_lora else 0,
         qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0) if kv_lora else 0,

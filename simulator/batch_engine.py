@@ -56,6 +56,7 @@ from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.engine_args import ALL2ALL_PRICED_AS
+from simulator.spec_decode import SpecDecodeConfig
 from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
                                     SEMANTICS, moe_dp_chunk_note, moe_kernel_note)
 
@@ -97,10 +98,16 @@ def quant_compute_dtype(method: str, weight_bytes_per_param: float, sm_version: 
 
 @dataclass(frozen=True)
 class BatchShape:
-    """Tokens scheduled this step per request, and tokens already in KV before it."""
+    """Tokens scheduled this step per request, and tokens already in KV before it.
+
+    Speculative decoding (else 0): ``num_drafts``, the drafts the step verifies (each adds a
+    logits row); ``draft_passes``, the drafter's forwards after the step (k, or 0 when vLLM skips
+    drafting: ``BatchEngine.draft_time_s``)."""
 
     new_tokens: tuple[int, ...]
     context_lens: tuple[int, ...]
+    num_drafts: int = 0
+    draft_passes: int = 0
 
     def __post_init__(self) -> None:
         if not self.new_tokens or len(self.new_tokens) != len(self.context_lens):
@@ -111,12 +118,15 @@ class BatchShape:
                              f"{min(self.new_tokens)}, {min(self.context_lens)}")
 
     @classmethod
-    def of_step(cls, new_tokens: tuple[int, ...], context_lens: tuple[int, ...]) -> BatchShape:
+    def of_step(cls, new_tokens: tuple[int, ...], context_lens: tuple[int, ...],
+                num_drafts: int = 0, draft_passes: int = 0) -> BatchShape:
         """A scheduler's step (non-empty, aligned, every request >= 1 new token: what
         ``__post_init__`` checks holds by construction), built without the per-step checks."""
         b = object.__new__(cls)
         object.__setattr__(b, "new_tokens", new_tokens)
         object.__setattr__(b, "context_lens", context_lens)
+        object.__setattr__(b, "num_drafts", num_drafts)
+        object.__setattr__(b, "draft_passes", draft_passes)
         return b
 
     @property
@@ -211,9 +221,10 @@ class BatchEngine:
     def __init__(self, model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
                  cost_model: CostModel, cudagraph: CudaGraphConfig, moe_router: MoeRouter | None = None,
                  all2all_backend: str = "allgather_reducescatter",
-                 vllm_version: tuple[int, int] = SEMANTICS) -> None:
+                 vllm_version: tuple[int, int] = SEMANTICS, spec: SpecDecodeConfig | None = None) -> None:
         """``vllm_version``: (major, minor) of the release whose model kernels to price
-        (``simulator.vllm_version``: MiniMax-M2's router and q/k norm)."""
+        (``simulator.vllm_version``: MiniMax-M2's router and q/k norm); ``spec``: speculative
+        decoding's drafter (``draft_time_s``), None without."""
         parallel.check_model(model)
         if all2all_backend not in ALL2ALL_PRICED_AS:
             raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {', '.join(ALL2ALL_PRICED_AS)}")
@@ -224,6 +235,8 @@ class BatchEngine:
         self.moe_router, self.all2all_backend = moe_router, all2all_backend
         self._dispatch_combine = ALL2ALL_PRICED_AS[all2all_backend] == "all_to_all"
         self.vllm_version = vllm_version
+        self.spec = spec
+        self._draft_cache: dict[tuple[int, str], float] = {}
         # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
         note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method, parallel.moe_tp, parallel.ep)
                 if model.num_moe_layers and model.quant.bytes_per_param("routed_experts") < BF16 else None)
@@ -275,7 +288,9 @@ class BatchEngine:
         dense_timing, attn_timing = mode_timings(mode)
         duration = (self._dense_time_s(padded, dense_timing)
                     + self._attention_time_s(batch, attn_timing)
-                    + self._head_time_s(num_reqs))
+                    + self._head_time_s(num_reqs + batch.num_drafts))
+        if batch.draft_passes:
+            duration += self.draft_time_s(batch, mode, padded)
         cost = StepCost(duration, num_tokens, padded, mode)
         if uniform:
             self._last_uniform = (batch, cost)
@@ -557,6 +572,51 @@ class BatchEngine:
             if self._tp > 1:   # logits gathered to rank 0
                 ops.append((self._comm("all_gather", rows * vocab * ab, self._tp), 1))
             t = self._head_cache[rows] = self._times(ops, "launch")
+        return t
+
+    def draft_time_s(self, batch: BatchShape, mode: str, padded: int) -> float:
+        """The drafter's work after a step (seconds; ``simulator.spec_decode``): a forward of the
+        draft head over the step's tokens in the step's CUDA-graph ``mode`` at its ``padded``
+        count, then ``draft_passes`` - 1 forwards over one token per request (dispatched as any
+        such batch: PIECEWISE graphs at a capture size, eager above), each with draft logits for
+        one row per request. Attention sees each request's context, growing by one a pass."""
+        new, ctx = batch.new_tokens, batch.context_lens
+        rows = len(new)
+        dense_timing, attn_timing = mode_timings(mode)
+        t = (self._draft_layer_time_s(padded, dense_timing) + self._times(
+            [(op, 1) for op in self._attention_for(new, ctx)], attn_timing) + self._head_time_s(rows))
+        if batch.draft_passes > 1:
+            mode, padded = self.cudagraph.dispatch(rows, rows, False)
+            dense_timing, attn_timing = mode_timings(mode)
+            per_pass = self._draft_layer_time_s(padded, dense_timing) + self._head_time_s(rows)
+            ends, ones = [n + c for n, c in zip(new, ctx)], (1,) * rows
+            for j in range(batch.draft_passes - 1):
+                ops = self._attention_for(ones, tuple([e + j for e in ends]))
+                t += per_pass + self._times([(op, 1) for op in ops], attn_timing)
+        return t
+
+    def _draft_layer_time_s(self, m: int, timing: str) -> float:
+        """One forward of the draft head's layer over m tokens (``simulator.spec_decode``): the
+        input GEMM folding in the target's states, norms, the target's attention projections, and
+        its MLP, or, for an MTP layer of an MoE model, its MoE layer."""
+        key = (m, timing)
+        t = self._draft_cache.get(key)
+        if t is None:
+            mdl, ab, tp, spec = self.model, self._ab, self._tp, self.spec
+            h = mdl.hidden_size
+            ops: list[tuple[object, int]] = [
+                (GemmOp("draft_fc", m, h, spec.fc_inputs * h, BF16, ab), 1),
+                (ElementwiseOp("draft_norms", m, h, 8 * h * ab), 1)]
+            ops += [(op, 1) for op in self._attn_gemms(m, mdl.num_attention_heads // tp)]
+            if tp > 1:
+                ops.append((self._comm("all_reduce", m * h * ab, tp), 2))
+            if spec.method == "mtp" and mdl.num_moe_layers or not mdl.intermediate_size:
+                ops += [(op, 1) for op in self._moe_ops(m)]
+            else:
+                ops += [(op, 1) for op in self._mlp_ops("dense_mlp", "draft_mlp", m, _cdiv(mdl.intermediate_size, tp))]
+            if len(self._draft_cache) >= MAX_CACHE_ENTRIES:
+                self._draft_cache.clear()
+            t = self._draft_cache[key] = self._times(ops, timing)
         return t
 
     def attention_ops(self, batch: BatchShape) -> list[tuple[AttentionOp, int]]:

@@ -58,6 +58,7 @@ from frontier.model_spec import ModelSpec
 from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
+from simulator.spec_decode import SpecDecodeConfig
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
@@ -150,6 +151,8 @@ class EngineArgs:
     router: str = "round_robin"
     all2all_backend: str = "allgather_reducescatter"   # --all2all-backend (ALL2ALL_PRICED_AS)
     performance_mode: str = "balanced"   # --performance-mode (vLLM 0.17+): balanced, interactivity, throughput
+    # --speculative-config (with Frontier's --spec-acceptance-rate): EAGLE-family drafts, None = off
+    speculative_config: SpecDecodeConfig | None = None
     # not a vLLM flag: the release whose model kernels, KV budget, engine defaults (async scheduling
     # among them) and DP load balancer to reproduce (simulator/vllm_version.py); the scheduler
     # stays vLLM 0.33's
@@ -242,6 +245,8 @@ class EngineArgs:
             if value and self.vllm_release < since:
                 raise ValueError(f"{flag} came with vLLM {since[0]}.{since[1]}; --vllm-version {self.vllm_version} "
                                  "has none (drop the flag or use a later release)")
+        if self.speculative_config is not None and not isinstance(self.speculative_config, SpecDecodeConfig):
+            raise ValueError(f"speculative_config must be a SpecDecodeConfig, got {self.speculative_config!r}")
         if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
             raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
 
@@ -340,6 +345,10 @@ class EngineArgs:
             max_num_batched_tokens = self.max_num_batched_tokens
         if self.max_num_seqs is None:    # a defaulted max_num_seqs never exceeds the token budget
             max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
+        spec = self.speculative_config
+        if spec is not None and spec.method == "mtp" and not model.num_mtp_layers:
+            raise ValueError(f"--speculative-config method mtp drafts with the checkpoint's multi-token-prediction "
+                             f"layers; {model.name} has none (num_nextn_predict_layers): use eagle or eagle3")
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
@@ -395,7 +404,14 @@ class ResolvedEngine:
             scheduler_reserve_full_isl=a.effective_scheduler_reserve_full_isl,
             prefill_schedule_interval=a.prefill_schedule_interval,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
-            pipeline_parallel_size=self.parallel.pp)
+            pipeline_parallel_size=self.parallel.pp, num_speculative_tokens=self.num_spec_tokens,
+            num_lookahead_tokens=a.speculative_config.num_lookahead_tokens if a.speculative_config else 0)
+
+    @property
+    def num_spec_tokens(self) -> int:
+        """Drafts per request and step (--speculative-config's num_speculative_tokens; 0 = off)."""
+        spec = self.args.speculative_config
+        return spec.num_speculative_tokens if spec is not None else 0
 
     @property
     def vllm_version(self) -> tuple[int, int]:
@@ -419,12 +435,13 @@ class ResolvedEngine:
         return KVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
                               enable_prefix_caching=a.enable_prefix_caching, watermark=a.watermark)
 
-    def cudagraph_config(self, num_spec_tokens: int = 0) -> CudaGraphConfig:
-        """The CUDA graphs of one engine, as VllmConfig derives them from these arguments."""
+    def cudagraph_config(self) -> CudaGraphConfig:
+        """The CUDA graphs of one engine, as VllmConfig derives them from these arguments (a
+        uniform decode has 1 + num_spec_tokens tokens per request)."""
         a = self.args
         return CudaGraphConfig.from_vllm(
             self.max_num_seqs, self.max_num_batched_tokens, enforce_eager=a.enforce_eager,
-            sm_version=self.gpu.sm_version, num_spec_tokens=num_spec_tokens,
+            sm_version=self.gpu.sm_version, num_spec_tokens=self.num_spec_tokens,
             cudagraph_capture_sizes=a.cudagraph_capture_sizes,
             max_cudagraph_capture_size=self.max_cudagraph_capture_size,
             cudagraph_mode=a.effective_cudagraph_mode, vllm_version=self.vllm_version,

@@ -146,7 +146,7 @@ class Replica:
             ranks = [(0, out, self.scheduler)]
         if self.engine_cpu is not None:     # each DP rank's engine core prepares its own batch
             now = self._cpu_done(max(len(o.num_scheduled_tokens) for _, o, _ in ranks))
-        shapes = [BatchShape(o.num_scheduled_tokens, o.context_lens) for _, o, _ in ranks]
+        shapes = [self._shape(o) for _, o, _ in ranks]
         lockstep = isinstance(out, LockstepOutput)
         if lockstep:
             costs = self.engine.lockstep_costs(shapes, len(out.outputs) - len(ranks))
@@ -181,7 +181,8 @@ class Replica:
 
     def _launch_one(self, out: SchedulerOutput, now: float) -> float:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
-        cost = self.engine.step_cost(BatchShape.of_step(out.num_scheduled_tokens, out.context_lens))
+        cost = self.engine.step_cost(self._shape(out) if out.spec_tokens else
+                                     BatchShape.of_step(out.num_scheduled_tokens, out.context_lens))
         duration = cost.duration_s
         if self.engine_cpu is not None:
             now = self._cpu_done(len(out.num_scheduled_tokens))
@@ -192,6 +193,14 @@ class Replica:
         self._trace_step(0, self.scheduler, out, cost, start, end)
         self._num_steps += 1
         return end
+
+    def _shape(self, out: SchedulerOutput) -> BatchShape:
+        """The step's batch for the engine; with speculative decoding, the drafts it verifies and
+        the drafter's passes after it (none when vLLM skips drafting)."""
+        if not out.spec_tokens:
+            return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens)
+        passes = 0 if out.skip_drafts else self.engine.spec.num_speculative_tokens
+        return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, sum(out.spec_tokens), passes)
 
     def _cpu_done(self, num_reqs: int) -> float:
         """When the CPU work of a step of ``num_reqs`` requests scheduled now is done: the engine

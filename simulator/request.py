@@ -97,7 +97,8 @@ class Request:
         them are hash-registered (the manager keeps them equal to its tables; the scheduler reads
         them per step without a table look-up).
     block_hashes: one hash per full block of its known tokens, always
-        ``len(block_hashes) == num_tokens // block_size`` (hashed as soon as a block fills).
+        ``len(block_hashes) == (num_tokens - hash_lookahead) // block_size`` (hashed as soon as a block
+        and the ``hash_lookahead`` tokens after it are known).
     token_times_s: where the caller records the times of its output tokens (the benchmark client
         attaches an array and writes token k's time at [k - 1] from `UpdateResult.token_requests`);
         the scheduler never reads it. Timing is the caller's: the scheduler does not know the time,
@@ -140,6 +141,9 @@ class Request:
     kv_remote_prefill: bool = False
     kv_remote_decode: bool = False
     last_sched_seq: int = 0
+    spec_tokens: int = 0                    # speculative decoding: drafts to verify next (vLLM len(spec_token_ids))
+    real_drafts: int = 0                    # of those, real ones: drafts the drafter proposed after its last step
+    hash_lookahead: int = 0                 # tokens after a block its hash covers (vLLM 1 with an EAGLE drafter)
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -169,14 +173,24 @@ class Request:
     def append_output_token(self) -> None:
         """Append one sampled token (`OUTPUT_TOKEN_ID`) and hash any block it completes."""
         self.num_output_tokens += 1
-        if (len(self.block_hashes) + 1) * self.block_size <= self.prompt_len + self.num_output_tokens:
+        if (len(self.block_hashes) + 1) * self.block_size + self.hash_lookahead <= self.prompt_len + self.num_output_tokens:
             self._update_block_hashes()     # a block just became full (cheap test first: per token)
 
+    def set_hash_lookahead(self, tokens: int) -> None:
+        """Hash each block with the ``tokens`` tokens after it (vLLM's ``num_hash_lookahead_tokens``:
+        1 with an EAGLE-family drafter and prefix caching): a block is hashed, so cacheable and
+        hittable, only once they are known, and a hit needs them to match too."""
+        if tokens != self.hash_lookahead:
+            self.hash_lookahead = tokens
+            self.block_hashes = []
+            self._update_block_hashes()
+
     def _update_block_hashes(self, num_tokens: int = 0) -> None:
-        """Hash every full block of the first num_tokens tokens (default: num_tokens) not hashed yet."""
+        """Hash every full block of the first num_tokens tokens (default: num_tokens) not hashed
+        yet, each with the ``hash_lookahead`` tokens after it, which must be among them."""
         bs, hashes = self.block_size, self.block_hashes
         n = len(hashes)
-        num_tokens = num_tokens or self.prompt_len + self.num_output_tokens
+        num_tokens = (num_tokens or self.prompt_len + self.num_output_tokens) - self.hash_lookahead
         if self.prompt_token_ids is None:
             m = num_tokens // bs
             if m == n + 1:                  # one block (an output token filled it): per block
@@ -191,9 +205,10 @@ class Request:
             n += 1
 
     def _block_key(self, i: int) -> tuple:
-        """Tokens of block i (explicit prompts; outputs are OUTPUT_TOKEN_ID)."""
+        """Tokens of block i and the ``hash_lookahead`` after it (explicit prompts; outputs are
+        OUTPUT_TOKEN_ID)."""
         bs, p = self.block_size, self.prompt_len
-        start, end = i * bs, (i + 1) * bs
+        start, end = i * bs, (i + 1) * bs + self.hash_lookahead
         if end <= p:
             return self.prompt_token_ids[start:end]
         head = self.prompt_token_ids[start:p] if start < p else ()

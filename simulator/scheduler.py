@@ -1,7 +1,8 @@
 """vLLM 0.33 v1 `Scheduler` / `AsyncScheduler` mirror (vllm/v1/core/sched/{scheduler,async_scheduler}.py).
 
-Scope: generative decoder, one full-attention KV group, no speculative decoding, no structured
-output, no LoRA, no EOS (outputs end on max_tokens / max_model_len). KV connector: only the P/D
+Scope: generative decoder, one full-attention KV group, no structured output, no LoRA, no EOS
+(outputs end on max_tokens / max_model_len). Speculative decoding (``num_speculative_tokens`` k > 0,
+co-located only): see "Speculative decoding" below. KV connector: only the P/D
 disaggregation of NixlConnector (pull mode), as two clearly separated paths selected by
 ``kv_role`` (None = no connector: the co-located scheduler, untouched):
 
@@ -43,6 +44,19 @@ Driving protocol (the caller owns time):
   reach max_tokens is not given the extra step. First tokens still come from the step that
   completes the prompt. `scheduler_trace.run_scheduler_only` implements both loops.
 
+Speculative decoding (vLLM 0.33, EAGLE-family drafter, model runner V2): a request that sampled
+holds k drafts (``Request.spec_tokens``: sync, set after its step's output by ``_propose_drafts``
+as vLLM's ``update_draft_token_ids``; async, k placeholders set at schedule time). A running
+request is scheduled ``num_tokens + drafts + placeholders - computed`` tokens (capped as usual), the
+drafts it carries into the step listed in ``SchedulerOutput.spec_tokens``; KV slots are allocated
+for ``num_lookahead_tokens`` more. When the step's output is processed, ``accept_drafts(request,
+context_len, drafts)`` (the caller's acceptance model) says how many drafts the target accepted;
+the rejected ones roll num_computed_tokens (and async placeholders) back, and 1 + accepted tokens
+are appended, trimmed at max_tokens / max_model_len. A request admitted from waiting with one
+token left is padded to 1 + k rows with k placeholder drafts (never accepted) when nothing else
+in the step is a prefill. Lazy decode is off. Followed: vLLM 0.33's ``Scheduler`` /
+``AsyncScheduler`` (tests/oracle/test_spec_parity.py runs both side by side).
+
 Lazy decode (`enable_lazy_decode`, turned on by `simulator.replica.Replica`): a decode is
 listed in each step's output from arrays aligned with ``running`` and skipped by
 update_from_output; only its block events (allocate, hash, cache) touch it, and its counters and
@@ -62,16 +76,27 @@ from simulator.kv_cache.manager import KVCacheManager
 from simulator.request import Request, RequestSpec, RequestStatus
 from simulator.request_queue import make_request_queue
 from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateResult
+from simulator.spec_decode import SpecDecodingStats
 
 _RUNNING, _PREEMPTED = RequestStatus.RUNNING, RequestStatus.PREEMPTED
 _NOTHING = UpdateResult((), (), (), ())         # a processed step that produced nothing to report
+
+
+def _drafts_unused(r: Request, computed: int, n: int) -> bool:
+    """vLLM ``Scheduler._drafts_unused``: the drafts proposed for r after a step that schedules n
+    tokens on ``computed`` are sure to go unused: the step is a non-final prefill chunk, or it
+    samples r's last output token (counting one more in flight with async placeholders)."""
+    if computed + n < r.num_tokens:
+        return True
+    return r.num_output_tokens + 1 + (r.num_output_placeholders > 0) >= r.max_tokens
 
 
 class _StepState:
     """Scratch state of one schedule() call: the scheduled requests as aligned lists, in order."""
 
     __slots__ = ("token_budget", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
-                 "remote_ids", "samples", "prefills_done", "lazy_out", "defer_prefills", "prefill_admitted")
+                 "remote_ids", "samples", "prefills_done", "lazy_out", "defer_prefills", "prefill_admitted",
+                 "spec", "prefill_scheduled", "running_scheduled", "drafts_needed")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -90,6 +115,13 @@ class _StepState:
         self.samples: list[bool] = []
         self.prefills_done: list[Request] = []
         self.lazy_out: list[int] = []   # lazy decode: a0, b0, a1, b1...: ranges [a, b) of reqs listed lazily
+        # speculative decoding: request id -> drafts it verifies this step (vLLM
+        # scheduled_spec_decode_tokens), and whether the running pass scheduled a request that was
+        # mid-prefill (vLLM prefill_scheduled) or any
+        self.spec: dict[str, int] = {}
+        self.prefill_scheduled = False
+        self.running_scheduled = False
+        self.drafts_needed = False      # some request of the step can use the drafts proposed after it
 
     def list_lazy(self, a: int, b: int) -> None:
         """reqs[a:b] were listed lazily: a range of lazy_out (merged with one ending at a)."""
@@ -111,6 +143,7 @@ class _StepState:
         i = self.reqs.index(r)
         del self.reqs[i], self.ids[i], self.ctx[i]
         self.token_budget += self.num_sched.pop(i)
+        self.spec.pop(r.request_id, None)
 
 
 class Scheduler:
@@ -171,6 +204,13 @@ class Scheduler:
         self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
         self._fills: dict[int, list[Request]] = {}      # step -> lazy requests whose token fills a block
         self._wake: list[Request] = []                  # lazy requests the next schedule() must visit
+        # Speculative decoding (see the module docstring): drafts per request and step, KV lookahead
+        # slots, and the acceptance model the caller sets: accept_drafts(request, context_len,
+        # drafts) -> accepted drafts (0..drafts), asked once per processed step that verified some.
+        self._k = config.num_speculative_tokens
+        self._lookahead = config.num_lookahead_tokens
+        self.accept_drafts = None
+        self.spec_stats = SpecDecodingStats(self._k)
 
     # ------------------------------------------------------------------ lazy decode
     def enable_lazy_decode(self) -> bool:
@@ -193,7 +233,7 @@ class Scheduler:
         if self._step_id:
             raise ValueError(f"enable_lazy_decode() after {self._step_id} schedule() calls; "
                              "call it before the first")
-        self._lazy = not (self._priority or self._decode_stagger or self._debug)
+        self._lazy = not (self._priority or self._decode_stagger or self._debug or self._k)
         return self._lazy
 
     def _materialize(self, r: Request, last: int) -> None:
@@ -304,6 +344,8 @@ class Scheduler:
         """
         if isinstance(request, RequestSpec):
             request = Request.from_spec(request, self.config.block_size)
+        if self._k and self.config.enable_prefix_caching:
+            request.set_hash_lookahead(1)   # vLLM: the EAGLE drafter reads the token after a block
         if remote_prefill and self.kv_role != "consumer":
             raise ValueError(f"remote_prefill needs kv_role='consumer', this scheduler has {self.kv_role!r}")
         if remote_decode and self.kv_role != "producer":
@@ -407,7 +449,10 @@ class Scheduler:
         thr = self.config.long_prefill_token_threshold if n_eligible > 1 else 0
         if thr and self.config.long_prefill_token_threshold_adaptive:    # a fair share of the budget at least
             thr = max(thr, self.config.max_num_batched_tokens // n_eligible)
-        self._schedule_running(st, thr)
+        if self._k:
+            self._schedule_running_spec(st, thr)
+        else:
+            self._schedule_running(st, thr)
         if interval > 1:
             prefill_scheduled = any(id(r) in chunks for r in st.reqs)
         if not st.preempted:
@@ -655,6 +700,68 @@ class Scheduler:
                     self._materialize(running[k], step_id - 1)
                     run_end[k] = 0
 
+    def _schedule_running_spec(self, st: _StepState, thr: int) -> None:
+        """`_schedule_running` with speculative decoding: vLLM's running loop request by request
+        (no inline allocation, no lazy decode). A request's drafts and async placeholders count
+        among the tokens it is due; the drafts that fit are the step's ``spec`` for it (vLLM
+        ``scheduled_spec_decode_tokens``), the rest are dropped; every allocation reserves the
+        drafter's lookahead slots."""
+        running, kv, step_id = self.running, self.kv, self._step_id
+        max_len, stagger, priority = self.config.max_model_len, self._decode_stagger, self._priority
+        i = 0
+        while i < len(running) and st.token_budget > 0:
+            r = running[i]
+            c, ph = r.num_computed_tokens, r.num_output_placeholders
+            if ph > 0 and c + 2 - ph >= r.prompt_len + r.max_tokens:
+                i += 1  # async: the in-flight step reaches max_tokens even if every draft is rejected
+                continue
+            if stagger and step_id < r.next_decode_eligible_step:
+                i += 1
+                continue
+            if st.defer_prefills and r.is_prefill_chunk:
+                i += 1
+                continue
+            known = r.prompt_len + r.num_output_tokens
+            n = known + r.spec_tokens + ph - c
+            if 0 < thr < n:
+                n = thr
+            n = min(n, st.token_budget, max_len - c - 1)
+            if n == 0:
+                i += 1
+                continue
+            while True:
+                blocks = kv.allocate_slots(r, n, num_lookahead_tokens=self._lookahead)
+                if blocks is not None:
+                    break
+                victim = max(running, key=lambda q: (q.priority, q.arrival_s)) if priority else running[-1]
+                if priority:
+                    vi = running.index(victim)
+                    del running[vi]
+                    if vi < i:
+                        i -= 1
+                    if victim in st.reqs:       # already scheduled this step: undo
+                        st.undo(victim)
+                else:
+                    running.pop()
+                self._preempt(victim)
+                st.preempted.append(victim)
+                if victim is r:
+                    break
+            if blocks is None:
+                if priority and r.status == RequestStatus.PREEMPTED:
+                    continue  # r preempted itself; later (higher-priority) requests may still fit
+                break
+            st.prefill_scheduled |= r.is_prefill_chunk
+            st.add(r, n, c)
+            st.drafts_needed = st.drafts_needed or not _drafts_unused(r, c, n)
+            if r.spec_tokens:
+                drafts = n + c - known - ph
+                if drafts > 0:
+                    st.spec[r.request_id] = drafts
+                r.spec_tokens = 0       # new drafts come with this step's output (or placeholders)
+            i += 1
+        st.running_scheduled = bool(st.reqs)
+
     def _append_running(self, r: Request) -> None:
         """Admit r at the tail of running (and of the lazy arrays aligned with it)."""
         self.running.append(r)
@@ -663,9 +770,10 @@ class Scheduler:
             self._run_end.append(0)
             self._run_ctx.append(0)
 
-    def _admission_tokens(self, r: Request, computed: int, thr: int, budget: int) -> int | None:
-        """Tokens a waiting request gets at admission; None when it must wait (no chunking)."""
-        n = r.num_tokens - computed
+    def _admission_tokens(self, r: Request, computed: int, thr: int, budget: int, padded: int = 0) -> int | None:
+        """Tokens a waiting request gets at admission; None when it must wait (no chunking).
+        ``padded``: its tokens when padded to a speculative decode's rows (0: not padded)."""
+        n = padded or r.num_tokens - computed
         if 0 < thr < n:
             n = thr
         if not self.config.enable_chunked_prefill and n > budget:
@@ -690,14 +798,27 @@ class Scheduler:
             hit_blocks, hit = kv.get_computed_blocks(r)
             if st.defer_prefills and hit < r.num_tokens - 1:
                 break       # --prefill-schedule-interval: its prompt waits for a release step
-            n = self._admission_tokens(r, hit, thr, st.token_budget)
+            pad = False
+            if self._k and r.num_tokens - hit == 1 and not st.prefill_scheduled and (st.running_scheduled or hit > 0):
+                # vLLM pads a newly admitted decode to 1 + k rows (placeholder drafts) to keep the
+                # step a uniform decode, when the rows and the sampled token fit max_model_len
+                if hit + 1 + self._k + 1 <= cfg.max_model_len:
+                    if 1 + self._k > st.token_budget:
+                        break   # vLLM: rather not schedule than schedule un-padded
+                    pad = True
+            n = self._admission_tokens(r, hit, thr, st.token_budget, 1 + self._k if pad else 0)
             if n is None:
                 break
             blocks = kv.allocate_slots(
-                r, n, hit, hit_blocks, full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
-                has_scheduled_reqs=bool(running))
+                r, n, hit, hit_blocks, num_lookahead_tokens=self._lookahead,
+                full_sequence_must_fit=cfg.scheduler_reserve_full_isl, has_scheduled_reqs=bool(running))
             if blocks is None:
                 break  # head-of-line blocking
+            if pad:
+                st.spec[r.request_id] = self._k
+            if self._k:
+                r.real_drafts = 0               # admitted now: no drafts were proposed for it
+                st.drafts_needed = st.drafts_needed or not _drafts_unused(r, hit, n)
             kv.record_prefix_cache_stats(r, hit)
             waiting.pop_request()
             if self._prefill_interval > 1:
@@ -802,6 +923,7 @@ class Scheduler:
         self._inflight_prefills.discard(r)
         r.status = RequestStatus.PREEMPTED
         r.num_computed_tokens = 0
+        r.spec_tokens = 0
         r.drop_stale_output = self._drop_stale_on_preempt or (r.drop_stale_output and r.num_stale_output_tokens > 0)
         r.num_stale_output_tokens = r.num_in_flight_tokens
         r.num_output_placeholders = 0
@@ -821,6 +943,7 @@ class Scheduler:
             next_eligible = self._step_id + stagger
             defer, seq = self._defer_block_free, self._sched_step_seq
             add_sample = samples.append
+            k_spec, spec = self._k, st.spec
             for r, n in zip(st.reqs[k:], st.num_sched[k:]) if k else zip(st.reqs, st.num_sched):
                 if r.lazy_end:                      # scheduled lazily (after a general-path request)
                     add_sample(True)
@@ -835,11 +958,21 @@ class Scheduler:
                 add_sample(not chunk)
                 if not chunk:
                     if is_async:
-                        r.num_output_placeholders += 1
+                        if k_spec:      # the sampled token and the drafts verified; k new draft placeholders
+                            r.num_output_placeholders += 1 + spec.get(r.request_id, 0)
+                            r.spec_tokens = k_spec
+                        else:
+                            r.num_output_placeholders += 1
                         if stagger:
                             r.next_decode_eligible_step = next_eligible
                     if inflight:
                         inflight.discard(r)
+        real = ()
+        if self._k:     # the drafts the drafter really proposed; it proposes again after this step
+            spec, proposed = st.spec, 0 if not st.drafts_needed else self._k
+            real = tuple([min(spec.get(r.request_id, 0), r.real_drafts) for r in st.reqs])
+            for r in st.reqs:
+                r.real_drafts = proposed
         lo = st.lazy_out
         if lo:                                  # for update_from_output: skip the lazy ones
             n = len(st.reqs)
@@ -864,6 +997,9 @@ class Scheduler:
             total_num_scheduled_tokens=sum(nums),
             remote_kv_request_ids=tuple(st.remote_ids),
             requests=tuple(st.reqs),
+            spec_tokens=tuple([st.spec.get(i, 0) for i in st.ids]) if self._k else (),
+            real_spec_tokens=real,
+            skip_drafts=bool(self._k) and not st.drafts_needed,
         )
 
     # ------------------------------------------------------------------ update
@@ -878,6 +1014,8 @@ class Scheduler:
         Runs per scheduled request per step, so `Request.append_output_token` and the
         `KVCacheManager.cache_blocks` guard are written out here.
         """
+        if self._k:
+            return self._update_spec(output)
         kv = self.kv
         caching = kv.enable_caching
         if self._defer_block_free and output.total_num_scheduled_tokens > 0:
@@ -962,15 +1100,25 @@ class Scheduler:
             if k == 1:
                 firsts.append(rid)
             if stopped:
-                self._finished_req_ids.add(rid)
-                self._inflight_prefills.discard(r)
-                if r.kv_remote_decode:
-                    self._delayed_free[rid] = r     # P/D producer: D reads the blocks first
-                else:
-                    self._free_request_blocks(r)
-                del requests[rid]
+                self._finish(r)
                 finished.append(rid)
                 (stopped_running if status_before == _RUNNING else stopped_waiting).add(r)
+        self._drop_stopped(stopped_running, stopped_waiting)
+        return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished), tuple(token_reqs))
+
+    def _finish(self, r: Request) -> None:
+        """r stopped: report it, free its blocks (P/D producer: once D has read them), forget it."""
+        rid = r.request_id
+        self._finished_req_ids.add(rid)
+        self._inflight_prefills.discard(r)
+        if r.kv_remote_decode:
+            self._delayed_free[rid] = r     # P/D producer: D reads the blocks first
+        else:
+            self._free_request_blocks(r)
+        del self.requests[rid]
+
+    def _drop_stopped(self, stopped_running: set[Request], stopped_waiting: set[Request]) -> None:
+        """Remove the requests a processed step stopped from running / waiting (end of update)."""
         if stopped_running:                     # a few of running: deleted in place, last first
             running = self.running
             gone = sorted(map(running.index, stopped_running), reverse=True)
@@ -988,7 +1136,93 @@ class Scheduler:
                 self.kv_holding_waiting.remove_requests(stopped_waiting)
         if self._debug:
             self.kv.check_invariants(self.requests.values())
-        return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished), tuple(token_reqs))
+
+    def _update_spec(self, output: SchedulerOutput) -> UpdateResult:
+        """``update_from_output`` with speculative decoding (vLLM 0.33's, request by request).
+
+        A request whose step sampled gets 1 + accepted drafts (``accept_drafts``; placeholder
+        drafts are never accepted); the rejected drafts roll back num_computed_tokens (when > 0)
+        and the async placeholders, unless the output is stale (the request was preempted while
+        the step ran). Tokens are appended one by one until a stop (max_tokens / max_model_len),
+        which trims the rest and takes them off num_computed_tokens. Sync: the drafter then
+        proposes k drafts for every request of the step still running past its prompt
+        (``_propose_drafts``)."""
+        kv, bs, max_len = self.kv, self.kv.block_size, self.config.max_model_len
+        caching, accept = kv.enable_caching, self.accept_drafts
+        tokens: list[str] = []
+        token_reqs: list[Request] = []
+        counts: list[int] = []
+        firsts: list[str] = []
+        finished: list[str] = []
+        stopped_running: set[Request] = set()
+        stopped_waiting: set[Request] = set()
+        for r, n, samples, drafts, real, ctx in zip(output.requests, output.num_scheduled_tokens, output.samples,
+                                                    output.spec_tokens, output.real_spec_tokens, output.context_lens):
+            status_before = r.status
+            if status_before > _PREEMPTED:
+                continue
+            r.num_in_flight_tokens -= n
+            stale = False
+            if r.num_stale_output_tokens > 0:
+                stale = True
+                r.num_stale_output_tokens -= n
+                if r.drop_stale_output:
+                    continue
+            if not samples:
+                continue
+            m = 1
+            if drafts:
+                accepted = accept(r, ctx, real) if real else 0      # placeholders are always rejected
+                if not 0 <= accepted <= real:
+                    raise ValueError(f"accept_drafts gave {accepted} accepted drafts of {real} for "
+                                     f"{r.request_id!r}; must be in [0, {real}]")
+                self.spec_stats.observe(drafts, accepted)
+                if not stale:
+                    rejected = drafts - accepted
+                    if r.num_computed_tokens > 0:
+                        r.num_computed_tokens -= rejected
+                    if r.num_output_placeholders > 0:
+                        r.num_output_placeholders -= rejected
+                m += accepted
+            has_placeholders = r.num_output_placeholders > 0
+            k0 = r.num_output_tokens
+            got, stopped = m, False
+            for j in range(1, m + 1):           # vLLM _update_request_with_output: stop checks per token
+                r.append_output_token()
+                if r.num_tokens >= max_len or r.num_output_tokens >= r.max_tokens:
+                    stopped, got = True, j
+                    if not stale:
+                        r.num_computed_tokens -= m - j
+                    break
+            if not stale and has_placeholders:
+                r.num_output_placeholders -= m  # every returned token, the trimmed ones too
+            if stopped:
+                r.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            if not stale and status_before == _RUNNING and caching:
+                done, known = r.num_computed_tokens - r.num_in_flight_tokens, r.num_tokens
+                if (num_full := (done if done < known else known) // bs) > r.kv_num_cached_blocks:
+                    kv.cache_blocks(r, num_full * bs)
+            tokens.append(r.request_id)
+            token_reqs.append(r)
+            counts.append(got)
+            if k0 == 0:
+                firsts.append(r.request_id)
+            if stopped:
+                self._finish(r)
+                finished.append(r.request_id)
+                (stopped_running if status_before == _RUNNING else stopped_waiting).add(r)
+        self._drop_stopped(stopped_running, stopped_waiting)
+        if not self.config.async_scheduling and output.total_num_scheduled_tokens > 0:
+            self._propose_drafts(output)
+        return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished), tuple(token_reqs), tuple(counts))
+
+    def _propose_drafts(self, output: SchedulerOutput) -> None:
+        """Sync: the drafter's proposals after a step (vLLM ``update_draft_token_ids``): k drafts
+        for each request of the step that is still running and not mid-prefill."""
+        k = self._k
+        for r in output.requests:
+            if r.status <= _PREEMPTED and r.request_id in self.requests:
+                r.spec_tokens = 0 if r.is_prefill_chunk else k
 
     # ------------------------------------------------------------------ debug
     def check_invariants(self, out: SchedulerOutput | None = None) -> None:

@@ -35,6 +35,11 @@ class SchedulerConfig:
     pipeline_parallel_size: async + PP > 1 (model runner V2): a request decoded in step N is
         next eligible to decode in step N + pp (``AsyncScheduler.decode_stagger``), so the pp
         steps in flight carry disjoint decode micro-batches.
+    num_speculative_tokens: drafts proposed per request and step (``--speculative-config``'s
+        num_speculative_tokens; 0 = no speculative decoding). A decode step then verifies 1 + k
+        tokens per request; rejected drafts roll num_computed_tokens back.
+    num_lookahead_tokens: KV slots reserved past the scheduled tokens for the drafter's own KV
+        (vLLM ``VllmConfig.num_lookahead_tokens``: k for EAGLE-family drafters and draft models).
     """
 
     max_num_seqs: int = 256
@@ -53,12 +58,25 @@ class SchedulerConfig:
     enable_prefix_caching: bool = True
     debug: bool = False
     pipeline_parallel_size: int = 1
+    num_speculative_tokens: int = 0
+    num_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
                      "pipeline_parallel_size", "prefill_schedule_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 1")
+        for name in ("num_speculative_tokens", "num_lookahead_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)}; must be >= 0")
+        if self.num_lookahead_tokens and self.max_num_batched_tokens <= self.num_lookahead_tokens:
+            raise ValueError(f"max_num_batched_tokens={self.max_num_batched_tokens}; must be > "
+                             f"num_lookahead_tokens={self.num_lookahead_tokens} (vLLM: no slot left to schedule a token)")
+        k = self.num_speculative_tokens
+        if k and 0 < self.long_prefill_token_threshold < 1 + k:
+            raise ValueError(f"long_prefill_token_threshold={self.long_prefill_token_threshold} with "
+                             f"num_speculative_tokens={k}: must be 0 or >= {1 + k} (vLLM 0.33 stops on an assertion "
+                             "when the threshold cuts a newly admitted decode padded to 1 + k tokens)")
         if self.policy not in ("fcfs", "priority"):
             raise ValueError(f"policy={self.policy!r}; valid: 'fcfs', 'priority'")
         if not 0.0 <= self.watermark < 1.0:
@@ -110,6 +128,13 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int
     remote_kv_request_ids: tuple[str, ...] = ()   # P/D consumer: admitted for a KV pull this step
     requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
+    # Speculative decoding only (else empty): drafts each request verifies this step, aligned with
+    # request_ids (vLLM ``len(scheduled_spec_decode_tokens[id])``; 0 for none), and how many of them
+    # are real drafts the target may accept (the rest are -1 placeholders, always rejected: a newly
+    # admitted decode's padding, or async placeholders after a step that proposed none).
+    spec_tokens: tuple[int, ...] = ()
+    real_spec_tokens: tuple[int, ...] = ()
+    skip_drafts: bool = False   # no request of the step can use drafts proposed after it: none are
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(self.request_ids, self.num_scheduled_tokens))
@@ -124,9 +149,12 @@ class UpdateResult:
     first_token_request_ids: subset receiving their first output token.
     finished_request_ids: requests that finished (their blocks are already freed).
     token_requests: the `Request` objects of token_request_ids, aligned (not part of equality).
+    num_new_tokens: speculative decoding only (else empty): tokens each of token_request_ids
+        received (1 + accepted drafts, trimmed at a stop), aligned.
     """
 
     token_request_ids: tuple[str, ...]
     first_token_request_ids: tuple[str, ...]
     finished_request_ids: tuple[str, ...]
     token_requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
+    num_new_tokens: tuple[int, ...] = ()

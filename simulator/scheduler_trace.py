@@ -112,3 +112,29 @@ def run_scheduler_only(
 
     drive(sched, on_schedule=record)
     return steps
+
+
+def run_spec_scheduler_only(
+    requests: list[RequestSpec],
+    config: SchedulerConfig,
+    num_gpu_blocks: int,
+    accept_drafts: Callable[[str, int, int], int],
+) -> list[dict[str, tuple[int, int]]]:
+    """``run_scheduler_only`` with speculative decoding (``config.num_speculative_tokens`` > 0):
+    ``accept_drafts(request_id, context_len, drafts)`` says how many of the drafts a request
+    verified in a step are accepted (``context_len``: its num_computed_tokens before that step).
+    Returns one dict per step that scheduled tokens: {request_id: (num_scheduled_tokens, drafts)}."""
+    if config.num_speculative_tokens < 1:
+        raise ValueError(f"num_speculative_tokens={config.num_speculative_tokens}; must be >= 1 here")
+    sched = make_scheduler(config, num_gpu_blocks)
+    sched.accept_drafts = lambda r, ctx, drafts: accept_drafts(r.request_id, ctx, drafts)
+    for spec in requests:
+        sched.add_request(spec)
+    steps: list[dict[str, tuple[int, int]]] = []
+
+    def record(out: SchedulerOutput) -> None:
+        if out.total_num_scheduled_tokens > 0:
+            steps.append(dict(zip(out.request_ids, zip(out.num_scheduled_tokens, out.spec_tokens))))
+
+    drive(sched, on_schedule=record)
+    return steps

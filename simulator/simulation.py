@@ -43,6 +43,7 @@ from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
+from simulator.spec_decode import DraftAcceptance, SpecDecodingStats, with_draft_layer
 from simulator.role_stats import role_summary
 from simulator.trace import BatchTrace
 from simulator.workload import WorkloadSpec, generate_requests
@@ -236,11 +237,17 @@ class BenchmarkClient:
 
     def _on_update(self, replica: Replica, result: UpdateResult, now_s: float) -> None:
         in_flight = self.in_flight
-        for r in result.token_requests:     # the Request, not a look-up by id: per token
-            r.token_times_s[r.num_output_tokens - 1] = now_s
+        if result.num_new_tokens:           # speculative decoding: a chunk of 1 + accepted tokens
+            for r, n in zip(result.token_requests, result.num_new_tokens):
+                r.token_times_s[r.num_output_tokens - n:r.num_output_tokens] = array("d", [now_s]) * n
+        else:
+            for r in result.token_requests:     # the Request, not a look-up by id: per token
+                r.token_times_s[r.num_output_tokens - 1] = now_s
         for rid in result.finished_request_ids:
             state = in_flight.pop(rid)
             del state.token_times_s[state.request.num_output_tokens:]
+            if result.num_new_tokens:       # one time per output chunk, as vllm bench serve records them
+                state.token_times_s = array("d", _chunk_times(state.token_times_s))
             state.request.token_times_s = None
             self.records.append(self._make_record(rid, state))
             self._release_slot()
@@ -311,6 +318,11 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     return records, summary, sim_wall_s
 
 
+def _chunk_times(times: array) -> list[float]:
+    """Token times with each run of equal times (the tokens of one output chunk) kept once."""
+    return [t for i, t in enumerate(times) if i == 0 or t != times[i - 1]]
+
+
 def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = None,
                  gpu: GpuSpec | None = None) -> MemoryBudget:
     """The KV budget of one engine rank, vLLM's formula (`profiled`: fitted non-KV terms).
@@ -319,14 +331,17 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
     role passes one enlarged by the MLP weights it does not hold (``afd.attention_memory``),
     so every flag reaches its budget the same way."""
     args = resolved.args
+    model = resolved.model
+    if args.speculative_config is not None:     # the draft head's weights and KV
+        model = with_draft_layer(model, args.speculative_config)
     return kv_budget(
-        resolved.model, resolved.parallel, gpu or resolved.gpu,
+        model, resolved.parallel, gpu or resolved.gpu,
         gpu_memory_utilization=args.effective_gpu_memory_utilization, block_size=resolved.block_size,
         max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
         enforce_eager=args.enforce_eager, num_gpu_blocks_override=args.num_gpu_blocks_override,
         max_model_len=resolved.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         async_scheduling=args.effective_async_scheduling, profiled=profiled,
-        cudagraph_capture_sizes=args.cudagraph_capture_sizes,
+        num_spec_tokens=resolved.num_spec_tokens, cudagraph_capture_sizes=args.cudagraph_capture_sizes,
         max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode,
         vllm_version=resolved.vllm_version, interactivity=args.performance_mode == "interactivity")
 
@@ -354,6 +369,9 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
+    if spec.architecture != "colocated" and spec.engine.speculative_config is not None:
+        raise ValueError(f"--speculative-config under --architecture {spec.architecture} is not simulated yet; "
+                         "use --architecture colocated")
     if spec.architecture == "pdd":
         from simulator.pd_proxy import run_pdd
         return run_pdd(spec)
@@ -371,19 +389,29 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         memory.check_starts(resolved.max_model_len,
                             more_memory="--gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")
     spec.check_num_gpus([("colocated", resolved.num_gpus)])
+    if args.speculative_config is not None and (resolved.parallel.pp > 1 or resolved.lockstep_dp):
+        raise ValueError("--speculative-config with pipeline parallelism or MoE DP ranks in lockstep is not "
+                         "simulated yet; use PP 1 and DP 1 (or a dense model)")
     cudagraph = resolved.cudagraph_config()
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
                                                            spec.workload.seed, resolved.gpu.gpus_per_node),
-                         all2all_backend=args.all2all_backend, vllm_version=resolved.vllm_version)
+                         all2all_backend=args.all2all_backend, vllm_version=resolved.vllm_version,
+                         spec=args.speculative_config)
     sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
+    schedulers: list[Scheduler] = []
 
     def new_scheduler() -> Scheduler:
         kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
-        return Scheduler(sched_config, kv)
+        sched = Scheduler(sched_config, kv)
+        if args.speculative_config is not None:     # each engine draws its own acceptances
+            sched.accept_drafts = DraftAcceptance(dataclasses.replace(
+                args.speculative_config, seed=args.speculative_config.seed + len(schedulers)))
+        schedulers.append(sched)
+        return sched
 
     def new_replica(i: int, sched: Scheduler | LockstepRanks) -> Replica:
         return Replica(i, loop, sched, engine, trace, on_update=lambda *a: None,
@@ -408,6 +436,11 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))
     summary["pricing_notes"] = pricing_notes([engine])
+    if args.speculative_config is not None:
+        stats = SpecDecodingStats(resolved.num_spec_tokens)
+        for sched in schedulers:
+            stats.add(sched.spec_stats)
+        summary.update(stats.summary())
     engines = {Role.COLOCATED.value: resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,

@@ -55,6 +55,9 @@ So step N+1 is scheduled before step N's output is processed; decodes carry
 ``num_output_placeholders`` and are rescheduled without waiting, and finishes
 are seen one step late.
 
+Speculative decoding (EAGLE): ``run_vllm_spec_scheduler``, whose docstring gives the
+fake drafter and where the draft calls go in both loops.
+
 All requests arrive at t=0 (``arrival_time=0.0``) and are added in list order,
 so the priority heap's tie-break ``(priority, arrival_time, request_id)`` falls
 to ``request_id``: give zero-padded ids when list order must win ties.
@@ -68,7 +71,7 @@ import json
 import tempfile
 from collections import deque
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 from vllm.config import (
@@ -77,6 +80,7 @@ from vllm.config import (
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
+    SpeculativeConfig,
     VllmConfig,
 )
 from vllm.sampling_params import SamplingParams
@@ -89,7 +93,7 @@ from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupSpec,
 )
-from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
 OUTPUT_TOKEN_ID = 0
@@ -116,6 +120,10 @@ _TINY_LLAMA_CONFIG = {
 }
 
 
+# An EAGLE-LLaMA draft head's config.json: one decoder layer of the target's shape.
+_TINY_EAGLE_DRAFT_CONFIG = {**_TINY_LLAMA_CONFIG, "num_hidden_layers": 1}
+
+
 class RequestLike(Protocol):
     """What the driver reads from a request (``simulator.request.RequestSpec`` fits)."""
 
@@ -131,6 +139,9 @@ class _NoStructuredOutput:
 
     def accept_tokens(self, *args: Any, **kwargs: Any) -> bool:
         return True
+
+    def validate_tokens(self, request: Request, spec_tokens: list[int]) -> list[int]:
+        return spec_tokens   # the real one for a request without structured output
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
@@ -148,6 +159,54 @@ def _prompt_ids(req: RequestLike, index: int) -> list[int]:
     return list(range(base, base + req.prompt_len))
 
 
+def _eagle_config(
+    target: ModelConfig, parallel_config: ParallelConfig, draft_dir: Path, k: int
+) -> SpeculativeConfig:
+    """EAGLE (method "eagle") drafting ``k`` tokens, built as ``EngineArgs`` builds it.
+
+    The draft dir holds a one-layer Llama config.json (as EAGLE-LLaMA checkpoints ship);
+    ``SpeculativeConfig.__post_init__`` wraps it in ``EAGLEConfig``
+    (architecture ``EagleLlamaForCausalLM``). No weights are read.
+    """
+    return SpeculativeConfig(
+        method="eagle",
+        model=str(draft_dir),
+        num_speculative_tokens=k,
+        target_model_config=target,
+        target_parallel_config=parallel_config,
+    )
+
+
+def _check_eagle_scheduler(scheduler: Scheduler, k: int) -> None:
+    """The EAGLE-family settings the spec oracle stands on, as vLLM resolved them.
+
+    Model runner V2 is the 0.33 GPU default for EAGLE (``VllmConfig.use_v2_model_runner``:
+    no unsupported feature); without a CPU platform plugin vLLM resolves the
+    ``UnspecifiedPlatform``, which keeps V2 too. Hence ``can_skip_drafts``.
+    """
+    spec = scheduler.vllm_config.speculative_config
+    effective = {
+        "num_spec_tokens": scheduler.num_spec_tokens,
+        "num_lookahead_tokens": scheduler.num_lookahead_tokens,
+        "num_prefill_lookahead": scheduler.num_prefill_lookahead,
+        "draft_slots": spec.max_num_new_slots_for_drafting,
+        "use_v2_model_runner": scheduler.use_v2_model_runner,
+        "can_skip_drafts": scheduler.can_skip_drafts,
+        "dynamic_sd_lookup": scheduler.dynamic_sd_lookup,
+    }
+    wanted = {
+        "num_spec_tokens": k,
+        "num_lookahead_tokens": k,
+        "num_prefill_lookahead": 1,
+        "draft_slots": 0,
+        "use_v2_model_runner": True,
+        "can_skip_drafts": True,
+        "dynamic_sd_lookup": None,
+    }
+    if effective != wanted:
+        raise RuntimeError(f"vLLM resolved EAGLE differently: wanted {wanted}, got {effective}")
+
+
 def _build_scheduler(
     model_dir: Path,
     *,
@@ -163,16 +222,25 @@ def _build_scheduler(
     watermark: float,
     kv_transfer_config: Any = None,
     pipeline_parallel_size: int = 1,
+    num_speculative_tokens: int = 0,
     **scheduler_knobs: Any,
 ) -> Scheduler:
     """A vLLM scheduler over ``num_gpu_blocks`` blocks; ``scheduler_knobs``: further
-    ``SchedulerConfig`` fields as given (max_num_active_seqs, prefill_schedule_interval, ...)."""
+    ``SchedulerConfig`` fields as given (max_num_active_seqs, prefill_schedule_interval, ...).
+    ``num_speculative_tokens`` > 0 adds the EAGLE drafter of ``_eagle_config`` (its
+    config.json in ``model_dir / "draft"``)."""
     model_config = ModelConfig(
         model=str(model_dir),
         skip_tokenizer_init=True,
         dtype="bfloat16",
         max_model_len=max_model_len,
     )
+    parallel_config = ParallelConfig(pipeline_parallel_size=pipeline_parallel_size)
+    speculative_config = None
+    if num_speculative_tokens:
+        speculative_config = _eagle_config(
+            model_config, parallel_config, model_dir / "draft", num_speculative_tokens
+        )
     scheduler_config = SchedulerConfig(
         max_model_len=max_model_len,
         is_encoder_decoder=False,
@@ -195,7 +263,8 @@ def _build_scheduler(
         cache_config=cache_config,
         device_config=DeviceConfig("cpu"),
         kv_transfer_config=kv_transfer_config,
-        parallel_config=ParallelConfig(pipeline_parallel_size=pipeline_parallel_size),
+        parallel_config=parallel_config,
+        speculative_config=speculative_config,
     )
     # VllmConfig may re-resolve these; the oracle must run exactly what was asked.
     vllm_config.scheduler_config.async_scheduling = async_scheduling
@@ -212,6 +281,8 @@ def _build_scheduler(
                     head_size=_HEAD_DIM,
                     dtype=torch.bfloat16,
                 ),
+                # the drafter's layer has the target's KV spec, so it joins this group
+                is_eagle_group=num_speculative_tokens > 0,
             )
         ],
     )
@@ -269,22 +340,104 @@ def _record(trace: list[dict[str, int]], out: Any) -> None:
         trace.append(dict(out.num_scheduled_tokens))
 
 
-def _run_sync(scheduler: Scheduler, max_steps: int) -> list[dict[str, int]]:
-    trace: list[dict[str, int]] = []
+class _OneTokenRunner:
+    """The fake model runner without a drafter: ``_fake_sample`` and ``_record``."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def execute(self, out: Any) -> ModelRunnerOutput:
+        return _fake_sample(self.scheduler, out)
+
+    def record(self, trace: list[Any], out: Any) -> None:
+        _record(trace, out)
+
+    def take_draft_token_ids(self) -> DraftTokenIds | None:
+        return None   # no drafter (EngineCore.check_for_draft_tokens is False)
+
+
+class _EagleRunner:
+    """Fake model runner V2 with an EAGLE drafter (protocol: ``run_vllm_spec_scheduler``)."""
+
+    def __init__(self, scheduler: Scheduler, accepted: Callable[[str, int, int], int]) -> None:
+        self.scheduler = scheduler
+        self.accepted = accepted
+        # request -> real drafts proposed after its last executed step (req_states.draft_tokens)
+        self.num_drafts: dict[str, int] = {}
+        self.drafts = DraftTokenIds([], [])   # DraftTokensHandler: the last step's proposals
+
+    def execute(self, out: Any) -> ModelRunnerOutput:
+        """Model output for ``out``, decided right after the schedule() that made it."""
+        for new_req in out.scheduled_new_reqs:   # V2 sends resumed requests as new too
+            self.num_drafts[new_req.req_id] = 0
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = [self._sample(out, rid) for rid in req_ids]
+        proposed = 0 if out.skip_drafts else out.num_spec_tokens_to_schedule
+        self.num_drafts.update(dict.fromkeys(req_ids, proposed))
+        self.drafts = DraftTokenIds(req_ids, [[-1] * proposed for _ in req_ids])
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=[],
+        )
+
+    def _sample(self, out: Any, rid: str) -> list[int]:
+        request = self.scheduler.requests[rid]
+        if request.is_prefill_chunk:
+            return []
+        num_scheduled = out.num_scheduled_tokens[rid]
+        num_spec = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+        num_real = min(num_spec, self.num_drafts[rid])
+        if not num_real:
+            return [OUTPUT_TOKEN_ID]
+        context_len = request.num_computed_tokens - num_scheduled
+        accepted = self.accepted(rid, context_len, num_real)
+        if not 0 <= accepted <= num_real:
+            raise ValueError(f"accepted({rid!r}, {context_len}, {num_real}) = {accepted}")
+        return [OUTPUT_TOKEN_ID] * (accepted + 1)
+
+    def record(self, trace: list[Any], out: Any) -> None:
+        if out.total_num_scheduled_tokens > 0:
+            spec = out.scheduled_spec_decode_tokens
+            trace.append(
+                {rid: (n, len(spec.get(rid, ()))) for rid, n in out.num_scheduled_tokens.items()}
+            )
+
+    def take_draft_token_ids(self) -> DraftTokenIds:
+        return self.drafts
+
+
+_Runner = _OneTokenRunner | _EagleRunner
+
+
+def _run_sync(scheduler: Scheduler, max_steps: int, runner: _Runner | None = None) -> list[Any]:
+    runner = runner or _OneTokenRunner(scheduler)
+    trace: list[Any] = []
     for _ in range(max_steps):
         if not scheduler.has_requests():
             return trace
         out = scheduler.schedule()
-        sampled = _fake_sample(scheduler, out)
-        _record(trace, out)
+        sampled = runner.execute(out)
+        runner.record(trace, out)
         scheduler.update_from_output(out, sampled)
+        if out.total_num_scheduled_tokens > 0:   # EngineCore.post_step(model_executed)
+            drafts = runner.take_draft_token_ids()
+            if drafts is not None:
+                scheduler.update_draft_token_ids(drafts)
     raise RuntimeError(f"vLLM scheduler still busy after {max_steps} schedule() calls")
 
 
 def _run_async(
-    scheduler: Scheduler, max_steps: int, batch_queue_size: int = 2
-) -> list[dict[str, int]]:
-    trace: list[dict[str, int]] = []
+    scheduler: Scheduler, max_steps: int, batch_queue_size: int = 2, runner: _Runner | None = None
+) -> list[Any]:
+    """No draft calls: under async scheduling ``EngineCore.post_step`` takes none, and
+    ``step_with_batch_queue`` takes them only for a step deferred for structured output
+    (none here); ``AsyncScheduler`` schedules -1 placeholders the GPU fills in."""
+    runner = runner or _OneTokenRunner(scheduler)
+    trace: list[Any] = []
     batch_queue: deque[tuple[ModelRunnerOutput, Any]] = deque(maxlen=batch_queue_size)
     for _ in range(max_steps):
         if not (scheduler.has_requests() or batch_queue):  # EngineCore.has_work
@@ -293,8 +446,8 @@ def _run_async(
         if scheduler.has_requests():
             out = scheduler.schedule()
             model_executed = out.total_num_scheduled_tokens > 0
-            batch_queue.appendleft((_fake_sample(scheduler, out), out))
-            _record(trace, out)
+            batch_queue.appendleft((runner.execute(out), out))
+            runner.record(trace, out)
             if len(batch_queue) < batch_queue_size and (
                 model_executed or scheduler.has_requests()
             ):
@@ -306,18 +459,31 @@ def _run_async(
     raise RuntimeError(f"vLLM scheduler still busy after {max_steps} engine steps")
 
 
-def new_scheduler(*, block_size: int, enable_prefix_caching: bool, **knobs: Any) -> tuple[Scheduler, Any]:
+def new_scheduler(
+    *, block_size: int, enable_prefix_caching: bool, num_speculative_tokens: int = 0, **knobs: Any
+) -> tuple[Scheduler, Any]:
     """A vLLM scheduler on the tiny Llama config (``_build_scheduler``'s knobs) and the block
-    hasher its requests need (None without prefix caching)."""
+    hasher its requests need (None without prefix caching). ``num_speculative_tokens`` > 0:
+    with the EAGLE drafter of ``_eagle_config``, checked by ``_check_eagle_scheduler``."""
     with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
         model_dir = Path(tmp)
         (model_dir / "config.json").write_text(json.dumps(_TINY_LLAMA_CONFIG))
+        if num_speculative_tokens:
+            (model_dir / "draft").mkdir()
+            (model_dir / "draft" / "config.json").write_text(json.dumps(_TINY_EAGLE_DRAFT_CONFIG))
         scheduler = _build_scheduler(model_dir, block_size=block_size,
-                                     enable_prefix_caching=enable_prefix_caching, **knobs)
+                                     enable_prefix_caching=enable_prefix_caching,
+                                     num_speculative_tokens=num_speculative_tokens, **knobs)
+    if num_speculative_tokens:
+        _check_eagle_scheduler(scheduler, num_speculative_tokens)
     block_hasher = None
     if enable_prefix_caching:
         init_none_hash(sha256_cbor)
-        block_hasher = get_request_block_hasher(block_size, sha256_cbor)
+        # EAGLE with prefix caching hashes each block with the token after it
+        # (VllmConfig.num_hash_lookahead_tokens = 1); 0 otherwise.
+        block_hasher = get_request_block_hasher(
+            block_size, sha256_cbor, scheduler.vllm_config.num_hash_lookahead_tokens
+        )
     return scheduler, block_hasher
 
 
@@ -384,3 +550,89 @@ def run_vllm_scheduler(
         depth = scheduler.vllm_config.max_concurrent_batches
         return _run_async(scheduler, max_steps, batch_queue_size=depth)
     return _run_sync(scheduler, max_steps)
+
+
+def run_vllm_spec_scheduler(
+    requests: Sequence[RequestLike],
+    *,
+    num_speculative_tokens: int,
+    accepted: Callable[[str, int, int], int],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    max_model_len: int,
+    block_size: int,
+    num_gpu_blocks: int,
+    enable_prefix_caching: bool,
+    long_prefill_token_threshold: int = 0,
+    policy: str = "fcfs",
+    async_scheduling: bool = False,
+    max_steps: int = 200_000,
+    **scheduler_knobs: Any,
+) -> list[dict[str, tuple[int, int]]]:
+    """``run_vllm_scheduler`` with EAGLE speculative decoding, ``k = num_speculative_tokens``.
+
+    Returns one ``{request_id: (num_scheduled_tokens, num_scheduled_spec_tokens)}`` per
+    executed step, in grant order; the second item is
+    ``len(scheduled_spec_decode_tokens.get(request_id, []))`` (those tokens are part of
+    the first). Watermark 0, no pipeline parallelism.
+
+    Configuration: method "eagle" on a one-layer EAGLE-Llama draft (``_eagle_config``),
+    model runner V2 as on a GPU; verified on the built scheduler
+    (``_check_eagle_scheduler``): num_spec_tokens = num_lookahead_tokens = k,
+    num_prefill_lookahead 1, no draft slots, can_skip_drafts. With prefix caching, block
+    hashes cover the token after each block (``num_hash_lookahead_tokens`` 1).
+
+    Fake model runner V2 (``_EagleRunner``), decided right after each schedule():
+
+    * A request whose step ends before its known tokens (``is_prefill_chunk``, as in the
+      one-token driver) samples nothing.
+    * Otherwise it samples ``a + 1`` tokens (all ``OUTPUT_TOKEN_ID``), ``a`` the accepted
+      drafts. With ``s`` spec tokens scheduled for it and ``r = min(s, real drafts)``:
+      ``a = accepted(request_id, context_len, r)`` if ``r > 0``, else 0, where
+      ``context_len`` is the scheduler's ``num_computed_tokens`` before the step
+      (``num_computed_tokens - num_scheduled_tokens`` after schedule(); a newly admitted
+      request starts from its prefix-cache hit; under async scheduling the count is
+      optimistic, i.e. it still includes in-flight drafts that may later be rejected).
+      ``accepted`` must return 0..r and is called once per such request and step, in
+      grant order, at schedule time.
+    * Real drafts: after every executed step the runner proposes
+      ``K = 0 if out.skip_drafts else out.num_spec_tokens_to_schedule`` drafts for every
+      scheduled request (``GPUModelRunner.sample_tokens``); a request admitted in a step
+      (new or resumed; V2 re-adds both) has none, so the padding drafts of
+      ``pad_spec_decode`` are all rejected, as the GPU rejects draft rows of a step that
+      starts inside the prefill (``gather_draft_sampled``). Under async scheduling a
+      step scheduled after a ``skip_drafts`` step verifies ``-1`` drafts: ``r = 0``.
+
+    Sync loop (``EngineCore.step`` + ``post_step``)::
+
+        out = schedule(); sampled = runner.execute(out); update_from_output(out, sampled)
+        if out.total_num_scheduled_tokens > 0:
+            update_draft_token_ids(DraftTokenIds(scheduled ids, [[-1] * K] each))
+
+    (``DraftTokensHandler.get_draft_tokens`` without structured output; the scheduler
+    drops them for prefill chunks and finished requests and schedules them next step.)
+
+    Async loop: the one of the module docstring (``_run_async``), with no draft call
+    (``post_step`` skips it under async scheduling; ``AsyncScheduler._update_after_schedule``
+    gives every sampling request ``num_spec_tokens_to_schedule`` -1 placeholder drafts).
+    """
+    scheduler, block_hasher = new_scheduler(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        enable_prefix_caching=enable_prefix_caching,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        policy=policy,
+        async_scheduling=async_scheduling,
+        watermark=0.0,
+        num_speculative_tokens=num_speculative_tokens,
+        **scheduler_knobs,
+    )
+    add_requests(scheduler, requests, block_hasher)
+    runner = _EagleRunner(scheduler, accepted)
+    if async_scheduling:
+        depth = scheduler.vllm_config.max_concurrent_batches
+        return _run_async(scheduler, max_steps, depth, runner)
+    return _run_sync(scheduler, max_steps, runner)

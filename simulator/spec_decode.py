@@ -1,0 +1,183 @@
+"""Speculative decoding: vLLM's ``--speculative-config``, the drafts' acceptance, the drafter's shape.
+
+Methods simulated: vLLM's EAGLE family, whose drafter is a head of the target's own shape run
+after every step of the target (``eagle``: EAGLE-1 heads, ``eagle3``: EAGLE-3 heads, ``mtp``: a
+model's multi-token-prediction layer, e.g. DeepSeek-V3's, reused for every draft). For these vLLM
+0.33 reserves ``num_lookahead_tokens`` = k KV slots past each request's scheduled tokens and adds
+no draft rows to the step's token budget (``SpeculativeConfig.max_num_new_slots_for_drafting``
+is 0); the scheduler side is ``simulator.scheduler`` ("Speculative decoding"). Refused with a
+one-line error: ``ngram`` / ``suffix`` (their proposals depend on the text, which a simulated
+request does not have), ``draft_model`` and the parallel drafters (DFlash, DSpark, P-EAGLE),
+dynamic speculation (``num_speculative_tokens_per_batch_size``).
+
+Acceptance. The accepted share of drafts is a property of the model pair and the data, which a
+simulation does not have, so it is an input: ``acceptance_rates`` are the per-position
+acceptance rates vLLM logs ("SpecDecoding metrics: ... Per-position acceptance rate: 0.80,
+0.62, 0.47"), a_i = share of verifies whose draft i was accepted = P(accepted >= i), so
+non-increasing; one value p stands for p, p^2, ..., p^k (every draft accepted with probability
+p once the one before was). ``DraftAcceptance`` draws each verify's accepted count from them
+(draft i is accepted with probability a_i / a_(i-1) when draft i - 1 was), seeded.
+
+The drafter's work per step (``BatchEngine.draft_time_s``), as vLLM's EAGLE proposer runs it
+(v1/worker/gpu/spec_decode): one forward of the draft head over the step's tokens, then k - 1
+forwards over one token per request, each followed by the draft logits of one row per request.
+The head is priced as one decoder layer of the target (EAGLE-1 / EAGLE-3 heads of Llama-style
+targets and MTP layers have the target's width and layer kind) plus the GEMM that folds the
+target's hidden states in (EAGLE-1 and MTP: 2 x hidden -> hidden, EAGLE-3: 3 x hidden ->
+hidden) and a logits GEMM over the target's vocabulary (an EAGLE-3 head's smaller draft
+vocabulary is not modelled). vLLM skips drafting in a step where no scheduled request can use
+the drafts (``SchedulerOutput.skip_drafts``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from frontier.model_spec import ModelSpec
+
+SPEC_METHODS = ("eagle", "eagle3", "mtp")
+# Draft-head input GEMM width, in multiples of hidden_size (the target states it folds in).
+FC_INPUTS = {"eagle": 2, "eagle3": 3, "mtp": 2}
+# vLLM 0.33 --speculative-config keys that change nothing simulated (the draft checkpoint's path,
+# revision, quantization, its TP size: the head is priced at the target's layout).
+IGNORED_KEYS = ("model", "revision", "code_revision", "quantization", "draft_tensor_parallel_size",
+                "max_model_len", "disable_padded_drafter_batch", "speculative_token_tree")
+REFUSED_METHODS = {
+    "ngram": "its proposals depend on the prompt's text, which a simulated request does not have",
+    "suffix": "its proposals depend on the prompt's text, which a simulated request does not have",
+    "ngram_gpu": "its proposals depend on the prompt's text, which a simulated request does not have",
+    "draft_model": "a separate draft model is not simulated yet",
+    "dflash": "parallel drafters are not simulated", "dspark": "parallel drafters are not simulated",
+}
+
+
+@dataclass(frozen=True)
+class SpecDecodeConfig:
+    """Speculative decoding of one deployment.
+
+    method: "eagle", "eagle3" or "mtp" (SPEC_METHODS).
+    num_speculative_tokens: drafts per request and step (k >= 1).
+    acceptance_rates: per-position acceptance rates (k non-increasing values in [0, 1]; one value
+        p means p, p^2, ..., p^k): see the module docstring.
+    seed: seed of the acceptance draws.
+    """
+
+    method: str
+    num_speculative_tokens: int
+    acceptance_rates: tuple[float, ...]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in SPEC_METHODS:
+            why = REFUSED_METHODS.get(self.method)
+            raise ValueError(f"--speculative-config method {self.method!r} is not simulated"
+                             + (f" ({why})" if why else "") + f"; valid: {', '.join(SPEC_METHODS)}")
+        k = self.num_speculative_tokens
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"--speculative-config num_speculative_tokens must be an integer >= 1, got {k!r}")
+        rates = tuple(self.acceptance_rates)
+        if len(rates) == 1 and k > 1:
+            rates = tuple(rates[0] ** (i + 1) for i in range(k))
+        if len(rates) != k or any(not isinstance(a, (int, float)) or isinstance(a, bool) or not 0.0 <= a <= 1.0
+                                  for a in rates):
+            raise ValueError(f"--spec-acceptance-rate {list(self.acceptance_rates)} must be one value or "
+                             f"{k} (num_speculative_tokens) values in [0, 1]")
+        if any(b > a for a, b in zip(rates, rates[1:])):
+            raise ValueError(f"--spec-acceptance-rate {list(rates)} must not increase with the position "
+                             "(draft i is accepted only when draft i - 1 was)")
+        object.__setattr__(self, "acceptance_rates", tuple(float(a) for a in rates))
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots reserved past the scheduled tokens (vLLM: k for the EAGLE family)."""
+        return self.num_speculative_tokens
+
+    @property
+    def fc_inputs(self) -> int:
+        """Width of the draft head's input GEMM in multiples of hidden_size."""
+        return FC_INPUTS[self.method]
+
+
+def with_draft_layer(model: ModelSpec, spec: SpecDecodeConfig) -> ModelSpec:
+    """``model`` with the draft head's layer added, for the KV budget: its weights and its KV
+    (vLLM loads the head beside the target and gives its attention layer a KV cache of its own in
+    the same pool). An MTP layer of an MoE model is an MoE layer, an EAGLE head a dense one; the
+    head's input GEMM and an EAGLE-3 head's own draft-vocabulary logits (~0.3 GB for 32k x 4096
+    in bf16) are not counted."""
+    dense = 0 if spec.method == "mtp" and model.num_moe_layers else 1
+    return replace(model, num_layers=model.num_layers + 1,
+                   num_dense_layers=model.num_dense_layers + (dense if model.is_moe else 0))
+
+
+def spec_config_from_vllm(cfg: dict[str, Any], acceptance_rates: Sequence[float] | None,
+                          seed: int = 0) -> SpecDecodeConfig:
+    """A ``SpecDecodeConfig`` from vLLM's --speculative-config object and --spec-acceptance-rate."""
+    known = ("method", "num_speculative_tokens", *IGNORED_KEYS)
+    for key in cfg:
+        if key not in known:
+            raise ValueError(f"--speculative-config key {key!r} is not simulated; valid: {', '.join(known)}")
+    if "method" not in cfg or "num_speculative_tokens" not in cfg:
+        raise ValueError("--speculative-config needs method and num_speculative_tokens, "
+                         "e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'")
+    if not acceptance_rates:
+        raise ValueError("--speculative-config needs --spec-acceptance-rate: the per-position acceptance rates "
+                         "vLLM logs for this model pair and data (e.g. 0.8,0.6,0.45), or one rate p for p, p^2, ...")
+    return SpecDecodeConfig(str(cfg["method"]), cfg["num_speculative_tokens"], tuple(acceptance_rates), seed)
+
+
+class DraftAcceptance:
+    """Seeded draws of accepted drafts. ``__call__(request, context_len, drafts)`` is the
+    scheduler's ``accept_drafts``: draft i is accepted with probability a_i / a_(i-1) when draft
+    i - 1 was (a_0 = 1)."""
+
+    def __init__(self, config: SpecDecodeConfig) -> None:
+        rates = (1.0, *config.acceptance_rates)
+        self._cond = [b / a if a > 0 else 0.0 for a, b in zip(rates, rates[1:])]
+        self._rng = random.Random(config.seed)
+
+    def __call__(self, request: object, context_len: int, drafts: int) -> int:
+        draw, cond = self._rng.random, self._cond
+        accepted = 0
+        while accepted < drafts and draw() < cond[accepted]:
+            accepted += 1
+        return accepted
+
+
+class SpecDecodingStats:
+    """What vLLM's "SpecDecoding metrics" log line counts, over the verifies of processed steps:
+    verifies (steps of a request that carried drafts), drafts, accepted drafts, and accepted
+    drafts per position (placeholder drafts count as drafted and rejected, as in vLLM)."""
+
+    def __init__(self, num_speculative_tokens: int) -> None:
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.accepted_per_pos = [0] * num_speculative_tokens
+
+    def observe(self, drafts: int, accepted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += drafts
+        self.num_accepted_tokens += accepted
+        per_pos = self.accepted_per_pos
+        for i in range(accepted):
+            per_pos[i] += 1
+
+    def add(self, other: SpecDecodingStats) -> None:
+        self.num_drafts += other.num_drafts
+        self.num_draft_tokens += other.num_draft_tokens
+        self.num_accepted_tokens += other.num_accepted_tokens
+        self.accepted_per_pos = [a + b for a, b in zip(self.accepted_per_pos, other.accepted_per_pos)]
+
+    def summary(self) -> dict[str, Any]:
+        """Summary keys (vLLM's names where its log has one): mean acceptance length = 1 +
+        accepted / verifies, draft acceptance rate = accepted / drafted, per-position rates."""
+        n = self.num_drafts
+        return {"spec_num_drafts": n, "spec_num_draft_tokens": self.num_draft_tokens,
+                "spec_num_accepted_tokens": self.num_accepted_tokens,
+                "spec_mean_acceptance_length": 1.0 + self.num_accepted_tokens / n if n else 0.0,
+                "spec_draft_acceptance_rate": (self.num_accepted_tokens / self.num_draft_tokens
+                                               if self.num_draft_tokens else 0.0),
+                "spec_per_position_acceptance_rate": [a / n if n else 0.0 for a in self.accepted_per_pos]}

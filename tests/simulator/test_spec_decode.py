@@ -1,0 +1,158 @@
+"""Speculative decoding: --speculative-config, the acceptance draws, the scheduler's verify steps,
+the drafter's price, the KV budget, the client's chunks (vLLM parity: tests/oracle/test_spec_parity.py)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from frontier.cli import app
+from frontier.model_spec import load_model_spec
+from frontier.parallel import ParallelSpec
+from simulator.batch_engine import BatchShape
+from simulator.engine_args import EngineArgs
+from simulator.request import RequestSpec
+from simulator.scheduler_config import SchedulerConfig
+from simulator.scheduler_trace import make_scheduler, run_spec_scheduler_only
+from simulator.simulation import SimulationSpec, build_memory, resolve_engine, run_simulation
+from simulator.spec_decode import DraftAcceptance, SpecDecodeConfig, spec_config_from_vllm, with_draft_layer
+from simulator.workload import WorkloadSpec
+
+EAGLE3 = SpecDecodeConfig("eagle3", 3, (0.8, 0.6, 0.45))
+
+
+def _config(k: int, async_scheduling: bool) -> SchedulerConfig:
+    return SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=256, max_model_len=4096,
+                           async_scheduling=async_scheduling, num_speculative_tokens=k, num_lookahead_tokens=k,
+                           enable_prefix_caching=False)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_one_request_verifies_k_drafts_a_step(async_scheduling):
+    # prompt 20, 5 outputs, k = 2: the prefill samples token 1; every later step verifies 2 drafts.
+    # Nothing accepted: one token a step (4 more steps). All accepted: 3 tokens a step, so two
+    # steps (tokens 2-4, then 5-7 trimmed to 5); async schedules the same here.
+    reqs = [RequestSpec("r0", 0.0, 20, 5)]
+    none = run_spec_scheduler_only(reqs, _config(2, async_scheduling), 100, lambda r, c, d: 0)
+    assert none == [{"r0": (20, 0)}] + [{"r0": (3, 2)}] * 4
+    every = run_spec_scheduler_only(reqs, _config(2, async_scheduling), 100, lambda r, c, d: d)
+    assert every == [{"r0": (20, 0)}, {"r0": (3, 2)}, {"r0": (3, 2)}]
+
+
+def test_rejected_drafts_roll_back_and_tokens_come_in_chunks():
+    sched = make_scheduler(_config(3, False), 100)
+    sched.accept_drafts = lambda r, ctx, d: 1
+    r = sched.add_request(RequestSpec("r0", 0.0, 20, 10))
+    out = sched.schedule()
+    res = sched.update_from_output(out)
+    assert res.num_new_tokens == (1,) and r.spec_tokens == 3       # the drafter proposed 3
+    out = sched.schedule()
+    assert out.num_scheduled_tokens == (4,) and out.spec_tokens == (3,) and out.context_lens == (20,)
+    assert r.num_computed_tokens == 24
+    res = sched.update_from_output(out)
+    # 1 accepted: 2 rejected drafts roll the computed tokens back to 22; tokens 2 and 3 arrive together
+    assert r.num_computed_tokens == 22 and r.num_output_tokens == 3 and res.num_new_tokens == (2,)
+    assert sched.spec_stats.summary()["spec_num_draft_tokens"] == 3
+    assert sched.spec_stats.summary()["spec_num_accepted_tokens"] == 1
+
+
+def test_acceptance_draws_follow_the_per_position_rates():
+    acc = DraftAcceptance(EAGLE3)
+    counts = [0, 0, 0, 0]
+    for _ in range(20000):
+        counts[acc(None, 0, 3)] += 1
+    assert counts == [3949, 4024, 2997, 9030]       # seed 0
+    rates = [sum(counts[i:]) / 20000 for i in (1, 2, 3)]
+    assert rates == pytest.approx([0.8, 0.6, 0.45], abs=0.01)
+    again = DraftAcceptance(EAGLE3)
+    assert [again(None, 0, 3) for _ in range(6)] == [0, 3, 2, 3, 0, 2]
+    assert SpecDecodeConfig("eagle", 3, (0.5,)).acceptance_rates == (0.5, 0.25, 0.125)
+
+
+@pytest.mark.parametrize("cfg, rates, message", [
+    ({"method": "ngram", "num_speculative_tokens": 3}, [0.5], "method 'ngram' is not simulated (its proposals"),
+    ({"method": "eagle"}, [0.5], "needs method and num_speculative_tokens"),
+    ({"method": "eagle", "num_speculative_tokens": 2, "x": 1}, [0.5], "key 'x' is not simulated"),
+    ({"method": "eagle", "num_speculative_tokens": 2}, None, "needs --spec-acceptance-rate"),
+    ({"method": "eagle", "num_speculative_tokens": 2}, [0.5, 0.6], "must not increase with the position"),
+    ({"method": "eagle", "num_speculative_tokens": 2}, [0.5, 0.4, 0.3], "must be one value or 2"),
+    ({"method": "eagle", "num_speculative_tokens": True}, [0.5], "must be an integer >= 1, got True"),
+])
+def test_bad_speculative_configs_are_refused(cfg, rates, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        spec_config_from_vllm(cfg, rates)
+
+
+def test_the_draft_head_adds_one_layer_of_weights_and_kv():
+    llama, tp1 = load_model_spec("meta-llama/Llama-3.1-8B"), ParallelSpec.from_vllm(tp=1, pp=1, dp=1)
+    drafted = with_draft_layer(llama, SpecDecodeConfig("eagle", 2, (0.5,)))
+    assert drafted.weight_bytes_per_rank(tp1) - llama.weight_bytes_per_rank(tp1) == 436224000
+    assert drafted.kv_bytes_per_token_per_rank(tp1) == 33 * 4096
+    ds = load_model_spec("deepseek-ai/DeepSeek-V3")
+    assert ds.num_mtp_layers == 1
+    mtp = with_draft_layer(ds, SpecDecodeConfig("mtp", 1, (0.5,)))
+    eagle = with_draft_layer(ds, SpecDecodeConfig("eagle3", 1, (0.5,)))
+    assert (mtp.num_moe_layers, mtp.num_dense_layers) == (ds.num_moe_layers + 1, ds.num_dense_layers)
+    assert (eagle.num_moe_layers, eagle.num_dense_layers) == (ds.num_moe_layers, ds.num_dense_layers + 1)
+    plain = resolve_engine(EngineArgs())
+    spec = resolve_engine(EngineArgs(speculative_config=EAGLE3))
+    assert build_memory(plain).num_gpu_blocks == 28746 and build_memory(spec).num_gpu_blocks == 27672
+
+
+def test_mtp_needs_the_checkpoints_mtp_layers():
+    with pytest.raises(ValueError, match="Llama-3.1-8B has none"):
+        resolve_engine(EngineArgs(speculative_config=SpecDecodeConfig("mtp", 1, (0.5,))))
+
+
+def test_a_verify_step_costs_its_logits_rows_and_the_drafters_passes():
+    from simulator.batch_engine import BatchEngine
+    from simulator.cost_model import RooflineCostModel
+    from simulator.comm.backend import make_comm_backend
+    r = resolve_engine(EngineArgs(speculative_config=EAGLE3))
+    engine = BatchEngine(r.model, r.parallel, r.gpu, RooflineCostModel(r.gpu, make_comm_backend("analytical", r.gpu)),
+                         r.cudagraph_config(), spec=EAGLE3)
+    new, ctx = (4, 4, 4), (100, 200, 300)
+    bare = engine.step_cost(BatchShape(new, ctx)).duration_s
+    rows = engine.step_cost(BatchShape(new, ctx, num_drafts=9)).duration_s
+    assert rows - bare == pytest.approx(engine._head_time_s(12) - engine._head_time_s(3), rel=1e-12)
+    cost = engine.step_cost(BatchShape(new, ctx, num_drafts=9, draft_passes=3))
+    assert cost.cudagraph_mode == "FULL"            # a uniform decode of 1 + k tokens a request
+    assert cost.duration_s - rows == pytest.approx(engine.draft_time_s(BatchShape(new, ctx, 9, 3), "FULL",
+                                                                       cost.padded_tokens), rel=1e-12)
+    one = engine.draft_time_s(BatchShape(new, ctx, 9, 1), "FULL", cost.padded_tokens)
+    three = engine.draft_time_s(BatchShape(new, ctx, 9, 3), "FULL", cost.padded_tokens)
+    assert three > one > 0 and engine.cudagraph.dispatch(3, 3, False)[0] == "PIECEWISE"   # passes 2, 3
+
+
+def _run(spec_config, seed=0):
+    return run_simulation(SimulationSpec(
+        engine=EngineArgs(max_model_len=4096, speculative_config=spec_config),
+        workload=WorkloadSpec(dataset_name="random", num_prompts=40, random_input_len=300, random_output_len=60,
+                              seed=seed),
+        max_concurrency=8, save_detailed=True))
+
+
+def test_a_simulation_with_drafts_is_faster_and_reports_its_acceptance():
+    plain, spec = _run(None), _run(EAGLE3)
+    assert spec.summary["mean_tpot_ms"] < plain.summary["mean_tpot_ms"]
+    s = spec.summary
+    assert s["spec_num_draft_tokens"] == 3 * s["spec_num_drafts"]
+    assert s["spec_mean_acceptance_length"] == 1 + s["spec_num_accepted_tokens"] / s["spec_num_drafts"]
+    assert s["spec_per_position_acceptance_rate"] == pytest.approx([0.8, 0.6, 0.45], abs=0.05)
+    # one time per output chunk: fewer chunks than tokens, the first chunk is the first token
+    rec = spec.records[0]
+    assert 1 < len(rec.token_times_s) < rec.output_len and rec.token_times_s[0] == rec.first_token_s
+    assert all(b > a for a, b in zip(rec.token_times_s, rec.token_times_s[1:]))
+    again = _run(EAGLE3)         # same seed, same draws: the same requests' times
+    assert [r.token_times_s for r in again.records] == [r.token_times_s for r in spec.records]
+
+
+def test_cli_runs_and_prints_the_spec_decoding_line():
+    res = CliRunner().invoke(app, [
+        "simulate", "--max-model-len", "4096", "--num-prompts", "20", "--random-input-len", "200",
+        "--random-output-len", "20", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 2}',
+        "--spec-acceptance-rate", "0.7"])
+    assert res.exit_code == 0, res.output
+    assert "speculative decoding (eagle3, 2 drafts): mean acceptance length" in res.output
+    bad = CliRunner().invoke(app, ["simulate", "--num-prompts", "5", "--spec-acceptance-rate", "0.5"])
+    assert bad.exit_code == 2 and bad.output.strip() == "error: --spec-acceptance-rate needs --speculative-config"
