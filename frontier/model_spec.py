@@ -231,6 +231,20 @@ def load_model_spec(name_or_path: str) -> ModelSpec:
     return model_spec_from_config(config, name_or_path, hf_quant)
 
 
+def find_model_config(name_or_path: str) -> dict[str, Any] | None:
+    """The raw config.json object ``load_model_spec`` would read for ``name_or_path`` (a path, a
+    folder or a catalogue name), or None when there is none (a hub name not in the catalogue)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return _read_json_object(path)
+    try:
+        return _catalogue_lookup(name_or_path)[0]
+    except ValueError:
+        return None
+
+
 def _read_json_object(path: Path) -> dict[str, Any]:
     """A local JSON file's top-level object; ValueError naming the file when it is not one."""
     data = read_json(path, "model config")

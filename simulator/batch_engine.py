@@ -56,7 +56,7 @@ from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.engine_args import ALL2ALL_PRICED_AS
-from simulator.spec_decode import SpecDecodeConfig
+from simulator.spec_decode import SpecDecodeConfig, drafter_note
 from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
                                     SEMANTICS, moe_dp_chunk_note, moe_kernel_note)
 
@@ -237,12 +237,14 @@ class BatchEngine:
         self.vllm_version = vllm_version
         self.spec = spec
         self._draft_cache: dict[tuple[int, str], float] = {}
+        self._draft_head_cache: dict[int, float] = {}
         # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
         note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method, parallel.moe_tp, parallel.ep)
                 if model.num_moe_layers and model.quant.bytes_per_param("routed_experts") < BF16 else None)
         chunks = (moe_dp_chunk_note(vllm_version, all2all_backend, parallel.dp, parallel.ep)
                   if model.num_moe_layers else None)
-        self.pricing_notes: tuple[str, ...] = tuple(n for n in (note, chunks) if n)
+        drafter = drafter_note(spec) if spec is not None else None
+        self.pricing_notes: tuple[str, ...] = tuple(n for n in (note, chunks, drafter) if n)
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node
         self._intra_link = intra_node_link(gpu)
@@ -564,15 +566,28 @@ class BatchEngine:
     def _head_time_s(self, rows: int) -> float:
         t = self._head_cache.get(rows)
         if t is None:
-            mdl, ab = self.model, self._ab
-            vocab = _cdiv(mdl.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
-            ops: list[tuple[object, int]] = [
-                (GemmOp("lm_head", rows, _cdiv(vocab, self._tp), mdl.hidden_size, BF16, ab), 1),
-                (ElementwiseOp("sampler", rows, mdl.vocab_size, SAMPLER_FP32_PASSES * 4 * mdl.vocab_size), 1)]
-            if self._tp > 1:   # logits gathered to rank 0
-                ops.append((self._comm("all_gather", rows * vocab * ab, self._tp), 1))
-            t = self._head_cache[rows] = self._times(ops, "launch")
+            t = self._head_cache[rows] = self._logits_time_s(rows, self.model.vocab_size)
         return t
+
+    def _draft_head_time_s(self, rows: int) -> float:
+        """The draft head's logits and sampling over ``rows`` rows (its own vocabulary when known)."""
+        t = self._draft_head_cache.get(rows)
+        if t is None:
+            vocab = self.spec.draft_vocab_size or self.model.vocab_size
+            t = self._draft_head_cache[rows] = self._logits_time_s(rows, vocab)
+        return t
+
+    def _logits_time_s(self, rows: int, vocab_size: int) -> float:
+        """lm_head GEMM over ``vocab_size`` (padded), the sampler, and with TP the logits'
+        all-gather, for ``rows`` rows (eager: launch timing)."""
+        mdl, ab = self.model, self._ab
+        vocab = _cdiv(vocab_size, VOCAB_PADDING) * VOCAB_PADDING
+        ops: list[tuple[object, int]] = [
+            (GemmOp("lm_head", rows, _cdiv(vocab, self._tp), mdl.hidden_size, BF16, ab), 1),
+            (ElementwiseOp("sampler", rows, vocab_size, SAMPLER_FP32_PASSES * 4 * vocab_size), 1)]
+        if self._tp > 1:   # logits gathered to rank 0
+            ops.append((self._comm("all_gather", rows * vocab * ab, self._tp), 1))
+        return self._times(ops, "launch")
 
     def draft_time_s(self, batch: BatchShape, mode: str, padded: int) -> float:
         """The drafter's work after a step (seconds; ``simulator.spec_decode``): a forward of the
@@ -584,11 +599,11 @@ class BatchEngine:
         rows = len(new)
         dense_timing, attn_timing = mode_timings(mode)
         t = (self._draft_layer_time_s(padded, dense_timing) + self._times(
-            [(op, 1) for op in self._attention_for(new, ctx)], attn_timing) + self._head_time_s(rows))
+            [(op, 1) for op in self._attention_for(new, ctx)], attn_timing) + self._draft_head_time_s(rows))
         if batch.draft_passes > 1:
             mode, padded = self.cudagraph.dispatch(rows, rows, False)
             dense_timing, attn_timing = mode_timings(mode)
-            per_pass = self._draft_layer_time_s(padded, dense_timing) + self._head_time_s(rows)
+            per_pass = self._draft_layer_time_s(padded, dense_timing) + self._draft_head_time_s(rows)
             ends, ones = [n + c for n, c in zip(new, ctx)], (1,) * rows
             for j in range(batch.draft_passes - 1):
                 ops = self._attention_for(ones, tuple([e + j for e in ends]))
@@ -634,9 +649,19 @@ class BatchEngine:
         return out
 
     def _attention_for(self, new: tuple[int, ...], ctx: tuple[int, ...]) -> list[AttentionOp]:
+        """The attention ops of requests with ``new`` tokens on ``ctx`` context tokens each.
+        Speculative decoding: a verify (up to 1 + k tokens on a context) is priced as a decode
+        reading its context and new tokens' KV (as a decode of the last one; the other queries'
+        compute is not priced: a verify is memory-bound like a decode, and the calibrated
+        tables time no prefill this short on a long context)."""
         mdl, tp = self.model, self._tp
         heads, kvb, ab = mdl.num_attention_heads // tp, mdl.quant.kv_bytes_per_elem, self._ab
-        if new.count(1) == len(new):
+        if self.spec is not None and max(new) > 1:
+            q = self._q
+            dec = tuple(c + n - 1 for n, c in zip(new, ctx) if n <= q and c)
+            p_new = tuple(n for n, c in zip(new, ctx) if n > q or not c)
+            p_ctx = tuple(c for n, c in zip(new, ctx) if n > q or not c)
+        elif new.count(1) == len(new):
             dec, p_new, p_ctx = ctx, (), ()
         else:
             dec = tuple(c for n, c in zip(new, ctx) if n == 1)

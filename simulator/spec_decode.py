@@ -24,8 +24,9 @@ forwards over one token per request, each followed by the draft logits of one ro
 The head is priced as one decoder layer of the target (EAGLE-1 / EAGLE-3 heads of Llama-style
 targets and MTP layers have the target's width and layer kind) plus the GEMM that folds the
 target's hidden states in (EAGLE-1 and MTP: 2 x hidden -> hidden, EAGLE-3: 3 x hidden ->
-hidden) and a logits GEMM over the target's vocabulary (an EAGLE-3 head's smaller draft
-vocabulary is not modelled). vLLM skips drafting in a step where no scheduled request can use
+hidden) and a logits GEMM over the head's vocabulary: an EAGLE-3 head's ``draft_vocab_size``
+when ``--speculative-config``'s model is a config.json path or catalogue name the simulator can
+read, else the target's (a pricing note says so). vLLM skips drafting in a step where no scheduled request can use
 the drafts (``SchedulerOutput.skip_drafts``).
 """
 
@@ -69,6 +70,8 @@ class SpecDecodeConfig:
     num_speculative_tokens: int
     acceptance_rates: tuple[float, ...]
     seed: int = 0
+    draft_model: str = ""           # --speculative-config model: the draft head's checkpoint, as given
+    draft_vocab_size: int = 0       # the head's logits width when its config was found (0: the target's)
 
     def __post_init__(self) -> None:
         if self.method not in SPEC_METHODS:
@@ -125,7 +128,34 @@ def spec_config_from_vllm(cfg: dict[str, Any], acceptance_rates: Sequence[float]
     if not acceptance_rates:
         raise ValueError("--speculative-config needs --spec-acceptance-rate: the per-position acceptance rates "
                          "vLLM logs for this model pair and data (e.g. 0.8,0.6,0.45), or one rate p for p, p^2, ...")
-    return SpecDecodeConfig(str(cfg["method"]), cfg["num_speculative_tokens"], tuple(acceptance_rates), seed)
+    draft = str(cfg.get("model") or "")
+    return SpecDecodeConfig(str(cfg["method"]), cfg["num_speculative_tokens"], tuple(acceptance_rates), seed,
+                            draft, draft_vocab_size(draft) if draft and cfg["method"] != "mtp" else 0)
+
+
+def draft_vocab_size(draft_model: str) -> int:
+    """The logits width of a draft head's config (EAGLE-3's ``draft_vocab_size``, else its
+    ``vocab_size``) when ``draft_model`` is a local config.json path / folder or a catalogue name;
+    0 when it is neither (a hub name: the simulator reads nothing from the network)."""
+    from frontier.model_spec import find_model_config
+    config = find_model_config(draft_model)
+    if config is None:
+        return 0
+    size = config.get("draft_vocab_size") or config.get("vocab_size") or 0
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ValueError(f"--speculative-config model {draft_model!r}: its config's draft_vocab_size / vocab_size "
+                         f"{size!r} is not a positive integer")
+    return size
+
+
+def drafter_note(spec: SpecDecodeConfig) -> str | None:
+    """A pricing note when an EAGLE-3 head's logits are priced at the target's vocabulary because
+    its config was not found (EAGLE-1 heads and MTP layers use the target's lm_head: no note)."""
+    if spec.method != "eagle3" or spec.draft_vocab_size:
+        return None
+    which = f"draft head {spec.draft_model!r} not found" if spec.draft_model else "no draft head given"
+    return (f"speculative decoding: {which} (a config.json path or catalogue name): its draft logits are priced "
+            "over the target's vocabulary (EAGLE-3 heads usually draft over 32k tokens)")
 
 
 class DraftAcceptance:

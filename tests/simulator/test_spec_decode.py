@@ -99,6 +99,21 @@ def test_the_draft_head_adds_one_layer_of_weights_and_kv():
     assert build_memory(plain).num_gpu_blocks == 28746 and build_memory(spec).num_gpu_blocks == 27672
 
 
+def test_an_eagle3_heads_draft_vocabulary_is_read_from_its_config(tmp_path):
+    from simulator.spec_decode import drafter_note
+    (tmp_path / "config.json").write_text('{"hidden_size": 4096, "vocab_size": 128256, "draft_vocab_size": 32000}')
+    cfg = {"method": "eagle3", "num_speculative_tokens": 3}
+    found = spec_config_from_vllm({**cfg, "model": str(tmp_path)}, [0.5])
+    assert found.draft_vocab_size == 32000 and drafter_note(found) is None
+    hub = spec_config_from_vllm({**cfg, "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}, [0.5])
+    assert hub.draft_vocab_size == 0
+    assert drafter_note(hub).startswith("speculative decoding: draft head 'yuhuili/EAGLE3-LLaMA3.1-Instruct-8B' "
+                                        "not found")
+    assert drafter_note(spec_config_from_vllm({"method": "eagle", "num_speculative_tokens": 3}, [0.5])) is None
+    faster = _run(found).summary["mean_tpot_ms"]
+    assert faster < _run(hub).summary["mean_tpot_ms"]       # 32k-token draft logits cost less than 128k
+
+
 def test_mtp_needs_the_checkpoints_mtp_layers():
     with pytest.raises(ValueError, match="Llama-3.1-8B has none"):
         resolve_engine(EngineArgs(speculative_config=SpecDecodeConfig("mtp", 1, (0.5,))))
@@ -122,6 +137,20 @@ def test_a_verify_step_costs_its_logits_rows_and_the_drafters_passes():
     one = engine.draft_time_s(BatchShape(new, ctx, 9, 1), "FULL", cost.padded_tokens)
     three = engine.draft_time_s(BatchShape(new, ctx, 9, 3), "FULL", cost.padded_tokens)
     assert three > one > 0 and engine.cudagraph.dispatch(3, 3, False)[0] == "PIECEWISE"   # passes 2, 3
+
+
+def test_a_verify_is_priced_as_a_decode_of_its_context_and_new_tokens():
+    from simulator.batch_engine import BatchEngine
+    from simulator.cost_model import RooflineCostModel
+    from simulator.comm.backend import make_comm_backend
+    r = resolve_engine(EngineArgs(speculative_config=EAGLE3))
+    cost = RooflineCostModel(r.gpu, make_comm_backend("analytical", r.gpu))
+    engine = BatchEngine(r.model, r.parallel, r.gpu, cost, r.cudagraph_config(), spec=EAGLE3)
+    (op,) = engine._attention_for((4, 2, 300, 5), (100, 200, 0, 50))
+    assert op.decode_ctx == (103, 201) and op.prefill_new == (300, 5) and op.prefill_ctx == (0, 50)
+    plain = BatchEngine(r.model, r.parallel, r.gpu, cost, r.cudagraph_config())
+    (op,) = plain._attention_for((4, 2, 300, 5), (100, 200, 0, 50))      # without a drafter: prefills
+    assert op.decode_ctx == () and op.prefill_new == (4, 2, 300, 5)
 
 
 def _run(spec_config, seed=0):
