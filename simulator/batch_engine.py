@@ -290,9 +290,9 @@ class BatchEngine:
         dense_timing, attn_timing = mode_timings(mode)
         duration = (self._dense_time_s(padded, dense_timing)
                     + self._attention_time_s(batch, attn_timing)
-                    + self._head_time_s(num_reqs + batch.num_drafts))
-        if batch.draft_passes:
-            duration += self.draft_time_s(batch, mode, padded)
+                    + self._head_time_s(num_reqs))
+        if batch.num_drafts or batch.draft_passes:
+            duration += self._spec_time_s(batch, mode, padded)
         cost = StepCost(duration, num_tokens, padded, mode)
         if uniform:
             self._last_uniform = (batch, cost)
@@ -335,7 +335,7 @@ class BatchEngine:
         for b, c in zip(batches, costs):
             m = c.padded_tokens
             duration = (self._dense_time_s(m, "launch", total) + self._attention_time_s(b, "launch")
-                        + self._head_time_s(len(b.new_tokens)))
+                        + self._head_time_s(len(b.new_tokens)) + self._spec_time_s(b, "NONE", m))
             out.append(StepCost(duration, c.num_tokens, m, "NONE"))
         return out
 
@@ -357,10 +357,11 @@ class BatchEngine:
             head = self._head_time_s(len(b.new_tokens))
             own_dense_timing, own_attn_timing = mode_timings(c.cudagraph_mode)
             if attn_timing == own_attn_timing:
-                attention = c.duration_s - self._dense_time_s(c.padded_tokens, own_dense_timing) - head
+                attention = (c.duration_s - self._dense_time_s(c.padded_tokens, own_dense_timing) - head
+                             - self._spec_time_s(b, c.cudagraph_mode, c.padded_tokens))
             else:
                 attention = self._attention_time_s(b, attn_timing)
-            out.append(StepCost(dense + attention + head, c.num_tokens, big, mode))
+            out.append(StepCost(dense + attention + head + self._spec_time_s(b, mode, big), c.num_tokens, big, mode))
         return out
 
     def stage_times_s(self, batch: BatchShape, cost: StepCost | None = None) -> tuple[float, ...]:
@@ -588,6 +589,15 @@ class BatchEngine:
         if self._tp > 1:   # logits gathered to rank 0
             ops.append((self._comm("all_gather", rows * vocab * ab, self._tp), 1))
         return self._times(ops, "launch")
+
+    def _spec_time_s(self, batch: BatchShape, mode: str, padded: int) -> float:
+        """Speculative decoding's share of a step run in CUDA-graph ``mode`` at ``padded`` tokens:
+        the logits rows of the verified drafts and the drafter's passes (0 without either)."""
+        if not (batch.num_drafts or batch.draft_passes):
+            return 0.0
+        rows = len(batch.new_tokens)
+        t = self._head_time_s(rows + batch.num_drafts) - self._head_time_s(rows)
+        return t + self.draft_time_s(batch, mode, padded) if batch.draft_passes else t
 
     def draft_time_s(self, batch: BatchShape, mode: str, padded: int) -> float:
         """The drafter's work after a step (seconds; ``simulator.spec_decode``): a forward of the

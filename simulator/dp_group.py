@@ -148,6 +148,7 @@ class LockstepRanks:
         token_reqs: list[Request] = []
         first: list[str] = []
         finished: list[str] = []
+        counts: list[int] = []      # speculative decoding: tokens per request (UpdateResult.num_new_tokens)
         for sched, o in zip(self.ranks, out.outputs):
             if o is None:
                 continue
@@ -156,4 +157,5 @@ class LockstepRanks:
             token_reqs += r.token_requests
             first += r.first_token_request_ids
             finished += r.finished_request_ids
-        return UpdateResult(tuple(tokens), tuple(first), tuple(finished), tuple(token_reqs))
+            counts += r.num_new_tokens
+        return UpdateResult(tuple(tokens), tuple(first), tuple(finished), tuple(token_reqs), tuple(counts))

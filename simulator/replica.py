@@ -146,8 +146,10 @@ class Replica:
             ranks = [(0, out, self.scheduler)]
         if self.engine_cpu is not None:     # each DP rank's engine core prepares its own batch
             now = self._cpu_done(max(len(o.num_scheduled_tokens) for _, o, _ in ranks))
-        shapes = [self._shape(o) for _, o, _ in ranks]
         lockstep = isinstance(out, LockstepOutput)
+        # speculative decoding: the DP ranks draft together unless none of them can use drafts
+        group_skip = all(o.skip_drafts for _, o, _ in ranks) if lockstep else None
+        shapes = [self._shape(o, group_skip) for _, o, _ in ranks]
         if lockstep:
             costs = self.engine.lockstep_costs(shapes, len(out.outputs) - len(ranks))
         else:
@@ -194,12 +196,14 @@ class Replica:
         self._num_steps += 1
         return end
 
-    def _shape(self, out: SchedulerOutput) -> BatchShape:
+    def _shape(self, out: SchedulerOutput, group_skips_drafts: bool | None = None) -> BatchShape:
         """The step's batch for the engine; with speculative decoding, the drafts it verifies and
-        the drafter's passes after it (none when vLLM skips drafting)."""
+        the drafter's passes after it: none when vLLM skips drafting, which a lockstep DP group
+        does only when every rank can (``group_skips_drafts``; None: this output's own flag)."""
         if not out.spec_tokens:
             return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens)
-        passes = 0 if out.skip_drafts else self.engine.spec.num_speculative_tokens
+        skip = out.skip_drafts if group_skips_drafts is None else group_skips_drafts
+        passes = 0 if skip else self.engine.spec.num_speculative_tokens
         return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, sum(out.spec_tokens), passes)
 
     def _cpu_done(self, num_reqs: int) -> float:

@@ -389,9 +389,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         memory.check_starts(resolved.max_model_len,
                             more_memory="--gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")
     spec.check_num_gpus([("colocated", resolved.num_gpus)])
-    if args.speculative_config is not None and (resolved.parallel.pp > 1 or resolved.lockstep_dp):
-        raise ValueError("--speculative-config with pipeline parallelism or MoE DP ranks in lockstep is not "
-                         "simulated yet; use PP 1 and DP 1 (or a dense model)")
+    if args.speculative_config is not None and resolved.parallel.pp > 1:
+        raise ValueError("--speculative-config with pipeline parallelism is not simulated yet; use PP 1")
     cudagraph = resolved.cudagraph_config()
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,

@@ -107,10 +107,11 @@ class SpecDecodeConfig:
 def with_draft_layer(model: ModelSpec, spec: SpecDecodeConfig) -> ModelSpec:
     """``model`` with the draft head's layer added, for the KV budget: its weights and its KV
     (vLLM loads the head beside the target and gives its attention layer a KV cache of its own in
-    the same pool). An MTP layer of an MoE model is an MoE layer, an EAGLE head a dense one; the
-    head's input GEMM and an EAGLE-3 head's own draft-vocabulary logits (~0.3 GB for 32k x 4096
-    in bf16) are not counted."""
-    dense = 0 if spec.method == "mtp" and model.num_moe_layers else 1
+    the same pool). An MTP layer of an MoE model is an MoE layer, an EAGLE head a dense one (an
+    MoE layer when the model states no dense width, as ``BatchEngine`` prices it); the head's
+    input GEMM and an EAGLE-3 head's own draft-vocabulary logits (~0.3 GB for 32k x 4096 in
+    bf16) are not counted."""
+    dense = 0 if spec.method == "mtp" and model.num_moe_layers or not model.intermediate_size else 1
     return replace(model, num_layers=model.num_layers + 1,
                    num_dense_layers=model.num_dense_layers + (dense if model.is_moe else 0))
 

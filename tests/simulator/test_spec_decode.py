@@ -153,6 +153,34 @@ def test_a_verify_is_priced_as_a_decode_of_its_context_and_new_tokens():
     assert op.decode_ctx == () and op.prefill_new == (4, 2, 300, 5)
 
 
+def test_lockstep_dp_ranks_each_pay_their_verify_rows_and_the_drafter_at_the_padded_size():
+    from simulator.batch_engine import BatchEngine
+    from simulator.cost_model import RooflineCostModel
+    from simulator.comm.backend import make_comm_backend
+    spec = SpecDecodeConfig("eagle3", 2, (0.5,))
+    r = resolve_engine(EngineArgs(model="Qwen/Qwen3-30B-A3B", data_parallel_size=2, enable_expert_parallel=True,
+                                  speculative_config=spec))
+    engine = BatchEngine(r.model, r.parallel, r.gpu, RooflineCostModel(r.gpu, make_comm_backend("analytical", r.gpu)),
+                         r.cudagraph_config(), spec=spec)
+    shapes = [BatchShape((3,) * 4, (100,) * 4, 8, 2), BatchShape((3,) * 9, (50,) * 9, 18, 2)]
+    plain = engine.lockstep_costs([BatchShape(b.new_tokens, b.context_lens) for b in shapes], 0)
+    drafted = engine.lockstep_costs(shapes, 0)
+    assert [c.padded_tokens for c in drafted] == [33, 33] and {c.cudagraph_mode for c in drafted} == {"FULL"}
+    for b, c, p in zip(shapes, drafted, plain):     # both ranks padded to 33 tokens: the drafter at 33 too
+        assert c.duration_s - p.duration_s == pytest.approx(engine._spec_time_s(b, "FULL", 33), rel=1e-9)
+
+
+def test_a_moe_dp_deployment_drafts_in_lockstep():
+    run = run_simulation(SimulationSpec(
+        engine=EngineArgs(model="Qwen/Qwen3-30B-A3B", data_parallel_size=2, enable_expert_parallel=True,
+                          max_model_len=4096, speculative_config=SpecDecodeConfig("eagle3", 2, (0.7,))),
+        workload=WorkloadSpec(dataset_name="random", num_prompts=24, random_input_len=200, random_output_len=40),
+        max_concurrency=8))
+    s = run.summary
+    assert s["completed"] == 24 and s["spec_num_drafts"] > 0
+    assert all(1 <= len(r.token_times_s) < r.output_len for r in run.records if r.output_len > 8)
+
+
 def _run(spec_config, seed=0):
     return run_simulation(SimulationSpec(
         engine=EngineArgs(max_model_len=4096, speculative_config=spec_config),
