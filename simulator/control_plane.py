@@ -51,6 +51,7 @@ from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.engine_cpu import EngineCpu
 from simulator.events import EventLoop
+from simulator.spec_decode import engine_acceptance
 from simulator.kv_transfer import Link
 from simulator.memory import MemoryBudget
 from simulator.replica import Replica
@@ -168,9 +169,15 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     engine = make_engine(resolved)
     kv_role, role = ("producer", Role.PREFILL) if layout.name == "prefill" else ("consumer", Role.DECODE)
 
+    made: list[Scheduler] = []
+
     def new_scheduler() -> Scheduler:
         kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
-        return Scheduler(sched_config, kv, kv_role=kv_role)
+        sched = Scheduler(sched_config, kv, kv_role=kv_role)
+        if args.speculative_config is not None:     # speculative decoding: the engine's acceptance draws
+            sched.accept_drafts = engine_acceptance(args.speculative_config, len(made))
+        made.append(sched)
+        return sched
 
     dp = args.data_parallel_size
     if resolved.lockstep_dp:        # MoE: the DP ranks of a replica step together

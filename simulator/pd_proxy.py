@@ -45,6 +45,7 @@ from simulator.role_stats import role_summary
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
+from simulator.spec_decode import schedulers_stats
 from simulator.simulation import BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, run_client
 from simulator.trace import BatchTrace
 from simulator.workload import generate_requests
@@ -173,7 +174,8 @@ def _engine_factory(spec: SimulationSpec):
                            cudagraph, moe_router=make_moe_router(spec.moe_routing, resolved.model,
                                                                  resolved.parallel, spec.workload.seed,
                                                                  resolved.gpu.gpus_per_node),
-                           all2all_backend=resolved.args.all2all_backend, vllm_version=resolved.vllm_version)
+                           all2all_backend=resolved.args.all2all_backend, vllm_version=resolved.vllm_version,
+                           spec=resolved.args.speculative_config)
     return make_engine
 
 
@@ -200,6 +202,8 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     summary.update(pdd_summary(roles, records))
     summary.update(_roles_cost_model_stats([role.cluster.replicas[0].engine.cost_model for role in roles]))
     summary["pricing_notes"] = pricing_notes(role.cluster.replicas[0].engine for role in roles)
+    if decode.resolved.args.speculative_config is not None:     # the decode role verifies the drafts
+        summary.update(schedulers_stats([r.scheduler for r in decode.cluster.replicas], decode.resolved.num_spec_tokens))
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.DECODE.value: decode.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,

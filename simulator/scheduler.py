@@ -1,8 +1,8 @@
 """vLLM 0.33 v1 `Scheduler` / `AsyncScheduler` mirror (vllm/v1/core/sched/{scheduler,async_scheduler}.py).
 
 Scope: generative decoder, one full-attention KV group, no structured output, no LoRA, no EOS
-(outputs end on max_tokens / max_model_len). Speculative decoding (``num_speculative_tokens`` k > 0,
-co-located only): see "Speculative decoding" below. KV connector: only the P/D
+(outputs end on max_tokens / max_model_len). Speculative decoding (``num_speculative_tokens`` k > 0):
+see "Speculative decoding" below. KV connector: only the P/D
 disaggregation of NixlConnector (pull mode), as two clearly separated paths selected by
 ``kv_role`` (None = no connector: the co-located scheduler, untouched):
 
@@ -54,8 +54,12 @@ context_len, drafts)`` (the caller's acceptance model) says how many drafts the 
 the rejected ones roll num_computed_tokens (and async placeholders) back, and 1 + accepted tokens
 are appended, trimmed at max_tokens / max_model_len. A request admitted from waiting with one
 token left is padded to 1 + k rows with k placeholder drafts (never accepted) when nothing else
-in the step is a prefill. Lazy decode is off. Followed: vLLM 0.33's ``Scheduler`` /
-``AsyncScheduler`` (tests/oracle/test_spec_parity.py runs both side by side).
+in the step is a prefill. With prefix caching a block is hashed with the token after it; behind
+a KV connector (P/D) the hashes stay plain and a prefix hit drops its last block instead, a
+remote-KV pull reserves no lookahead slots but keeps one verify step's blocks free beside the
+in-flight pulls', and a pulled request's first step is a padded verify. Lazy decode is off.
+Followed: vLLM 0.33's ``Scheduler`` / ``AsyncScheduler`` (tests/oracle/test_spec_parity.py and
+test_pd_parity.py run both side by side).
 
 Lazy decode (`enable_lazy_decode`, turned on by `simulator.replica.Replica`): a decode is
 listed in each step's output from arrays aligned with ``running`` and skipped by
@@ -211,6 +215,9 @@ class Scheduler:
         self._lookahead = config.num_lookahead_tokens
         self.accept_drafts = None
         self.spec_stats = SpecDecodingStats(self._k)
+        # vLLM hashes a block with the token after it for an EAGLE drafter (add_request), except
+        # behind a KV connector, which keeps the plain hashes: a prefix hit then drops its last block
+        kv.drop_last_hit_block = bool(self._k) and kv_role is not None
 
     # ------------------------------------------------------------------ lazy decode
     def enable_lazy_decode(self) -> bool:
@@ -344,7 +351,7 @@ class Scheduler:
         """
         if isinstance(request, RequestSpec):
             request = Request.from_spec(request, self.config.block_size)
-        if self._k and self.config.enable_prefix_caching:
+        if self._k and self.config.enable_prefix_caching and self.kv_role is None:
             request.set_hash_lookahead(1)   # vLLM: the EAGLE drafter reads the token after a block
         if remote_prefill and self.kv_role != "consumer":
             raise ValueError(f"remote_prefill needs kv_role='consumer', this scheduler has {self.kv_role!r}")
@@ -420,10 +427,28 @@ class Scheduler:
         self._finished_recving.discard(r.request_id)
 
     def _inflight_prefill_reserved_blocks(self) -> int:
-        """vLLM: blocks in-flight prefills still need to hold their full sequence."""
+        """vLLM: blocks in-flight prefills still need to hold their full sequence (and, with
+        speculative decoding, their first verify step: 1 + k tokens and k lookahead slots)."""
         bs, max_len, held = self.config.block_size, self.config.max_model_len, self.kv.req_to_blocks
-        return sum(max(-(-min(r.num_tokens, max_len) // bs) - len(held.get(r.request_id, ())), 0)
+        extra = 1 + self._k + self._lookahead if self._k else 0
+        return sum(max(-(-(min(r.num_tokens, max_len) + extra) // bs) - len(held.get(r.request_id, ())), 0)
                    for r in self._inflight_prefills)
+
+    def _spec_decode_step_blocks(self) -> int:
+        """vLLM ``_spec_decode_step_blocks``: blocks of one verify step (1 + k tokens and the k
+        lookahead slots); 0 without speculative decoding."""
+        return -(-(1 + self._k + self._lookahead) // self.config.block_size) if self._k else 0
+
+    def _padded_rows(self, st: _StepState, r: Request, computed: int) -> int | None:
+        """Speculative decoding: the tokens of r's admission on ``computed`` tokens when vLLM pads
+        it (a 1-token decode, nothing in the step mid-prefill, something running scheduled or
+        tokens computed, room for 1 + k rows and the sampled token): 1 + k; 0 when not padded;
+        None when the padded rows do not fit the budget (vLLM then admits nobody more)."""
+        k = self._k
+        if (not k or r.num_tokens - computed != 1 or st.prefill_scheduled
+                or not (st.running_scheduled or computed > 0) or computed + k + 2 > self.config.max_model_len):
+            return 0
+        return None if 1 + k > st.token_budget else 1 + k
 
     # ------------------------------------------------------------------ schedule
     def schedule(self) -> SchedulerOutput:
@@ -734,6 +759,8 @@ class Scheduler:
                 if blocks is not None:
                     break
                 victim = max(running, key=lambda q: (q.priority, q.arrival_s)) if priority else running[-1]
+                if self._defer_block_free and victim.last_sched_seq > self._processed_step_seq:
+                    break  # P/D async: a deferred free would not help this allocation
                 if priority:
                     vi = running.index(victim)
                     del running[vi]
@@ -798,15 +825,10 @@ class Scheduler:
             hit_blocks, hit = kv.get_computed_blocks(r)
             if st.defer_prefills and hit < r.num_tokens - 1:
                 break       # --prefill-schedule-interval: its prompt waits for a release step
-            pad = False
-            if self._k and r.num_tokens - hit == 1 and not st.prefill_scheduled and (st.running_scheduled or hit > 0):
-                # vLLM pads a newly admitted decode to 1 + k rows (placeholder drafts) to keep the
-                # step a uniform decode, when the rows and the sampled token fit max_model_len
-                if hit + 1 + self._k + 1 <= cfg.max_model_len:
-                    if 1 + self._k > st.token_budget:
-                        break   # vLLM: rather not schedule than schedule un-padded
-                    pad = True
-            n = self._admission_tokens(r, hit, thr, st.token_budget, 1 + self._k if pad else 0)
+            pad = self._padded_rows(st, r, hit)
+            if pad is None:
+                break           # vLLM: rather not schedule than schedule un-padded
+            n = self._admission_tokens(r, hit, thr, st.token_budget, pad)
             if n is None:
                 break
             blocks = kv.allocate_slots(
@@ -814,11 +836,8 @@ class Scheduler:
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl, has_scheduled_reqs=bool(running))
             if blocks is None:
                 break  # head-of-line blocking
-            if pad:
-                st.spec[r.request_id] = self._k
             if self._k:
-                r.real_drafts = 0               # admitted now: no drafts were proposed for it
-                st.drafts_needed = st.drafts_needed or not _drafts_unused(r, hit, n)
+                self._admitted_spec(st, r, hit, n, pad)
             kv.record_prefix_cache_stats(r, hit)
             waiting.pop_request()
             if self._prefill_interval > 1:
@@ -833,6 +852,14 @@ class Scheduler:
             r.num_computed_tokens = hit
         if skipped:
             waiting.prepend_requests(skipped)
+
+    def _admitted_spec(self, st: _StepState, r: Request, computed: int, n: int, pad: int) -> None:
+        """Speculative decoding: r admitted on ``computed`` tokens with n of them (``pad``: padded
+        to a verify of placeholder drafts); no real drafts were proposed for it."""
+        if pad:
+            st.spec[r.request_id] = self._k
+        r.real_drafts = 0
+        st.drafts_needed = st.drafts_needed or not _drafts_unused(r, computed, n)
 
     def _schedule_waiting_kv_consumer(self, st: _StepState, thr: int) -> None:
         """`_schedule_waiting` of a P/D decode instance: vLLM's waiting loop with a KV connector.
@@ -881,16 +908,22 @@ class Scheduler:
             else:
                 hit_blocks, hit, computed = [], 0, r.num_computed_tokens
             load_async = ext > 0
+            pad = 0
             if load_async:
                 n = 0                       # loading remote KV: no forward work this step
             else:
-                n = self._admission_tokens(r, computed, thr, st.token_budget)
+                pad = self._padded_rows(st, r, computed)
+                if pad is None:
+                    break
+                n = self._admission_tokens(r, computed, thr, st.token_budget, pad)
                 if n is None:
                     break
-            blocks = kv.allocate_slots(
-                r, n, hit, hit_blocks, full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
+            blocks = kv.allocate_slots(      # an async load reserves no lookahead slots (vLLM)
+                r, n, hit, hit_blocks, num_lookahead_tokens=0 if load_async else self._lookahead,
+                full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
                 has_scheduled_reqs=bool(running), num_external_computed_tokens=ext, delay_cache_blocks=load_async,
-                reserved_blocks=self._inflight_prefill_reserved_blocks() if load_async else 0)
+                reserved_blocks=(self._inflight_prefill_reserved_blocks() + self._spec_decode_step_blocks()
+                                 if load_async else 0))
             if blocks is None:
                 break  # head-of-line blocking
             r.kv_remote_prefill = False     # update_state_after_alloc: one transfer per request
@@ -905,6 +938,8 @@ class Scheduler:
                 st.remote_ids.append(r.request_id)
                 skip(queue)
                 continue
+            if self._k:
+                self._admitted_spec(st, r, computed, n, pad)
             queue.pop_request()
             self._append_running(r)
             (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
@@ -1149,6 +1184,9 @@ class Scheduler:
         (``_propose_drafts``)."""
         kv, bs, max_len = self.kv, self.kv.block_size, self.config.max_model_len
         caching, accept = kv.enable_caching, self.accept_drafts
+        if self._defer_block_free and output.total_num_scheduled_tokens > 0:
+            self._processed_step_seq += 1       # every write of this and earlier steps is done
+            kv.drain_deferred_frees(self._processed_step_seq)
         tokens: list[str] = []
         token_reqs: list[Request] = []
         counts: list[int] = []
@@ -1233,8 +1271,8 @@ class Scheduler:
             raise AssertionError(f"step {out.step_id} scheduled {out.total_num_scheduled_tokens} tokens")
         if len(self.running) > cfg.max_num_seqs:
             raise AssertionError(f"{len(self.running)} running > max_num_seqs={cfg.max_num_seqs}")
-        for r in self.running:
-            if r.num_computed_tokens > r.num_tokens + r.num_output_placeholders:
+        for r in self.running:      # (drafts in flight, up to k, are computed beyond the known tokens)
+            if r.num_computed_tokens > r.num_tokens + r.num_output_placeholders + self._k:
                 raise AssertionError(f"{r}: computed beyond known tokens")
             if r.num_computed_tokens > cfg.max_model_len:
                 raise AssertionError(f"{r}: computed beyond max_model_len")

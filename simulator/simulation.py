@@ -43,7 +43,7 @@ from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
-from simulator.spec_decode import DraftAcceptance, SpecDecodingStats, with_draft_layer
+from simulator.spec_decode import engine_acceptance, schedulers_stats, with_draft_layer
 from simulator.role_stats import role_summary
 from simulator.trace import BatchTrace
 from simulator.workload import WorkloadSpec, generate_requests
@@ -369,9 +369,9 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
-    if spec.architecture != "colocated" and spec.engine.speculative_config is not None:
-        raise ValueError(f"--speculative-config under --architecture {spec.architecture} is not simulated yet; "
-                         "use --architecture colocated")
+    if spec.architecture == "afd" and spec.engine.speculative_config is not None:
+        raise ValueError("--speculative-config under --architecture afd is not simulated yet; "
+                         "use --architecture colocated or pdd")
     if spec.architecture == "pdd":
         from simulator.pd_proxy import run_pdd
         return run_pdd(spec)
@@ -389,8 +389,6 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         memory.check_starts(resolved.max_model_len,
                             more_memory="--gpu-memory-utilization, the parallel size or --kv-cache-memory-bytes")
     spec.check_num_gpus([("colocated", resolved.num_gpus)])
-    if args.speculative_config is not None and resolved.parallel.pp > 1:
-        raise ValueError("--speculative-config with pipeline parallelism is not simulated yet; use PP 1")
     cudagraph = resolved.cudagraph_config()
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model,
@@ -406,9 +404,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     def new_scheduler() -> Scheduler:
         kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
         sched = Scheduler(sched_config, kv)
-        if args.speculative_config is not None:     # each engine draws its own acceptances
-            sched.accept_drafts = DraftAcceptance(dataclasses.replace(
-                args.speculative_config, seed=args.speculative_config.seed + len(schedulers)))
+        if args.speculative_config is not None:
+            sched.accept_drafts = engine_acceptance(args.speculative_config, len(schedulers))
         schedulers.append(sched)
         return sched
 
@@ -436,10 +433,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     summary.update(cost_model_stats(cost_model))
     summary["pricing_notes"] = pricing_notes([engine])
     if args.speculative_config is not None:
-        stats = SpecDecodingStats(resolved.num_spec_tokens)
-        for sched in schedulers:
-            stats.add(sched.spec_stats)
-        summary.update(stats.summary())
+        summary.update(schedulers_stats(schedulers, resolved.num_spec_tokens))
     engines = {Role.COLOCATED.value: resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,

@@ -212,3 +212,19 @@ class SpecDecodingStats:
                 "spec_draft_acceptance_rate": (self.num_accepted_tokens / self.num_draft_tokens
                                                if self.num_draft_tokens else 0.0),
                 "spec_per_position_acceptance_rate": [a / n if n else 0.0 for a in self.accepted_per_pos]}
+
+
+def engine_acceptance(spec: SpecDecodeConfig, engine_index: int) -> DraftAcceptance:
+    """The acceptance draws of one engine (scheduler): seeded with the config's seed plus the
+    engine's index, so engines draw independently and a run repeats exactly."""
+    return DraftAcceptance(replace(spec, seed=spec.seed + engine_index))
+
+
+def schedulers_stats(schedulers: Sequence, num_speculative_tokens: int) -> dict[str, Any]:
+    """The summary's spec_* keys over ``schedulers`` (each a ``Scheduler`` or a lockstep group
+    with ``ranks``)."""
+    stats = SpecDecodingStats(num_speculative_tokens)
+    for sched in schedulers:
+        for rank in getattr(sched, "ranks", (sched,)):
+            stats.add(rank.spec_stats)
+    return stats.summary()

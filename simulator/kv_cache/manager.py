@@ -74,6 +74,10 @@ class KVCacheManager:
         # P/D with async scheduling (vLLM defer_block_free): (fence step, blocks) freed once the
         # step with that sequence number has been processed. Empty otherwise.
         self.deferred_frees: deque[tuple[int, list[int]]] = deque()
+        # vLLM's EAGLE block drop (speculative decoding behind a KV connector, whose block hashes
+        # cover no token after the block): a prefix hit gives up its last block, whose hidden
+        # states the drafter must recompute. Set by the scheduler.
+        self.drop_last_hit_block = False
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -95,7 +99,8 @@ class KVCacheManager:
         """Longest cached prefix of whole blocks, capped at num_tokens - 1 tokens.
 
         Returns (hit blocks, hit tokens). A 32-token prompt with block 16 hits 16 (the last token
-        must be recomputed for logits, and hits are whole blocks); a 33-token prompt hits 32.
+        must be recomputed for logits, and hits are whole blocks); a 33-token prompt hits 32, or 16
+        with ``drop_last_hit_block``.
         """
         if not self.enable_caching:
             return [], 0
@@ -108,6 +113,8 @@ class KVCacheManager:
             if b is None:
                 break
             blocks.append(b)
+        if self.drop_last_hit_block and blocks:
+            blocks.pop()
         return blocks, len(blocks) * self.block_size
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:

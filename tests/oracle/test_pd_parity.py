@@ -26,15 +26,22 @@ def make_requests(seed: int, n: int, prompt: tuple[int, int], output: tuple[int,
     return [RequestSpec(f"r{i:03d}", 0.0, rng.randint(*prompt), rng.randint(*output)) for i in range(n)]
 
 
-def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200_000, **knobs):
+def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200_000, num_speculative_tokens: int = 0,
+               accepted=None, **knobs):
+    """The mirror's run of ``vllm_pd_driver.run_vllm_pd`` (same arguments); with
+    ``num_speculative_tokens`` k > 0, EAGLE-style drafts accepted as ``accepted(id, context, drafts)``
+    says, and trace entries (tokens, drafts)."""
     from simulator.kv_cache.manager import KVCacheManager
     from simulator.scheduler import Scheduler
     from simulator.scheduler_config import SchedulerConfig
 
-    config = SchedulerConfig(debug=True, **knobs)
+    k = num_speculative_tokens
+    config = SchedulerConfig(debug=True, num_speculative_tokens=k, num_lookahead_tokens=k, **knobs)
     kv = KVCacheManager(num_gpu_blocks, BLOCK_SIZE, config.max_model_len,
                         enable_prefix_caching=config.enable_prefix_caching)
     s = Scheduler(config, kv, kv_role="consumer" if side == "decode" else "producer")
+    if k:
+        s.accept_drafts = lambda r, ctx, drafts: accepted(r.request_id, ctx, drafts)
     delay = {}
     for i, r in enumerate(requests):
         delay[r.request_id] = DELAYS[i % len(DELAYS)]
@@ -49,7 +56,8 @@ def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200
         for rid in out.remote_kv_request_ids:
             pending[rid] = delay[rid]
         if out.total_num_scheduled_tokens > 0:
-            trace.append(out.as_dict())
+            trace.append(dict(zip(out.request_ids, zip(out.num_scheduled_tokens, out.spec_tokens))) if k
+                         else out.as_dict())
 
     def update(out):
         ready = [rid for rid, left in pending.items() if left <= 0]
@@ -128,3 +136,43 @@ def test_tight_decode_case_really_preempts(async_scheduling) -> None:
     trace, _ = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **knobs)
     recomputed = {rid for step in trace for rid, tokens in step.items() if tokens > 1}
     assert recomputed, "no decode request was preempted and recomputed locally"
+
+
+# Speculative decoding (EAGLE, k drafts) on both sides: (name, side, seed, n, prompt range, output
+# range, num_gpu_blocks, k, acceptance, extra knobs). Acceptance rules as in test_spec_parity.
+SPEC_CASES = [
+    ("spec_decode_roomy", "decode", 11, 30, (16, 400), (1, 60), 2000, 3, "mixed", {}),
+    ("spec_decode_tight_blocks", "decode", 12, 30, (40, 400), (20, 200), 90, 2, "mixed", {}),
+    ("spec_decode_tight_prefix_cache", "decode", 13, 30, (40, 400), (20, 200), 90, 2, "all",
+     {"enable_prefix_caching": True}),
+    ("spec_decode_budget_40", "decode", 14, 20, (16, 300), (1, 60), 2000, 3, "mixed",
+     {"max_num_batched_tokens": 40}),
+    ("spec_decode_max_model_len", "decode", 15, 12, (100, 200), (100, 300), 2000, 3, "none", {"max_model_len": 256}),
+    ("spec_prefill_cached", "prefill", 16, 30, (16, 600), (1, 1), 2000, 2, "mixed", {"enable_prefix_caching": True}),
+    ("spec_prefill_tight_blocks", "prefill", 17, 30, (100, 600), (1, 1), 120, 3, "mixed", {}),
+]
+_ACCEPT = {
+    "none": lambda rid, ctx, d: 0,
+    "all": lambda rid, ctx, d: d,
+    "mixed": lambda rid, ctx, d: (int(rid[1:]) * 7 + ctx * 13) % (d + 1),
+}
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("case", SPEC_CASES, ids=[c[0] for c in SPEC_CASES])
+def test_pd_spec_paths_match_vllm(case, async_scheduling) -> None:
+    import vllm_pd_driver
+
+    name, side, seed, n, prompt, output, blocks, k, acceptance, extra = case
+    knobs = dict(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=4096, block_size=BLOCK_SIZE,
+                 enable_prefix_caching=False, long_prefill_token_threshold=0, policy="fcfs",
+                 async_scheduling=async_scheduling)
+    knobs.update(extra)
+    requests = make_requests(seed, n, prompt, output)
+    spec = dict(num_speculative_tokens=k, accepted=_ACCEPT[acceptance])
+    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **spec, **knobs)
+    actual = run_mirror(requests, side=side, num_gpu_blocks=blocks, **spec, **knobs)
+    assert actual[0] == expected[0], f"{name}: schedules differ"
+    assert actual[1] == expected[1], f"{name}: free blocks differ"
+    if side == "decode":
+        assert any(d for step in expected[0] for _, d in step.values()), f"{name}: no drafts verified"

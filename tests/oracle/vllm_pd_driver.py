@@ -9,12 +9,18 @@ no-ops. Transfers complete by a fixed rule: request ``i`` (list order) is report
 ``finished_recving`` (D) / ``finished_sending`` (P) by the ``DELAYS[i % len(DELAYS)]``-th
 ``update_from_output`` after the schedule() that admitted (D) / finished (P) it; the
 mirror run in ``test_pd_parity`` applies the same rule.
+
+``run_vllm_pd(..., num_speculative_tokens=k, accepted=...)`` adds EAGLE speculative decoding on
+the same scheduler (``vllm_driver._EagleRunner``; see ``run_vllm_pd``). What vLLM does differently
+there: load admission without lookahead slots but with a spec-step reservation, promoted requests
+padded to ``(1 + k, k)`` with rejected placeholder drafts, legacy block hashes with the EAGLE
+last-block drop (``_check_pd_eagle_scheduler``).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from vllm.config import KVTransferConfig
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -70,17 +76,77 @@ class PullConnector(KVConnectorBase_V1):
         pass
 
 
+def _check_pd_eagle_scheduler(scheduler: Any, k: int, block_size: int) -> None:
+    """What vLLM 0.33 resolves for EAGLE *with* a KV connector, on top of
+    ``vllm_driver._check_eagle_scheduler`` (num_spec = num_lookahead = k, prefill lookahead 1,
+    no draft slots, model runner V2, can_skip_drafts, no dynamic SD):
+
+    * ``num_hash_lookahead_tokens`` 0 (``VllmConfig.num_hash_lookahead_tokens``: "KV connectors
+      keep the legacy hashes"), so ``use_eagle_block_drop`` stays True: a local prefix-cache hit
+      drops its last matched block (legacy EAGLE drop) when prefix caching is on;
+    * ``_spec_decode_step_blocks`` = cdiv(1 + k + k, block_size) (one full-attention group),
+      reserved when admitting an async KV load.
+    """
+    effective = {
+        "num_hash_lookahead_tokens": scheduler.num_hash_lookahead_tokens,
+        "use_eagle_block_drop": scheduler.use_eagle_block_drop,
+        "kv_manager_drops_eagle_block": bool(scheduler.kv_cache_manager.coordinator.drop_eagle_group_ids),
+        "spec_decode_step_blocks": scheduler._spec_decode_step_blocks,
+    }
+    wanted = {
+        "num_hash_lookahead_tokens": 0,
+        "use_eagle_block_drop": True,
+        "kv_manager_drops_eagle_block": True,
+        "spec_decode_step_blocks": -(-(1 + 2 * k) // block_size),
+    }
+    if effective != wanted:
+        raise RuntimeError(f"vLLM resolved EAGLE + KV connector differently: wanted {wanted}, got {effective}")
+
+
+def new_pd_scheduler(*, num_gpu_blocks: int, num_speculative_tokens: int = 0, **knobs: Any) -> tuple[Any, Any]:
+    """The scheduler ``run_vllm_pd`` drives (PullConnector, watermark 0) and its block hasher;
+    with ``num_speculative_tokens`` > 0 also the EAGLE drafter, checked by
+    ``vllm_driver._check_eagle_scheduler`` and ``_check_pd_eagle_scheduler``."""
+    config = KVTransferConfig(kv_connector="PullConnector", kv_role="kv_both",
+                              kv_connector_module_path="vllm_pd_driver")
+    spec_knobs = {"num_speculative_tokens": num_speculative_tokens} if num_speculative_tokens else {}
+    scheduler, block_hasher = base.new_scheduler(num_gpu_blocks=num_gpu_blocks, watermark=0.0,
+                                                 kv_transfer_config=config, **spec_knobs, **knobs)
+    if num_speculative_tokens:
+        _check_pd_eagle_scheduler(scheduler, num_speculative_tokens, knobs["block_size"])
+    return scheduler, block_hasher
+
+
 def run_vllm_pd(
-    requests: Sequence[Any], *, side: str, num_gpu_blocks: int, max_steps: int = 200_000, **knobs: Any
-) -> tuple[list[dict[str, int]], list[int]]:
+    requests: Sequence[Any], *, side: str, num_gpu_blocks: int, max_steps: int = 200_000,
+    num_speculative_tokens: int = 0, accepted: Callable[[str, int, int], int] | None = None,
+    **knobs: Any
+) -> tuple[list[dict[str, Any]], list[int]]:
     """Run one side ("decode": do_remote_prefill, "prefill": do_remote_decode with max_tokens=1).
 
     Returns (trace of executed steps, free blocks after every update_from_output).
+
+    ``num_speculative_tokens`` = k > 0: EAGLE speculative decoding as in
+    ``vllm_driver.run_vllm_spec_scheduler`` (same ``accepted(request_id, context_len,
+    real_drafts)`` contract, required then), on the same scheduler as the PullConnector: the
+    fake model runner V2 is ``vllm_driver._EagleRunner``; the sync loop hands the runner's
+    drafts to ``update_draft_token_ids`` after every step that scheduled tokens
+    (``EngineCore.post_step``), the async loop takes none. Trace entries become
+    ``{request_id: (num_scheduled_tokens, num_scheduled_spec_tokens)}``. A decode-side request
+    promoted after its KV load is a new request to model runner V2 (it is in
+    ``scheduled_new_reqs``: status WAITING), so its padded first step (1 + k, k) has no real
+    drafts: the GPU rejects them (``gather_draft_sampled``: the step starts inside the
+    prefill) and it samples 1 token.
     """
-    config = KVTransferConfig(kv_connector="PullConnector", kv_role="kv_both",
-                              kv_connector_module_path="vllm_pd_driver")
-    scheduler, block_hasher = base.new_scheduler(num_gpu_blocks=num_gpu_blocks, watermark=0.0,
-                                                 kv_transfer_config=config, **knobs)
+    k = num_speculative_tokens
+    if k and accepted is None:
+        raise ValueError("num_speculative_tokens > 0 needs accepted(request_id, context_len, real_drafts)")
+    scheduler, block_hasher = new_pd_scheduler(num_gpu_blocks=num_gpu_blocks, num_speculative_tokens=k,
+                                               **knobs)
+    if k:
+        runner: Any = base._EagleRunner(scheduler, accepted)
+    else:
+        runner = base._OneTokenRunner(scheduler)   # base._fake_sample / base._record, no drafts
     delay: dict[str, int] = {}
     for index, req in enumerate(requests):
         params = {"do_remote_prefill": True} if side == "decode" else {"do_remote_decode": True}
@@ -92,7 +158,7 @@ def run_vllm_pd(
                 extra_args={"kv_transfer_params": params}),
             pooling_params=None, arrival_time=0.0, priority=req.priority, block_hasher=block_hasher))
     pending: dict[str, int] = {}        # request id -> updates left before its transfer is reported
-    trace: list[dict[str, int]] = []
+    trace: list[dict[str, Any]] = []
     free: list[int] = []
     pool = scheduler.kv_cache_manager.block_pool
 
@@ -131,8 +197,8 @@ def run_vllm_pd(
             if scheduler.has_requests() or pending:
                 out = scheduler.schedule()
                 after_schedule(out)
-                queue.appendleft((base._fake_sample(scheduler, out), out))
-                base._record(trace, out)
+                queue.appendleft((runner.execute(out), out))
+                runner.record(trace, out)
                 if len(queue) < 2 and (out.total_num_scheduled_tokens > 0 or scheduler.has_requests()):
                     continue
             elif not queue:
@@ -142,7 +208,11 @@ def run_vllm_pd(
         else:
             out = scheduler.schedule()
             after_schedule(out)
-            sampled = base._fake_sample(scheduler, out)
-            base._record(trace, out)
+            sampled = runner.execute(out)
+            runner.record(trace, out)
             update(out, sampled)
+            if out.total_num_scheduled_tokens > 0:   # EngineCore.post_step(model_executed)
+                drafts = runner.take_draft_token_ids()
+                if drafts is not None:
+                    scheduler.update_draft_token_ids(drafts)
     raise RuntimeError(f"vLLM scheduler still busy after {max_steps} steps")

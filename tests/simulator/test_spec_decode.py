@@ -181,12 +181,24 @@ def test_a_moe_dp_deployment_drafts_in_lockstep():
     assert all(1 <= len(r.token_times_s) < r.output_len for r in run.records if r.output_len > 8)
 
 
-def _run(spec_config, seed=0):
+def _run(spec_config, seed=0, **engine):
     return run_simulation(SimulationSpec(
-        engine=EngineArgs(max_model_len=4096, speculative_config=spec_config),
+        engine=EngineArgs(max_model_len=4096, speculative_config=spec_config, **engine),
         workload=WorkloadSpec(dataset_name="random", num_prompts=40, random_input_len=300, random_output_len=60,
                               seed=seed),
         max_concurrency=8, save_detailed=True))
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_the_scheduler_invariants_hold_with_drafts(async_scheduling):
+    # --debug: blocks and tokens conserved at every step, drafts in flight included; a tight KV
+    # budget preempts
+    run = run_simulation(SimulationSpec(
+        engine=EngineArgs(max_model_len=4096, speculative_config=EAGLE3, num_gpu_blocks_override=120,
+                          async_scheduling=async_scheduling),
+        workload=WorkloadSpec(dataset_name="random", num_prompts=40, random_input_len=300, random_output_len=120),
+        max_concurrency=16, debug=True))
+    assert run.summary["completed"] == 40 and sum(r.num_preemptions for r in run.records) > 0
 
 
 def test_a_simulation_with_drafts_is_faster_and_reports_its_acceptance():
@@ -202,6 +214,23 @@ def test_a_simulation_with_drafts_is_faster_and_reports_its_acceptance():
     assert all(b > a for a, b in zip(rec.token_times_s, rec.token_times_s[1:]))
     again = _run(EAGLE3)         # same seed, same draws: the same requests' times
     assert [r.token_times_s for r in again.records] == [r.token_times_s for r in spec.records]
+
+
+def _architecture_run(architecture: str, spec_config):
+    return run_simulation(SimulationSpec(
+        engine=EngineArgs(max_model_len=4096, speculative_config=spec_config),
+        workload=WorkloadSpec(dataset_name="random", num_prompts=30, random_input_len=300, random_output_len=60),
+        max_concurrency=8, architecture=architecture, debug=True))
+
+
+def test_pd_decode_instances_verify_the_drafts():
+    plain, drafted = _architecture_run("pdd", None), _architecture_run("pdd", EAGLE3)
+    assert drafted.summary["completed"] == 30 and drafted.summary["spec_num_drafts"] > 0
+    assert drafted.summary["mean_tpot_ms"] < plain.summary["mean_tpot_ms"]
+    with pytest.raises(ValueError, match="--architecture afd is not simulated yet"):
+        _architecture_run("afd", EAGLE3)
+    with pytest.raises(ValueError, match="pipeline parallelism is not simulated yet"):
+        resolve_engine(EngineArgs(pipeline_parallel_size=2, speculative_config=EAGLE3))
 
 
 def test_cli_runs_and_prints_the_spec_decoding_line():
