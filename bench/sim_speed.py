@@ -13,6 +13,7 @@ import resource
 
 from simulator.engine_args import EngineArgs
 from simulator.simulation import SimulationSpec, run_simulation
+from simulator.spec_decode import SpecDecodeConfig
 from simulator.workload import WorkloadSpec
 
 CASES = [
@@ -25,6 +26,10 @@ CASES = [
     ("qwen3-30b-a3b-dp4-ep", EngineArgs(model="Qwen/Qwen3-30B-A3B", gpu="H200", data_parallel_size=4,
                                         enable_expert_parallel=True),
      dict(dataset_name="random", request_rate=40.0)),
+    # speculative decoding: the scheduler's per-request path (no lazy decode), drafter priced per step
+    ("llama8b-h100-eagle3-rate20", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100",
+                                              speculative_config=SpecDecodeConfig("eagle3", 3, (0.8, 0.6, 0.45))),
+     dict(dataset_name="random", request_rate=20.0)),
 ]
 
 
