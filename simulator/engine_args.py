@@ -351,6 +351,10 @@ class EngineArgs:
         if spec is not None and spec.method == "mtp" and not model.num_mtp_layers:
             raise ValueError(f"--speculative-config method mtp drafts with the checkpoint's multi-token-prediction "
                              f"layers; {model.name} has none (num_nextn_predict_layers): use eagle or eagle3")
+        if spec is not None and spec.method == "mtp" and min(model.num_mtp_layers, spec.num_speculative_tokens) > 1:
+            raise ValueError(f"--speculative-config mtp with {model.num_mtp_layers} MTP layers and "
+                             f"{spec.num_speculative_tokens} drafts runs vLLM's multi-module MTP, which is not "
+                             "simulated; use num_speculative_tokens 1")
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
