@@ -179,7 +179,7 @@ class Replica:
             out.num_scheduled_tokens, out.context_lens, cost.padded_tokens, cost.cudagraph_mode,
             usable - pool.free_queue.num_free_blocks, usable,
             len(sched.waiting) + len(sched.kv_holding_waiting),    # get_request_counts()[1]
-            len(out.preempted_request_ids), self.role)
+            len(out.preempted_request_ids), self.role, out.spec_tokens)
 
     def _launch_one(self, out: SchedulerOutput, now: float) -> float:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""

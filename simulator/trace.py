@@ -9,7 +9,8 @@ scale it is the largest output by far.
 
 ``batch_trace`` (one row per scheduled request per step):
     role, replica_id, dp_rank (0 unless a lockstep DP group), step, start_s, end_s, request_id,
-    num_scheduled_tokens, context_len,
+    num_scheduled_tokens, context_len, num_spec_tokens (speculative decoding: the drafts among
+    num_scheduled_tokens it verifies; else 0),
     and the step's padded_tokens, cudagraph_mode and kv_blocks_used
 ``steps`` (one row per step):
     role, replica_id, dp_rank, step, start_s, end_s, num_reqs, num_tokens, padded_tokens,
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REQUEST_COLUMNS = ("role", "replica_id", "dp_rank", "step", "start_s", "end_s", "request_id",
-                   "num_scheduled_tokens", "context_len", "padded_tokens", "cudagraph_mode",
+                   "num_scheduled_tokens", "context_len", "num_spec_tokens", "padded_tokens", "cudagraph_mode",
                    "kv_blocks_used")
 STEP_COLUMNS = ("role", "replica_id", "dp_rank", "step", "start_s", "end_s", "num_reqs", "num_tokens",
                 "padded_tokens", "cudagraph_mode", "kv_blocks_used", "kv_blocks_total",
@@ -44,8 +45,10 @@ class BatchTrace:
     def add_step(self, replica_id: int, dp_rank: int, step: int, start_s: float, end_s: float,
                  request_ids: Sequence[str], num_tokens: Sequence[int], context_lens: Sequence[int],
                  padded_tokens: int, cudagraph_mode: str, kv_blocks_used: int,
-                 kv_blocks_total: int, num_waiting: int, num_preempted: int, role: str = "C") -> None:
-        """Record one step; ``request_ids``/``num_tokens``/``context_lens`` are per scheduled request."""
+                 kv_blocks_total: int, num_waiting: int, num_preempted: int, role: str = "C",
+                 spec_tokens: Sequence[int] = ()) -> None:
+        """Record one step; ``request_ids``/``num_tokens``/``context_lens`` (and ``spec_tokens``,
+        speculative decoding's drafts: empty for none) are per scheduled request."""
         (a_role, a_replica, a_rank, a_step, a_start, a_end, a_reqs, a_tokens, a_padded, a_mode,
          a_used, a_total, a_waiting, a_preempted) = self._step_appends      # STEP_COLUMNS' order
         a_role(role)
@@ -74,6 +77,7 @@ class BatchTrace:
             r["request_id"].extend(request_ids)
             r["num_scheduled_tokens"].extend(num_tokens)
             r["context_len"].extend(context_lens)
+            r["num_spec_tokens"].extend(spec_tokens or [0] * n)
             r["padded_tokens"].extend([padded_tokens] * n)
             r["cudagraph_mode"].extend([cudagraph_mode] * n)
             r["kv_blocks_used"].extend([kv_blocks_used] * n)

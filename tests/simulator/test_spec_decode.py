@@ -233,12 +233,16 @@ def test_pd_decode_instances_verify_the_drafts():
         resolve_engine(EngineArgs(pipeline_parallel_size=2, speculative_config=EAGLE3))
 
 
-def test_cli_runs_and_prints_the_spec_decoding_line():
+def test_cli_runs_and_prints_the_spec_decoding_line(tmp_path):
+    import pyarrow.parquet as pq
     res = CliRunner().invoke(app, [
         "simulate", "--max-model-len", "4096", "--num-prompts", "20", "--random-input-len", "200",
         "--random-output-len", "20", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 2}',
-        "--spec-acceptance-rate", "0.7"])
+        "--spec-acceptance-rate", "0.7", "--batch-trace", str(tmp_path / "bt.parquet")])
     assert res.exit_code == 0, res.output
     assert "speculative decoding (eagle3, 2 drafts): mean acceptance length" in res.output
+    trace = pq.read_table(tmp_path / "bt.parquet").to_pydict()     # verifies: 1 + 2 tokens, 2 of them drafts
+    rows = list(zip(trace["num_scheduled_tokens"], trace["num_spec_tokens"]))
+    assert (3, 2) in rows and all(d <= 2 and d < n for n, d in rows if d)
     bad = CliRunner().invoke(app, ["simulate", "--num-prompts", "5", "--spec-acceptance-rate", "0.5"])
     assert bad.exit_code == 2 and bad.output.strip() == "error: --spec-acceptance-rate needs --speculative-config"
