@@ -47,7 +47,7 @@ Approximations (stated, to be replaced by measured data / later models):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
 from frontier.gpu import is_sm100_family
@@ -622,8 +622,9 @@ class BatchEngine:
 
     def _draft_layer_time_s(self, m: int, timing: str) -> float:
         """One forward of the draft head's layer over m tokens (``simulator.spec_decode``): the
-        input GEMM folding in the target's states, norms, the target's attention projections, and
-        its MLP, or, for an MTP layer of an MoE model, its MoE layer."""
+        input GEMM folding in the target's states, norms, the target's attention projections (an
+        EAGLE-3 layer's QKV projection reads 2 x hidden: vLLM's ``llama_eagle3``), and its MLP,
+        or, for an MTP layer of an MoE model, its MoE layer."""
         key = (m, timing)
         t = self._draft_cache.get(key)
         if t is None:
@@ -632,7 +633,9 @@ class BatchEngine:
             ops: list[tuple[object, int]] = [
                 (GemmOp("draft_fc", m, h, spec.fc_inputs * h, BF16, ab), 1),
                 (ElementwiseOp("draft_norms", m, h, 8 * h * ab), 1)]
-            ops += [(op, 1) for op in self._attn_gemms(m, mdl.num_attention_heads // tp)]
+            wide = spec.method == "eagle3"     # EAGLE-3's layer projects [embedding, fc(states)]: 2 x hidden in
+            ops += [(replace(op, k=2 * h) if wide and op.name == "qkv_proj" else op, 1)
+                    for op in self._attn_gemms(m, mdl.num_attention_heads // tp)]
             if tp > 1:
                 ops.append((self._comm("all_reduce", m * h * ab, tp), 2))
             if spec.method == "mtp" and mdl.num_moe_layers or not mdl.intermediate_size:

@@ -246,3 +246,12 @@ def test_cli_runs_and_prints_the_spec_decoding_line(tmp_path):
     assert (3, 2) in rows and all(d <= 2 and d < n for n, d in rows if d)
     bad = CliRunner().invoke(app, ["simulate", "--num-prompts", "5", "--spec-acceptance-rate", "0.5"])
     assert bad.exit_code == 2 and bad.output.strip() == "error: --spec-acceptance-rate needs --speculative-config"
+
+
+def test_a_scenario_file_gives_the_speculative_config_as_a_mapping(tmp_path):
+    (tmp_path / "s.yaml").write_text(
+        "num_prompts: 10\nmax_model_len: 4096\nrandom_output_len: 20\n"
+        "speculative_config:\n  method: eagle\n  num_speculative_tokens: 2\nspec_acceptance_rate: [0.7, 0.5]\n")
+    res = CliRunner().invoke(app, ["simulate", "--config", str(tmp_path / "s.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "speculative decoding (eagle, 2 drafts)" in res.output
