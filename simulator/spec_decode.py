@@ -5,10 +5,12 @@ after every step of the target (``eagle``: EAGLE-1 heads, ``eagle3``: EAGLE-3 he
 model's multi-token-prediction layer, e.g. DeepSeek-V3's, reused for every draft). For these vLLM
 0.33 reserves ``num_lookahead_tokens`` = k KV slots past each request's scheduled tokens and adds
 no draft rows to the step's token budget (``SpeculativeConfig.max_num_new_slots_for_drafting``
-is 0); the scheduler side is ``simulator.scheduler`` ("Speculative decoding"). Refused with a
-one-line error: ``ngram`` / ``suffix`` (their proposals depend on the text, which a simulated
-request does not have), ``draft_model`` and the parallel drafters (DFlash, DSpark, P-EAGLE),
-dynamic speculation (``num_speculative_tokens_per_batch_size``).
+is 0); the scheduler side is ``simulator.scheduler`` ("Speculative decoding"), co-located or on
+P/D instances. Refused with a one-line error: ``ngram`` / ``suffix`` (their proposals depend on
+the text, which a simulated request does not have), ``draft_model`` and the parallel drafters
+(DFlash, DSpark, P-EAGLE), dynamic speculation (``num_speculative_tokens_per_batch_size``: an
+unknown key), multi-module MTP (k > 1 drafts from a model with several MTP layers), pipeline
+parallelism and AFD.
 
 Acceptance. The accepted share of drafts is a property of the model pair and the data, which a
 simulation does not have, so it is an input: ``acceptance_rates`` are the per-position
@@ -24,10 +26,11 @@ forwards over one token per request, each followed by the draft logits of one ro
 The head is priced as one decoder layer of the target (EAGLE-1 / EAGLE-3 heads of Llama-style
 targets and MTP layers have the target's width and layer kind) plus the GEMM that folds the
 target's hidden states in (EAGLE-1 and MTP: 2 x hidden -> hidden, EAGLE-3: 3 x hidden ->
-hidden) and a logits GEMM over the head's vocabulary: an EAGLE-3 head's ``draft_vocab_size``
-when ``--speculative-config``'s model is a config.json path or catalogue name the simulator can
-read, else the target's (a pricing note says so). vLLM skips drafting in a step where no scheduled request can use
-the drafts (``SchedulerOutput.skip_drafts``).
+hidden; an EAGLE-3 layer's QKV projection also reads 2 x hidden) and a logits GEMM over the
+head's vocabulary: an EAGLE-3 head's ``draft_vocab_size`` when ``--speculative-config``'s model
+is a config.json path or catalogue name the simulator can read, else the target's (a pricing
+note says so). vLLM skips drafting in a step where no scheduled request can use the drafts
+(``SchedulerOutput.skip_drafts``).
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ if TYPE_CHECKING:
 SPEC_METHODS = ("eagle", "eagle3", "mtp")
 # Draft-head input GEMM width, in multiples of hidden_size (the target states it folds in).
 FC_INPUTS = {"eagle": 2, "eagle3": 3, "mtp": 2}
-# vLLM 0.33 --speculative-config keys that change nothing simulated (the draft checkpoint's path,
-# revision, quantization, its TP size: the head is priced at the target's layout).
+# vLLM 0.33 --speculative-config keys accepted but not simulated (the draft checkpoint's path is read
+# only for its vocabulary; its revision, quantization, TP size and length cap are not: the head is
+# priced at the target's layout).
 IGNORED_KEYS = ("model", "revision", "code_revision", "quantization", "draft_tensor_parallel_size",
                 "max_model_len", "disable_padded_drafter_batch", "speculative_token_tree")
 REFUSED_METHODS = {
