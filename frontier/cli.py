@@ -363,7 +363,7 @@ def simulate(
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
     all2all_backend: Optional[str] = typer.Option(None, help="How MoE tokens reach their experts with DP x EP, as vLLM's --all2all-backend: allgather_reducescatter (default: all_gather + reduce_scatter over TP x DP), deepep_high_throughput, deepep_low_latency, ... (a dispatch + combine of the routed tokens over the EP group, priced as two all_to_all).", rich_help_panel=ENGINE_HELP),
     performance_mode: Optional[str] = typer.Option(None, "--performance-mode", help="vLLM's --performance-mode (0.17+): balanced (default), throughput (doubles the defaulted --max-num-batched-tokens and --max-num-seqs) or interactivity (CUDA graphs at every size 1..32).", rich_help_panel=ENGINE_HELP),
-    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="vLLM --speculative-config JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'; methods eagle, eagle3, mtp (co-located or pdd, PP 1); needs --spec-acceptance-rate.", rich_help_panel=ENGINE_HELP),
+    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="vLLM --speculative-config JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'; methods eagle, eagle3, mtp (co-located or pdd, PP 1); needs --spec-acceptance-rate, or vLLM's synthetic acceptance in the config (rejection_sample_method synthetic with synthetic_acceptance_rates or synthetic_acceptance_length).", rich_help_panel=ENGINE_HELP),
     spec_acceptance_rate: Optional[str] = typer.Option(None, "--spec-acceptance-rate", help="Not a vLLM flag: the drafts' per-position acceptance rates as vLLM logs them ('Per-position acceptance rate'), e.g. 0.8,0.6,0.45, or one rate p for p, p^2, ...", rich_help_panel=ENGINE_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     engine_cpu_overhead: Optional[bool] = typer.Option(None, "--engine-cpu-overhead/--no-engine-cpu-overhead", help="Price the engine core's CPU time per step (0.81 ms + 0.042 ms per scheduled request, measured; simulator/engine_cpu.py): on the critical path with --no-async-scheduling, overlapped with the previous forward otherwise (default off).", rich_help_panel=ENGINE_HELP),
@@ -556,8 +556,9 @@ def memory(
         _apply_eplb_config(eplb)
         tokens = {"max_model_len": max_model_len, "max_num_batched_tokens": max_num_batched_tokens}
         _apply_token_counts(tokens)
-        spec = {"speculative_config": speculative_config,   # the drafts' acceptance does not change memory
-                "spec_acceptance_rate": None if speculative_config is None else [1.0]}
+        cfg = _json_object(speculative_config, "--speculative-config")   # acceptance does not change memory
+        spec = {"speculative_config": cfg, "spec_acceptance_rate": None if cfg is None
+                or cfg.get("rejection_sample_method") == "synthetic" else [1.0]}
         _apply_speculative_config(spec)
         args = EngineArgs(
             model=model, gpu=gpu, tensor_parallel_size=tensor_parallel_size,

@@ -17,8 +17,14 @@ simulation does not have, so it is an input: ``acceptance_rates`` are the per-po
 acceptance rates vLLM logs ("SpecDecoding metrics: ... Per-position acceptance rate: 0.80,
 0.62, 0.47"), a_i = share of verifies whose draft i was accepted = P(accepted >= i), so
 non-increasing; one value p stands for p, p^2, ..., p^k (every draft accepted with probability
-p once the one before was). ``DraftAcceptance`` draws each verify's accepted count from them
-(draft i is accepted with probability a_i / a_(i-1) when draft i - 1 was), seeded.
+p once the one before was). vLLM itself takes the same input for its test-only synthetic
+rejection sampler (``"rejection_sample_method": "synthetic"`` with ``synthetic_acceptance_rates``,
+per-position unconditional, or ``synthetic_acceptance_length``, turned into rates by its
+minimum-variance schedule: ``_acceptance_length_to_rates``), which a --speculative-config may
+give instead of --spec-acceptance-rate: the simulated deployment then is the vLLM launch with
+that config. ``DraftAcceptance`` draws each verify's accepted count from the rates (draft i is
+accepted with probability a_i / a_(i-1) when draft i - 1 was: vLLM's
+``unconditional_to_conditional_rates``), seeded.
 
 The drafter's work per step (``BatchEngine.draft_time_s``), as vLLM's EAGLE proposer runs it
 (v1/worker/gpu/spec_decode): one forward of the draft head over the step's tokens, then k - 1
@@ -49,7 +55,9 @@ FC_INPUTS = {"eagle": 2, "eagle3": 3, "mtp": 2}
 # only for its vocabulary; its revision, quantization, TP size and length cap are not: the head is
 # priced at the target's layout).
 IGNORED_KEYS = ("model", "revision", "code_revision", "quantization", "draft_tensor_parallel_size",
-                "max_model_len", "disable_padded_drafter_batch", "speculative_token_tree")
+                "max_model_len", "disable_padded_drafter_batch", "speculative_token_tree", "draft_sample_method")
+# vLLM's synthetic rejection sampler: the acceptance given in the config itself
+SYNTHETIC_KEYS = ("rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length")
 REFUSED_METHODS = {
     "ngram": "its proposals depend on the prompt's text, which a simulated request does not have",
     "suffix": "its proposals depend on the prompt's text, which a simulated request does not have",
@@ -122,20 +130,59 @@ def with_draft_layer(model: ModelSpec, spec: SpecDecodeConfig) -> ModelSpec:
 
 def spec_config_from_vllm(cfg: dict[str, Any], acceptance_rates: Sequence[float] | None,
                           seed: int = 0) -> SpecDecodeConfig:
-    """A ``SpecDecodeConfig`` from vLLM's --speculative-config object and --spec-acceptance-rate."""
-    known = ("method", "num_speculative_tokens", *IGNORED_KEYS)
+    """A ``SpecDecodeConfig`` from vLLM's --speculative-config object and --spec-acceptance-rate
+    (or the config's synthetic acceptance: module docstring)."""
+    known = ("method", "num_speculative_tokens", *IGNORED_KEYS, *SYNTHETIC_KEYS)
     for key in cfg:
         if key not in known:
             raise ValueError(f"--speculative-config key {key!r} is not simulated; valid: {', '.join(known)}")
     if "method" not in cfg or "num_speculative_tokens" not in cfg:
         raise ValueError("--speculative-config needs method and num_speculative_tokens, "
                          "e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'")
+    synthetic = synthetic_rates(cfg)
+    if synthetic is not None and acceptance_rates:
+        raise ValueError("give the acceptance once: --spec-acceptance-rate or the --speculative-config's "
+                         "synthetic_acceptance_rates / synthetic_acceptance_length, not both")
+    acceptance_rates = synthetic if synthetic is not None else acceptance_rates
     if not acceptance_rates:
         raise ValueError("--speculative-config needs --spec-acceptance-rate: the per-position acceptance rates "
-                         "vLLM logs for this model pair and data (e.g. 0.8,0.6,0.45), or one rate p for p, p^2, ...")
+                         "vLLM logs for this model pair and data (e.g. 0.8,0.6,0.45), or one rate p for p, p^2, ...; "
+                         "or vLLM's \"rejection_sample_method\": \"synthetic\" with synthetic_acceptance_rates")
     draft = str(cfg.get("model") or "")
     return SpecDecodeConfig(str(cfg["method"]), cfg["num_speculative_tokens"], tuple(acceptance_rates), seed,
                             draft, draft_vocab_size(draft) if draft and cfg["method"] != "mtp" else 0)
+
+
+def synthetic_rates(cfg: dict[str, Any]) -> tuple[float, ...] | None:
+    """The per-position acceptance rates of vLLM's synthetic rejection sampler in a
+    --speculative-config (None for the default "standard" sampler), validated as vLLM 0.33's
+    ``SpeculativeConfig._resolve_synthetic_acceptance_rates`` validates them: exactly one of
+    synthetic_acceptance_rates (k non-increasing values in [0, 1]) or synthetic_acceptance_length
+    (in [1, k + 1]: rates 1, ..., 1, the fraction left, 0, ...)."""
+    method = cfg.get("rejection_sample_method", "standard")
+    rates, length = cfg.get("synthetic_acceptance_rates"), cfg.get("synthetic_acceptance_length")
+    if method != "synthetic":
+        if method != "standard":
+            raise ValueError(f"--speculative-config rejection_sample_method {method!r} is not simulated; "
+                             "valid: standard (acceptance from --spec-acceptance-rate), synthetic")
+        if rates is not None or length is not None:
+            raise ValueError("synthetic_acceptance_rates / synthetic_acceptance_length are only valid with "
+                             "rejection_sample_method 'synthetic'")
+        return None
+    if (rates is None) == (length is None):
+        raise ValueError("rejection_sample_method 'synthetic' requires exactly one of synthetic_acceptance_rates "
+                         "or synthetic_acceptance_length")
+    k = cfg["num_speculative_tokens"]
+    if rates is not None:
+        if not isinstance(rates, list) or len(rates) != k:
+            raise ValueError(f"synthetic_acceptance_rates must be a list of {k} (num_speculative_tokens) rates, "
+                             f"got {rates!r}")
+        return tuple(rates)
+    if not isinstance(length, (int, float)) or isinstance(length, bool) or not 1.0 <= length <= k + 1:
+        raise ValueError(f"synthetic_acceptance_length must be in [1, {k + 1}], got {length!r}")
+    accepted = length - 1
+    full = int(accepted)
+    return tuple(([1.0] * full + [accepted - full] + [0.0] * (k - full - 1))[:k])
 
 
 def draft_vocab_size(draft_model: str) -> int:

@@ -3,6 +3,8 @@ the drafter's price, the KV budget, the client's chunks (vLLM parity: tests/orac
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -81,6 +83,28 @@ def test_acceptance_draws_follow_the_per_position_rates():
 def test_bad_speculative_configs_are_refused(cfg, rates, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         spec_config_from_vllm(cfg, rates)
+
+
+def test_vllms_synthetic_acceptance_in_the_config_gives_the_rates():
+    cfg = {"method": "eagle", "num_speculative_tokens": 3, "rejection_sample_method": "synthetic"}
+    rates = spec_config_from_vllm({**cfg, "synthetic_acceptance_rates": [0.8, 0.5, 0.3]}, None)
+    assert rates.acceptance_rates == (0.8, 0.5, 0.3)
+    # vLLM's minimum-variance schedule for a mean acceptance length
+    assert spec_config_from_vllm({**cfg, "synthetic_acceptance_length": 2.5}, None).acceptance_rates == (1.0, 0.5, 0.0)
+    assert spec_config_from_vllm({**cfg, "synthetic_acceptance_length": 4}, None).acceptance_rates == (1.0, 1.0, 1.0)
+    for bad, message in [({**cfg}, "exactly one of"),
+                         ({**cfg, "synthetic_acceptance_length": 4.5}, r"must be in \[1, 4\], got 4.5"),
+                         ({**cfg, "synthetic_acceptance_rates": [0.5]}, "list of 3"),
+                         ({"method": "eagle", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2},
+                          "only valid with rejection_sample_method 'synthetic'"),
+                         ({**cfg, "rejection_sample_method": "block"}, "'block' is not simulated")]:
+        with pytest.raises(ValueError, match=message):
+            spec_config_from_vllm(bad, None)
+    with pytest.raises(ValueError, match="give the acceptance once"):
+        spec_config_from_vllm({**cfg, "synthetic_acceptance_length": 2}, [0.5])
+    res = CliRunner().invoke(app, ["memory", "--speculative-config", json.dumps({**cfg, "synthetic_acceptance_length": 2})])
+    assert res.exit_code == 0, res.output
+    assert "num_gpu_blocks                    27672" in res.output      # the draft head's layer counted
 
 
 def test_the_draft_head_adds_one_layer_of_weights_and_kv():
