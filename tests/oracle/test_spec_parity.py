@@ -38,6 +38,11 @@ class SpecCase:
     policy: str = "fcfs"
     async_scheduling: bool = False
     shared: str = ""                      # "duplicate" / "extends": pairs of requests sharing a prompt (make_requests)
+    watermark: float = 0.0
+    max_num_active_seqs: int | None = None
+    scheduler_reserve_full_isl: bool = True
+    prefill_schedule_interval: int = 1
+    long_prefill_token_threshold_adaptive: bool = False
 
 
 # Deterministic acceptance rules shared by both sides: (request_id, context_len, drafts) -> accepted.
@@ -69,6 +74,15 @@ CASES = [
              shared="extends", async_scheduling=True),
     SpecCase("sync_max_model_len", 13, 10, (100, 200), (150, 300), 3000, max_model_len=256),
     SpecCase("priority_tight", 14, 24, (50, 300), (50, 150), 80, policy="priority"),
+    # the scheduler knobs of tests/oracle/test_parity.py, with drafts
+    SpecCase("watermark_tight_async", 17, 30, (50, 300), (30, 150), 120, watermark=0.1, async_scheduling=True),
+    SpecCase("max_num_active_seqs", 18, 20, (16, 300), (10, 60), 3000, max_num_active_seqs=4),
+    SpecCase("first_chunk_admission_tight", 19, 24, (100, 600), (20, 100), 90, max_num_batched_tokens=128,
+             scheduler_reserve_full_isl=False),
+    SpecCase("prefill_interval_3_async", 20, 6, (400, 900), (40, 120), 3000, max_num_batched_tokens=128,
+             prefill_schedule_interval=3, async_scheduling=True),
+    SpecCase("adaptive_threshold", 21, 12, (200, 800), (5, 40), 3000, long_prefill_token_threshold=16,
+             long_prefill_token_threshold_adaptive=True),
 ]
 
 
@@ -101,7 +115,11 @@ def _knobs(case: SpecCase) -> dict:
                 max_model_len=case.max_model_len, block_size=BLOCK_SIZE,
                 enable_prefix_caching=case.enable_prefix_caching,
                 long_prefill_token_threshold=case.long_prefill_token_threshold, policy=case.policy,
-                async_scheduling=case.async_scheduling)
+                async_scheduling=case.async_scheduling, watermark=case.watermark,
+                max_num_active_seqs=case.max_num_active_seqs,
+                scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
+                prefill_schedule_interval=case.prefill_schedule_interval,
+                long_prefill_token_threshold_adaptive=case.long_prefill_token_threshold_adaptive)
 
 
 def _run_both(vllm_driver, case: SpecCase):
@@ -145,3 +163,16 @@ def test_cases_exercise_what_they_name(vllm_driver) -> None:
                     if d:
                         verified.add(rid)
             assert again, f"{case.name}: no request was preempted"
+
+
+@pytest.mark.parametrize("name", ["watermark_tight_async", "max_num_active_seqs", "first_chunk_admission_tight",
+                                  "prefill_interval_3_async", "adaptive_threshold"])
+def test_knob_cases_change_the_schedule(vllm_driver, name: str) -> None:
+    # Guards the knob cases: with drafts too, vLLM schedules them differently than at the defaults.
+    import dataclasses
+    case = next(c for c in CASES if c.name == name)
+    plain = dataclasses.replace(case, watermark=0.0, max_num_active_seqs=None, scheduler_reserve_full_isl=True,
+                                prefill_schedule_interval=1, long_prefill_token_threshold_adaptive=False)
+    _, with_knob, _ = _run_both(vllm_driver, case)
+    _, without, _ = _run_both(vllm_driver, plain)
+    assert with_knob != without, f"{name}: the knob changes nothing"

@@ -566,6 +566,7 @@ def run_vllm_spec_scheduler(
     long_prefill_token_threshold: int = 0,
     policy: str = "fcfs",
     async_scheduling: bool = False,
+    watermark: float = 0.0,
     max_steps: int = 200_000,
     **scheduler_knobs: Any,
 ) -> list[dict[str, tuple[int, int]]]:
@@ -574,7 +575,7 @@ def run_vllm_spec_scheduler(
     Returns one ``{request_id: (num_scheduled_tokens, num_scheduled_spec_tokens)}`` per
     executed step, in grant order; the second item is
     ``len(scheduled_spec_decode_tokens.get(request_id, []))`` (those tokens are part of
-    the first). Watermark 0, no pipeline parallelism.
+    the first). No pipeline parallelism.
 
     Configuration: method "eagle" on a one-layer EAGLE-Llama draft (``_eagle_config``),
     model runner V2 as on a GPU; verified on the built scheduler
@@ -626,7 +627,7 @@ def run_vllm_spec_scheduler(
         long_prefill_token_threshold=long_prefill_token_threshold,
         policy=policy,
         async_scheduling=async_scheduling,
-        watermark=0.0,
+        watermark=watermark,
         num_speculative_tokens=num_speculative_tokens,
         **scheduler_knobs,
     )
