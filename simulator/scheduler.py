@@ -1256,8 +1256,9 @@ class Scheduler:
 
     def _propose_drafts(self, output: SchedulerOutput) -> None:
         """Sync: the drafter's proposals after a step (vLLM ``update_draft_token_ids``): k drafts
-        for each request of the step that is still running and not mid-prefill."""
-        k = self._k
+        for each request of the step that is still running and not mid-prefill, none when the
+        step skipped drafting (every request mid-prefill or finishing: no schedule changes)."""
+        k = 0 if output.skip_drafts else self._k
         for r in output.requests:
             if r.status <= _PREEMPTED and r.request_id in self.requests:
                 r.spec_tokens = 0 if r.is_prefill_chunk else k
