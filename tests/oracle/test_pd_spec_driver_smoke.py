@@ -5,18 +5,8 @@ after every update_from_output (block 0 is the null block: N blocks leave N - 1 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
-
-
-@dataclass(frozen=True)
-class Req:
-    request_id: str
-    prompt_len: int
-    output_len: int
-    priority: int = 0
-    prompt_token_ids: tuple[int, ...] | None = None
+from test_vllm_driver_smoke import Req
 
 
 def _knobs(**overrides):

@@ -5,18 +5,8 @@ rolled back, tokens past max_tokens trimmed, async placeholders, padded admissio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
-
-
-@dataclass(frozen=True)
-class Req:
-    request_id: str
-    prompt_len: int
-    output_len: int
-    priority: int = 0
-    prompt_token_ids: tuple[int, ...] | None = None
+from test_vllm_driver_smoke import Req
 
 
 def _knobs(**overrides):

@@ -557,20 +557,14 @@ def run_vllm_spec_scheduler(
     *,
     num_speculative_tokens: int,
     accepted: Callable[[str, int, int], int],
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    max_model_len: int,
-    block_size: int,
-    num_gpu_blocks: int,
-    enable_prefix_caching: bool,
-    long_prefill_token_threshold: int = 0,
-    policy: str = "fcfs",
     async_scheduling: bool = False,
-    watermark: float = 0.0,
     max_steps: int = 200_000,
-    **scheduler_knobs: Any,
+    **knobs: Any,
 ) -> list[dict[str, tuple[int, int]]]:
-    """``run_vllm_scheduler`` with EAGLE speculative decoding, ``k = num_speculative_tokens``.
+    """``run_vllm_scheduler`` with EAGLE speculative decoding, ``k = num_speculative_tokens``;
+    ``knobs``: its scheduler knobs (``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``,
+    ``block_size``, ``num_gpu_blocks``, ``enable_prefix_caching`` required; threshold, policy,
+    watermark and further ``SchedulerConfig`` fields optional).
 
     Returns one ``{request_id: (num_scheduled_tokens, num_scheduled_spec_tokens)}`` per
     executed step, in grant order; the second item is
@@ -617,20 +611,9 @@ def run_vllm_spec_scheduler(
     (``post_step`` skips it under async scheduling; ``AsyncScheduler._update_after_schedule``
     gives every sampling request ``num_spec_tokens_to_schedule`` -1 placeholder drafts).
     """
-    scheduler, block_hasher = new_scheduler(
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        block_size=block_size,
-        num_gpu_blocks=num_gpu_blocks,
-        enable_prefix_caching=enable_prefix_caching,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        policy=policy,
-        async_scheduling=async_scheduling,
-        watermark=watermark,
-        num_speculative_tokens=num_speculative_tokens,
-        **scheduler_knobs,
-    )
+    defaults = {"long_prefill_token_threshold": 0, "policy": "fcfs", "watermark": 0.0}
+    scheduler, block_hasher = new_scheduler(async_scheduling=async_scheduling,
+                                            num_speculative_tokens=num_speculative_tokens, **{**defaults, **knobs})
     add_requests(scheduler, requests, block_hasher)
     runner = _EagleRunner(scheduler, accepted)
     if async_scheduling:
