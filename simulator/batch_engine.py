@@ -370,8 +370,10 @@ class BatchEngine:
 
         Every decoder layer costs the same (per-layer share of the step's layer ops and
         attention); stage s holds ``pp_layer_partition`` layers, plus the embedding
-        (s = 0), the final norm + lm_head + sampler (last stage) and one p2p send of the
-        hidden states and residual (every stage but the last). pp = 1: ``(duration_s,)``.
+        (s = 0), the final norm + lm_head + sampler (last stage; with speculative decoding also
+        the verified drafts' logits and the drafter, which reads the last stage's hidden states)
+        and one p2p send of the hidden states and residual (every stage but the last). pp = 1:
+        ``(duration_s,)``.
         """
         own = self.step_cost(batch)
         given = cost is not None and cost != own
@@ -390,11 +392,12 @@ class BatchEngine:
             [ElementwiseOp("embedding", m, h, 2 * h * ab), ElementwiseOp("final_norm", m, h, 2 * h * ab),
              CommOp("p2p", 2 * m * h * ab, 2, self._pp_link)], timing)
         head = self._head_time_s(len(batch.new_tokens))
-        per_layer = (cost.duration_s - embed - final_norm - (pp - 1) * p2p - head) / self.model.num_layers
+        spec = self._spec_time_s(batch, mode, m)    # speculative decoding: on the last stage, with the head
+        per_layer = (cost.duration_s - embed - final_norm - (pp - 1) * p2p - head - spec) / self.model.num_layers
         parts = pp_layer_partition(self.model.num_layers, pp)
         stages = [n * per_layer + p2p for n in parts]
         stages[0] += embed
-        stages[-1] += final_norm + head - p2p
+        stages[-1] += final_norm + head + spec - p2p
         out = tuple(stages)
         if not memo:
             return out

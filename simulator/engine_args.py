@@ -346,8 +346,9 @@ class EngineArgs:
         if self.max_num_seqs is None:    # a defaulted max_num_seqs never exceeds the token budget
             max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         spec = self.speculative_config
-        if spec is not None and self.pipeline_parallel_size > 1:
-            raise ValueError("--speculative-config with pipeline parallelism is not simulated yet; use PP 1")
+        if spec is not None and self.pipeline_parallel_size > 1 and not self.effective_async_scheduling:
+            raise ValueError("--speculative-config with pipeline parallelism is simulated with async scheduling (the "
+                             "default) only; drop --no-async-scheduling or use PP 1")
         if spec is not None and spec.method == "mtp" and not model.num_mtp_layers:
             raise ValueError(f"--speculative-config method mtp drafts with the checkpoint's multi-token-prediction "
                              f"layers; {model.name} has none (num_nextn_predict_layers): use eagle or eagle3")

@@ -10,7 +10,7 @@ P/D instances. Refused with a one-line error: ``ngram`` / ``suffix`` (their prop
 the text, which a simulated request does not have), ``draft_model`` and the parallel drafters
 (DFlash, DSpark, P-EAGLE), dynamic speculation (``num_speculative_tokens_per_batch_size``: an
 unknown key), multi-module MTP (k > 1 drafts from a model with several MTP layers), pipeline
-parallelism and AFD.
+parallelism with synchronous scheduling, and AFD.
 
 Acceptance. The accepted share of drafts is a property of the model pair and the data, which a
 simulation does not have, so it is an input: ``acceptance_rates`` are the per-position

@@ -43,6 +43,7 @@ class SpecCase:
     scheduler_reserve_full_isl: bool = True
     prefill_schedule_interval: int = 1
     long_prefill_token_threshold_adaptive: bool = False
+    pipeline_parallel_size: int = 1       # > 1: async only (V2's decode stagger, a batch queue of pp + 1)
 
 
 # Deterministic acceptance rules shared by both sides: (request_id, context_len, drafts) -> accepted.
@@ -83,6 +84,9 @@ CASES = [
              prefill_schedule_interval=3, async_scheduling=True),
     SpecCase("adaptive_threshold", 21, 12, (200, 800), (5, 40), 3000, long_prefill_token_threshold=16,
              long_prefill_token_threshold_adaptive=True),
+    SpecCase("pp2_async", 22, 30, (16, 400), (1, 80), 3000, async_scheduling=True, pipeline_parallel_size=2),
+    SpecCase("pp3_async_tight_blocks", 23, 30, (50, 300), (50, 200), 80, async_scheduling=True,
+             pipeline_parallel_size=3),
 ]
 
 
@@ -119,7 +123,8 @@ def _knobs(case: SpecCase) -> dict:
                 max_num_active_seqs=case.max_num_active_seqs,
                 scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
                 prefill_schedule_interval=case.prefill_schedule_interval,
-                long_prefill_token_threshold_adaptive=case.long_prefill_token_threshold_adaptive)
+                long_prefill_token_threshold_adaptive=case.long_prefill_token_threshold_adaptive,
+                pipeline_parallel_size=case.pipeline_parallel_size)
 
 
 def _run_both(vllm_driver, case: SpecCase):
@@ -166,13 +171,15 @@ def test_cases_exercise_what_they_name(vllm_driver) -> None:
 
 
 @pytest.mark.parametrize("name", ["watermark_tight_async", "max_num_active_seqs", "first_chunk_admission_tight",
-                                  "prefill_interval_3_async", "adaptive_threshold"])
+                                  "prefill_interval_3_async", "adaptive_threshold", "pp2_async",
+                                  "pp3_async_tight_blocks"])
 def test_knob_cases_change_the_schedule(vllm_driver, name: str) -> None:
     # Guards the knob cases: with drafts too, vLLM schedules them differently than at the defaults.
     import dataclasses
     case = next(c for c in CASES if c.name == name)
     plain = dataclasses.replace(case, watermark=0.0, max_num_active_seqs=None, scheduler_reserve_full_isl=True,
-                                prefill_schedule_interval=1, long_prefill_token_threshold_adaptive=False)
+                                prefill_schedule_interval=1, long_prefill_token_threshold_adaptive=False,
+                                pipeline_parallel_size=1)
     _, with_knob, _ = _run_both(vllm_driver, case)
     _, without, _ = _run_both(vllm_driver, plain)
     assert with_knob != without, f"{name}: the knob changes nothing"

@@ -569,7 +569,8 @@ def run_vllm_spec_scheduler(
     Returns one ``{request_id: (num_scheduled_tokens, num_scheduled_spec_tokens)}`` per
     executed step, in grant order; the second item is
     ``len(scheduled_spec_decode_tokens.get(request_id, []))`` (those tokens are part of
-    the first). No pipeline parallelism.
+    the first). Pipeline parallelism (``pipeline_parallel_size``) only with async scheduling: the
+    batch queue of ``max_concurrent_batches`` (pp + 1) and V2's decode stagger.
 
     Configuration: method "eagle" on a one-layer EAGLE-Llama draft (``_eagle_config``),
     model runner V2 as on a GPU; verified on the built scheduler
@@ -611,6 +612,9 @@ def run_vllm_spec_scheduler(
     (``post_step`` skips it under async scheduling; ``AsyncScheduler._update_after_schedule``
     gives every sampling request ``num_spec_tokens_to_schedule`` -1 placeholder drafts).
     """
+    if knobs.get("pipeline_parallel_size", 1) > 1 and not async_scheduling:
+        raise ValueError("run_vllm_spec_scheduler: pipeline parallelism only with async scheduling (vLLM's sync "
+                         "engine with PP takes drafts through its batch queue, which this driver does not model)")
     defaults = {"long_prefill_token_threshold": 0, "policy": "fcfs", "watermark": 0.0}
     scheduler, block_hasher = new_scheduler(async_scheduling=async_scheduling,
                                             num_speculative_tokens=num_speculative_tokens, **{**defaults, **knobs})

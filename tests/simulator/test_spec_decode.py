@@ -247,14 +247,35 @@ def _architecture_run(architecture: str, spec_config):
         max_concurrency=8, architecture=architecture, debug=True))
 
 
+def test_pipeline_stages_put_the_drafter_on_the_last_stage():
+    from simulator.batch_engine import BatchEngine
+    from simulator.cost_model import RooflineCostModel
+    from simulator.comm.backend import make_comm_backend
+    r = resolve_engine(EngineArgs(pipeline_parallel_size=2, speculative_config=EAGLE3))
+    engine = BatchEngine(r.model, r.parallel, r.gpu, RooflineCostModel(r.gpu, make_comm_backend("analytical", r.gpu)),
+                         r.cudagraph_config(), spec=EAGLE3)
+    drafted, plain = BatchShape((4,) * 3, (100, 200, 300), 9, 3), BatchShape((4,) * 3, (100, 200, 300))
+    cost = engine.step_cost(drafted)
+    first, last = engine.stage_times_s(drafted)
+    p_first, p_last = engine.stage_times_s(plain)
+    assert first + last == pytest.approx(cost.duration_s, rel=1e-12) and first == pytest.approx(p_first, rel=1e-12)
+    assert last - p_last == pytest.approx(engine._spec_time_s(drafted, cost.cudagraph_mode, cost.padded_tokens),
+                                          rel=1e-9)
+    run = run_simulation(SimulationSpec(
+        engine=EngineArgs(max_model_len=4096, pipeline_parallel_size=2, speculative_config=EAGLE3),
+        workload=WorkloadSpec(dataset_name="random", num_prompts=20, random_input_len=200, random_output_len=40),
+        max_concurrency=8, debug=True))
+    assert run.summary["completed"] == 20 and run.summary["spec_num_drafts"] > 0
+    with pytest.raises(ValueError, match="with async scheduling \\(the default\\) only"):
+        resolve_engine(EngineArgs(pipeline_parallel_size=2, async_scheduling=False, speculative_config=EAGLE3))
+
+
 def test_pd_decode_instances_verify_the_drafts():
     plain, drafted = _architecture_run("pdd", None), _architecture_run("pdd", EAGLE3)
     assert drafted.summary["completed"] == 30 and drafted.summary["spec_num_drafts"] > 0
     assert drafted.summary["mean_tpot_ms"] < plain.summary["mean_tpot_ms"]
     with pytest.raises(ValueError, match="--architecture afd is not simulated yet"):
         _architecture_run("afd", EAGLE3)
-    with pytest.raises(ValueError, match="pipeline parallelism is not simulated yet"):
-        resolve_engine(EngineArgs(pipeline_parallel_size=2, speculative_config=EAGLE3))
 
 
 def test_cli_runs_and_prints_the_spec_decoding_line(tmp_path):
