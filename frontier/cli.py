@@ -399,45 +399,16 @@ def simulate(
     afd_link_bandwidth: Optional[float] = typer.Option(None, help="GB/s per GPU of the A<->F activation link (default: NVLink within a node, else the NIC).", rich_help_panel=AFD_HELP),
 ) -> None:
     """Simulate a vLLM deployment serving a benchmark workload and print vllm bench serve's summary."""
-    from simulator.engine_args import EngineArgs
     from simulator.output import check_output_paths, write_outputs
-    from simulator.simulation import FRONTEND_LATENCY_S, SimulationSpec, run_simulation
-    from simulator.workload import WorkloadSpec
+    from simulator.simulation import run_simulation
     from simulator.metrics import format_summary
 
     cli = dict(locals())
     cli.pop("config")
-    out_keys = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
-                "max_concurrency", "num_gpus", "save_detailed", "step_jitter", "comm_model", "moe_routing", "architecture",
-                "engine_cpu_overhead", "frontend_latency_ms",
-                "predictor_bundle", "compilation_config", "eplb_config", "spec_acceptance_rate") + PDD_KEYS + AFD_KEYS
-    valid = EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + out_keys
+    valid = _simulate_keys()
     try:
         values = _merge({k: cli[k] for k in valid if k in cli}, config, valid, typing.get_type_hints(simulate))
-        values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
-        _apply_compilation_config(values)
-        _apply_eplb_config(values)
-        _apply_speculative_config(values)
-        _apply_token_counts(values)
-        if values.get("kv_cache_memory_bytes") is not None:
-            from simulator.memory import parse_human_int
-            values["kv_cache_memory_bytes"] = parse_human_int(values["kv_cache_memory_bytes"])
-        spec = SimulationSpec(
-            engine=_pick(EngineArgs, values), workload=_pick(WorkloadSpec, values),
-            max_concurrency=values.get("max_concurrency"),
-            num_gpus=values.get("num_gpus"),
-            save_detailed=bool(values.get("save_detailed", False)),
-            keep_batch_trace=values.get("batch_trace") is not None,
-            debug=bool(values.get("debug", False)),
-            step_jitter=float(values.get("step_jitter", 0.0)),
-            comm_model=str(values.get("comm_model", "analytical")),
-            moe_routing=str(values.get("moe_routing", "balanced")),
-            engine_cpu_overhead=bool(values.get("engine_cpu_overhead", False)),
-            frontend_latency_s=(FRONTEND_LATENCY_S if values.get("frontend_latency_ms") is None
-                                else float(values["frontend_latency_ms"]) * 1e-3),
-            architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
-            afd=_afd_spec(values),
-            predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
+        spec = _simulation_spec(values)
         check_output_paths(values)
         result = run_simulation(spec)
     except (ValueError, FileNotFoundError) as exc:
@@ -483,6 +454,53 @@ def simulate(
         typer.echo(f"wrote {path}")
 
 
+# simulate's keys beyond EngineArgs' and WorkloadSpec's fields
+OUT_KEYS = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
+            "max_concurrency", "num_gpus", "save_detailed", "step_jitter", "comm_model", "moe_routing", "architecture",
+            "engine_cpu_overhead", "frontend_latency_ms",
+            "predictor_bundle", "compilation_config", "eplb_config", "spec_acceptance_rate") + PDD_KEYS + AFD_KEYS
+
+
+def _simulate_keys() -> tuple[str, ...]:
+    """Every key ``frontier simulate`` takes (a flag's name with underscores; a scenario file's key)."""
+    from simulator.engine_args import EngineArgs
+    from simulator.workload import WorkloadSpec
+    return EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + OUT_KEYS
+
+
+def _simulation_spec(values: dict[str, Any]):
+    """The ``SimulationSpec`` of simulate's merged ``values`` (flags and scenario keys; JSON texts
+    and token counts parsed here, the parsed keys replaced in ``values``). ValueError (one line)
+    for bad input."""
+    from simulator.engine_args import EngineArgs
+    from simulator.simulation import FRONTEND_LATENCY_S, SimulationSpec
+    from simulator.workload import WorkloadSpec
+    values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
+    _apply_compilation_config(values)
+    _apply_eplb_config(values)
+    _apply_speculative_config(values)
+    _apply_token_counts(values)
+    if values.get("kv_cache_memory_bytes") is not None:
+        from simulator.memory import parse_human_int
+        values["kv_cache_memory_bytes"] = parse_human_int(values["kv_cache_memory_bytes"])
+    return SimulationSpec(
+        engine=_pick(EngineArgs, values), workload=_pick(WorkloadSpec, values),
+        max_concurrency=values.get("max_concurrency"),
+        num_gpus=values.get("num_gpus"),
+        save_detailed=bool(values.get("save_detailed", False)),
+        keep_batch_trace=values.get("batch_trace") is not None,
+        debug=bool(values.get("debug", False)),
+        step_jitter=float(values.get("step_jitter", 0.0)),
+        comm_model=str(values.get("comm_model", "analytical")),
+        moe_routing=str(values.get("moe_routing", "balanced")),
+        engine_cpu_overhead=bool(values.get("engine_cpu_overhead", False)),
+        frontend_latency_s=(FRONTEND_LATENCY_S if values.get("frontend_latency_ms") is None
+                            else float(values["frontend_latency_ms"]) * 1e-3),
+        architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
+        afd=_afd_spec(values),
+        predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
+
+
 def _calibrated_queries(s: dict) -> str:
     """How a bundle's run priced its operator queries (the summary's cost_queries_* counts)."""
     predicted, roofline = int(s["cost_queries_predicted"]), int(s["cost_queries_roofline"])
@@ -509,6 +527,81 @@ def _calibrated_comm(s: dict) -> str:
             + (f" ({extrapolated} off their measured points: a DeepEP shape, token count or multi-node EP size "
                "they do not hold)" if extrapolated else "")
             + f"; {analytical} by the analytical model (no table for that kernel or group)")
+
+
+@app.command()
+def sweep(
+    config: Optional[Path] = typer.Option(None, "--config", help="Scenario file (YAML) with the settings every run shares: simulate's keys."),
+    serve_params: Optional[Path] = typer.Option(None, "--serve-params", help="JSON file of engine parameter combinations, as vllm bench sweep serve's: a list of objects or an object of named ones, keys as simulate's flags."),
+    bench_params: Optional[Path] = typer.Option(None, "--bench-params", help="JSON file of workload parameter combinations (same format); the runs are the product of both files."),
+    sla_ttft_ms: Optional[float] = typer.Option(None, "--sla-ttft-ms", help="Not a vLLM flag: TTFT limit (ms) at --sla-percentile."),
+    sla_tpot_ms: Optional[float] = typer.Option(None, "--sla-tpot-ms", help="Not a vLLM flag: TPOT limit (ms) at --sla-percentile."),
+    sla_percentile: float = typer.Option(99.0, "--sla-percentile", help="Percentile of the TTFT and TPOT the limits apply to (default 99, vllm bench serve's)."),
+    jobs: int = typer.Option(1, "--jobs", help="Simulations run in parallel processes."),
+    continue_on_error: bool = typer.Option(False, "--continue-on-error", help="As vllm bench sweep's: record a run that cannot be simulated and go on."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="As vllm bench sweep's: list the runs and their parameters, simulate nothing."),
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="Write sweep.csv (one row per run: its parameters and results) here."),
+) -> None:
+    """Simulate every combination of --serve-params x --bench-params and pick the best under an SLA.
+
+    The best run meets --sla-ttft-ms / --sla-tpot-ms at --sla-percentile with no failed request
+    and serves the most output tokens per second per GPU."""
+    from frontier.sweep import Sla, best_row, combinations, format_row, read_params, run_sweep, write_csv
+
+    try:
+        for flag, value in (("--jobs", jobs),):
+            if value < 1:
+                raise ValueError(f"{flag} must be >= 1, got {value}")
+        if not 0 <= sla_percentile <= 100:
+            raise ValueError(f"--sla-percentile must be in [0, 100], got {sla_percentile}")
+        for flag, value in (("--sla-ttft-ms", sla_ttft_ms), ("--sla-tpot-ms", sla_tpot_ms)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{flag} must be > 0 ms, got {value}")
+        if output_dir is not None:
+            check_dir_path("--output-dir", output_dir)
+        valid, hints = _simulate_keys(), typing.get_type_hints(simulate)
+        runs = combinations(read_params(serve_params, "--serve-params"), read_params(bench_params, "--bench-params"))
+        specs = []
+        for run in runs:
+            for key in run.params:
+                if key not in valid or key in OUT_ONLY_KEYS:
+                    raise ValueError(f"run {run.name!r}: {key!r} is not a parameter a sweep can vary; valid: "
+                                     f"simulate's flags but {', '.join(OUT_ONLY_KEYS)}")
+            try:
+                values = _merge({k: _typed(k, v, hints.get(k)) for k, v in run.params.items()}, config, valid, hints)
+                specs.append((run.name, _simulation_spec(values)))
+            except ValueError as exc:
+                if not continue_on_error:
+                    raise ValueError(f"run {run.name!r}: {exc} (--continue-on-error records it and goes on)") from None
+                specs.append((run.name, str(exc)))
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+        return
+    if dry_run:
+        for run in runs:
+            typer.echo(f"{run.name or '(base)'}: {json.dumps(run.params)}")
+        typer.echo(f"{len(runs)} run(s); nothing simulated (--dry-run)")
+        return
+    sla = Sla(sla_percentile, sla_ttft_ms, sla_tpot_ms)
+    try:
+        rows = run_sweep(specs, sla, jobs, continue_on_error, lambda row: typer.echo(format_row(row, sla_percentile)))
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    best = best_row(rows)
+    if sla_ttft_ms is None and sla_tpot_ms is None:
+        typer.echo(f"best (no SLA given): {best['name']}" if best else "no run completed")
+    else:
+        limits = ", ".join(f"{m} p{sla_percentile:g} <= {v:g} ms" for m, v in (("TTFT", sla_ttft_ms),
+                                                                              ("TPOT", sla_tpot_ms)) if v is not None)
+        typer.echo(f"best under {limits}: {best['name']} ({best['output_throughput_per_gpu']:.1f} tok/s/GPU on "
+                   f"{best['num_gpus']} GPUs)" if best else f"no run meets {limits}")
+    if output_dir is not None:
+        typer.echo(f"wrote {write_csv(rows, [r.params for r in runs], output_dir / 'sweep.csv')}")
+
+
+# simulate keys a sweep cannot vary: the per-run output files
+OUT_ONLY_KEYS = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename")
 
 
 @app.command()
