@@ -52,16 +52,15 @@ def read_params(path: Path | None, flag: str) -> list[Combination]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{flag} {str(path)!r} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     if isinstance(data, dict):
-        data = [{"_benchmark_name": name, **(params if isinstance(params, dict) else {"": params})}
-                for name, params in data.items()]
+        if not all(isinstance(params, dict) for params in data.values()):
+            raise ValueError(f"{flag} {str(path)!r}: each named entry must be an object of parameters")
+        data = [{"_benchmark_name": name, **params} for name, params in data.items()]
     if not isinstance(data, list) or not data or not all(isinstance(d, dict) for d in data):
         raise ValueError(f"{flag} {str(path)!r} must hold a non-empty list of parameter objects or an object of "
                          "named ones, as vllm bench sweep's params files")
     out = []
     for record in data:
         params = {str(k).replace("-", "_"): v for k, v in record.items() if k != "_benchmark_name"}
-        if "" in params:
-            raise ValueError(f"{flag} {str(path)!r}: each named entry must be an object of parameters")
         name = str(record.get("_benchmark_name") or ",".join(f"{k}={v}" for k, v in params.items()))
         out.append(Combination(name, params))
     names = [c.name for c in out]
