@@ -76,24 +76,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--predictor-bundle", default=None, help="auto: the GPU's calibrated bundle; default roofline")
     args = parser.parse_args(argv)
     try:
-        rates, batches = _floats(args.rates), [int(b) for b in _floats(args.batches)]
+        rates, batches = _floats(args.rates), [int(b) for b in args.batches.split(",") if b]
+    except ValueError:
+        parser.error(f"--rates {args.rates!r} / --batches {args.batches!r}: give comma-separated numbers "
+                     "(rates in [0, 1], batches >= 1)")
+    if not rates or not batches or min(batches) < 1:
+        parser.error(f"--batches {args.batches!r}: give comma-separated integers >= 1")
+    for flag, value in (("--k", args.k), ("--input-len", args.input_len), ("--output-len", args.output_len)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    try:
+        specs = [spec_config_from_vllm({"method": args.method, "num_speculative_tokens": args.k,
+                                        "model": args.draft_model}, [p]) for p in rates]
         bundle = str(ensure_bundle(get_gpu(args.gpu).name)) if args.predictor_bundle == "auto" else args.predictor_bundle
         plain = {b: simulate_tpot_ms(args, None, b, bundle)[0] for b in batches}
         print(f"{args.model} on {args.gpu}, {args.method} k={args.k}, {args.input_len} in / {args.output_len} out, "
               f"cost model {'calibrated ' + bundle if bundle else 'roofline'}")
         print(f"{'p':>5} {'B':>4} {'TPOT ms':>8} {'spec ms':>8} {'accept len':>10} {'simulated':>9} {'scalar':>7} "
               f"{'scalar/sim':>10}")
-        for p in rates:
-            spec = spec_config_from_vllm({"method": args.method, "num_speculative_tokens": args.k,
-                                          "model": args.draft_model}, [p])
+        for p, spec in zip(rates, specs):
             for b in batches:
                 tpot, length = simulate_tpot_ms(args, spec, b, bundle)
                 sim, scalar = plain[b] / tpot, scalar_speedup(args, spec, b, bundle)
                 print(f"{p:5.2f} {b:4d} {plain[b]:8.2f} {tpot:8.2f} {length:10.2f} {sim:8.2f}x {scalar:6.2f}x "
                       f"{scalar / sim:10.3f}")
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        parser.error(str(exc))
     return 0
 
 
