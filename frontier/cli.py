@@ -538,6 +538,8 @@ def sweep(
     sla_tpot_ms: Optional[float] = typer.Option(None, "--sla-tpot-ms", help="Not a vLLM flag: TPOT limit (ms) at --sla-percentile."),
     sla_percentile: float = typer.Option(99.0, "--sla-percentile", help="Percentile of the TTFT and TPOT the limits apply to (default 99, vllm bench serve's)."),
     jobs: int = typer.Option(1, "--jobs", help="Simulations run in parallel processes."),
+    workload_var: Optional[str] = typer.Option(None, "--workload-var", help="As vllm bench sweep serve_workload's: explore each combination over load levels of request_rate or max_concurrency (serial, batch and --workload-iters - 2 levels between)."),
+    workload_iters: int = typer.Option(10, "--workload-iters", help="As vllm bench sweep serve_workload's: load levels per combination, the serial and batch runs included (>= 2)."),
     continue_on_error: bool = typer.Option(False, "--continue-on-error", help="As vllm bench sweep's: record a run that cannot be simulated and go on."),
     dry_run: bool = typer.Option(False, "--dry-run", help="As vllm bench sweep's: list the runs and their parameters, simulate nothing."),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="Write sweep.csv (one row per run: its parameters and results) here."),
@@ -546,12 +548,15 @@ def sweep(
 
     The best run meets --sla-ttft-ms / --sla-tpot-ms at --sla-percentile with no failed request
     and serves the most output tokens per second per GPU."""
-    from frontier.sweep import Sla, best_row, combinations, format_row, read_params, run_sweep, write_csv
+    from frontier.sweep import (WORKLOAD_VARS, Sla, best_row, combinations, explore_workloads, format_row, read_params,
+                                run_sweep, write_csv)
 
     try:
-        for flag, value in (("--jobs", jobs),):
-            if value < 1:
-                raise ValueError(f"{flag} must be >= 1, got {value}")
+        for flag, value, least in (("--jobs", jobs, 1), ("--workload-iters", workload_iters, 2)):
+            if value < least:
+                raise ValueError(f"{flag} must be >= {least}, got {value}")
+        if workload_var is not None and workload_var not in WORKLOAD_VARS:
+            raise ValueError(f"--workload-var {workload_var!r} is not one of {', '.join(WORKLOAD_VARS)}")
         if not 0 <= sla_percentile <= 100:
             raise ValueError(f"--sla-percentile must be in [0, 100], got {sla_percentile}")
         for flag, value in (("--sla-ttft-ms", sla_ttft_ms), ("--sla-tpot-ms", sla_tpot_ms)):
@@ -561,30 +566,43 @@ def sweep(
             check_dir_path("--output-dir", output_dir)
         valid, hints = _simulate_keys(), typing.get_type_hints(simulate)
         runs = combinations(read_params(serve_params, "--serve-params"), read_params(bench_params, "--bench-params"))
-        specs = []
         for run in runs:
             for key in run.params:
                 if key not in valid or key in OUT_ONLY_KEYS:
                     raise ValueError(f"run {run.name!r}: {key!r} is not a parameter a sweep can vary; valid: "
                                      f"simulate's flags but {', '.join(OUT_ONLY_KEYS)}")
+                if key == workload_var:     # vLLM: the explorer sets it
+                    raise ValueError(f"run {run.name!r} sets {key!r}, which --workload-var {workload_var} explores")
+
+        def spec_of(name: str, params: dict[str, Any]) -> tuple[str, Any]:
+            """(name, the run's SimulationSpec, or with --continue-on-error the reason it has none)."""
             try:
-                values = _merge({k: _typed(k, v, hints.get(k)) for k, v in run.params.items()}, config, valid, hints)
-                specs.append((run.name, _simulation_spec(values)))
+                values = _merge({k: _typed(k, v, hints.get(k)) for k, v in params.items()}, config, valid, hints)
+                return name, _simulation_spec(values)
             except ValueError as exc:
                 if not continue_on_error:
-                    raise ValueError(f"run {run.name!r}: {exc} (--continue-on-error records it and goes on)") from None
-                specs.append((run.name, str(exc)))
+                    raise ValueError(f"run {name!r}: {exc} (--continue-on-error records it and goes on)") from None
+                return name, str(exc)
+
+        base = [spec_of(run.name, run.params) for run in runs]
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return
     if dry_run:
         for run in runs:
             typer.echo(f"{run.name or '(base)'}: {json.dumps(run.params)}")
-        typer.echo(f"{len(runs)} run(s); nothing simulated (--dry-run)")
+        more = f", each over {workload_iters} {workload_var} levels" if workload_var else ""
+        typer.echo(f"{len(runs)} run(s){more}; nothing simulated (--dry-run)")
         return
     sla = Sla(sla_percentile, sla_ttft_ms, sla_tpot_ms)
+    echo = lambda row: typer.echo(format_row(row, sla_percentile))    # noqa: E731
     try:
-        rows = run_sweep(specs, sla, jobs, continue_on_error, lambda row: typer.echo(format_row(row, sla_percentile)))
+        if workload_var is None:
+            rows = run_sweep(base, sla, jobs, continue_on_error, echo)
+            params = [run.params for run in runs]
+        else:
+            rows, params = explore_workloads(runs, base, spec_of, workload_var, workload_iters, sla, jobs,
+                                             continue_on_error, echo)
     except ValueError as exc:
         _fail(str(exc))
         return
@@ -597,7 +615,7 @@ def sweep(
         typer.echo(f"best under {limits}: {best['name']} ({best['output_throughput_per_gpu']:.1f} tok/s/GPU on "
                    f"{best['num_gpus']} GPUs)" if best else f"no run meets {limits}")
     if output_dir is not None:
-        typer.echo(f"wrote {write_csv(rows, [r.params for r in runs], output_dir / 'sweep.csv')}")
+        typer.echo(f"wrote {write_csv(rows, params, output_dir / 'sweep.csv')}")
 
 
 # simulate keys a sweep cannot vary: the per-run output files

@@ -7,6 +7,13 @@ keys as the flags of ``frontier simulate`` (underscores or dashes); the runs are
 product, each on top of the settings of ``--config`` (a simulate scenario file). vLLM's sweep
 runs each combination on a GPU; here each is one simulation.
 
+With ``--workload-var request_rate|max_concurrency`` and ``--workload-iters N`` each combination
+is explored over load levels as ``vllm bench sweep serve_workload`` explores it
+(``workload_levels``): one run at concurrency 1 (serial), one at concurrency = the number of
+prompts (batch), then N - 2 levels spaced evenly between the workload each of those two served
+(its request throughput, or for max_concurrency its request throughput x mean E2E latency);
+every level is a run of its own, so the SLA picks a combination and its load together.
+
 Every run reports what ``vllm bench serve`` reports, reduced to the columns a deployment choice
 turns on (``ROW_COLUMNS``): GPUs, completed / failed requests, mean and the ``--sla-percentile``
 TTFT and TPOT, request and output-token throughput, output tokens per second per GPU. With
@@ -20,6 +27,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +36,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 ROW_COLUMNS = ("name", "num_gpus", "completed", "failed", "mean_ttft_ms", "ttft_ms_at_p", "mean_tpot_ms",
-               "tpot_ms_at_p", "request_throughput", "output_throughput", "output_throughput_per_gpu",
+               "tpot_ms_at_p", "mean_e2el_ms", "request_throughput", "output_throughput", "output_throughput_per_gpu",
                "meets_sla", "error")
+WORKLOAD_VARS = ("request_rate", "max_concurrency")     # vllm bench sweep serve_workload's --workload-var
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,27 @@ def run_row(spec, name: str, percentile: float) -> dict[str, Any]:
     return {"name": name, "num_gpus": gpus, "completed": int(s.get("completed", 0)), "failed": int(s.get("failed", 0)),
             "mean_ttft_ms": float(s.get("mean_ttft_ms", float("nan"))), "ttft_ms_at_p": percentile_ms(ttft, percentile),
             "mean_tpot_ms": float(s.get("mean_tpot_ms", float("nan"))), "tpot_ms_at_p": percentile_ms(tpot, percentile),
-            "request_throughput": float(s.get("request_throughput", 0.0)), "output_throughput": out_tps,
+            "mean_e2el_ms": float(s.get("mean_e2el_ms", float("nan"))), "request_throughput": float(s.get("request_throughput", 0.0)), "output_throughput": out_tps,
             "output_throughput_per_gpu": out_tps / gpus, "error": ""}
+
+
+def endpoint_params(var: str, num_prompts: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The serial and batch runs' parameters of a workload exploration (vLLM's: concurrency 1 and
+    the number of prompts, the workload variable set to the same value)."""
+    return {"max_concurrency": 1, var: 1}, {"max_concurrency": num_prompts, var: num_prompts}
+
+
+def workload_levels(serial: dict[str, Any], batch: dict[str, Any], var: str, iters: int) -> list[int]:
+    """The intermediate load levels of ``vllm bench sweep serve_workload`` between a serial and a
+    batch run's rows: the workload each served (request throughput; for max_concurrency times the
+    mean E2E latency in s), rounded up / down, ``iters`` points evenly spaced, ends dropped,
+    rounded, distinct, sorted."""
+    def served(row: dict[str, Any]) -> float:
+        rate = float(row["request_throughput"])
+        return rate if var == "request_rate" else rate * float(row["mean_e2el_ms"]) / 1000
+
+    low, high = math.ceil(served(serial)), math.floor(served(batch))
+    return sorted(set(map(round, np.linspace(low, high, iters)[1:-1])))
 
 
 def meets_sla(row: dict[str, Any], ttft_ms: float | None, tpot_ms: float | None) -> bool:
@@ -173,3 +201,32 @@ def format_row(row: dict[str, Any], percentile: float) -> str:
     return (f"{row['name']:<40} {row['num_gpus']:>4} GPUs  TTFT {p} {row['ttft_ms_at_p']:9.1f} ms  "
             f"TPOT {p} {row['tpot_ms_at_p']:7.2f} ms  {row['output_throughput']:9.1f} tok/s  "
             f"{row['output_throughput_per_gpu']:8.1f} tok/s/GPU  {'meets SLA' if row['meets_sla'] else '-'}")
+
+
+def explore_workloads(runs: list[Combination], base: list[tuple[str, Any]], spec_of: Callable, var: str, iters: int,
+                      sla: Sla, jobs: int, continue_on_error: bool,
+                      on_row: Callable[[dict[str, Any]], None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``--workload-var``: every combination's serial and batch runs, then the load levels between
+    them (``workload_levels``); ``base``: each combination's (name, spec), ``spec_of(name, params)``
+    builds a run's. Returns (rows, their parameters), each combination's runs together in load
+    order."""
+    first, first_params = [], []
+    for run, (name, spec) in zip(runs, base):
+        num_prompts = spec.workload.num_prompts if not isinstance(spec, str) else 1
+        for label, extra in zip(("serial", "batch"), endpoint_params(var, num_prompts)):
+            first_params.append({**run.params, **extra})
+            first.append(spec_of(f"{name} | {label}" if name else label, first_params[-1]))
+    ends = run_sweep(first, sla, jobs, continue_on_error, on_row)
+    levels = [[] if serial["error"] or batch["error"] else workload_levels(serial, batch, var, iters)
+              for serial, batch in zip(ends[::2], ends[1::2])]
+    middle, middle_params = [], []
+    for run, values in zip(runs, levels):
+        for value in values:
+            middle_params.append({**run.params, var: value})
+            middle.append(spec_of(f"{run.name} | {var}={value}" if run.name else f"{var}={value}", middle_params[-1]))
+    mids, mid_params = iter(run_sweep(middle, sla, jobs, continue_on_error, on_row)), iter(middle_params)
+    rows, params = [], []
+    for i, values in enumerate(levels):
+        rows += [ends[2 * i], *[next(mids) for _ in values], ends[2 * i + 1]]
+        params += [first_params[2 * i], *[next(mid_params) for _ in values], first_params[2 * i + 1]]
+    return rows, params

@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from frontier.cli import app
-from frontier.sweep import Combination, best_row, combinations, error_row, meets_sla, read_params
+from frontier.sweep import (Combination, best_row, combinations, endpoint_params, error_row, meets_sla, read_params,
+                            workload_levels)
 
 runner = CliRunner()
 BASE = ("model: meta-llama/Llama-3.1-8B\ngpu: H100\nnum_prompts: 40\nrandom_input_len: 500\nrandom_output_len: 50\n"
@@ -96,3 +97,34 @@ def test_a_run_that_cannot_be_simulated_stops_the_sweep_unless_asked_to_go_on(tm
                               "--dry-run"])
     assert res.exit_code == 0 and res.output.splitlines() == ['a: {"max_num_seqs": 4}',
                                                               "1 run(s); nothing simulated (--dry-run)"]
+
+
+def test_load_levels_are_vllms_workload_explorer_levels():
+    serial = {**error_row("s", ""), "request_throughput": 2.4, "mean_e2el_ms": 500.0}
+    batch = {**error_row("b", ""), "request_throughput": 30.6, "mean_e2el_ms": 4000.0}
+    # request rate: ceil(2.4) = 3 .. floor(30.6) = 30 in 6 levels, the ends dropped
+    assert workload_levels(serial, batch, "request_rate", 6) == [8, 14, 19, 25]
+    # concurrency: throughput x mean latency = 1.2 -> 2 .. 122.4 -> 122
+    assert workload_levels(serial, batch, "max_concurrency", 4) == [42, 82]
+    assert workload_levels(serial, batch, "request_rate", 2) == []
+    assert endpoint_params("request_rate", 200) == ({"max_concurrency": 1, "request_rate": 1},
+                                                   {"max_concurrency": 200, "request_rate": 200})
+
+
+def test_a_workload_sweep_runs_serial_levels_and_batch_per_combination(tmp_path):
+    args = ["sweep", "--config", _write(tmp_path, "base.yaml", BASE), "--workload-var", "request_rate",
+            "--workload-iters", "4", "--sla-ttft-ms", "500", "-o", str(tmp_path / "out")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    with open(tmp_path / "out" / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    names = [r["name"] for r in rows]
+    assert names[0] == "serial" and names[-1] == "batch" and len(names) == 4
+    assert [r["request_rate"] for r in rows] == ["1", *[n.split("=")[1] for n in names[1:3]], "40"]
+    assert [r["max_concurrency"] for r in rows] == ["1", "", "", "40"]
+    rates = [float(r["request_throughput"]) for r in rows]
+    assert rates == sorted(rates)       # more load, more throughput
+    bad = runner.invoke(app, args + ["--bench-params", _write(tmp_path, "b.json", [{"request_rate": 5}])])
+    assert bad.exit_code == 2 and "sets 'request_rate', which --workload-var request_rate explores" in bad.output
+    bad = runner.invoke(app, ["sweep", "--workload-var", "num_prompts"])
+    assert bad.exit_code == 2 and "--workload-var 'num_prompts' is not one of request_rate, max_concurrency" in bad.output
