@@ -347,8 +347,8 @@ class EngineArgs:
             max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
         spec = self.speculative_config
         if spec is not None and self.pipeline_parallel_size > 1 and not self.effective_async_scheduling:
-            raise ValueError("--speculative-config with pipeline parallelism is simulated with async scheduling (the "
-                             "default) only; drop --no-async-scheduling or use PP 1")
+            raise ValueError("--speculative-config with pipeline parallelism is simulated with async scheduling only "
+                             "(--async-scheduling; the default from vLLM 0.14); use it or PP 1")
         if spec is not None and spec.method == "mtp" and not model.num_mtp_layers:
             raise ValueError(f"--speculative-config method mtp drafts with the checkpoint's multi-token-prediction "
                              f"layers; {model.name} has none (num_nextn_predict_layers): use eagle or eagle3")

@@ -268,7 +268,7 @@ def test_pipeline_stages_put_the_drafter_on_the_last_stage():
         workload=WorkloadSpec(dataset_name="random", num_prompts=20, random_input_len=200, random_output_len=40),
         max_concurrency=8, debug=True))
     assert run.summary["completed"] == 20 and run.summary["spec_num_drafts"] > 0
-    with pytest.raises(ValueError, match="with async scheduling \\(the default\\) only"):
+    with pytest.raises(ValueError, match="is simulated with async scheduling only"):
         resolve_engine(EngineArgs(pipeline_parallel_size=2, async_scheduling=False, speculative_config=EAGLE3))
 
 
