@@ -548,8 +548,8 @@ def sweep(
 
     The best run meets --sla-ttft-ms / --sla-tpot-ms at --sla-percentile with no failed request
     and serves the most output tokens per second per GPU."""
-    from frontier.sweep import (WORKLOAD_VARS, Sla, best_row, combinations, explore_workloads, format_row, read_params,
-                                run_sweep, write_csv)
+    from frontier.sweep import (WORKLOAD_VARS, Sla, best_row, combinations, explore_workloads, format_row, mark_pareto,
+                                read_params, run_sweep, write_csv)
 
     try:
         for flag, value, least in (("--jobs", jobs, 1), ("--workload-iters", workload_iters, 2)):
@@ -606,6 +606,9 @@ def sweep(
     except ValueError as exc:
         _fail(str(exc))
         return
+    mark_pareto(rows)
+    typer.echo("pareto frontier (output tok/s per user vs per GPU, as vllm bench sweep plot_pareto): "
+               + ", ".join(r["name"] or "(base)" for r in rows if r["pareto"]))
     best = best_row(rows)
     if sla_ttft_ms is None and sla_tpot_ms is None:
         typer.echo(f"best (no SLA given): {best['name']}" if best else "no run completed")

@@ -19,7 +19,10 @@ turns on (``ROW_COLUMNS``): GPUs, completed / failed requests, mean and the ``--
 TTFT and TPOT, request and output-token throughput, output tokens per second per GPU. With
 ``--sla-ttft-ms`` / ``--sla-tpot-ms`` a run meets the SLA when that percentile of its TTFT /
 TPOT is within the limit and no request failed; the best run is the one that meets it with the
-most output tokens per second per GPU (the order of the runs breaks ties).
+most output tokens per second per GPU (the order of the runs breaks ties). The ``pareto`` column
+marks the runs on the frontier of tokens per second per user against per GPU, as ``vllm bench
+sweep plot_pareto`` draws it (users: the run's max_concurrency, else its request rate, else its
+peak concurrent requests).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 
 ROW_COLUMNS = ("name", "num_gpus", "completed", "failed", "mean_ttft_ms", "ttft_ms_at_p", "mean_tpot_ms",
                "tpot_ms_at_p", "mean_e2el_ms", "request_throughput", "output_throughput", "output_throughput_per_gpu",
-               "meets_sla", "error")
+               "output_throughput_per_user", "pareto", "meets_sla", "error")
 WORKLOAD_VARS = ("request_rate", "max_concurrency")     # vllm bench sweep serve_workload's --workload-var
 
 
@@ -92,7 +95,7 @@ def percentile_ms(values_s: Sequence[float], p: float) -> float:
 
 def error_row(name: str, error: str) -> dict[str, Any]:
     """The row of a run that could not be simulated (its one-line reason)."""
-    return {**dict.fromkeys(ROW_COLUMNS, ""), "name": name, "meets_sla": False, "error": error}
+    return {**dict.fromkeys(ROW_COLUMNS, ""), "name": name, "pareto": False, "meets_sla": False, "error": error}
 
 
 def run_row(spec, name: str, percentile: float) -> dict[str, Any]:
@@ -108,11 +111,14 @@ def run_row(spec, name: str, percentile: float) -> dict[str, Any]:
     tpot = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in recs if r.output_len > 1]
     gpus = int(s.get("num_gpus") or result.resolved.num_gpus)
     out_tps = float(s.get("output_throughput", 0.0))
+    rate = spec.workload.request_rate
+    users = spec.max_concurrency or (rate if math.isfinite(rate) else float(s.get("max_concurrent_requests") or 1))
     return {"name": name, "num_gpus": gpus, "completed": int(s.get("completed", 0)), "failed": int(s.get("failed", 0)),
             "mean_ttft_ms": float(s.get("mean_ttft_ms", float("nan"))), "ttft_ms_at_p": percentile_ms(ttft, percentile),
             "mean_tpot_ms": float(s.get("mean_tpot_ms", float("nan"))), "tpot_ms_at_p": percentile_ms(tpot, percentile),
             "mean_e2el_ms": float(s.get("mean_e2el_ms", float("nan"))), "request_throughput": float(s.get("request_throughput", 0.0)), "output_throughput": out_tps,
-            "output_throughput_per_gpu": out_tps / gpus, "error": ""}
+            "output_throughput_per_gpu": out_tps / gpus, "output_throughput_per_user": out_tps / users,
+            "pareto": False, "error": ""}
 
 
 def endpoint_params(var: str, num_prompts: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -141,6 +147,19 @@ def meets_sla(row: dict[str, Any], ttft_ms: float | None, tpot_ms: float | None)
         return False
     return ((ttft_ms is None or row["ttft_ms_at_p"] <= ttft_ms)
             and (tpot_ms is None or row["tpot_ms_at_p"] <= tpot_ms))
+
+
+def mark_pareto(rows: list[dict[str, Any]], epsilon: float = 1e-9) -> None:
+    """Set ``pareto`` on the runs of the frontier of tokens/s per user (x) against per GPU (y):
+    vLLM's ``_pareto_frontier`` (x descending, then y; a run is kept when its y is at least the
+    best y of the runs before it). Runs that did not complete are left off."""
+    done = [r for r in rows if not r["error"] and r["completed"]]
+    best = -math.inf
+    for row in sorted(done, key=lambda r: (r["output_throughput_per_user"], r["output_throughput_per_gpu"]),
+                      reverse=True):
+        y = row["output_throughput_per_gpu"]
+        row["pareto"] = y >= best - epsilon
+        best = max(best, y)
 
 
 def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

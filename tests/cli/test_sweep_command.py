@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from frontier.cli import app
-from frontier.sweep import (Combination, best_row, combinations, endpoint_params, error_row, meets_sla, read_params,
-                            workload_levels)
+from frontier.sweep import (Combination, best_row, combinations, endpoint_params, error_row, mark_pareto, meets_sla,
+                            read_params, workload_levels)
 
 runner = CliRunner()
 BASE = ("model: meta-llama/Llama-3.1-8B\ngpu: H100\nnum_prompts: 40\nrandom_input_len: 500\nrandom_output_len: 50\n"
@@ -128,3 +128,14 @@ def test_a_workload_sweep_runs_serial_levels_and_batch_per_combination(tmp_path)
     assert bad.exit_code == 2 and "sets 'request_rate', which --workload-var request_rate explores" in bad.output
     bad = runner.invoke(app, ["sweep", "--workload-var", "num_prompts"])
     assert bad.exit_code == 2 and "--workload-var 'num_prompts' is not one of request_rate, max_concurrency" in bad.output
+
+
+def test_the_pareto_frontier_is_vllms_per_user_against_per_gpu():
+    def row(name, per_user, per_gpu):
+        return {**error_row(name, ""), "completed": 1, "output_throughput_per_user": per_user,
+                "output_throughput_per_gpu": per_gpu}
+    rows = [row("a", 100.0, 500.0), row("b", 80.0, 900.0), row("c", 60.0, 800.0), row("d", 40.0, 1500.0),
+            row("e", 100.0, 400.0), {**error_row("f", "refused")}]
+    mark_pareto(rows)
+    # x descending: a (y 500) kept, e (100, 400) below a's 500, b kept, c below 900, d kept
+    assert [r["pareto"] for r in rows] == [True, True, False, True, False, False]
