@@ -77,7 +77,8 @@ def read_params(path: Path | None, flag: str) -> list[Combination]:
         out.append(Combination(name, params))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
-        raise ValueError(f"{flag} {str(path)!r}: names must be unique, got {sorted(n for n in set(names) if names.count(n) > 1)}")
+        twice = sorted(n for n in set(names) if names.count(n) > 1)
+        raise ValueError(f"{flag} {str(path)!r}: names must be unique, got {twice}")
     return out
 
 
@@ -116,7 +117,8 @@ def run_row(spec, name: str, percentile: float) -> dict[str, Any]:
     return {"name": name, "num_gpus": gpus, "completed": int(s.get("completed", 0)), "failed": int(s.get("failed", 0)),
             "mean_ttft_ms": float(s.get("mean_ttft_ms", float("nan"))), "ttft_ms_at_p": percentile_ms(ttft, percentile),
             "mean_tpot_ms": float(s.get("mean_tpot_ms", float("nan"))), "tpot_ms_at_p": percentile_ms(tpot, percentile),
-            "mean_e2el_ms": float(s.get("mean_e2el_ms", float("nan"))), "request_throughput": float(s.get("request_throughput", 0.0)), "output_throughput": out_tps,
+            "mean_e2el_ms": float(s.get("mean_e2el_ms", float("nan"))),
+            "request_throughput": float(s.get("request_throughput", 0.0)), "output_throughput": out_tps,
             "output_throughput_per_gpu": out_tps / gpus, "output_throughput_per_user": out_tps / users,
             "pareto": False, "error": ""}
 

@@ -24,12 +24,13 @@ def _write(tmp_path, name: str, data) -> str:
 
 
 def test_params_files_read_as_vllm_bench_sweep_reads_them(tmp_path):
-    named = read_params(_write(tmp_path, "a.json", {"tp2": {"tensor-parallel-size": 2}, "tp4": {"tensor_parallel_size": 4}}),
-                        "--serve-params")
+    named = read_params(_write(tmp_path, "a.json", {"tp2": {"tensor-parallel-size": 2},
+                                                     "tp4": {"tensor_parallel_size": 4}}), "--serve-params")
     assert named == [Combination("tp2", {"tensor_parallel_size": 2}), Combination("tp4", {"tensor_parallel_size": 4})]
     listed = read_params(_write(tmp_path, "b.json", [{"max_concurrency": 8}, {"_benchmark_name": "wide",
                                                                             "max_concurrency": 64}]), "--bench-params")
-    assert listed == [Combination("max_concurrency=8", {"max_concurrency": 8}), Combination("wide", {"max_concurrency": 64})]
+    assert listed == [Combination("max_concurrency=8", {"max_concurrency": 8}),
+                      Combination("wide", {"max_concurrency": 64})]
     runs = combinations(named, listed)
     assert [r.name for r in runs] == ["tp2 | max_concurrency=8", "tp2 | wide", "tp4 | max_concurrency=8", "tp4 | wide"]
     assert runs[3].params == {"tensor_parallel_size": 4, "max_concurrency": 64}
