@@ -173,7 +173,8 @@ class Request:
     def append_output_token(self) -> None:
         """Append one sampled token (`OUTPUT_TOKEN_ID`) and hash any block it completes."""
         self.num_output_tokens += 1
-        if (len(self.block_hashes) + 1) * self.block_size + self.hash_lookahead <= self.prompt_len + self.num_output_tokens:
+        known = self.prompt_len + self.num_output_tokens
+        if (len(self.block_hashes) + 1) * self.block_size + self.hash_lookahead <= known:
             self._update_block_hashes()     # a block just became full (cheap test first: per token)
 
     def set_hash_lookahead(self, tokens: int) -> None:
