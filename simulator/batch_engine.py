@@ -46,6 +46,7 @@ Approximations (stated, to be replaced by measured data / later models):
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
@@ -605,16 +606,16 @@ class BatchEngine:
     def draft_time_s(self, batch: BatchShape, mode: str, padded: int) -> float:
         """The drafter's work after a step (seconds; ``simulator.spec_decode``): a forward of the
         draft head over the step's tokens in the step's CUDA-graph ``mode`` at its ``padded``
-        count, then ``draft_passes`` - 1 forwards over one token per request (dispatched as any
-        such batch: PIECEWISE graphs at a capture size, eager above), each with draft logits for
-        one row per request. Attention sees each request's context, growing by one a pass."""
+        count, then ``draft_passes`` - 1 forwards over one token per request (the speculator's own
+        decode graphs: ``_draft_decode_dispatch``), each with draft logits for one row per
+        request. Attention sees each request's context, growing by one a pass."""
         new, ctx = batch.new_tokens, batch.context_lens
         rows = len(new)
         dense_timing, attn_timing = mode_timings(mode)
         t = (self._draft_layer_time_s(padded, dense_timing) + self._times(
             [(op, 1) for op in self._attention_for(new, ctx)], attn_timing) + self._draft_head_time_s(rows))
         if batch.draft_passes > 1:
-            mode, padded = self.cudagraph.dispatch(rows, rows, False)
+            mode, padded = self._draft_decode_dispatch(rows)
             dense_timing, attn_timing = mode_timings(mode)
             per_pass = self._draft_layer_time_s(padded, dense_timing) + self._draft_head_time_s(rows)
             ends, ones = [n + c for n, c in zip(new, ctx)], (1,) * rows
@@ -622,6 +623,17 @@ class BatchEngine:
                 ops = self._attention_for(ones, tuple([e + j for e in ends]))
                 t += per_pass + self._times([(op, 1) for op in ops], attn_timing)
         return t
+
+    def _draft_decode_dispatch(self, rows: int) -> tuple[str, int]:
+        """(CUDA-graph mode, padded tokens) of the drafter's one-token passes over ``rows``
+        requests: model runner V2's speculator replays its own decode graphs (uniform, one token a
+        request: FULL where the mode has FULL graphs, else PIECEWISE) at the smallest capture size
+        >= rows; eager above the largest or without graphs."""
+        cg = self.cudagraph
+        sizes = cg.capture_sizes
+        if cg.enforce_eager or cg.mode == "NONE" or not sizes or rows > sizes[-1]:
+            return "NONE", rows
+        return ("PIECEWISE" if cg.mode == "PIECEWISE" else "FULL"), sizes[bisect.bisect_left(sizes, rows)]
 
     def _draft_layer_time_s(self, m: int, timing: str) -> float:
         """One forward of the draft head's layer over m tokens (``simulator.spec_decode``): the

@@ -160,7 +160,8 @@ def test_a_verify_step_costs_its_logits_rows_and_the_drafters_passes():
                                                                        cost.padded_tokens), rel=1e-12)
     one = engine.draft_time_s(BatchShape(new, ctx, 9, 1), "FULL", cost.padded_tokens)
     three = engine.draft_time_s(BatchShape(new, ctx, 9, 3), "FULL", cost.padded_tokens)
-    assert three > one > 0 and engine.cudagraph.dispatch(3, 3, False)[0] == "PIECEWISE"   # passes 2, 3
+    assert three > one > 0 and engine._draft_decode_dispatch(3) == ("FULL", 4)     # passes 2, 3: V2's decode graphs
+    assert engine._draft_decode_dispatch(100_000)[0] == "NONE"
 
 
 def test_a_verify_is_priced_as_a_decode_of_its_context_and_new_tokens():
