@@ -6,6 +6,7 @@ after every update_from_output (block 0 is the null block: N blocks leave N - 1 
 from __future__ import annotations
 
 import pytest
+from test_spec_driver_smoke import _accept
 from test_vllm_driver_smoke import Req
 
 
@@ -15,14 +16,6 @@ def _knobs(**overrides):
                  async_scheduling=False)
     knobs.update(overrides)
     return knobs
-
-
-def _accept(num: int, calls: list | None = None):
-    def accepted(request_id: str, context_len: int, num_spec: int) -> int:
-        if calls is not None:
-            calls.append((request_id, context_len, num_spec))
-        return min(num, num_spec)
-    return accepted
 
 
 @pytest.fixture(scope="module")

@@ -13,37 +13,20 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from test_parity import first_difference
+from test_parity import BLOCK_SIZE, Case, _knobs, first_difference
 
 from simulator.request import RequestSpec
 
-BLOCK_SIZE = 16
-
 
 @dataclass(frozen=True)
-class SpecCase:
-    name: str
-    seed: int
-    num_requests: int
-    prompt_len: tuple[int, int]
-    output_len: tuple[int, int]
-    num_gpu_blocks: int
+class SpecCase(Case):
+    """test_parity's Case (the scheduler knobs) with drafts: k per step, the acceptance rule
+    (ACCEPTANCE key) and prompts shared in pairs (make_requests; policy "priority" draws
+    priorities 0 / 1, ``priorities`` is not read)."""
+
     k: int = 3
-    acceptance: str = "mixed"             # ACCEPTANCE key
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int = 512
-    max_model_len: int = 4096
-    enable_prefix_caching: bool = False
-    long_prefill_token_threshold: int = 0
-    policy: str = "fcfs"
-    async_scheduling: bool = False
-    shared: str = ""                      # "duplicate" / "extends": pairs of requests sharing a prompt (make_requests)
-    watermark: float = 0.0
-    max_num_active_seqs: int | None = None
-    scheduler_reserve_full_isl: bool = True
-    prefill_schedule_interval: int = 1
-    long_prefill_token_threshold_adaptive: bool = False
-    pipeline_parallel_size: int = 1       # > 1: async only (V2's decode stagger, a batch queue of pp + 1)
+    acceptance: str = "mixed"
+    shared: str = ""                      # "duplicate" / "extends": pairs of requests sharing a prompt
 
 
 # Deterministic acceptance rules shared by both sides: (request_id, context_len, drafts) -> accepted.
@@ -112,19 +95,6 @@ def make_requests(case: SpecCase) -> list[RequestSpec]:
                                     output_len=output_len, priority=rng.choice((0, 1)) if case.policy == "priority"
                                     else 0, prompt_token_ids=token_ids))
     return requests
-
-
-def _knobs(case: SpecCase) -> dict:
-    return dict(max_num_seqs=case.max_num_seqs, max_num_batched_tokens=case.max_num_batched_tokens,
-                max_model_len=case.max_model_len, block_size=BLOCK_SIZE,
-                enable_prefix_caching=case.enable_prefix_caching,
-                long_prefill_token_threshold=case.long_prefill_token_threshold, policy=case.policy,
-                async_scheduling=case.async_scheduling, watermark=case.watermark,
-                max_num_active_seqs=case.max_num_active_seqs,
-                scheduler_reserve_full_isl=case.scheduler_reserve_full_isl,
-                prefill_schedule_interval=case.prefill_schedule_interval,
-                long_prefill_token_threshold_adaptive=case.long_prefill_token_threshold_adaptive,
-                pipeline_parallel_size=case.pipeline_parallel_size)
 
 
 def _run_both(vllm_driver, case: SpecCase):

@@ -325,6 +325,11 @@ def _fake_sample(scheduler: Scheduler, out: Any) -> ModelRunnerOutput:
         [] if scheduler.requests[rid].is_prefill_chunk else [OUTPUT_TOKEN_ID]
         for rid in req_ids
     ]
+    return _runner_output(req_ids, sampled)
+
+
+def _runner_output(req_ids: list[str], sampled: list[list[int]]) -> ModelRunnerOutput:
+    """The fake runner's output: ``sampled[i]`` the token ids request ``req_ids[i]`` sampled."""
     return ModelRunnerOutput(
         req_ids=req_ids,
         req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
@@ -375,14 +380,7 @@ class _EagleRunner:
         proposed = 0 if out.skip_drafts else out.num_spec_tokens_to_schedule
         self.num_drafts.update(dict.fromkeys(req_ids, proposed))
         self.drafts = DraftTokenIds(req_ids, [[-1] * proposed for _ in req_ids])
-        return ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-        )
+        return _runner_output(req_ids, sampled)
 
     def _sample(self, out: Any, rid: str) -> list[int]:
         request = self.scheduler.requests[rid]
