@@ -1,0 +1,197 @@
+"""SGLang 0.5.23's radix cache and token pool at page size 1 (``mem_cache/radix_cache.py``).
+
+A radix tree over token ids; every stored token owns one slot of the token pool. Nodes that no
+request has locked (``lock_ref == 0``) are *evictable* and count as free for admission; locked ones
+are *protected*. Mirrored:
+
+* ``match_prefix``: the longest stored prefix, splitting the node the match ends in; every node on
+  the path (and the root) gets the access time (LRU);
+* ``insert``: the length already stored (whose duplicate slots the caller frees) and the new leaf;
+* ``inc_lock_ref`` / ``dec_lock_ref`` along the path to the root, moving sizes between evictable and
+  protected as a node's count leaves or reaches 0;
+* ``evict(n)``: evictable leaves in least-recently-accessed order, a parent joining the heap once it
+  is a childless unlocked node, until ``n`` tokens are freed.
+
+SGLang stamps access times with ``time.monotonic()``; a counter gives the same order (one call
+stamps every node of its path alike; a node made by a split is stamped when it is made, after the
+call's stamp). Among equal stamps SGLang's heap order is arbitrary; here the older node goes first. Keys are
+``array('q')`` slices (C-speed comparison). Page size 1 only (SGLang's CUDA default).
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from itertools import count
+
+
+class TokenPool:
+    """The token-to-KV pool: ``size`` slots, ``available`` free (SGLang ``available_size()``)."""
+
+    __slots__ = ("size", "available")
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"token pool size {size}; must be >= 1")
+        self.size = size
+        self.available = size
+
+    def alloc(self, n: int) -> None:
+        if n > self.available:
+            raise RuntimeError(f"token pool: allocating {n} slots with {self.available} free")
+        self.available -= n
+
+    def free(self, n: int) -> None:
+        self.available += n
+        if self.available > self.size:
+            raise RuntimeError(f"token pool: {self.available} free slots of {self.size} (double free)")
+
+
+class RadixNode:
+    __slots__ = ("key", "children", "parent", "lock_ref", "last_access", "nid")
+
+    def __init__(self, key: array, parent: RadixNode | None, stamp: int, nid: int) -> None:
+        self.key = key
+        self.children: dict[int, RadixNode] = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access = stamp
+        self.nid = nid
+
+
+def common_prefix_len(a: array, b: array) -> int:
+    """Length of the common prefix of two token arrays (slice compares in C, binary search)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n            # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class RadixCache:
+    """SGLang's ``RadixCache`` (LRU eviction, page size 1) over a ``TokenPool``."""
+
+    def __init__(self, pool: TokenPool) -> None:
+        self.pool = pool
+        self._clock = count(1)
+        self._ids = count(1)
+        self.root = RadixNode(array("q"), None, 0, 0)
+        self.root.lock_ref = 1          # never evicted, never counted
+        self.evictable_size = 0
+        self.protected_size = 0
+
+    def _split(self, child: RadixNode, at: int) -> RadixNode:
+        """Split ``child`` after ``at`` tokens: the new node holds the head and ``child`` the tail."""
+        head = RadixNode(child.key[:at], child.parent, next(self._clock), next(self._ids))   # a new node: now
+        head.lock_ref = child.lock_ref
+        child.parent.children[child.key[0]] = head
+        child.key = child.key[at:]
+        child.parent = head
+        head.children[child.key[0]] = child
+        return head
+
+    def match_prefix(self, key: array) -> tuple[int, RadixNode]:
+        """(matched tokens, last node) of ``key``; splits the node a match ends inside."""
+        stamp = next(self._clock)
+        node = self.root
+        node.last_access = stamp
+        matched = 0
+        while matched < len(key):
+            child = node.children.get(key[matched])
+            if child is None:
+                break
+            child.last_access = stamp
+            n = common_prefix_len(child.key, key[matched:matched + len(child.key)])
+            if n < len(child.key):
+                node = self._split(child, n)
+                matched += n
+                break
+            node = child
+            matched += n
+        return matched, node
+
+    def insert(self, key: array) -> tuple[int, RadixNode]:
+        """Store ``key``: (tokens of it already stored, its last node). The new tail becomes one
+        evictable leaf; the caller frees the slots of the part that was already stored."""
+        stamp = next(self._clock)
+        node = self.root
+        node.last_access = stamp
+        done = 0
+        while done < len(key):
+            child = node.children.get(key[done])
+            if child is None:
+                break
+            child.last_access = stamp
+            full = len(child.key)
+            n = common_prefix_len(child.key, key[done:done + full])
+            done += n
+            if n < full:
+                node = self._split(child, n)
+                break
+            node = child
+        if done < len(key):
+            leaf = RadixNode(key[done:], node, stamp, next(self._ids))
+            node.children[leaf.key[0]] = leaf
+            self.evictable_size += len(leaf.key)
+            node = leaf
+        return done, node
+
+    def inc_lock_ref(self, node: RadixNode) -> None:
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_size -= len(node.key)
+                self.protected_size += len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+
+    def dec_lock_ref(self, node: RadixNode) -> None:
+        while node is not self.root:
+            if node.lock_ref == 1:
+                self.evictable_size += len(node.key)
+                self.protected_size -= len(node.key)
+            node.lock_ref -= 1
+            node = node.parent
+
+    def _evictable_leaves(self) -> list[RadixNode]:
+        out, stack = [], [self.root]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            elif node.lock_ref == 0:
+                out.append(node)
+        return out
+
+    def evict(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` slots (or all evictable ones) leaf by leaf, least recently
+        accessed first; returns the tokens freed."""
+        if num_tokens <= 0:
+            return 0
+        heap = [(n.last_access, n.nid, n) for n in self._evictable_leaves()]
+        heapq.heapify(heap)
+        freed = 0
+        while freed < num_tokens and heap:
+            _, _, node = heapq.heappop(heap)
+            parent = node.parent
+            del parent.children[node.key[0]]
+            self.evictable_size -= len(node.key)
+            self.pool.free(len(node.key))
+            freed += len(node.key)
+            if not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (parent.last_access, parent.nid, parent))
+        return freed
+
+    def evict_to_free(self, num_tokens: int) -> None:
+        """SGLang ``evict_to_free_tokens``: evict the shortfall of free slots below ``num_tokens``."""
+        shortfall = num_tokens - self.pool.available
+        if shortfall > 0:
+            self.evict(shortfall)
+
+    def total_size(self) -> int:
+        return self.evictable_size + self.protected_size
