@@ -81,3 +81,41 @@ def test_config_refuses_bad_values():
         SglangConfig(max_total_tokens=10, context_length=10, schedule_policy="lpm")
     with pytest.raises(ValueError, match="--chunked-prefill-size 0; must be >= 1 or -1"):
         SglangConfig(max_total_tokens=10, context_length=10, chunked_prefill_size=0)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_replica_drives_the_mirror_to_completion(overlap):
+    """simulator.replica runs the mirror as it runs vLLM's (normal loop: sync; overlap: async) and
+    every request gets exactly its output tokens, with token times in order."""
+    from simulator.batch_engine import BatchEngine
+    from simulator.cluster import Cluster, Role
+    from simulator.comm.backend import make_comm_backend
+    from simulator.cost_model import RooflineCostModel
+    from simulator.cuda_graph import CudaGraphConfig
+    from simulator.engine_args import EngineArgs
+    from simulator.events import EventLoop
+    from simulator.replica import Replica
+    from simulator.simulation import BenchmarkClient, SimulationSpec, resolve_engine, run_client
+    from simulator.trace import BatchTrace
+    from simulator.workload import WorkloadSpec, generate_requests
+
+    spec = SimulationSpec(engine=EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),
+                          workload=WorkloadSpec(dataset_name="random", num_prompts=60, request_rate=20.0, seed=3))
+    resolved = resolve_engine(spec.engine)
+    engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu,
+                         RooflineCostModel(resolved.gpu, make_comm_backend("analytical", resolved.gpu)),
+                         CudaGraphConfig(enforce_eager=False, capture_sizes=(1, 2, 4, 8, 16, 32), max_num_seqs=32,
+                                         mode="FULL_DECODE_ONLY"))
+    loop, trace = EventLoop(), BatchTrace(keep_requests=False)
+    # a pool of 20k tokens: ~20 random requests of ~1.5k tokens at a time, so admission waits
+    sched = SglangScheduler(SglangConfig(max_total_tokens=20_000, context_length=8192,
+                                         disable_overlap_schedule=not overlap))
+    replica = Replica(0, loop, sched, engine, trace, on_update=lambda *a: None, async_scheduling=overlap)
+    specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
+    client = BenchmarkClient(loop, specs, Cluster(Role.COLOCATED, [replica], "round_robin", 1), 8192, None)
+    records, summary, _ = run_client(loop, client, spec, len(specs))
+    assert summary["completed"] == 60 and summary["failed"] == 0
+    want = {s.request_id: s.output_len for s in specs}
+    assert all(r.output_len == want[r.request_id] == len(r.token_times_s) for r in records)
+    assert all(list(r.token_times_s) == sorted(r.token_times_s) for r in records)
+    assert sched.pool.available + sched.evictable_size() == 20_000     # every slot back or in the tree
