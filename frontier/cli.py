@@ -30,6 +30,18 @@ ROLE_KEYS = ("tp", "pp", "dp", "replicas", "gpu", "router", "max_num_seqs", "max
 PDD_KEYS = tuple(f"{role}_{k}" for role in ("prefill", "decode") for k in ROLE_KEYS) + (
     "kv_transfer_bandwidth", "kv_transfer_latency_ms")
 AFD_HELP = "Attention/FFN disaggregation (--architecture afd; prefill uses --prefill-*)"
+SGLANG_HELP = "SGLang engine (--engine sglang; sglang.launch_server flags)"
+ENGINES = ("vllm", "sglang")
+# vLLM flags that --engine sglang takes as they are; every other vLLM engine flag is refused there,
+# with SGLang's own flag for the same setting where it has one (VLLM_TO_SGLANG).
+SGLANG_SHARED_KEYS = ("model", "gpu", "tensor_parallel_size", "num_replicas", "router", "kv_cache_dtype", "quantization")
+VLLM_TO_SGLANG = {"max_num_seqs": "--max-running-requests", "max_num_batched_tokens": "--chunked-prefill-size",
+                  "max_model_len": "--context-length", "gpu_memory_utilization": "--mem-fraction-static",
+                  "kv_cache_memory_bytes": "--max-total-tokens", "num_gpu_blocks_override": "--max-total-tokens",
+                  "enable_prefix_caching": "--disable-radix-cache", "enable_chunked_prefill": "--chunked-prefill-size -1",
+                  "async_scheduling": "--disable-overlap-schedule", "enforce_eager": "--disable-cuda-graph",
+                  "scheduling_policy": "--schedule-policy", "block_size": "--page-size",
+                  "max_cudagraph_capture_size": "--cuda-graph-max-bs", "cudagraph_capture_sizes": "--cuda-graph-max-bs"}
 AFD_KEYS = ("attention_tp", "attention_dp", "attention_replicas", "attention_gpu",
             "ffn_tp", "ffn_ep", "ffn_replicas", "ffn_gpu", "afd_lanes", "afd_link_bandwidth")
 
@@ -368,6 +380,21 @@ def simulate(
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     engine_cpu_overhead: Optional[bool] = typer.Option(None, "--engine-cpu-overhead/--no-engine-cpu-overhead", help="Price the engine core's CPU time per step (0.81 ms + 0.042 ms per scheduled request, measured; simulator/engine_cpu.py): on the critical path with --no-async-scheduling, overlapped with the previous forward otherwise (default off).", rich_help_panel=ENGINE_HELP),
     frontend_latency_ms: Optional[float] = typer.Option(None, "--frontend-latency-ms", help="Milliseconds from a send to the request reaching the engines (HTTP, API server input processing, IPC); TTFT counts it (default 1).", rich_help_panel=ENGINE_HELP),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm (default) or sglang: the serving engine whose scheduler, memory sizing and CUDA graphs are simulated (SGLang 0.5.23, co-located TP servers, configured by its own flags below).", rich_help_panel=ENGINE_HELP),
+    chunked_prefill_size: Optional[int] = typer.Option(None, "--chunked-prefill-size", help="Tokens of one extend batch (default by GPU memory: 8192 on H100/H200, 16384 from 160 GiB; -1: no chunking).", rich_help_panel=SGLANG_HELP),
+    max_prefill_tokens: Optional[int] = typer.Option(None, "--max-prefill-tokens", help="Prompt tokens of one extend batch (default 16384).", rich_help_panel=SGLANG_HELP),
+    max_running_requests: Optional[int] = typer.Option(None, "--max-running-requests", help="Request rows (default: from the token pool and --context-length, 2048-4096).", rich_help_panel=SGLANG_HELP),
+    max_total_tokens: Optional[int] = typer.Option(None, "--max-total-tokens", help="Cap on the KV token pool (default: what --mem-fraction-static leaves).", rich_help_panel=SGLANG_HELP),
+    mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static", help="Share of the GPU memory free at start for weights + KV pool (default: SGLang's formula, 0.830 on H100).", rich_help_panel=SGLANG_HELP),
+    context_length: Optional[int] = typer.Option(None, "--context-length", help="Longest request (default: the model's max_position_embeddings).", rich_help_panel=SGLANG_HELP),
+    schedule_policy: Optional[str] = typer.Option(None, "--schedule-policy", help="fcfs (default) or lof (longest output first).", rich_help_panel=SGLANG_HELP),
+    schedule_conservativeness: Optional[float] = typer.Option(None, "--schedule-conservativeness", help="Scales the initial new_token_ratio 0.7 (default 1.0).", rich_help_panel=SGLANG_HELP),
+    enable_mixed_chunk: Optional[bool] = typer.Option(None, "--enable-mixed-chunk/--no-enable-mixed-chunk", help="Run the running decodes inside extend batches (default off: prefill first, decodes wait).", rich_help_panel=SGLANG_HELP),
+    disable_radix_cache: Optional[bool] = typer.Option(None, "--disable-radix-cache/--no-disable-radix-cache", help="No prefix sharing (default: the radix cache, token-level, LRU).", rich_help_panel=SGLANG_HELP),
+    disable_overlap_schedule: Optional[bool] = typer.Option(None, "--disable-overlap-schedule/--no-disable-overlap-schedule", help="SGLang's normal loop instead of the overlap scheduler (default: overlap).", rich_help_panel=SGLANG_HELP),
+    disable_cuda_graph: Optional[bool] = typer.Option(None, "--disable-cuda-graph/--no-disable-cuda-graph", help="Every step eager (default: FULL decode graphs up to --cuda-graph-max-bs, breakable prefill graphs).", rich_help_panel=SGLANG_HELP),
+    cuda_graph_max_bs: Optional[int] = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode graph (default by GPU memory and TP: 256 on H100/H200 below TP4, 512 from TP4).", rich_help_panel=SGLANG_HELP),
+    page_size: Optional[int] = typer.Option(None, "--page-size", help="KV page size in tokens (1 only, SGLang's CUDA default).", rich_help_panel=SGLANG_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
     prefill_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),
@@ -398,7 +425,7 @@ def simulate(
     afd_lanes: Optional[int] = typer.Option(None, help="Micro-batches per attention step that ping-pong between A and F (default 2).", rich_help_panel=AFD_HELP),
     afd_link_bandwidth: Optional[float] = typer.Option(None, help="GB/s per GPU of the A<->F activation link (default: NVLink within a node, else the NIC).", rich_help_panel=AFD_HELP),
 ) -> None:
-    """Simulate a vLLM deployment serving a benchmark workload and print vllm bench serve's summary."""
+    """Simulate a vLLM (or SGLang) deployment serving a benchmark workload and print vllm bench serve's summary."""
     from simulator.output import check_output_paths, write_outputs
     from simulator.simulation import run_simulation
     from simulator.metrics import format_summary
@@ -417,7 +444,9 @@ def simulate(
     r = result.resolved
     setup = (f"comm {spec.comm_model}, MoE routing {spec.moe_routing}"
              + (", engine CPU per step" if spec.engine_cpu_overhead else ""))
-    if result.summary.get("architecture") == "afd":
+    if result.sglang is not None:
+        typer.echo(_sglang_layout(result) + f", {setup}")
+    elif result.summary.get("architecture") == "afd":
         typer.echo(_afd_layout(result) + f", {setup}")
     elif result.roles:
         typer.echo(_pdd_layout(result) + f", {setup}")
@@ -464,8 +493,31 @@ OUT_KEYS = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir"
 def _simulate_keys() -> tuple[str, ...]:
     """Every key ``frontier simulate`` takes (a flag's name with underscores; a scenario file's key)."""
     from simulator.engine_args import EngineArgs
+    from simulator.sglang_layout import SglangArgs
     from simulator.workload import WorkloadSpec
-    return EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + OUT_KEYS
+    return (EngineArgs.field_names() + tuple(f.name for f in fields(WorkloadSpec)) + OUT_KEYS + ("engine",)
+            + SglangArgs.field_names())
+
+
+def _sglang_args(values: dict[str, Any]):
+    """``SglangArgs`` of --engine sglang's values (None for vLLM); ValueError (one line) for a flag
+    of the other engine."""
+    from simulator.engine_args import EngineArgs
+    from simulator.sglang_layout import SglangArgs
+    engine = str(values.get("engine", "vllm"))
+    if engine not in ENGINES:
+        raise ValueError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
+    sglang_keys = [k for k in SglangArgs.field_names() if values.get(k) is not None]
+    if engine == "vllm":
+        if sglang_keys:
+            raise ValueError(f"--{sglang_keys[0].replace('_', '-')} is an SGLang flag; add --engine sglang")
+        return None
+    for key in EngineArgs.field_names() + ("compilation_config", "eplb_config", "spec_acceptance_rate"):
+        if values.get(key) is not None and key not in SGLANG_SHARED_KEYS:
+            hint = VLLM_TO_SGLANG.get(key)
+            raise ValueError(f"--{key.replace('_', '-')} is a vLLM flag, not simulated with --engine sglang"
+                             + (f"; SGLang's is {hint}" if hint else ""))
+    return _pick(SglangArgs, values)
 
 
 def _simulation_spec(values: dict[str, Any]):
@@ -475,6 +527,7 @@ def _simulation_spec(values: dict[str, Any]):
     from simulator.engine_args import EngineArgs
     from simulator.simulation import FRONTEND_LATENCY_S, SimulationSpec
     from simulator.workload import WorkloadSpec
+    sglang = _sglang_args(values)
     values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
     _apply_compilation_config(values)
     _apply_eplb_config(values)
@@ -497,8 +550,23 @@ def _simulation_spec(values: dict[str, Any]):
         frontend_latency_s=(FRONTEND_LATENCY_S if values.get("frontend_latency_ms") is None
                             else float(values["frontend_latency_ms"]) * 1e-3),
         architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
-        afd=_afd_spec(values),
+        afd=_afd_spec(values), sglang=sglang,
         predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
+
+
+def _sglang_layout(result) -> str:
+    """The deployment line of an SGLang run: its servers and what they started with."""
+    r, lay, s = result.resolved, result.sglang, result.summary
+    c = lay.config
+    graphs = (f"CUDA graphs: decode <= {lay.graphs.decode_sizes[-1]} requests, prefill <= {lay.graphs.prefill_sizes[-1]} "
+              "tokens" if not lay.graphs.enforce_eager else "no CUDA graphs")
+    chunk = "no chunking" if c.chunked_prefill_size == -1 else f"chunked_prefill_size {c.chunked_prefill_size}"
+    return (f"Simulated {r.model.name} on {s['num_gpus']} x {r.gpu.name} with SGLang 0.5.23 ({r.args.num_replicas} "
+            f"server(s) of TP{r.parallel.tp}); token pool {c.max_total_tokens} tokens (mem_fraction_static "
+            f"{lay.mem_fraction_static}), max_running_requests {c.max_running_requests}, {chunk}, {graphs}, "
+            f"{'overlap' if not c.disable_overlap_schedule else 'normal'} scheduler; busy "
+            f"{s['colocated_busy_fraction']:.1%}, mean batch {s['colocated_mean_batch_size']:.1f} requests, "
+            f"{s['sglang_num_retractions']} retraction(s); cost model: {s.get('cost_model', 'roofline')}")
 
 
 def _calibrated_queries(s: dict) -> str:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
     from simulator.afd import AfdSpec
     from simulator.control_plane import CompiledRole, PddSpec
+    from simulator.sglang_layout import SglangArgs, SglangLayout
 
 
 # Send -> engines, seconds (BenchmarkClient): the order of a local HTTP hop plus the API server's
@@ -80,6 +81,7 @@ class SimulationSpec:
     save_detailed: bool = False         # --save-detailed: keep vLLM's per-request arrays in the summary
     engine_cpu_overhead: bool = False   # --engine-cpu-overhead: each step's engine CPU time (simulator/engine_cpu.py)
     frontend_latency_s: float = FRONTEND_LATENCY_S   # --frontend-latency-ms / 1e3: send -> engines (BenchmarkClient)
+    sglang: SglangArgs | None = None    # --engine sglang: SGLang's server flags (None: vLLM engines)
 
     @property
     def engine_cpu(self) -> EngineCpu | None:
@@ -135,7 +137,7 @@ class SimulationSpec:
 @dataclass
 class SimulationResult:
     resolved: ResolvedEngine
-    memory: MemoryBudget
+    memory: MemoryBudget | None         # vLLM's KV budget (None for SGLang: ``sglang`` has its token pool)
     records: list[RequestRecord]
     failed: dict[str, str]              # request_id -> reason
     trace: BatchTrace
@@ -145,6 +147,7 @@ class SimulationResult:
     num_events: int
     roles: list[CompiledRole] | None = None    # P/D: the compiled prefill and decode roles
     role_engines: dict[str, int] = field(default_factory=dict)   # role letter -> engines (role_stats)
+    sglang: SglangLayout | None = None  # --engine sglang: what its servers started with
 
 
 @dataclass(slots=True)
@@ -369,6 +372,9 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
+    if spec.sglang is not None:
+        from simulator.sglang_run import run_sglang
+        return run_sglang(spec)
     if spec.architecture == "afd" and spec.engine.speculative_config is not None:
         raise ValueError("--speculative-config under --architecture afd is not simulated yet; "
                          "use --architecture colocated or pdd")

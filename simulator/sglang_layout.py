@@ -1,0 +1,181 @@
+"""SGLang 0.5.23 server arguments and what it derives from them at start-up.
+
+``SglangArgs`` holds the flags of ``python -m sglang.launch_server`` the simulator takes (None: the
+server's default); ``resolve_sglang`` derives, as 0.5.23 does:
+
+* by GPU memory (``arg_groups/memory_hook.py::handle_gpu_memory_settings``, nvidia-smi MiB):
+  ``chunked_prefill_size`` 2048 (< 20 GiB), 4096 (< 60 GiB), 8192 (< 160 GiB), else 16384; the
+  decode graphs' ``max_bs`` 8 (< 20 GiB), 48 / 160 (< 35 GiB, TP < 4 / >= 4), 32 / 160 (< 60 GiB),
+  256 / 512 (< 160 GiB), else 512, cut to ``--max-running-requests`` when that is given and
+  smaller; the prefill graphs' token ceiling = ``chunked_prefill_size`` (at most 8192 for MLA,
+  at most ``--max-total-tokens``);
+* ``mem_fraction_static`` (when not given) = round((M - reserved) / M, 3), M the GPU's MiB, with
+  reserved = 512 + 1.5 x max(chunked_prefill_size, 2048) + TP x PP / 8 x 1024 + the graphs'
+  reserve (2 x decode max_bs, + 8 per prefill graph, 1536 for MLA models) MiB, at least 10240 MiB
+  on GPUs above 60 GiB;
+* the token pool (``mem_cache/kv_cache_configurator.py::_profile_available_bytes``): the memory
+  free after the weights load minus (1 - mem_fraction_static) x the memory free before it, divided
+  by the KV bytes of one token on one rank (every layer's K and V); ``--max-total-tokens`` caps it;
+* ``max_running_requests`` (``resolve_max_num_reqs``): min(clamp(int(tokens / context_len x 512),
+  2048, 4096), tokens // 2), or min(the flag, tokens // 2).
+
+The memory free before the weights load is not in any source: it is the GPU's memory minus the
+CUDA context and the communicators, estimated here (``PRE_LOAD_USED_*``; not measured). The
+weights are ``ModelSpec.weight_bytes_per_rank``. Simulated: TP only (one engine per TP group,
+``--dp-size`` 1, no PP, no expert or attention DP), models without sliding-window layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from simulator.sglang_graphs import SglangGraphs, decode_capture_sizes, prefill_capture_sizes
+from simulator.sglang_scheduler import POLICIES, SglangConfig
+
+if TYPE_CHECKING:
+    from frontier.gpu import GpuSpec
+    from frontier.model_spec import ModelSpec
+    from frontier.parallel import ParallelSpec
+
+MIB = 1 << 20
+GIB = 1 << 30
+SGLANG_VERSION = "0.5.23"
+PRE_LOAD_USED_TP1 = int(0.5 * GIB)      # CUDA context + allocator state before the weights (estimate)
+PRE_LOAD_USED_MULTI = int(1.0 * GIB)    # + NCCL communicators with TP > 1 (estimate)
+MLA_PREFILL_GRAPH_MAX = 8192
+MLA_GRAPH_RESERVE_MIB = 1.5 * 1024
+PREFILL_GRAPH_RESERVE_MIB = 8           # non-torch memory per prefill graph
+DECODE_GRAPH_RESERVE_MIB = 2            # per decode batch size of max_bs
+
+
+@dataclass(frozen=True)
+class SglangArgs:
+    """``sglang.launch_server`` flags (None: SGLang's default, resolved by ``resolve_sglang``)."""
+
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int = 16384
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    mem_fraction_static: float | None = None
+    context_length: int | None = None
+    schedule_policy: str = "fcfs"
+    schedule_conservativeness: float = 1.0
+    enable_mixed_chunk: bool = False
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int | None = None
+    page_size: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_prefill_tokens", "max_running_requests", "max_total_tokens", "context_length",
+                     "cuda_graph_max_bs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{name.replace('_', '-')} {value!r}; must be a positive integer")
+        c = self.chunked_prefill_size
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or (c < 1 and c != -1)):
+            raise ValueError(f"--chunked-prefill-size {c!r}; must be a positive integer or -1 (no chunking)")
+        m = self.mem_fraction_static
+        if m is not None and not 0.0 < m < 1.0:
+            raise ValueError(f"--mem-fraction-static {m!r}; must be in (0, 1)")
+        if self.page_size != 1:
+            raise ValueError(f"--page-size {self.page_size!r} is not simulated; SGLang's CUDA default, 1, is")
+        if self.schedule_policy not in POLICIES:
+            raise ValueError(f"--schedule-policy {self.schedule_policy!r} is not simulated; valid: {', '.join(POLICIES)}")
+        if not self.schedule_conservativeness > 0:
+            raise ValueError(f"--schedule-conservativeness {self.schedule_conservativeness!r}; must be > 0")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True)
+class SglangLayout:
+    """What one SGLang engine (a TP group) runs with: its scheduler config, graphs and memory."""
+
+    config: SglangConfig
+    graphs: SglangGraphs
+    mem_fraction_static: float
+    weight_bytes: int
+    kv_bytes_per_token: int
+    pre_load_free_bytes: int
+
+
+def _by_memory(gpu_mib: float, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, decode max_bs) defaults by GPU memory (MiB) and TP."""
+    if gpu_mib < 20 * 1024:
+        return 2048, 8
+    if gpu_mib < 35 * 1024:
+        return 4096, 48 if tp < 4 else 160
+    if gpu_mib < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_mib < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> SglangLayout:
+    """SGLang's start-up derivations for one engine of ``parallel.tp`` GPUs (see the module docstring).
+    ValueError (one line) for layouts it does not simulate or a model that does not fit."""
+    if parallel.pp != 1 or parallel.dp != 1 or parallel.ep != 1:
+        raise ValueError(f"--engine sglang simulates tensor parallelism only (pp {parallel.pp}, dp {parallel.dp}, "
+                         f"ep {parallel.ep} given); use --tensor-parallel-size and --num-replicas")
+    if model.sliding_window:
+        raise ValueError(f"--engine sglang does not simulate {model.name}'s sliding-window layers (SGLang keeps them "
+                         "in a separate SWA pool); use --engine vllm")
+    gpu_mib = gpu.memory_bytes / MIB
+    chunk_default, max_bs = _by_memory(gpu_mib, parallel.tp)
+    chunk = chunk_default if args.chunked_prefill_size is None else args.chunked_prefill_size
+    if args.cuda_graph_max_bs is not None:
+        max_bs = args.cuda_graph_max_bs
+    elif args.max_running_requests is not None and max_bs > args.max_running_requests:
+        max_bs = args.max_running_requests
+    prefill_max = chunk if chunk > 0 else args.max_prefill_tokens
+    if model.is_mla:
+        prefill_max = min(MLA_PREFILL_GRAPH_MAX, prefill_max)
+    if args.max_total_tokens is not None:
+        prefill_max = min(prefill_max, args.max_total_tokens)
+    decode_sizes = decode_capture_sizes(max_bs)
+    prefill_sizes = prefill_capture_sizes(prefill_max)
+    if args.mem_fraction_static is not None:
+        mfs = args.mem_fraction_static
+    else:
+        activation = max(chunk if chunk > 0 else args.max_prefill_tokens, 2048)
+        reserved = 512 + activation * 1.5 + parallel.tp * parallel.pp / 8 * 1024
+        if not args.disable_cuda_graph:
+            reserved += DECODE_GRAPH_RESERVE_MIB * max_bs
+            reserved += MLA_GRAPH_RESERVE_MIB if model.is_mla else PREFILL_GRAPH_RESERVE_MIB * len(prefill_sizes)
+        if gpu_mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        mfs = round((gpu_mib - reserved) / gpu_mib, 3)
+    pre_load = gpu.memory_bytes - (PRE_LOAD_USED_MULTI if parallel.tp > 1 else PRE_LOAD_USED_TP1)
+    weights = model.weight_bytes_per_rank(parallel)
+    kv_bytes = pre_load - weights - pre_load * (1 - mfs)
+    per_token = model.kv_bytes_per_token_per_rank(parallel)
+    tokens = int(kv_bytes // per_token) if kv_bytes > 0 else 0
+    if args.max_total_tokens is not None:
+        tokens = min(tokens, args.max_total_tokens)
+    if tokens < 2:
+        where = f"{model.name} on {gpu.name} x TP{parallel.tp} (weights {weights / GIB:.2f} GiB per GPU)"
+        if weights >= pre_load:
+            raise ValueError(f"{where} does not fit the {pre_load / GIB:.2f} GiB free at start; raise the TP size")
+        need = 1 - (pre_load - weights) / pre_load      # SGLang's own hint: 1 - available / pre-load free
+        raise ValueError(f"{where} leaves no KV cache under --mem-fraction-static {mfs}; raise it above "
+                         f"{need:.3f} or the TP size")
+    context = args.context_length or model.max_position_embeddings
+    if args.max_running_requests is None:
+        running = min(max(min(int(tokens / context * 512), 4096), 2048), tokens // 2)
+    else:
+        running = min(args.max_running_requests, tokens // 2)
+    graphs = SglangGraphs(() if args.disable_cuda_graph else decode_sizes,
+                          () if args.disable_cuda_graph else prefill_sizes)
+    config = SglangConfig(max_total_tokens=tokens, context_length=context, chunked_prefill_size=chunk,
+                          max_prefill_tokens=args.max_prefill_tokens, max_running_requests=running,
+                          schedule_policy=args.schedule_policy,
+                          schedule_conservativeness=args.schedule_conservativeness,
+                          enable_mixed_chunk=args.enable_mixed_chunk, disable_radix_cache=args.disable_radix_cache,
+                          disable_overlap_schedule=args.disable_overlap_schedule)
+    return SglangLayout(config, graphs, mfs, weights, per_token, pre_load)

@@ -1,0 +1,75 @@
+"""``frontier simulate --engine sglang``: SGLang's flags, its start-up line, its summary keys, the
+refusal of the other engine's flags, and a sweep across both engines."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from frontier.cli import app
+
+runner = CliRunner()
+BASE = ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--num-prompts", "40",
+        "--random-input-len", "600", "--random-output-len", "40", "--request-rate", "20"]
+
+
+def test_simulate_sglang_prints_its_start_up_and_writes_its_keys(tmp_path):
+    out = tmp_path / "out"
+    res = runner.invoke(app, BASE + ["--engine", "sglang", "--max-running-requests", "32", "--chunked-prefill-size",
+                                     "4096", "--output-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    first = res.output.splitlines()[0]
+    assert first.startswith("Simulated meta-llama/Llama-3.1-8B on 1 x H100-SXM with SGLang 0.5.23 (1 server(s) of TP1); "
+                            "token pool ")
+    assert ("max_running_requests 32, chunked_prefill_size 4096, CUDA graphs: decode <= 32 requests, prefill <= 4096 "
+            "tokens, overlap scheduler") in first
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completed"] == 40 and summary["failed"] == 0
+    assert summary["engine"] == "sglang 0.5.23" and summary["num_gpus"] == 1
+    assert summary["sglang_max_running_requests"] == 32 and summary["sglang_chunked_prefill_size"] == 4096
+    # reserved 512 + 1.5 x 4096 + 128 + 2 x 32 + 8 x 50 prefill graphs = 7248 MiB, raised to 10240 above 60 GiB
+    assert summary["sglang_mem_fraction_static"] == round((81559 - 10240) / 81559, 3) == 0.874
+    assert summary["sglang_cuda_graph_max_bs"] == 32
+    assert summary["async_scheduling"] is True
+
+
+def test_normal_loop_and_no_graphs(tmp_path):
+    res = runner.invoke(app, BASE + ["--engine", "sglang", "--disable-overlap-schedule", "--disable-cuda-graph",
+                                     "--enable-mixed-chunk", "--disable-radix-cache"])
+    assert res.exit_code == 0, res.output
+    assert "no CUDA graphs, normal scheduler" in res.output.splitlines()[0]
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--engine", "sglang", "--max-num-seqs", "64"],
+     "error: --max-num-seqs is a vLLM flag, not simulated with --engine sglang; SGLang's is --max-running-requests"),
+    (["--engine", "sglang", "--no-async-scheduling"],
+     "error: --async-scheduling is a vLLM flag, not simulated with --engine sglang; SGLang's is --disable-overlap-schedule"),
+    (["--engine", "sglang", "-pp", "2"], "error: --pipeline-parallel-size is a vLLM flag, not simulated with --engine sglang"),
+    (["--chunked-prefill-size", "4096"], "error: --chunked-prefill-size is an SGLang flag; add --engine sglang"),
+    (["--engine", "trt"], "error: --engine 'trt' is not one of vllm, sglang"),
+    (["--engine", "sglang", "--schedule-policy", "lpm"], "error: --schedule-policy 'lpm' is not simulated; valid: fcfs, lof"),
+    (["--engine", "sglang", "--architecture", "pdd"],
+     "error: --engine sglang simulates co-located servers; --architecture pdd is vLLM's here"),
+])
+def test_the_other_engines_flags_are_refused(flags, message):
+    res = runner.invoke(app, BASE + flags)
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines()[-1] == message
+
+
+def test_a_sweep_compares_the_engines(tmp_path):
+    serve = tmp_path / "serve.json"
+    serve.write_text(json.dumps({"vllm": {"engine": "vllm"}, "sglang": {"engine": "sglang"},
+                                 "sglang-mixed": {"engine": "sglang", "enable_mixed_chunk": True}}))
+    config = tmp_path / "base.yaml"
+    config.write_text("model: meta-llama/Llama-3.1-8B\ngpu: H100\nnum_prompts: 40\nrandom_input_len: 600\n"
+                      "random_output_len: 40\nrequest_rate: 20\n")
+    res = runner.invoke(app, ["sweep", "--config", str(config), "--serve-params", str(serve), "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
+    assert [r["name"] for r in rows] == ["vllm", "sglang", "sglang-mixed"]
+    assert all(r["completed"] == "40" and r["error"] == "" for r in rows)

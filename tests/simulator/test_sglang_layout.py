@@ -1,0 +1,91 @@
+"""SGLang start-up derivations (simulator/sglang_layout.py) and CUDA graphs (simulator/sglang_graphs.py)."""
+
+import pytest
+
+from frontier.gpu import get_gpu
+from frontier.model_spec import load_model_spec
+from frontier.parallel import ParallelSpec
+from simulator.sglang_graphs import SglangGraphs, decode_capture_sizes, prefill_capture_sizes
+from simulator.sglang_layout import PRE_LOAD_USED_TP1, SglangArgs, resolve_sglang
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B"
+
+
+def layout(gpu: str = "H100", tp: int = 1, model: str = LLAMA_8B, **flags):
+    return resolve_sglang(SglangArgs(**flags), load_model_spec(model), ParallelSpec(tp=tp), get_gpu(gpu))
+
+
+def test_capture_sizes():
+    assert decode_capture_sizes(256) == (1, 2, 4, 8, 12) + tuple(range(16, 257, 8))     # 36 sizes
+    assert decode_capture_sizes(512)[-3:] == (480, 496, 512)
+    assert decode_capture_sizes(100)[-2:] == (96, 100)          # max_bs itself is captured
+    sizes = prefill_capture_sizes(8192)
+    assert len(sizes) == 58 and sizes[:3] == (4, 8, 12) and sizes[-2:] == (7680, 8192)
+    assert prefill_capture_sizes(100)[-1] == 96
+
+
+def test_dispatch():
+    g = SglangGraphs(decode_capture_sizes(256), prefill_capture_sizes(8192))
+    assert g.dispatch(5, 5, True) == ("FULL", 8)
+    assert g.dispatch(300, 300, True) == ("NONE", 300)        # above max_bs: eager
+    assert g.dispatch(1000, 3, False) == ("PIECEWISE", 1024)  # an extend batch: breakable prefill graph
+    assert g.dispatch(9000, 3, False) == ("NONE", 9000)
+    eager = SglangGraphs((), ())
+    assert eager.enforce_eager and eager.mode == "NONE" and eager.dispatch(5, 5, True) == ("NONE", 5)
+
+
+def test_mem_fraction_static_worked_examples():
+    # engine-semantics section 7.6: H100 TP1, chunk 8192, decode max_bs 256, 58 prefill graphs ->
+    # reserved 512 + 12288 + 128 + 512 + 464 = 13904 MiB of 81559 -> 0.830; H200 -> 0.903
+    assert layout("H100").mem_fraction_static == 0.83
+    assert layout("H200").mem_fraction_static == 0.903
+    # TP4 on H100: decode max_bs 512 (graphs 1024 MiB) and 512 MiB of communicators:
+    # reserved 512 + 12288 + 512 + 1024 + 464 = 14800 -> round((81559 - 14800) / 81559, 3)
+    assert layout("H100", tp=4, model="meta-llama/Llama-3.1-70B").mem_fraction_static == round(
+        (81559 - 14800) / 81559, 3)
+    # no graphs: no graph reserve, but at least 10 GiB above 60 GiB: 512 + 12288 + 128 = 12928
+    assert layout("H100", disable_cuda_graph=True).mem_fraction_static == round((81559 - 12928) / 81559, 3)
+
+
+def test_token_pool_and_running_requests():
+    lay = layout("H100")
+    gpu = get_gpu("H100")
+    model = load_model_spec(LLAMA_8B)
+    pre = gpu.memory_bytes - PRE_LOAD_USED_TP1
+    weights = model.weight_bytes_per_rank(ParallelSpec(tp=1))
+    per_token = 32 * 2 * 8 * 128 * 2            # layers x (K, V) x kv heads x head dim x bf16
+    assert lay.kv_bytes_per_token == per_token
+    assert lay.config.max_total_tokens == int((pre - weights - pre * (1 - 0.83)) // per_token) == 415620
+    # min(clamp(int(415620 / 131072 * 512), 2048, 4096), 415620 // 2)
+    assert lay.config.max_running_requests == 2048
+    assert layout("H200").config.max_running_requests == int(912370 / 131072 * 512) == 3563
+    assert layout("H100", max_total_tokens=1000).config.max_total_tokens == 1000
+    assert layout("H100", max_total_tokens=1000).config.max_running_requests == 500       # tokens // 2
+    assert layout("H100", max_running_requests=64).config.max_running_requests == 64
+    assert layout("H100", max_running_requests=64).graphs.decode_sizes[-1] == 64         # max_bs cut to it
+
+
+def test_defaults_by_gpu_memory():
+    assert (layout("L40S").config.chunked_prefill_size, layout("L40S").graphs.decode_sizes[-1]) == (4096, 32)
+    assert (layout("B200").config.chunked_prefill_size, layout("B200").graphs.decode_sizes[-1]) == (16384, 512)
+    assert layout("H100", chunked_prefill_size=-1).graphs.prefill_sizes[-1] == 16384     # max_prefill_tokens
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"page_size": 16}, "--page-size 16 is not simulated"),
+    ({"mem_fraction_static": 1.0}, "--mem-fraction-static 1.0; must be in (0, 1)"),
+    ({"chunked_prefill_size": 0}, "--chunked-prefill-size 0; must be a positive integer or -1"),
+    ({"max_running_requests": 0}, "--max-running-requests 0; must be a positive integer"),
+])
+def test_args_refuse_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        SglangArgs(**kwargs)
+
+
+def test_layouts_not_simulated_are_refused():
+    with pytest.raises(ValueError, match="tensor parallelism only"):
+        resolve_sglang(SglangArgs(), load_model_spec(LLAMA_8B), ParallelSpec(tp=1, pp=2), get_gpu("H100"))
+    with pytest.raises(ValueError, match="sliding-window layers"):
+        layout("H100", model="openai/gpt-oss-120b", tp=2)
+    with pytest.raises(ValueError, match="does not fit the 79.15 GiB free at start; raise the TP size"):
+        layout("H100", model="meta-llama/Llama-3.1-70B")
