@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the vLLM 0.33 scheduler oracle (tests/oracle) into a Python venv, CPU only.
+# Install the vLLM 0.33 and SGLang 0.5.23 scheduler oracles (tests/oracle) into a Python
+# venv, CPU only.
 #
 # Usage: scripts/install_oracle.sh [VENV_PYTHON]     (default: .venv/bin/python)
 #
@@ -12,7 +13,13 @@
 #      architecture inspection, a subprocess importing the model module) needs, found by
 #      trying imports in a fresh venv (tests/oracle/vllm_driver.py); xgrammar
 #      with --no-deps so that triton (~1 GB, unused on a CPU) stays out.
-# vLLM pins torch==2.14.0; pip's "incompatible" warning about it is expected.
+#   4. sglang==0.5.23 with --no-deps (its pins would pull torch 2.14.1, CUDA kernels,
+#      flashinfer, ...), then the pure-Python packages the SGLang scheduler's import path
+#      needs beyond step 3's, found by trying imports (tests/oracle/sglang_driver.py),
+#      pinned where sglang's metadata pins them. triton and torchvision stay out: the
+#      driver serves stubs for their module-level imports.
+# vLLM pins torch==2.14.0 and SGLang torch==2.14.1 (and other versions: transformers,
+# openai, xgrammar); pip's "incompatible"/"requires" warnings about them are expected.
 set -euo pipefail
 
 PY="${1:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}"
@@ -57,6 +64,19 @@ ORACLE_DEPS=(
 # xgrammar is imported but never used here; its triton dependency (~1 GB) is not.
 NO_DEPS=("xgrammar==0.2.8")
 
+# What SGLang 0.5.23's scheduler import path adds to the above (pins from its metadata;
+# dill is not in it, it comes with its `datasets` dependency).
+SGLANG_DEPS=(
+    "orjson"
+    "setproctitle"
+    "IPython"
+    "dill"
+    "sentencepiece==0.2.1"
+    "compressed-tensors==0.18.0"
+    "gguf"
+    "uvicorn>=0.51"
+)
+
 # 1. torch (CPU).
 if "$PY" -c "import torch" 2>/dev/null; then
     echo "install_oracle: torch $("$PY" -c 'import torch; print(torch.__version__)') already importable, kept"
@@ -85,7 +105,17 @@ fi
 "${PIP[@]}" install --no-deps "${NO_DEPS[@]}" 2>&1 \
     | grep -v -e "is ignored: it is neither" -e "^Requirement already satisfied" || true
 
-# Check: the driver's imports work.
+# 4. SGLang itself, without its dependency pins, then what its scheduler path imports.
+if [[ "$("$PY" -m pip show sglang 2>/dev/null | sed -n 's/^Version: //p')" == "0.5.23" ]]; then
+    echo "install_oracle: sglang 0.5.23 already installed"
+else
+    "${PIP[@]}" install --no-deps "sglang==0.5.23"
+fi
+"${PIP[@]}" install -c "$constraints" "${SGLANG_DEPS[@]}" 2>&1 \
+    | grep -v -e "is ignored: it is neither" -e "^Requirement already satisfied" \
+        -e "vllm 0.33.0 requires" -e "sglang 0.5.23 requires" -e "ERROR: pip's dependency resolver" || true
+
+# Check: the drivers' imports work (and SGLang's scheduler runs one request).
 "$PY" - <<'EOF'
 import torch
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
@@ -95,4 +125,22 @@ import vllm.model_executor.models.llama  # noqa: F401  (what ModelConfig's archi
 import vllm
 print(f"install_oracle: ok: vllm {vllm.__version__}, torch {torch.__version__} (cuda={torch.version.cuda})")
 EOF
+ORACLE_DIR="$(cd "$(dirname "$0")/../tests/oracle" && pwd)"
+if ! sglang_check="$(PYTHONPATH="$ORACLE_DIR${PYTHONPATH:+:$PYTHONPATH}" "$PY" - 2>&1 <<'EOF'
+import warnings
+warnings.simplefilter("ignore")
+import sglang_driver  # the stubs and every scheduler-path import
+from sglang.version import __version__
+steps = sglang_driver.run_sglang_scheduler(
+    [sglang_driver.SglRequest("r", (1, 2, 3), 2)], max_total_tokens=64
+)
+assert [s.kind for s in steps] == ["prefill", "decode"], steps
+print(f"install_oracle: ok: sglang {__version__}, its scheduler runs on the CPU")
+EOF
+)"; then
+    echo "$sglang_check" >&2
+    echo "install_oracle: the SGLang oracle does not work (output above)" >&2
+    exit 1
+fi
+echo "$sglang_check" | grep "^install_oracle"
 echo "install_oracle: done in $(( $(date +%s) - start_s )) s"

@@ -1,21 +1,24 @@
-"""SGLang 0.5.23's radix cache and token pool at page size 1 (``mem_cache/radix_cache.py``).
+"""SGLang 0.5.23's radix cache and token pool at page size 1.
 
-A radix tree over token ids; every stored token owns one slot of the token pool. Nodes that no
-request has locked (``lock_ref == 0``) are *evictable* and count as free for admission; locked ones
-are *protected*. Mirrored:
+SGLang 0.5.23 builds its tree cache as ``UnifiedRadixCache`` (``mem_cache/unified_radix_cache.py``,
+a Rust tree core whose Python twin is ``mem_cache/unified_cache/unified_tree_core.py``; the older
+``mem_cache/radix_cache.py`` is not used for a plain model). A radix tree over token ids; every
+stored token owns one slot of the token pool. Nodes that no request has locked (``lock_ref == 0``)
+are *evictable* and count as free for admission; locked ones are *protected*. Mirrored:
 
-* ``match_prefix``: the longest stored prefix, splitting the node the match ends in; every node on
-  the path (and the root) gets the access time (LRU);
+* access times from one counter (``get_and_increase_time_counter``): a new node takes a tick when
+  it is made (and one more for its creation time); a split makes the head node, then stamps the
+  tail with a new tick; ``insert`` ticks the root and every node it walks, in order, before it
+  splits or adds; ``match_prefix`` walks without touching, then stamps the node it ends on with a
+  new tick T and its ancestors T - 1e-5, T - 2e-5, ...;
+* ``match_prefix``: the longest stored prefix, splitting the node the match ends inside;
 * ``insert``: the length already stored (whose duplicate slots the caller frees) and the new leaf;
 * ``inc_lock_ref`` / ``dec_lock_ref`` along the path to the root, moving sizes between evictable and
   protected as a node's count leaves or reaches 0;
-* ``evict(n)``: evictable leaves in least-recently-accessed order, a parent joining the heap once it
-  is a childless unlocked node, until ``n`` tokens are freed.
+* ``evict(n)``: unlocked leaves, least recently accessed first, a parent joining the heap once it is
+  a childless unlocked node, until ``n`` tokens are freed (whole nodes).
 
-SGLang stamps access times with ``time.monotonic()``; a counter gives the same order (one call
-stamps every node of its path alike; a node made by a split is stamped when it is made, after the
-call's stamp). Among equal stamps SGLang's heap order is arbitrary; here the older node goes first. Keys are
-``array('q')`` slices (C-speed comparison). Page size 1 only (SGLang's CUDA default).
+Keys are ``array('q')`` slices (C-speed comparison). Page size 1 only (SGLang's CUDA default).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class TokenPool:
 class RadixNode:
     __slots__ = ("key", "children", "parent", "lock_ref", "last_access", "nid")
 
-    def __init__(self, key: array, parent: RadixNode | None, stamp: int, nid: int) -> None:
+    def __init__(self, key: array, parent: RadixNode | None, stamp: float, nid: int) -> None:
         self.key = key
         self.children: dict[int, RadixNode] = {}
         self.parent = parent
@@ -81,14 +84,23 @@ class RadixCache:
         self.pool = pool
         self._clock = count(1)
         self._ids = count(1)
-        self.root = RadixNode(array("q"), None, 0, 0)
+        self.root = RadixNode(array("q"), None, 0.0, 0)
         self.root.lock_ref = 1          # never evicted, never counted
         self.evictable_size = 0
         self.protected_size = 0
 
+    def _tick(self) -> float:
+        return float(next(self._clock))
+
+    def _new_node(self, key: array, parent: RadixNode) -> RadixNode:
+        node = RadixNode(key, parent, self._tick(), next(self._ids))
+        self._tick()            # its creation_time takes the next tick
+        return node
+
     def _split(self, child: RadixNode, at: int) -> RadixNode:
-        """Split ``child`` after ``at`` tokens: the new node holds the head and ``child`` the tail."""
-        head = RadixNode(child.key[:at], child.parent, next(self._clock), next(self._ids))   # a new node: now
+        """Split ``child`` after ``at`` tokens: a new node holds the head and ``child`` the tail."""
+        head = self._new_node(child.key[:at], child.parent)
+        child.last_access = self._tick()        # _split_node stamps the tail after making the head
         head.lock_ref = child.lock_ref
         child.parent.children[child.key[0]] = head
         child.key = child.key[at:]
@@ -98,15 +110,12 @@ class RadixCache:
 
     def match_prefix(self, key: array) -> tuple[int, RadixNode]:
         """(matched tokens, last node) of ``key``; splits the node a match ends inside."""
-        stamp = next(self._clock)
         node = self.root
-        node.last_access = stamp
         matched = 0
         while matched < len(key):
             child = node.children.get(key[matched])
             if child is None:
                 break
-            child.last_access = stamp
             n = common_prefix_len(child.key, key[matched:matched + len(child.key)])
             if n < len(child.key):
                 node = self._split(child, n)
@@ -114,20 +123,24 @@ class RadixCache:
                 break
             node = child
             matched += n
+        stamp, x = self._tick(), node
+        while x is not None:            # _match_post_processor: the deepest node newest
+            x.last_access = stamp
+            stamp -= 1e-5
+            x = x.parent
         return matched, node
 
     def insert(self, key: array) -> tuple[int, RadixNode]:
         """Store ``key``: (tokens of it already stored, its last node). The new tail becomes one
         evictable leaf; the caller frees the slots of the part that was already stored."""
-        stamp = next(self._clock)
         node = self.root
-        node.last_access = stamp
+        node.last_access = self._tick()
         done = 0
         while done < len(key):
             child = node.children.get(key[done])
             if child is None:
                 break
-            child.last_access = stamp
+            child.last_access = self._tick()
             full = len(child.key)
             n = common_prefix_len(child.key, key[done:done + full])
             done += n
@@ -136,7 +149,7 @@ class RadixCache:
                 break
             node = child
         if done < len(key):
-            leaf = RadixNode(key[done:], node, stamp, next(self._ids))
+            leaf = self._new_node(key[done:], node)
             node.children[leaf.key[0]] = leaf
             self.evictable_size += len(leaf.key)
             node = leaf

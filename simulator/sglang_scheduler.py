@@ -64,6 +64,8 @@ INIT_NEW_TOKEN_RATIO = 0.7          # SGLANG_INIT_NEW_TOKEN_RATIO
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14   # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY_STEPS = 600   # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 IGNORE_EOS_RESERVE_TOKENS = 1
+WAITING_PREFIX_REFRESH_INTERVAL = 32    # schedule_policy.py (SGLANG_ENABLE_WAITING_PREFIX_REFRESH on)
+WAITING_PREFIX_MATCH_MAX = 128
 POLICIES = ("fcfs", "lof")
 
 
@@ -212,16 +214,35 @@ class SglangScheduler:
         self._unique = count(1)
         self._unfinished = 0
         self.num_retractions = 0
+        self._refresh_calls = 0                     # calc_priority passes with a waiting queue
+        self._retracted: list[str] = []             # retracted while forming the step being scheduled
         self.kv = _KvView(self)
 
     # ------------------------------------------------------------------ protocol
-    def add_request(self, spec: RequestSpec) -> SglReq:
+    def add_request(self, spec: RequestSpec, idle_spun: bool = True) -> SglReq | str:
+        """Queue a request (``handle_generate_request``), or return why SGLang refuses it: a prompt
+        of at least ``max_req_input_len`` = min(context_length - 1, pool - 1) - 5 tokens
+        (``validate_input_length``). Its max_new_tokens is clipped as ``init_req_max_new_tokens``
+        clips it: to ``max_req_len - prompt - 1`` and ``pool - prompt - 2``.
+
+        ``idle_spun``: SGLang's loop spins while it has nothing to do, and its first idle iteration
+        (``on_idle``) resets new_token_ratio; a request finding the scheduler idle finds it reset.
+        A caller that steps the loop itself (calling ``schedule`` in idle iterations) passes False."""
+        cfg = self.config
+        max_req_len = min(cfg.context_length - 1, cfg.max_total_tokens - 1)
+        if spec.prompt_len >= max_req_len - 5:
+            return (f"Input length ({spec.prompt_len} tokens) exceeds the maximum allowed length "
+                    f"({max_req_len - 5} tokens)")
         if spec.prompt_token_ids is not None:
             ids = array("q", spec.prompt_token_ids)
         else:       # content unique to this request: negative ids no other prompt uses
             start = next(self._unique) << 32
             ids = array("q", range(-start, -start - spec.prompt_len, -1))
+        if idle_spun and self._fully_idle(self.last_batch):
+            self.new_token_ratio = self.ratio_init      # the idle loop's on_idle reset it meanwhile
         req = SglReq(spec, ids)
+        req.max_tokens = min(spec.output_len, max_req_len - spec.prompt_len - 1,
+                             cfg.max_total_tokens - spec.prompt_len - 2)
         self.waiting.append(req)
         self._unfinished += 1
         return req
@@ -238,13 +259,22 @@ class SglangScheduler:
     def has_requests(self) -> bool:
         return self._unfinished > 0
 
+    def _fully_idle(self, last: _Batch | None) -> bool:
+        """``is_fully_idle`` (``on_idle`` then resets new_token_ratio): nothing running, chunked, waiting
+        or in flight, and no unfinished request in the last batch ``last``."""
+        return (not self.running and self.chunked_req is None and not self.waiting and not self._in_flight
+                and (last is None or all(r.finished for r in last.extend + last.decode)))
+
     def evictable_size(self) -> int:
         return self.tree.evictable_size if self.tree is not None else 0
 
     def schedule(self) -> SchedulerOutput:
+        last = self.last_batch
         batch = self._next_batch()
         step_id = next(self._steps)
         if batch is None:
+            if self._fully_idle(last):
+                self.new_token_ratio = self.ratio_init      # on_idle
             batch = _Batch(step_id, [], [])
         batch.step_id = step_id
         self._in_flight.append(batch)
@@ -265,8 +295,9 @@ class SglangScheduler:
             ctx.append(r.kv_committed - 1)
             samples.append(True)
             reqs.append(r)
+        retracted, self._retracted = tuple(self._retracted), []
         return SchedulerOutput(step_id, tuple(ids), tuple(tokens), tuple(ctx), tuple(samples), tuple(new_ids),
-                               (), (), sum(tokens), requests=tuple(reqs))
+                               (), retracted, sum(tokens), requests=tuple(reqs))
 
     def update_from_output(self, out: SchedulerOutput, now_s: float) -> UpdateResult:
         """Process the oldest scheduled step's result (SGLang ``process_batch_result``)."""
@@ -308,14 +339,17 @@ class SglangScheduler:
         r.prefix_len = end
 
     def _insert(self, r: SglReq, up_to: int) -> None:
-        """``RadixCache.checkpoint``: insert r's first ``up_to`` tokens, free the duplicate slots,
-        lock the new last node instead of the old one."""
+        """``UnifiedRadixCache.checkpoint_into_tree``: insert r's first ``up_to`` tokens and free the
+        slots of the part already stored; then insert its prompt alone (a split at the prompt's end,
+        touched after the outputs: LRU evicts a finished request's outputs before its prompt); move
+        r's lock to the node the first insert ended on."""
         key = r.fill_ids()[:up_to]
-        stored, _ = self.tree.insert(key)
+        stored, node = self.tree.insert(key)
         if stored > r.protected_len:
             self.pool.free(stored - r.protected_len)
-        matched, node = self.tree.match_prefix(key)
-        r.protected_len = matched
+        if 0 < r.prompt_len < up_to:
+            self.tree.insert(key[:r.prompt_len])
+        r.protected_len = up_to
         if r.lock is not None:
             self.tree.dec_lock_ref(r.lock)
         self.tree.inc_lock_ref(node)
@@ -346,6 +380,8 @@ class SglangScheduler:
                     and r.status != RequestStatus.PREEMPTED]
             if len(keep) < len(last.extend) + len(last.decode):
                 self.batch_is_full = False
+            if keep and not self.running:
+                self.batch_is_full = False      # the extend batch becomes the running batch, with its flag
             self.running.extend(r for r in keep if r not in self.running)
         n = len(self.running)
         self.running = [r for r in self.running if not r.finished]
@@ -422,11 +458,11 @@ class SglangScheduler:
             r.num_preemptions += 1
             r.status = RequestStatus.PREEMPTED
             self.num_retractions += 1
+            self._retracted.append(r.request_id)
             self.waiting.append(r)
         if len(order) <= 1 and not self._decode_fits(len(order)):
             raise RuntimeError("SGLang aborts the last request: its next token does not fit the token pool")
-        keep = set(map(id, order))
-        self.running = [r for r in self.running if id(r) in keep]
+        self.running = order        # filter_batch(keep_indices=sorted_indices): the batch in retraction order
         decoded = sum(r.num_output_tokens for r in self.running)
         budget = sum(r.max_tokens for r in self.running)
         self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / (budget + 1))
@@ -451,17 +487,16 @@ class SglangScheduler:
         if self._allocatable(running_bs, 0) <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return None
-        if self.tree is not None:           # calc_priority: every waiting request is matched (LRU)
-            for r in self.waiting:
-                self._match(r)
-        if cfg.schedule_policy == "lof":
+        if cfg.schedule_policy == "lof":     # calc_priority
             self.waiting.sort(key=lambda r: -r.max_tokens)
-        mixed = running_bs if cfg.enable_mixed_chunk else 0
+        self._touch_waiting_prefixes()
+        mixed_chunk = cfg.enable_mixed_chunk and cfg.chunk_tokens is not None   # is_mixed_chunk: needs chunking
+        mixed = running_bs if mixed_chunk else 0
         adder = _PrefillAdder(self, mixed)
         if self.chunked_req is not None:
             self.chunked_req = adder.add_chunked(self.chunked_req)
         for r in self.waiting:
-            if adder.state() != "continue":
+            if adder.state() == "other":         # a spent pass budget; NO_TOKEN is left to add_one_req
                 break
             held = sum(1 for x in adder.can_run if x.holds_row)
             if len(adder.can_run) >= self._allocatable(len(self.running), held):
@@ -483,7 +518,7 @@ class SglangScheduler:
         for r in adder.can_run:
             self._prepare_extend(r)
         decode: list[SglReq] = []
-        if cfg.enable_mixed_chunk and self.running:
+        if mixed_chunk and self.running:
             finishing = self._finishing_in_flight(self.running)
             if finishing:
                 drop = set(map(id, finishing))
@@ -493,6 +528,17 @@ class SglangScheduler:
                 self._prepare_decode(self.running)
                 decode, self.running = self.running, []
         return _Batch(0, list(adder.can_run), decode)
+
+    def _touch_waiting_prefixes(self) -> None:
+        """``SchedulePolicy._touch_waiting_prefixes``: every WAITING_PREFIX_REFRESH_INTERVAL-th pass
+        with a waiting queue, the prefixes of its first WAITING_PREFIX_MATCH_MAX requests are
+        matched in reverse (the head last, so the most recent in LRU order)."""
+        if self.tree is None or not self.waiting:
+            return
+        calls, self._refresh_calls = self._refresh_calls, self._refresh_calls + 1
+        if calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+            for r in reversed(self.waiting[:WAITING_PREFIX_MATCH_MAX]):
+                self.tree.match_prefix(r.fill_ids())
 
     def _allocatable(self, running_bs: int, held_rows: int) -> int:
         """``get_num_allocatable_reqs`` (pp 1): rows left, capped by max_running_requests."""
