@@ -12,6 +12,7 @@ import argparse
 import resource
 
 from simulator.engine_args import EngineArgs
+from simulator.sglang_layout import SglangArgs
 from simulator.simulation import SimulationSpec, run_simulation
 from simulator.spec_decode import SpecDecodeConfig
 from simulator.workload import WorkloadSpec
@@ -30,6 +31,12 @@ CASES = [
     ("llama8b-h100-eagle3-rate20", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100",
                                               speculative_config=SpecDecodeConfig("eagle3", 3, (0.8, 0.6, 0.45))),
      dict(dataset_name="random", request_rate=20.0)),
+    # SGLang's scheduler mirror (--engine sglang): its radix cache keeps every finished request
+    # until a prefill or decode needs the slots; the second case caps the pool so most steps evict
+    ("sglang-llama8b-h100-rate20", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),
+     dict(dataset_name="random", request_rate=20.0), SglangArgs()),
+    ("sglang-llama8b-h100-100k-pool", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),
+     dict(dataset_name="random", request_rate=50.0), SglangArgs(max_total_tokens=100_000)),
 ]
 
 
@@ -41,9 +48,9 @@ def main() -> None:
         parser.error(f"--num-prompts must be >= 1, got {args.num_prompts}")
     print(f"{'case':<30} {'reqs':>6} {'sim_s':>8} {'wall_s':>7} {'steps':>7} {'steps/s':>8} "
           f"{'us/req-step':>11} {'rss_MiB':>8}")
-    for name, engine, wl in CASES:
+    for name, engine, wl, *sglang in CASES:
         result = run_simulation(SimulationSpec(engine=engine, workload=WorkloadSpec(
-            num_prompts=args.num_prompts, **wl)))
+            num_prompts=args.num_prompts, **wl), sglang=sglang[0] if sglang else None))
         steps = result.trace.num_steps()
         req_steps = sum(result.trace.step_cols["num_reqs"])
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

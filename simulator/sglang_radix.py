@@ -88,19 +88,31 @@ class RadixCache:
         self.root.lock_ref = 1          # never evicted, never counted
         self.evictable_size = 0
         self.protected_size = 0
+        # Leaves by (last access, id), lazily: an entry is pushed whenever a leaf's time changes or
+        # it becomes unlocked or childless, and checked when popped (stale entries are dropped), so
+        # an eviction pops the same leaves in the same order as SGLang's heap over all evictable
+        # leaves, without walking the tree. Rebuilt when stale entries outnumber the nodes.
+        self._heap: list[tuple[float, int, RadixNode]] = []
+        self._num_nodes = 0
 
     def _tick(self) -> float:
         return float(next(self._clock))
 
+    def _stamp(self, node: RadixNode, t: float) -> None:
+        node.last_access = t
+        if not node.children:
+            heapq.heappush(self._heap, (t, node.nid, node))
+
     def _new_node(self, key: array, parent: RadixNode) -> RadixNode:
         node = RadixNode(key, parent, self._tick(), next(self._ids))
         self._tick()            # its creation_time takes the next tick
+        self._num_nodes += 1
         return node
 
     def _split(self, child: RadixNode, at: int) -> RadixNode:
         """Split ``child`` after ``at`` tokens: a new node holds the head and ``child`` the tail."""
         head = self._new_node(child.key[:at], child.parent)
-        child.last_access = self._tick()        # _split_node stamps the tail after making the head
+        self._stamp(child, self._tick())        # _split_node stamps the tail after making the head
         head.lock_ref = child.lock_ref
         child.parent.children[child.key[0]] = head
         child.key = child.key[at:]
@@ -125,7 +137,7 @@ class RadixCache:
             matched += n
         stamp, x = self._tick(), node
         while x is not None:            # _match_post_processor: the deepest node newest
-            x.last_access = stamp
+            self._stamp(x, stamp)
             stamp -= 1e-5
             x = x.parent
         return matched, node
@@ -140,7 +152,7 @@ class RadixCache:
             child = node.children.get(key[done])
             if child is None:
                 break
-            child.last_access = self._tick()
+            self._stamp(child, self._tick())
             full = len(child.key)
             n = common_prefix_len(child.key, key[done:done + full])
             done += n
@@ -152,6 +164,7 @@ class RadixCache:
             leaf = self._new_node(key[done:], node)
             node.children[leaf.key[0]] = leaf
             self.evictable_size += len(leaf.key)
+            self._stamp(leaf, leaf.last_access)
             node = leaf
         return done, node
 
@@ -168,16 +181,19 @@ class RadixCache:
             if node.lock_ref == 1:
                 self.evictable_size += len(node.key)
                 self.protected_size -= len(node.key)
+                if not node.children:       # an unlocked leaf: evictable from now
+                    heapq.heappush(self._heap, (node.last_access, node.nid, node))
             node.lock_ref -= 1
             node = node.parent
 
-    def _evictable_leaves(self) -> list[RadixNode]:
+    def evictable_leaves(self) -> list[RadixNode]:
+        """Every unlocked leaf (a walk of the tree)."""
         out, stack = [], [self.root]
         while stack:
             node = stack.pop()
             if node.children:
                 stack.extend(node.children.values())
-            elif node.lock_ref == 0:
+            elif node.lock_ref == 0 and node is not self.root:
                 out.append(node)
         return out
 
@@ -186,17 +202,23 @@ class RadixCache:
         accessed first; returns the tokens freed."""
         if num_tokens <= 0:
             return 0
-        heap = [(n.last_access, n.nid, n) for n in self._evictable_leaves()]
-        heapq.heapify(heap)
+        heap = self._heap
+        if len(heap) > 2 * self._num_nodes + 1024:      # mostly stale entries: rebuild
+            heap[:] = [(n.last_access, n.nid, n) for n in self.evictable_leaves()]
+            heapq.heapify(heap)
         freed = 0
         while freed < num_tokens and heap:
-            _, _, node = heapq.heappop(heap)
+            t, _, node = heapq.heappop(heap)
             parent = node.parent
+            if parent is None or node.children or node.lock_ref or t != node.last_access:
+                continue                    # evicted, no longer a leaf, locked, or touched since
             del parent.children[node.key[0]]
+            node.parent = None
+            self._num_nodes -= 1
             self.evictable_size -= len(node.key)
             self.pool.free(len(node.key))
             freed += len(node.key)
-            if not parent.children and parent.lock_ref == 0:
+            if not parent.children and parent.lock_ref == 0 and parent is not self.root:
                 heapq.heappush(heap, (parent.last_access, parent.nid, parent))
         return freed
 

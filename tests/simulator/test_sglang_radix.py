@@ -83,3 +83,62 @@ def test_pool_refuses_overdraw_and_double_free():
         pool.alloc(5)
     with pytest.raises(RuntimeError, match="double free"):
         pool.free(1)
+
+
+def _all_nodes(cache: RadixCache) -> list:
+    out, stack = [], list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out
+
+
+def _reference_evict(cache: RadixCache, num_tokens: int) -> list[int]:
+    """SGLang's eviction as written (a heap over every unlocked leaf, built per call): the ids of
+    the nodes it would evict, in order, without evicting them."""
+    import heapq
+    heap = [(n.last_access, n.nid, n) for n in cache.evictable_leaves()]
+    heapq.heapify(heap)
+    removed, freed, order = set(), 0, []
+    while freed < num_tokens and heap:
+        _, _, node = heapq.heappop(heap)
+        removed.add(node.nid)
+        order.append(node.nid)
+        freed += len(node.key)
+        parent = node.parent
+        if (parent is not cache.root and parent.lock_ref == 0
+                and all(c.nid in removed for c in parent.children.values())):
+            heapq.heappush(heap, (parent.last_access, parent.nid, parent))
+    return order
+
+
+def test_the_lazy_heap_evicts_as_a_fresh_heap_would():
+    """Random inserts, matches (splits, touches), locks and evictions: every eviction removes the
+    nodes a heap built over all unlocked leaves at that moment (SGLang's) removes."""
+    import random
+    rng = random.Random(7)
+    cache = RadixCache(TokenPool(10_000))
+    locked, evictions = [], 0
+    for _ in range(3000):
+        op = rng.random()
+        key = array("q", [rng.randint(0, 3) for _ in range(rng.randint(1, 12))])
+        if op < 0.4 and cache.pool.available > 50:
+            stored(cache, key)
+        elif op < 0.7:
+            n, node = cache.match_prefix(key)
+            if n and rng.random() < 0.3:
+                cache.inc_lock_ref(node)
+                locked.append(node)
+        elif op < 0.85 and locked:
+            cache.dec_lock_ref(locked.pop(rng.randrange(len(locked))))
+        else:
+            want = rng.randint(1, 20)
+            expected = _reference_evict(cache, want)
+            before = _all_nodes(cache)
+            freed = cache.evict(want)
+            gone = {n.nid for n in before if n.parent is None}
+            assert gone == set(expected) and freed == sum(len(n.key) for n in before if n.nid in gone)
+            evictions += bool(expected)
+    assert evictions > 100
+    assert cache.pool.available + cache.total_size() == 10_000
