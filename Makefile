@@ -1,6 +1,6 @@
 # Frontier: two commands work on a fresh machine with only Python 3.11 and pip.
 #   make demo   - set up .venv and simulate the embedded default deployment
-#   make test   - set up .venv (+ the vLLM scheduler oracle, CPU only) and run every test
+#   make test   - set up .venv (+ the vLLM and SGLang scheduler oracles, CPU only) and run every test
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin

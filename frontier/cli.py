@@ -395,6 +395,7 @@ def simulate(
     disable_cuda_graph: Optional[bool] = typer.Option(None, "--disable-cuda-graph/--no-disable-cuda-graph", help="Every step eager (default: FULL decode graphs up to --cuda-graph-max-bs, breakable prefill graphs).", rich_help_panel=SGLANG_HELP),
     cuda_graph_max_bs: Optional[int] = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode graph (default by GPU memory and TP: 256 on H100/H200 below TP4, 512 from TP4).", rich_help_panel=SGLANG_HELP),
     page_size: Optional[int] = typer.Option(None, "--page-size", help="KV page size in tokens (1 only, SGLang's CUDA default).", rich_help_panel=SGLANG_HELP),
+    disable_ignore_eos: Optional[bool] = typer.Option(None, "--disable-ignore-eos/--no-disable-ignore-eos", help="As sglang.bench_serving's flag: send requests without ignore_eos, so SGLang reserves the running requests' remaining tokens at its new_token_ratio (default: ignore_eos, bench_serving's; outputs still end at their lengths).", rich_help_panel=SGLANG_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
     prefill_pp: Optional[int] = typer.Option(None, rich_help_panel=PDD_HELP),

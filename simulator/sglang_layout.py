@@ -67,6 +67,7 @@ class SglangArgs:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     page_size: int = 1
+    disable_ignore_eos: bool = False    # sglang.bench_serving's flag: requests sent without ignore_eos
 
     def __post_init__(self) -> None:
         for name in ("max_prefill_tokens", "max_running_requests", "max_total_tokens", "context_length",
@@ -177,5 +178,5 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
                           schedule_policy=args.schedule_policy,
                           schedule_conservativeness=args.schedule_conservativeness,
                           enable_mixed_chunk=args.enable_mixed_chunk, disable_radix_cache=args.disable_radix_cache,
-                          disable_overlap_schedule=args.disable_overlap_schedule)
+                          disable_overlap_schedule=args.disable_overlap_schedule, ignore_eos=not args.disable_ignore_eos)
     return SglangLayout(config, graphs, mfs, weights, per_token, pre_load)

@@ -37,6 +37,9 @@ def run_sglang(spec: SimulationSpec) -> SimulationResult:
     args = spec.engine
     if args.speculative_config is not None:
         raise ValueError("--speculative-config is simulated for --engine vllm only")
+    if spec.engine_cpu_overhead:
+        raise ValueError("--engine-cpu-overhead prices vLLM's engine core as measured (simulator/engine_cpu.py); "
+                         "SGLang's scheduler CPU time is not measured here, so it is not available with --engine sglang")
     resolved = resolve_engine(args)
     layout = resolve_sglang(spec.sglang, resolved.model, resolved.parallel, resolved.gpu)
     spec.check_num_gpus([("colocated", resolved.parallel.tp * args.num_replicas)])

@@ -43,6 +43,21 @@ def test_normal_loop_and_no_graphs(tmp_path):
     assert "no CUDA graphs, normal scheduler" in res.output.splitlines()[0]
 
 
+def test_disable_ignore_eos_reserves_at_the_ratio_and_retracts(tmp_path):
+    """bench_serving's default (ignore_eos) reserves every running request's remaining tokens, so a
+    tight pool never retracts; --disable-ignore-eos reserves them at new_token_ratio (0.7 at first)
+    and decodes outrun the pool."""
+    counts = []
+    for extra in ([], ["--disable-ignore-eos"]):
+        out = tmp_path / str(len(extra))
+        res = runner.invoke(app, ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--num-prompts",
+                                  "300", "--request-rate", "30", "--engine", "sglang", "--max-total-tokens", "40000",
+                                  "--output-dir", str(out)] + extra)
+        assert res.exit_code == 0, res.output
+        counts.append(json.loads((out / "summary.json").read_text())["sglang_num_retractions"])
+    assert counts == [0, 2]
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--engine", "sglang", "--max-num-seqs", "64"],
      "error: --max-num-seqs is a vLLM flag, not simulated with --engine sglang; SGLang's is --max-running-requests"),
@@ -52,6 +67,9 @@ def test_normal_loop_and_no_graphs(tmp_path):
     (["--chunked-prefill-size", "4096"], "error: --chunked-prefill-size is an SGLang flag; add --engine sglang"),
     (["--engine", "trt"], "error: --engine 'trt' is not one of vllm, sglang"),
     (["--engine", "sglang", "--schedule-policy", "lpm"], "error: --schedule-policy 'lpm' is not simulated; valid: fcfs, lof"),
+    (["--engine", "sglang", "--engine-cpu-overhead"],
+     "error: --engine-cpu-overhead prices vLLM's engine core as measured (simulator/engine_cpu.py); SGLang's "
+     "scheduler CPU time is not measured here, so it is not available with --engine sglang"),
     (["--engine", "sglang", "--architecture", "pdd"],
      "error: --engine sglang simulates co-located servers; --architecture pdd is vLLM's here"),
 ])
