@@ -308,5 +308,5 @@ class Replica:
 
     def _process(self, out: SchedulerOutput) -> None:
         result = self.scheduler.update_from_output(out, self.loop.now_s)
-        if result.token_request_ids or result.finished_request_ids:
+        if result.token_request_ids or result.finished_request_ids or result.aborted_request_ids:
             self.on_update(self, result, self.loop.now_s)

@@ -151,6 +151,9 @@ class UpdateResult:
     token_requests: the `Request` objects of token_request_ids, aligned (not part of equality).
     num_new_tokens: speculative decoding only (else empty): tokens each of token_request_ids
         received (1 + accepted drafts, trimmed at a stop), aligned.
+    aborted_request_ids: requests the engine aborted since the last result (SGLang: the last
+        request of a decode batch whose next token does not fit even alone); the client counts
+        them as failed.
     """
 
     token_request_ids: tuple[str, ...]
@@ -158,3 +161,4 @@ class UpdateResult:
     finished_request_ids: tuple[str, ...]
     token_requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
     num_new_tokens: tuple[int, ...] = ()
+    aborted_request_ids: tuple[str, ...] = ()

@@ -19,10 +19,13 @@ What it mirrors (engine-semantics.md section 7; the source wins where they diffe
   request rows (``max_running_requests``) are taken. Without the radix cache (``disable_radix_cache``)
   ``ignore_eos`` requests take ``add_one_req_ignore_eos``'s check instead (every request must be
   able to finish with at least one token per request to spare).
-* **Radix cache** (``simulator.sglang_radix``): a prefix match, capped at the prompt minus one token,
-  at every pass; a request's prompt is inserted when its prefill completes (``checkpoint_kv_cache``),
-  a chunk's tokens before the next chunk, everything it computed when it finishes; its matched
-  prefix stays locked while it runs; eviction in LRU order when an allocation needs room.
+* **Radix cache** (``simulator.sglang_radix``, SGLang's ``UnifiedRadixCache``): each admission
+  candidate's prefix match, capped at its tokens minus one; every 32nd admission pass also touches
+  the first 128 waiting requests' prefixes (head last: ``_touch_waiting_prefixes``); a request's
+  prompt is inserted when its prefill completes (``checkpoint_kv_cache``), a chunk's tokens before
+  the next chunk, everything it computed when it finishes, each insert followed by one of the
+  prompt alone (``checkpoint_into_tree``); its matched prefix stays locked while it runs; eviction
+  of whole leaves in LRU order when an allocation needs room.
 * **Decode memory and retraction**: a decode step needs one slot per request (evicting first);
   when they do not fit, requests are retracted, fewest outputs first (ties: longest prompt), until
   they do, keeping one; a retracted request frees its KV (not inserted), the tree is evicted until
@@ -72,7 +75,7 @@ POLICIES = ("fcfs", "lof")
 @dataclass(frozen=True)
 class SglangConfig:
     """SGLang server arguments the scheduler reads (0.5.23 defaults; ``max_total_tokens`` is the
-    token pool, ``simulator.sglang_memory`` sizes it as SGLang does).
+    token pool, ``simulator.sglang_layout`` sizes it as SGLang does).
 
     chunked_prefill_size: tokens of one extend batch (``--chunked-prefill-size``; -1: no chunking).
     max_prefill_tokens: input tokens of one extend batch (``--max-prefill-tokens``; the first
@@ -117,7 +120,7 @@ class SglReq:
 
     __slots__ = ("request_id", "arrival_s", "prompt_len", "max_tokens", "input_ids", "num_output_tokens",
                  "prefix_len", "extend_end", "last_node", "lock", "kv_committed", "protected_len",
-                 "holds_row", "finished", "is_chunking", "num_preemptions", "num_cached_tokens",
+                 "holds_row", "finished", "num_preemptions", "num_cached_tokens",
                  "token_times_s", "status", "is_new")
 
     def __init__(self, spec: RequestSpec, input_ids: array) -> None:
@@ -135,7 +138,6 @@ class SglReq:
         self.protected_len = 0          # of them, owned by the tree (cache_protected_len)
         self.holds_row = False          # holds a req_to_token row (from its first extend to release)
         self.finished = False
-        self.is_chunking = False
         self.num_preemptions = 0        # retractions
         self.num_cached_tokens = -1     # prefix hit at the first admission
         self.token_times_s = None
@@ -216,6 +218,7 @@ class SglangScheduler:
         self.num_retractions = 0
         self._refresh_calls = 0                     # calc_priority passes with a waiting queue
         self._retracted: list[str] = []             # retracted while forming the step being scheduled
+        self._aborted: list[str] = []               # aborted, not yet reported by update_from_output
         self.kv = _KvView(self)
 
     # ------------------------------------------------------------------ protocol
@@ -317,7 +320,9 @@ class SglangScheduler:
             if r.finished or r.status == RequestStatus.PREEMPTED:
                 continue
             self._append_token(r, got, first, done)
-        return UpdateResult(tuple(r.request_id for r in got), tuple(first), tuple(done), token_requests=tuple(got))
+        aborted, self._aborted = tuple(self._aborted), []
+        return UpdateResult(tuple(r.request_id for r in got), tuple(first), tuple(done), token_requests=tuple(got),
+                            aborted_request_ids=aborted)
 
     # ------------------------------------------------------------------ results
     def _append_token(self, r: SglReq, got: list, first: list, done: list) -> None:
@@ -382,7 +387,7 @@ class SglangScheduler:
                 self.batch_is_full = False
             if keep and not self.running:
                 self.batch_is_full = False      # the extend batch becomes the running batch, with its flag
-            self.running.extend(r for r in keep if r not in self.running)
+            self.running.extend(keep)          # merge_batch (none of them is in the running batch)
         n = len(self.running)
         self.running = [r for r in self.running if not r.finished]
         if len(self.running) < n:
@@ -441,7 +446,9 @@ class SglangScheduler:
             r.kv_committed += 1
 
     def _retract(self) -> None:
-        """``retract_decode``: fewest outputs first (ties: longest prompt) until the decode fits."""
+        """``retract_decode``: fewest outputs first (ties: longest prompt) until the decode fits,
+        keeping one; if that one's next token does not fit either, it is aborted (and the ratio,
+        over no request, becomes 0)."""
         order = sorted(self.running, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
         first = True
         while first or not self._decode_fits(len(order)):
@@ -460,8 +467,13 @@ class SglangScheduler:
             self.num_retractions += 1
             self._retracted.append(r.request_id)
             self.waiting.append(r)
-        if len(order) <= 1 and not self._decode_fits(len(order)):
-            raise RuntimeError("SGLang aborts the last request: its next token does not fit the token pool")
+        if len(order) == 1 and not self._decode_fits(1):    # not even the last one fits: aborted
+            r = order.pop()
+            self._release(r, checkpoint=False)
+            r.finished = True
+            r.status = RequestStatus.FINISHED_ABORTED
+            self._unfinished -= 1
+            self._aborted.append(r.request_id)
         self.running = order        # filter_batch(keep_indices=sorted_indices): the batch in retraction order
         decoded = sum(r.num_output_tokens for r in self.running)
         budget = sum(r.max_tokens for r in self.running)
@@ -555,6 +567,11 @@ class SglangScheduler:
         n = r.extend_end - r.prefix_len
         if self.tree is not None:
             self.tree.evict_to_free(n)
+        if n > self.pool.available:     # SGLang's alloc_for_extend raises and the server stops
+            raise ValueError(f"SGLang would stop with 'Prefill out of memory': {r.request_id!r} needs {n} KV slots, "
+                             f"{self.pool.available} are free after evicting the radix cache (a continuing chunk "
+                             "is not held to the admission budget); give the pool more tokens "
+                             "(--mem-fraction-static, --max-total-tokens) or a smaller --chunked-prefill-size")
         self.pool.alloc(n)
         r.kv_committed = r.extend_end
         r.status = RequestStatus.RUNNING

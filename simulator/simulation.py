@@ -246,6 +246,12 @@ class BenchmarkClient:
         else:
             for r in result.token_requests:     # the Request, not a look-up by id: per token
                 r.token_times_s[r.num_output_tokens - 1] = now_s
+        for rid in result.aborted_request_ids:
+            state = in_flight.pop(rid)
+            state.request.token_times_s = None
+            self.failed[rid] = ("aborted by the engine: out of memory even after retracting every other request "
+                                "of the decode batch (SGLang)")
+            self._release_slot()
         for rid in result.finished_request_ids:
             state = in_flight.pop(rid)
             del state.token_times_s[state.request.num_output_tokens:]
