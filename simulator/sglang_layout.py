@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from simulator.sglang_graphs import SglangGraphs, decode_capture_sizes, prefill_capture_sizes
-from simulator.sglang_scheduler import POLICIES, SglangConfig
+from simulator.sglang_scheduler import SglangConfig
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
@@ -83,10 +83,7 @@ class SglangArgs:
             raise ValueError(f"--mem-fraction-static {m!r}; must be in (0, 1)")
         if self.page_size != 1:
             raise ValueError(f"--page-size {self.page_size!r} is not simulated; SGLang's CUDA default, 1, is")
-        if self.schedule_policy not in POLICIES:
-            raise ValueError(f"--schedule-policy {self.schedule_policy!r} is not simulated; valid: {', '.join(POLICIES)}")
-        if not self.schedule_conservativeness > 0:
-            raise ValueError(f"--schedule-conservativeness {self.schedule_conservativeness!r}; must be > 0")
+        # --schedule-policy and --schedule-conservativeness: checked by SglangConfig (resolve_sglang)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

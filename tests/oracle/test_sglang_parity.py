@@ -163,27 +163,25 @@ def _first_difference(oracle: list[tuple], mirror: list[tuple]) -> str | None:
     return None
 
 
+def _assert_same(driver, make_case, seeds) -> None:
+    for seed in seeds:
+        requests, knobs = make_case(seed)
+        diff = _first_difference(_oracle(driver, requests, knobs), _mirror(requests, knobs))
+        assert diff is None, f"{make_case.__name__}({seed}) {knobs}\n{requests}\n{diff}"
+
+
 @pytest.mark.parametrize("block", range(BLOCKS))
 def test_random_cases_step_for_step(sglang_driver, block):
-    for seed in range(block * SEEDS_PER_TEST, (block + 1) * SEEDS_PER_TEST):
-        requests, knobs = _case(seed)
-        diff = _first_difference(_oracle(sglang_driver, requests, knobs), _mirror(requests, knobs))
-        assert diff is None, f"seed {seed} {knobs}\n{requests}\n{diff}"
+    _assert_same(sglang_driver, _case, range(block * SEEDS_PER_TEST, (block + 1) * SEEDS_PER_TEST))
 
 
 @pytest.mark.parametrize("block", range(PRESSURE_BLOCKS))
 def test_cases_under_kv_pressure_step_for_step(sglang_driver, block):
-    for seed in range(block * SEEDS_PER_TEST, (block + 1) * SEEDS_PER_TEST):
-        requests, knobs = _pressure_case(seed)
-        diff = _first_difference(_oracle(sglang_driver, requests, knobs), _mirror(requests, knobs))
-        assert diff is None, f"pressure seed {seed} {knobs}\n{requests}\n{diff}"
+    _assert_same(sglang_driver, _pressure_case, range(block * SEEDS_PER_TEST, (block + 1) * SEEDS_PER_TEST))
 
 
 def test_long_runs_step_for_step(sglang_driver):
-    for seed in LONG_SEEDS:
-        requests, knobs = _long_case(seed)
-        diff = _first_difference(_oracle(sglang_driver, requests, knobs), _mirror(requests, knobs))
-        assert diff is None, f"long seed {seed} {knobs}\n{requests}\n{diff}"
+    _assert_same(sglang_driver, _long_case, LONG_SEEDS)
 
 
 def test_the_cases_reach_what_they_check():
