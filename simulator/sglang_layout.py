@@ -22,7 +22,10 @@ server's default); ``resolve_sglang`` derives, as 0.5.23 does:
 The memory free before the weights load is not in any source: it is the GPU's memory minus the
 CUDA context and the communicators, estimated here (``PRE_LOAD_USED_*``; not measured). The
 weights are ``ModelSpec.weight_bytes_per_rank``. Simulated: TP only (one engine per TP group,
-``--dp-size`` 1, no PP, no expert or attention DP), models without sliding-window layers.
+``--dp-size`` 1, no PP, no expert or attention DP), models without sliding-window layers, page size
+1: SGLang's default attention backend keeps it on Hopper and older GPUs and for MLA models on the
+sm_100 family (FA3 / FlashInfer), while other models on the sm_100 family default to trtllm_mha,
+page size 64 (refused here).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from frontier.gpu import is_sm100_family
 from simulator.sglang_graphs import SglangGraphs, decode_capture_sizes, prefill_capture_sizes
 from simulator.sglang_scheduler import SglangConfig
 
@@ -124,6 +128,10 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     if model.sliding_window:
         raise ValueError(f"--engine sglang does not simulate {model.name}'s sliding-window layers (SGLang keeps them "
                          "in a separate SWA pool); use --engine vllm")
+    if is_sm100_family(gpu.sm_version) and not model.is_mla:
+        raise ValueError(f"SGLang 0.5.23 runs {model.name} on {gpu.name} with its trtllm_mha attention backend, whose "
+                         "page size is 64 (get_default_attn_backend, _mla_backend_page_constraints); page sizes above 1 "
+                         "are not simulated: use a Hopper or older GPU, an MLA model, or --engine vllm")
     gpu_mib = gpu.memory_bytes / MIB
     chunk_default, max_bs = _by_memory(gpu_mib, parallel.tp)
     chunk = chunk_default if args.chunked_prefill_size is None else args.chunked_prefill_size

@@ -67,7 +67,9 @@ def test_token_pool_and_running_requests():
 
 def test_defaults_by_gpu_memory():
     assert (layout("L40S").config.chunked_prefill_size, layout("L40S").graphs.decode_sizes[-1]) == (4096, 32)
-    assert (layout("B200").config.chunked_prefill_size, layout("B200").graphs.decode_sizes[-1]) == (16384, 512)
+    b200 = layout("B200", model="deepseek-ai/DeepSeek-V3", tp=8)      # MLA: FlashInfer, page size 1
+    assert (b200.config.chunked_prefill_size, b200.graphs.decode_sizes[-1]) == (16384, 512)
+    assert b200.graphs.prefill_sizes[-1] == 8192                       # MLA prefill graphs stop at 8192
     assert layout("H100", chunked_prefill_size=-1).graphs.prefill_sizes[-1] == 16384     # max_prefill_tokens
 
 
@@ -89,3 +91,5 @@ def test_layouts_not_simulated_are_refused():
         layout("H100", model="openai/gpt-oss-120b", tp=2)
     with pytest.raises(ValueError, match="does not fit the 79.15 GiB free at start; raise the TP size"):
         layout("H100", model="meta-llama/Llama-3.1-70B")
+    with pytest.raises(ValueError, match="trtllm_mha attention backend, whose page size is 64"):
+        layout("B200")
