@@ -394,7 +394,7 @@ def simulate(
     disable_overlap_schedule: Optional[bool] = typer.Option(None, "--disable-overlap-schedule/--no-disable-overlap-schedule", help="SGLang's normal loop instead of the overlap scheduler (default: overlap).", rich_help_panel=SGLANG_HELP),
     disable_cuda_graph: Optional[bool] = typer.Option(None, "--disable-cuda-graph/--no-disable-cuda-graph", help="Every step eager (default: FULL decode graphs up to --cuda-graph-max-bs, breakable prefill graphs).", rich_help_panel=SGLANG_HELP),
     cuda_graph_max_bs: Optional[int] = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode graph (default by GPU memory and TP: 256 on H100/H200 below TP4, 512 from TP4).", rich_help_panel=SGLANG_HELP),
-    page_size: Optional[int] = typer.Option(None, "--page-size", help="KV page size in tokens (1 only, SGLang's CUDA default).", rich_help_panel=SGLANG_HELP),
+    page_size: Optional[int] = typer.Option(None, "--page-size", help="KV page size in tokens (default: the default attention backend's, 64 on B200/GB200/B300 for models without MLA, else 1).", rich_help_panel=SGLANG_HELP),
     disable_ignore_eos: Optional[bool] = typer.Option(None, "--disable-ignore-eos/--no-disable-ignore-eos", help="As sglang.bench_serving's flag: send requests without ignore_eos, so SGLang reserves the running requests' remaining tokens at its new_token_ratio (default: ignore_eos, bench_serving's; outputs still end at their lengths).", rich_help_panel=SGLANG_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
@@ -564,7 +564,8 @@ def _sglang_layout(result) -> str:
     chunk = "no chunking" if c.chunked_prefill_size == -1 else f"chunked_prefill_size {c.chunked_prefill_size}"
     return (f"Simulated {r.model.name} on {s['num_gpus']} x {r.gpu.name} with SGLang 0.5.23 ({r.args.num_replicas} "
             f"server(s) of TP{r.parallel.tp}); token pool {c.max_total_tokens} tokens (mem_fraction_static "
-            f"{lay.mem_fraction_static}), max_running_requests {c.max_running_requests}, {chunk}, {graphs}, "
+            f"{lay.mem_fraction_static}, page size {c.page_size}), max_running_requests {c.max_running_requests}, "
+            f"{chunk}, {graphs}, "
             f"{'overlap' if not c.disable_overlap_schedule else 'normal'} scheduler; busy "
             f"{s['colocated_busy_fraction']:.1%}, mean batch {s['colocated_mean_batch_size']:.1f} requests, "
             f"{s['sglang_num_retractions']} retraction(s); cost model: {s.get('cost_model', 'roofline')}")

@@ -22,10 +22,11 @@ server's default); ``resolve_sglang`` derives, as 0.5.23 does:
 The memory free before the weights load is not in any source: it is the GPU's memory minus the
 CUDA context and the communicators, estimated here (``PRE_LOAD_USED_*``; not measured). The
 weights are ``ModelSpec.weight_bytes_per_rank``. Simulated: TP only (one engine per TP group,
-``--dp-size`` 1, no PP, no expert or attention DP), models without sliding-window layers, page size
-1: SGLang's default attention backend keeps it on Hopper and older GPUs and for MLA models on the
-sm_100 family (FA3 / FlashInfer), while other models on the sm_100 family default to trtllm_mha,
-page size 64 (refused here).
+``--dp-size`` 1, no PP, no expert or attention DP), models without sliding-window layers. The page
+size is ``--page-size`` or the default attention backend's (``get_default_attn_backend``,
+``_mla_backend_page_constraints``): 64 for models without MLA on the sm_100 family (B200, GB200,
+B300: trtllm_mha), else 1 (FA3 on Hopper, FlashInfer / Triton elsewhere, MLA on the sm_100 family:
+FlashInfer); the token pool is cut to whole pages.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ SGLANG_VERSION = "0.5.23"
 PRE_LOAD_USED_TP1 = int(0.5 * GIB)      # CUDA context + allocator state before the weights (estimate)
 PRE_LOAD_USED_MULTI = int(1.0 * GIB)    # + NCCL communicators with TP > 1 (estimate)
 MLA_PREFILL_GRAPH_MAX = 8192
+TRTLLM_MHA_PAGE_SIZE = 64               # _mla_backend_page_constraints: trtllm_mha's page size
 MLA_GRAPH_RESERVE_MIB = 1.5 * 1024
 PREFILL_GRAPH_RESERVE_MIB = 8           # non-torch memory per prefill graph
 DECODE_GRAPH_RESERVE_MIB = 2            # per decode batch size of max_bs
@@ -70,7 +72,7 @@ class SglangArgs:
     disable_overlap_schedule: bool = False
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
-    page_size: int = 1
+    page_size: int | None = None
     disable_ignore_eos: bool = False    # sglang.bench_serving's flag: requests sent without ignore_eos
 
     def __post_init__(self) -> None:
@@ -85,8 +87,9 @@ class SglangArgs:
         m = self.mem_fraction_static
         if m is not None and not 0.0 < m < 1.0:
             raise ValueError(f"--mem-fraction-static {m!r}; must be in (0, 1)")
-        if self.page_size != 1:
-            raise ValueError(f"--page-size {self.page_size!r} is not simulated; SGLang's CUDA default, 1, is")
+        p = self.page_size
+        if p is not None and (isinstance(p, bool) or not isinstance(p, int) or p < 1):
+            raise ValueError(f"--page-size {p!r}; must be a positive integer")
         # --schedule-policy and --schedule-conservativeness: checked by SglangConfig (resolve_sglang)
 
     @classmethod
@@ -128,10 +131,9 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     if model.sliding_window:
         raise ValueError(f"--engine sglang does not simulate {model.name}'s sliding-window layers (SGLang keeps them "
                          "in a separate SWA pool); use --engine vllm")
-    if is_sm100_family(gpu.sm_version) and not model.is_mla:
-        raise ValueError(f"SGLang 0.5.23 runs {model.name} on {gpu.name} with its trtllm_mha attention backend, whose "
-                         "page size is 64 (get_default_attn_backend, _mla_backend_page_constraints); page sizes above 1 "
-                         "are not simulated: use a Hopper or older GPU, an MLA model, or --engine vllm")
+    page = args.page_size
+    if page is None:        # the default attention backend's: trtllm_mha (sm_100 family, not MLA) runs 64
+        page = TRTLLM_MHA_PAGE_SIZE if is_sm100_family(gpu.sm_version) and not model.is_mla else 1
     gpu_mib = gpu.memory_bytes / MIB
     chunk_default, max_bs = _by_memory(gpu_mib, parallel.tp)
     chunk = chunk_default if args.chunked_prefill_size is None else args.chunked_prefill_size
@@ -164,6 +166,7 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     tokens = int(kv_bytes // per_token) if kv_bytes > 0 else 0
     if args.max_total_tokens is not None:
         tokens = min(tokens, args.max_total_tokens)
+    tokens = tokens // page * page         # the configurator aligns the pool to whole pages
     if tokens < 2:
         where = f"{model.name} on {gpu.name} x TP{parallel.tp} (weights {weights / GIB:.2f} GiB per GPU)"
         if weights >= pre_load:
@@ -183,5 +186,6 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
                           schedule_policy=args.schedule_policy,
                           schedule_conservativeness=args.schedule_conservativeness,
                           enable_mixed_chunk=args.enable_mixed_chunk, disable_radix_cache=args.disable_radix_cache,
-                          disable_overlap_schedule=args.disable_overlap_schedule, ignore_eos=not args.disable_ignore_eos)
+                          disable_overlap_schedule=args.disable_overlap_schedule, ignore_eos=not args.disable_ignore_eos,
+                          page_size=page)
     return SglangLayout(config, graphs, mfs, weights, per_token, pre_load)

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's radix cache and token pool at page size 1.
+"""SGLang 0.5.23's radix cache and token pool (any page size).
 
 SGLang 0.5.23 builds its tree cache as ``UnifiedRadixCache`` (``mem_cache/unified_radix_cache.py``,
 a Rust tree core whose Python twin is ``mem_cache/unified_cache/unified_tree_core.py``; the older
@@ -18,7 +18,10 @@ are *evictable* and count as free for admission; locked ones are *protected*. Mi
 * ``evict(n)``: unlocked leaves, least recently accessed first, a parent joining the heap once it is
   a childless unlocked node, until ``n`` tokens are freed (whole nodes).
 
-Keys are ``array('q')`` slices (C-speed comparison). Page size 1 only (SGLang's CUDA default).
+With a page size P > 1 (``RadixKey.page_aligned`` / ``child_key``): keys are cut to whole pages, a
+node's children are keyed by their first page, and matches, splits and evictions move in whole
+pages; the pool counts tokens (``available_size()``: free pages x P). Callers pass page-aligned
+keys. Keys are ``array('q')`` slices (C-speed comparison).
 """
 
 from __future__ import annotations
@@ -78,10 +81,13 @@ def common_prefix_len(a: array, b: array) -> int:
 
 
 class RadixCache:
-    """SGLang's ``RadixCache`` (LRU eviction, page size 1) over a ``TokenPool``."""
+    """SGLang's ``UnifiedRadixCache`` (full attention, LRU eviction) over a ``TokenPool``."""
 
-    def __init__(self, pool: TokenPool) -> None:
+    def __init__(self, pool: TokenPool, page_size: int = 1) -> None:
+        if page_size < 1 or pool.size % page_size:
+            raise ValueError(f"page size {page_size} does not divide the pool of {pool.size} tokens")
         self.pool = pool
+        self.page_size = page_size
         self._clock = count(1)
         self._ids = count(1)
         self.root = RadixNode(array("q"), None, 0.0, 0)
@@ -94,6 +100,16 @@ class RadixCache:
         # leaves, without walking the tree. Rebuilt when stale entries outnumber the nodes.
         self._heap: list[tuple[float, int, RadixNode]] = []
         self._num_nodes = 0
+
+    def _child_key(self, key: array, at: int):
+        """The key of the child holding ``key[at:]`` (``RadixKey.child_key``): its first token, or
+        its first page."""
+        return key[at] if self.page_size == 1 else key[at:at + self.page_size].tobytes()
+
+    def _common(self, a: array, b: array) -> int:
+        """Common prefix length of two keys, in whole pages."""
+        n = common_prefix_len(a, b)
+        return n if self.page_size == 1 else n - n % self.page_size
 
     def _tick(self) -> float:
         return float(next(self._clock))
@@ -114,10 +130,10 @@ class RadixCache:
         head = self._new_node(child.key[:at], child.parent)
         self._stamp(child, self._tick())        # _split_node stamps the tail after making the head
         head.lock_ref = child.lock_ref
-        child.parent.children[child.key[0]] = head
+        child.parent.children[self._child_key(child.key, 0)] = head
         child.key = child.key[at:]
         child.parent = head
-        head.children[child.key[0]] = child
+        head.children[self._child_key(child.key, 0)] = child
         return head
 
     def match_prefix(self, key: array) -> tuple[int, RadixNode]:
@@ -125,10 +141,10 @@ class RadixCache:
         node = self.root
         matched = 0
         while matched < len(key):
-            child = node.children.get(key[matched])
+            child = node.children.get(self._child_key(key, matched))
             if child is None:
                 break
-            n = common_prefix_len(child.key, key[matched:matched + len(child.key)])
+            n = self._common(child.key, key[matched:matched + len(child.key)])
             if n < len(child.key):
                 node = self._split(child, n)
                 matched += n
@@ -149,12 +165,12 @@ class RadixCache:
         node.last_access = self._tick()
         done = 0
         while done < len(key):
-            child = node.children.get(key[done])
+            child = node.children.get(self._child_key(key, done))
             if child is None:
                 break
             self._stamp(child, self._tick())
             full = len(child.key)
-            n = common_prefix_len(child.key, key[done:done + full])
+            n = self._common(child.key, key[done:done + full])
             done += n
             if n < full:
                 node = self._split(child, n)
@@ -162,7 +178,7 @@ class RadixCache:
             node = child
         if done < len(key):
             leaf = self._new_node(key[done:], node)
-            node.children[leaf.key[0]] = leaf
+            node.children[self._child_key(leaf.key, 0)] = leaf
             self.evictable_size += len(leaf.key)
             self._stamp(leaf, leaf.last_access)
             node = leaf
@@ -212,7 +228,7 @@ class RadixCache:
             parent = node.parent
             if parent is None or node.children or node.lock_ref or t != node.last_access:
                 continue                    # evicted, no longer a leaf, locked, or touched since
-            del parent.children[node.key[0]]
+            del parent.children[self._child_key(node.key, 0)]
             node.parent = None
             self._num_nodes -= 1
             self.evictable_size -= len(node.key)

@@ -77,5 +77,5 @@ def sglang_summary(layout: SglangLayout, schedulers: list[SglangScheduler]) -> d
     return {"engine": f"sglang {SGLANG_VERSION}", "sglang_max_total_num_tokens": c.max_total_tokens,
             "sglang_max_running_requests": c.max_running_requests, "sglang_mem_fraction_static": layout.mem_fraction_static,
             "sglang_chunked_prefill_size": c.chunked_prefill_size, "sglang_context_len": c.context_length,
-            "sglang_cuda_graph_max_bs": max(layout.graphs.decode_sizes, default=0),
+            "sglang_cuda_graph_max_bs": max(layout.graphs.decode_sizes, default=0), "sglang_page_size": c.page_size,
             "sglang_num_retractions": sum(s.num_retractions for s in schedulers)}

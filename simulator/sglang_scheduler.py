@@ -7,13 +7,13 @@ What it mirrors (engine-semantics.md section 7; the source wins where they diffe
   batch (``PrefillAdder``); only when none forms does the running batch decode one token each
   (``update_running_batch``). ``enable_mixed_chunk`` adds the running decodes to the extend batch
   when their next tokens fit.
-* **Admission** (``PrefillAdder``, page size 1): the continuing chunk first, then the waiting queue
-  in policy order (``fcfs``: arrival; ``lof``: longest max_new_tokens first). A request needs
-  ``extend + min(max_new, 4096) + 1 < available + evictable - offset`` where the offset starts at the
-  running requests' ``min(max_new - outputs, 4096) x ratio`` (ratio 1.0 for ``ignore_eos``
-  requests, else ``new_token_ratio``) and grows by each admission's ``extend + 1 + max_new``
+* **Admission** (``PrefillAdder``; P = the page size): the continuing chunk first, then the waiting
+  queue in policy order (``fcfs``: arrival; ``lof``: longest max_new_tokens first). A request needs
+  ``extend + min(max_new, 4096) + P < available + evictable - offset`` where the offset starts at
+  the running requests' ``min(max_new - outputs, 4096) x ratio`` (ratio 1.0 for ``ignore_eos``
+  requests, else ``new_token_ratio``) and grows by each admission's ``ceil_P(extend) + P + max_new``
   (``max_new`` 0 for a cut chunk). A request longer than the remaining chunk budget is cut there
-  and becomes the one ``chunked_req``. The pass stops at the first refusal (``NO_TOKEN`` marks the
+  (on a page boundary) and becomes the one ``chunked_req``. The pass stops at the first refusal (``NO_TOKEN`` marks the
   batch full: no prefill is tried again until a running request leaves), when the chunk budget
   (``chunked_prefill_size``) or the input budget (``max_prefill_tokens``) is spent, or when the
   request rows (``max_running_requests``) are taken. Without the radix cache (``disable_radix_cache``)
@@ -26,7 +26,11 @@ What it mirrors (engine-semantics.md section 7; the source wins where they diffe
   the next chunk, everything it computed when it finishes, each insert followed by one of the
   prompt alone (``checkpoint_into_tree``); its matched prefix stays locked while it runs; eviction
   of whole leaves in LRU order when an allocation needs room.
-* **Decode memory and retraction**: a decode step needs one slot per request (evicting first);
+* **Memory in pages**: a request's extend takes the pages its new tokens reach into (a partial
+  last page is filled first), a decode a new page when the request's KV fills its last; the tree
+  keeps whole pages (a partial last page stays the request's and is freed with it); an extend
+  batch evicts for its tokens plus a page a request first, a decode for a page a request.
+* **Decode memory and retraction**: a decode step needs its new pages (evicting first);
   when they do not fit, requests are retracted, fewest outputs first (ties: longest prompt), until
   they do, keeping one; a retracted request frees its KV (not inserted), the tree is evicted until
   ``20 x remaining`` slots are free, and it goes to the tail of the waiting queue to be prefilled
@@ -40,7 +44,7 @@ What it mirrors (engine-semantics.md section 7; the source wins where they diffe
   waits for them instead of retracting.
 
 Not mirrored: priority scheduling and preemption, cache-aware policies (``lpm``, ``dfs-weight``, ...),
-in-batch prefix deprioritisation, page sizes above 1, hierarchical cache, LoRA, grammar, speculative
+in-batch prefix deprioritisation, hierarchical cache, LoRA, grammar, speculative
 decoding, ``prefill_decode_interval``, the prefill delayer, DP attention, disaggregation. Requests
 end at their output length (no EOS).
 
@@ -83,6 +87,8 @@ class SglangConfig:
     max_running_requests: request rows (``--max-running-requests``).
     ignore_eos: requests are sent with ``ignore_eos`` (SGLang's ``bench_serving`` default): the
         running requests' reservation ignores ``new_token_ratio``.
+    page_size: tokens per KV page (``--page-size``): allocations, prefix matches and the radix
+        cache move in whole pages.
     """
 
     max_total_tokens: int
@@ -96,8 +102,12 @@ class SglangConfig:
     disable_radix_cache: bool = False
     disable_overlap_schedule: bool = False
     ignore_eos: bool = True
+    page_size: int = 1
 
     def __post_init__(self) -> None:
+        if self.page_size < 1 or self.max_total_tokens % self.page_size:
+            raise ValueError(f"--page-size {self.page_size}: must be >= 1 and divide the token pool "
+                             f"({self.max_total_tokens} tokens)")
         for name in ("max_total_tokens", "context_length", "max_prefill_tokens", "max_running_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}; must be >= 1")
@@ -111,6 +121,10 @@ class SglangConfig:
     @property
     def chunk_tokens(self) -> int | None:
         return None if self.chunked_prefill_size == -1 else self.chunked_prefill_size
+
+    def ceil_page(self, tokens: int) -> int:
+        """``ceil_paged_tokens``: tokens rounded up to whole pages."""
+        return -(-tokens // self.page_size) * self.page_size
 
 
 class SglReq:
@@ -197,7 +211,8 @@ class SglangScheduler:
     def __init__(self, config: SglangConfig) -> None:
         self.config = config
         self.pool = TokenPool(config.max_total_tokens)
-        self.tree = None if config.disable_radix_cache else RadixCache(self.pool)
+        self.tree = None if config.disable_radix_cache else RadixCache(self.pool, config.page_size)
+        self.page_size = config.page_size
         self.waiting: list[SglReq] = []
         self.kv_holding_waiting: tuple = ()         # the replica's trace reads it (vLLM P/D); none here
         self.running: list[SglReq] = []
@@ -226,7 +241,7 @@ class SglangScheduler:
         """Queue a request (``handle_generate_request``), or return why SGLang refuses it: a prompt
         of at least ``max_req_input_len`` = min(context_length - 1, pool - 1) - 5 tokens
         (``validate_input_length``). Its max_new_tokens is clipped as ``init_req_max_new_tokens``
-        clips it: to ``max_req_len - prompt - 1`` and ``pool - prompt - 2``.
+        clips it: to ``max_req_len - prompt - 1`` and ``pool - ceil_page(prompt) - page - 1``.
 
         ``idle_spun``: SGLang's loop spins while it has nothing to do, and its first idle iteration
         (``on_idle``) resets new_token_ratio; a request finding the scheduler idle finds it reset.
@@ -245,7 +260,7 @@ class SglangScheduler:
             self.new_token_ratio = self.ratio_init      # the idle loop's on_idle reset it meanwhile
         req = SglReq(spec, ids)
         req.max_tokens = min(spec.output_len, max_req_len - spec.prompt_len - 1,
-                             cfg.max_total_tokens - spec.prompt_len - 2)
+                             cfg.max_total_tokens - cfg.ceil_page(spec.prompt_len) - cfg.page_size - 1)
         self.waiting.append(req)
         self._unfinished += 1
         return req
@@ -347,14 +362,16 @@ class SglangScheduler:
         """``UnifiedRadixCache.checkpoint_into_tree``: insert r's first ``up_to`` tokens and free the
         slots of the part already stored; then insert its prompt alone (a split at the prompt's end,
         touched after the outputs: LRU evicts a finished request's outputs before its prompt); move
-        r's lock to the node the first insert ended on."""
-        key = r.fill_ids()[:up_to]
+        r's lock to the node the first insert ended on. Keys are cut to whole pages."""
+        ps = self.page_size
+        key = r.fill_ids()[:up_to // ps * ps]       # whole pages; a partial last page stays r's own
         stored, node = self.tree.insert(key)
         if stored > r.protected_len:
             self.pool.free(stored - r.protected_len)
-        if 0 < r.prompt_len < up_to:
-            self.tree.insert(key[:r.prompt_len])
-        r.protected_len = up_to
+        prompt = r.prompt_len // ps * ps
+        if 0 < prompt < len(key):
+            self.tree.insert(key[:prompt])
+        r.protected_len = len(key)
         if r.lock is not None:
             self.tree.dec_lock_ref(r.lock)
         self.tree.inc_lock_ref(node)
@@ -366,12 +383,16 @@ class SglangScheduler:
             return
         if checkpoint and self.tree is not None:
             self._insert(r, r.kv_committed)
-        self.pool.free(r.kv_committed - r.protected_len)
+        self.pool.free(self._own_tokens(r))
         if r.lock is not None:
             self.tree.dec_lock_ref(r.lock)
         r.lock = None
         r.holds_row = False
         self.rows_free += 1
+
+    def _own_tokens(self, r: SglReq) -> int:
+        """Slots of r's own pages: those holding its KV beyond the tree-owned (page-aligned) part."""
+        return self.config.ceil_page(r.kv_committed) - r.protected_len
 
     # ------------------------------------------------------------------ scheduling
     def _next_batch(self) -> _Batch | None:
@@ -417,7 +438,7 @@ class SglangScheduler:
         if not self.running:
             self.batch_is_full = False
             return None
-        fits = self._decode_fits(len(self.running))
+        fits = self._decode_fits(self.running)
         if not fits and finishing:
             self.batch_is_full = False
             return None
@@ -432,16 +453,24 @@ class SglangScheduler:
         self._prepare_decode(self.running)
         return _Batch(0, [], list(self.running))
 
-    def _decode_fits(self, n: int) -> bool:
-        """``check_decode_mem``: n slots free after evicting the shortfall."""
+    def _decode_tokens(self, reqs: list[SglReq]) -> int:
+        """``new_tokens_required_next_decode``: a new page for each request whose KV fills its last."""
+        ps = self.page_size
+        return len(reqs) if ps == 1 else ps * sum(1 for r in reqs if r.kv_committed % ps == 0)
+
+    def _decode_fits(self, reqs: list[SglReq]) -> bool:
+        """``check_decode_mem``: the next decode's slots free after evicting the shortfall."""
+        n = self._decode_tokens(reqs)
         if self.tree is not None:
             self.tree.evict_to_free(n)
         return self.pool.available >= n
 
     def _prepare_decode(self, reqs: list[SglReq]) -> None:
+        """``alloc_for_decode``: evict for a page a request (paged: ``alloc_paged_token_slots_decode``'s
+        worst case), allocate the pages the step needs."""
         if self.tree is not None:
-            self.tree.evict_to_free(len(reqs))
-        self.pool.alloc(len(reqs))
+            self.tree.evict_to_free(len(reqs) * self.page_size)
+        self.pool.alloc(self._decode_tokens(reqs))
         for r in reqs:
             r.kv_committed += 1
 
@@ -451,7 +480,7 @@ class SglangScheduler:
         over no request, becomes 0)."""
         order = sorted(self.running, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
         first = True
-        while first or not self._decode_fits(len(order)):
+        while first or not self._decode_fits(order):
             if len(order) == 1:
                 break
             first = False
@@ -467,7 +496,7 @@ class SglangScheduler:
             self.num_retractions += 1
             self._retracted.append(r.request_id)
             self.waiting.append(r)
-        if len(order) == 1 and not self._decode_fits(1):    # not even the last one fits: aborted
+        if len(order) == 1 and not self._decode_fits(order):    # not even the last one fits: aborted
             r = order.pop()
             self._release(r, checkpoint=False)
             r.finished = True
@@ -480,12 +509,14 @@ class SglangScheduler:
         self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / (budget + 1))
 
     def _match(self, r: SglReq) -> None:
-        """``init_next_round_input``: the radix match of prompt + outputs, at most all but one token."""
+        """``init_next_round_input``: the radix match of prompt + outputs, at most all but one token,
+        in whole pages."""
         if self.tree is None:
             r.prefix_len, r.last_node = 0, None
             return
         fill = r.fill_ids()
-        r.prefix_len, r.last_node = self.tree.match_prefix(fill[:len(fill) - 1])
+        ps = self.page_size
+        r.prefix_len, r.last_node = self.tree.match_prefix(fill[:(len(fill) - 1) // ps * ps])
         r.protected_len = r.prefix_len
 
     def _new_prefill(self) -> _Batch | None:
@@ -527,8 +558,7 @@ class SglangScheduler:
         self.waiting = [r for r in self.waiting if id(r) not in taken]
         if adder.new_chunked is not None:
             self.chunked_req = adder.new_chunked
-        for r in adder.can_run:
-            self._prepare_extend(r)
+        self._prepare_extend(adder.can_run)
         decode: list[SglReq] = []
         if mixed_chunk and self.running:
             finishing = self._finishing_in_flight(self.running)
@@ -536,7 +566,7 @@ class SglangScheduler:
                 drop = set(map(id, finishing))
                 self.running = [r for r in self.running if id(r) not in drop]
                 self.batch_is_full = False
-            if self.running and self._decode_fits(len(self.running)):
+            if self.running and self._decode_fits(self.running):
                 self._prepare_decode(self.running)
                 decode, self.running = self.running, []
         return _Batch(0, list(adder.can_run), decode)
@@ -549,32 +579,39 @@ class SglangScheduler:
             return
         calls, self._refresh_calls = self._refresh_calls, self._refresh_calls + 1
         if calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+            ps = self.page_size
             for r in reversed(self.waiting[:WAITING_PREFIX_MATCH_MAX]):
-                self.tree.match_prefix(r.fill_ids())
+                fill = r.fill_ids()
+                self.tree.match_prefix(fill[:len(fill) // ps * ps])
 
     def _allocatable(self, running_bs: int, held_rows: int) -> int:
         """``get_num_allocatable_reqs`` (pp 1): rows left, capped by max_running_requests."""
         return min(self.config.max_running_requests - running_bs, self.rows_free + held_rows)
 
-    def _prepare_extend(self, r: SglReq) -> None:
-        """``prepare_for_extend``: a row on first use; slots for the extend (evicting first)."""
-        if not r.holds_row:
-            r.holds_row = True
-            self.rows_free -= 1
-            if r.num_cached_tokens < 0:
-                r.num_cached_tokens = r.prefix_len
-            r.kv_committed = r.prefix_len
-        n = r.extend_end - r.prefix_len
+    def _prepare_extend(self, reqs: list[SglReq]) -> None:
+        """``prepare_for_extend`` / ``alloc_for_extend``: a row for each request on its first use;
+        one eviction for the batch (its extend tokens, paged: plus a page a request, the worst case
+        of ``alloc_paged_token_slots_extend``), then each request's new pages (a partial last page is
+        filled first)."""
+        ceil = self.config.ceil_page
         if self.tree is not None:
-            self.tree.evict_to_free(n)
-        if n > self.pool.available:     # SGLang's alloc_for_extend raises and the server stops
-            raise ValueError(f"SGLang would stop with 'Prefill out of memory': {r.request_id!r} needs {n} KV slots, "
-                             f"{self.pool.available} are free after evicting the radix cache (a continuing chunk "
-                             "is not held to the admission budget); give the pool more tokens "
-                             "(--mem-fraction-static, --max-total-tokens) or a smaller --chunked-prefill-size")
-        self.pool.alloc(n)
-        r.kv_committed = r.extend_end
-        r.status = RequestStatus.RUNNING
+            extra = len(reqs) * self.page_size if self.page_size > 1 else 0
+            self.tree.evict_to_free(sum(r.extend_end - r.prefix_len for r in reqs) + extra)
+        need = sum(ceil(r.extend_end) - ceil(r.prefix_len) for r in reqs)
+        if need > self.pool.available:      # SGLang's alloc_for_extend raises and the server stops
+            raise ValueError(f"SGLang would stop with 'Prefill out of memory': an extend batch of {len(reqs)} "
+                             f"request(s) needs {need} KV slots, {self.pool.available} are free after evicting the "
+                             "radix cache (a continuing chunk is not held to the admission budget); give the pool more "
+                             "tokens (--mem-fraction-static, --max-total-tokens) or a smaller --chunked-prefill-size")
+        self.pool.alloc(need)
+        for r in reqs:
+            if not r.holds_row:
+                r.holds_row = True
+                self.rows_free -= 1
+                if r.num_cached_tokens < 0:
+                    r.num_cached_tokens = r.prefix_len
+            r.kv_committed = r.extend_end
+            r.status = RequestStatus.RUNNING
 
 
 class _PrefillAdder:
@@ -592,6 +629,8 @@ class _PrefillAdder:
             self.total_offset += self._running_offset(r)
         self.can_run: list[SglReq] = []
         self.new_chunked: SglReq | None = None
+        self.page = cfg.page_size
+        self.ceil_page = cfg.ceil_page
         self.req_states: list[tuple[float, int]] | None = None
 
     def _running_offset(self, r: SglReq) -> float:
@@ -618,9 +657,11 @@ class _PrefillAdder:
         return "continue"
 
     def _charge(self, extend: int, max_new: int) -> None:
-        """``_update_prefill_budget`` / ``PrefillBudget.reserve``."""
-        self.total_offset += extend + 1 + max_new
-        self.current_offset += extend + 1
+        """``_update_prefill_budget`` / ``PrefillBudget.reserve``: the extend in whole pages, plus a
+        page."""
+        extend = self.ceil_page(extend)
+        self.total_offset += extend + self.page + max_new
+        self.current_offset += extend + self.page
         self.rem_input -= extend
         if self.rem_chunk is not None:
             self.rem_chunk -= extend
@@ -645,18 +686,19 @@ class _PrefillAdder:
             return self._add_ignore_eos(r)
         max_new = min(max(r.max_tokens - r.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS)
         extend = r.fill_len - r.prefix_len
-        total = extend + max_new + 1
+        total = extend + max_new + self.page
         tree = sched.tree
         if r.last_node is not None:
             tree.inc_lock_ref(r.last_node)      # the temporary pin: the prefix is not evictable
         try:
             if not total < self.rem_total:
                 return "no_token"
-            if self.rem_chunk is None and self.can_run and extend >= self.rem_input:
+            if self.rem_chunk is None and self.can_run and self.ceil_page(extend) >= self.rem_input:
                 return "other"
             max_new_charge, chunked = min(r.max_tokens, CLIP_MAX_NEW_TOKENS), False
-            if self.rem_chunk is not None and extend > self.rem_chunk:
-                extend = self.rem_chunk
+            if self.rem_chunk is not None and self.ceil_page(extend) > self.rem_chunk:
+                page = self.page      # cut at the chunk budget, ending on a page boundary
+                extend = (r.prefix_len + self.rem_chunk // page * page) // page * page - r.prefix_len
                 if extend <= 0:
                     return "other"
                 chunked, max_new_charge = True, 0
@@ -676,7 +718,7 @@ class _PrefillAdder:
     def _add_ignore_eos(self, r: SglReq) -> str:
         """``add_one_req_ignore_eos``: admit only if every request can still finish."""
         extend = r.fill_len - r.prefix_len
-        paged = extend + 1
+        paged = self.ceil_page(extend) + self.page
         if not paged <= min(self.rem_current, self.rem_total):
             return "no_token"
 

@@ -10,11 +10,12 @@ system are run (the scheduler idles, which resets the ratio) but not recorded, a
 
 The cases are random but seeded: a few requests (shared or unique prompts, staggered arrivals) in
 small pools, under random knobs (chunk size, prefill and running caps, fcfs / lof, mixed chunk,
-radix cache off, either loop, conservativeness, context length, ``ignore_eos``); cases under KV
+radix cache off, either loop, conservativeness, context length, ``ignore_eos``), also with pages of
+2, 4 and 16 tokens; cases under KV
 pressure (retractions); longer runs, among them the rare ones a 1,500-run search found to decide
 on the rarest paths. The last test checks that the cases reach what they are meant to check
 (retractions in both loops, prefix hits, chunks, mixed batches, idle resets, lof, the no-radix
-``ignore_eos`` admission).
+``ignore_eos`` admission, prefix hits and retractions with pages above one token).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from simulator.sglang_scheduler import SglangConfig, SglangScheduler
 
 SEEDS_PER_TEST = 40
 BLOCKS = 6              # 240 random cases
+PAGED_BLOCKS = 2        # 80 of them again with pages of 2, 4 or 16 tokens (and 40 pressure cases)
 PRESSURE_BLOCKS = 2     # 80 cases under KV pressure
 
 
@@ -48,6 +50,17 @@ def _case(seed: int):
                  schedule_conservativeness=rng.choice([1.0, 1.0, 0.3, 2.0]), context_length=rng.choice([32768, 200]),
                  ignore_eos=rng.random() < 0.4)
     return requests, knobs
+
+
+def _paged(case):
+    """``case(seed)`` with a page size of 2, 4 or 16 tokens (the pool cut to whole pages)."""
+    def paged_case(seed: int):
+        requests, knobs = case(seed)
+        page = random.Random(7 * seed + 1).choice([2, 4, 16])
+        pool = max(4 * page, knobs["max_total_tokens"] // page * page)
+        return requests, dict(knobs, page_size=page, max_total_tokens=pool)
+    paged_case.__name__ = f"paged {case.__name__}"
+    return paged_case
 
 
 def _pressure_case(seed: int):
@@ -104,6 +117,8 @@ LONG_SEEDS = tuple(range(SEEDS_PER_TEST)) + RARE_LONG_SEEDS
 
 def _all_cases():
     return ([_case(seed) for seed in range(BLOCKS * SEEDS_PER_TEST)]
+            + [_paged(_case)(seed) for seed in range(PAGED_BLOCKS * SEEDS_PER_TEST)]
+            + [_paged(_pressure_case)(seed) for seed in range(SEEDS_PER_TEST)]
             + [_pressure_case(seed) for seed in range(PRESSURE_BLOCKS * SEEDS_PER_TEST)]
             + [_long_case(seed) for seed in LONG_SEEDS])
 
@@ -175,6 +190,15 @@ def test_random_cases_step_for_step(sglang_driver, block):
     _assert_same(sglang_driver, _case, range(block * SEEDS_PER_TEST, (block + 1) * SEEDS_PER_TEST))
 
 
+@pytest.mark.parametrize("block", range(PAGED_BLOCKS))
+def test_paged_cases_step_for_step(sglang_driver, block):
+    _assert_same(sglang_driver, _paged(_case), range(block * SEEDS_PER_TEST, (block + 1) * SEEDS_PER_TEST))
+
+
+def test_paged_cases_under_kv_pressure_step_for_step(sglang_driver):
+    _assert_same(sglang_driver, _paged(_pressure_case), range(SEEDS_PER_TEST))
+
+
 @pytest.mark.parametrize("block", range(PRESSURE_BLOCKS))
 def test_cases_under_kv_pressure_step_for_step(sglang_driver, block):
     _assert_same(sglang_driver, _pressure_case, range(block * SEEDS_PER_TEST, (block + 1) * SEEDS_PER_TEST))
@@ -189,7 +213,8 @@ def test_the_cases_reach_what_they_check():
     one), prefix hits, cut chunks, mixed batches, ratio resets by the idle loop, both loops, lof,
     and the no-radix ignore_eos admission all occur."""
     seen = {k: 0 for k in ("retraction", "retraction_overlap", "retraction_normal", "prefix_hit", "chunk", "mixed",
-                           "overlap", "normal", "idle_reset", "no_radix_ignore_eos", "lof")}
+                           "overlap", "normal", "idle_reset", "no_radix_ignore_eos", "lof", "paged_prefix_hit",
+                           "paged_retraction")}
     for requests, knobs in _all_cases():
         steps = _mirror(requests, knobs)
         retracted = any(s[3] for s in steps)
@@ -205,4 +230,7 @@ def test_the_cases_reach_what_they_check():
                                   for a, b in zip(steps, steps[1:]))
         seen["no_radix_ignore_eos"] += knobs["disable_radix_cache"] and knobs["ignore_eos"]
         seen["lof"] += knobs["schedule_policy"] == "lof"
+        paged = knobs.get("page_size", 1) > 1
+        seen["paged_prefix_hit"] += paged and any(p > 0 for s in steps for _, _, p in s[1])
+        seen["paged_retraction"] += paged and retracted
     assert all(n >= 5 for n in seen.values()), seen

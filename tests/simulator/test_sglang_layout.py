@@ -74,7 +74,7 @@ def test_defaults_by_gpu_memory():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"page_size": 16}, "--page-size 16 is not simulated"),
+    ({"page_size": 0}, "--page-size 0; must be a positive integer"),
     ({"mem_fraction_static": 1.0}, "--mem-fraction-static 1.0; must be in (0, 1)"),
     ({"chunked_prefill_size": 0}, "--chunked-prefill-size 0; must be a positive integer or -1"),
     ({"max_running_requests": 0}, "--max-running-requests 0; must be a positive integer"),
@@ -91,5 +91,13 @@ def test_layouts_not_simulated_are_refused():
         layout("H100", model="openai/gpt-oss-120b", tp=2)
     with pytest.raises(ValueError, match="does not fit the 79.15 GiB free at start; raise the TP size"):
         layout("H100", model="meta-llama/Llama-3.1-70B")
-    with pytest.raises(ValueError, match="trtllm_mha attention backend, whose page size is 64"):
-        layout("B200")
+
+
+
+def test_page_size_follows_the_default_attention_backend():
+    assert layout("H100").config.page_size == 1                                     # FA3
+    b200 = layout("B200")                                                           # trtllm_mha
+    assert b200.config.page_size == 64 and b200.config.max_total_tokens % 64 == 0
+    assert layout("B200", model="deepseek-ai/DeepSeek-V3", tp=8).config.page_size == 1   # MLA: FlashInfer
+    assert layout("H100", page_size=16).config.page_size == 16
+    assert layout("H100", page_size=16, max_total_tokens=1000).config.max_total_tokens == 992
