@@ -387,7 +387,7 @@ def simulate(
     max_total_tokens: Optional[int] = typer.Option(None, "--max-total-tokens", help="Cap on the KV token pool (default: what --mem-fraction-static leaves).", rich_help_panel=SGLANG_HELP),
     mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static", help="Share of the GPU memory free at start for weights + KV pool (default: SGLang's formula, 0.830 on H100).", rich_help_panel=SGLANG_HELP),
     context_length: Optional[int] = typer.Option(None, "--context-length", help="Longest request (default: the model's max_position_embeddings).", rich_help_panel=SGLANG_HELP),
-    schedule_policy: Optional[str] = typer.Option(None, "--schedule-policy", help="fcfs (default) or lof (longest output first).", rich_help_panel=SGLANG_HELP),
+    schedule_policy: Optional[str] = typer.Option(None, "--schedule-policy", help="fcfs (default), lof (longest output first) or lpm (longest prefix hit first; fcfs above 128 waiting requests).", rich_help_panel=SGLANG_HELP),
     schedule_conservativeness: Optional[float] = typer.Option(None, "--schedule-conservativeness", help="Scales the initial new_token_ratio 0.7 (default 1.0).", rich_help_panel=SGLANG_HELP),
     enable_mixed_chunk: Optional[bool] = typer.Option(None, "--enable-mixed-chunk/--no-enable-mixed-chunk", help="Run the running decodes inside extend batches (default off: prefill first, decodes wait).", rich_help_panel=SGLANG_HELP),
     disable_radix_cache: Optional[bool] = typer.Option(None, "--disable-radix-cache/--no-disable-radix-cache", help="No prefix sharing (default: the radix cache, token-level, LRU).", rich_help_panel=SGLANG_HELP),

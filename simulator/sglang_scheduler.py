@@ -8,7 +8,9 @@ What it mirrors (engine-semantics.md section 7; the source wins where they diffe
   (``update_running_batch``). ``enable_mixed_chunk`` adds the running decodes to the extend batch
   when their next tokens fit.
 * **Admission** (``PrefillAdder``; P = the page size): the continuing chunk first, then the waiting
-  queue in policy order (``fcfs``: arrival; ``lof``: longest max_new_tokens first). A request needs
+  queue in policy order (``fcfs``: arrival; ``lof``: longest max_new_tokens first; ``lpm``: longest
+  prefix hit first, newcomers sharing 32+ tokens with an earlier one last; fcfs above 128 waiting
+  requests or without the radix cache). A request needs
   ``extend + min(max_new, 4096) + P < available + evictable - offset`` where the offset starts at
   the running requests' ``min(max_new - outputs, 4096) x ratio`` (ratio 1.0 for ``ignore_eos``
   requests, else ``new_token_ratio``) and grows by each admission's ``ceil_P(extend) + P + max_new``
@@ -43,8 +45,8 @@ What it mirrors (engine-semantics.md section 7; the source wins where they diffe
   (``_reqs_finishing_inflight``), and when the decode does not fit while such requests exist, it
   waits for them instead of retracting.
 
-Not mirrored: priority scheduling and preemption, cache-aware policies (``lpm``, ``dfs-weight``, ...),
-in-batch prefix deprioritisation, hierarchical cache, LoRA, grammar, speculative
+Not mirrored: priority scheduling and preemption, the other cache-aware policies (``dfs-weight``,
+``hrrn``, ``shortest-prefill-first``), hierarchical cache, LoRA, grammar, speculative
 decoding, ``prefill_decode_interval``, the prefill delayer, DP attention, disaggregation. Requests
 end at their output length (no EOS).
 
@@ -73,7 +75,9 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600   # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 IGNORE_EOS_RESERVE_TOKENS = 1
 WAITING_PREFIX_REFRESH_INTERVAL = 32    # schedule_policy.py (SGLANG_ENABLE_WAITING_PREFIX_REFRESH on)
 WAITING_PREFIX_MATCH_MAX = 128
-POLICIES = ("fcfs", "lof")
+POLICIES = ("fcfs", "lof", "lpm")
+IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32        # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
+IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32  # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -530,9 +534,15 @@ class SglangScheduler:
         if self._allocatable(running_bs, 0) <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return None
-        if cfg.schedule_policy == "lof":     # calc_priority
+        policy = cfg.schedule_policy         # calc_priority
+        if policy == "lpm" and (self.tree is None or len(self.waiting) > WAITING_PREFIX_MATCH_MAX):
+            policy = "fcfs"                  # no tree, or too long a queue to match
+        if policy == "lof":
             self.waiting.sort(key=lambda r: -r.max_tokens)
-        self._touch_waiting_prefixes()
+        elif policy == "lpm":
+            self._sort_by_longest_prefix()
+        if policy != "lpm":                  # a cache-aware policy touches the prefixes as it matches
+            self._touch_waiting_prefixes()
         mixed_chunk = cfg.enable_mixed_chunk and cfg.chunk_tokens is not None   # is_mixed_chunk: needs chunking
         mixed = running_bs if mixed_chunk else 0
         adder = _PrefillAdder(self, mixed)
@@ -570,6 +580,26 @@ class SglangScheduler:
                 self._prepare_decode(self.running)
                 decode, self.running = self.running, []
         return _Batch(0, list(adder.can_run), decode)
+
+    def _sort_by_longest_prefix(self) -> None:
+        """``lpm``: every waiting request's prefix matched in the tree (its whole tokens, in pages);
+        one whose hit is at most 32 tokens and that shares 32 or more with an earlier such request
+        (a radix tree of their tokens) is deprioritised, as only one of a group of identical-prefix
+        newcomers should run first; the queue sorted by matched tokens (at most all but one),
+        longest first, deprioritised last, stable."""
+        ps = self.page_size
+        newcomers = RadixCache(TokenPool(1 << 62))
+        matched: dict[int, float] = {}
+        for r in self.waiting:
+            fill = r.fill_ids()
+            r.prefix_len, r.last_node = self.tree.match_prefix(fill[:len(fill) // ps * ps])
+            matched[id(r)] = -min(r.prefix_len, len(fill) - 1)
+            if r.prefix_len <= IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD:
+                if newcomers.match_prefix(fill)[0] >= IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD:
+                    matched[id(r)] = float("inf")
+                else:
+                    newcomers.insert(fill)
+        self.waiting.sort(key=lambda r: matched[id(r)])
 
     def _touch_waiting_prefixes(self) -> None:
         """``SchedulePolicy._touch_waiting_prefixes``: every WAITING_PREFIX_REFRESH_INTERVAL-th pass

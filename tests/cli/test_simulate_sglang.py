@@ -66,7 +66,8 @@ def test_disable_ignore_eos_reserves_at_the_ratio_and_retracts(tmp_path):
     (["--engine", "sglang", "-pp", "2"], "error: --pipeline-parallel-size is a vLLM flag, not simulated with --engine sglang"),
     (["--chunked-prefill-size", "4096"], "error: --chunked-prefill-size is an SGLang flag; add --engine sglang"),
     (["--engine", "trt"], "error: --engine 'trt' is not one of vllm, sglang"),
-    (["--engine", "sglang", "--schedule-policy", "lpm"], "error: --schedule-policy 'lpm' is not simulated; valid: fcfs, lof"),
+    (["--engine", "sglang", "--schedule-policy", "dfs-weight"],
+     "error: --schedule-policy 'dfs-weight' is not simulated; valid: fcfs, lof, lpm"),
     (["--engine", "sglang", "--engine-cpu-overhead"],
      "error: --engine-cpu-overhead prices vLLM's engine core as measured (simulator/engine_cpu.py); SGLang's "
      "scheduler CPU time is not measured here, so it is not available with --engine sglang"),

@@ -63,6 +63,31 @@ def _paged(case):
     return paged_case
 
 
+def _lpm_case(seed: int):
+    """A random, long or pressure case (by seed) under ``--schedule-policy lpm``, a third of them
+    with pages of 2, 4 or 16 tokens."""
+    requests, knobs = (_case, _long_case, _pressure_case)[seed % 3](seed)
+    knobs = dict(knobs, schedule_policy="lpm")
+    rng = random.Random(13 * seed + 5)
+    if rng.random() < 0.3:
+        page = rng.choice([2, 4, 16])
+        knobs = dict(knobs, page_size=page, max_total_tokens=max(4 * page, knobs["max_total_tokens"] // page * page))
+    return requests, knobs
+
+
+def _long_queue_case(seed: int):
+    """150 short requests at once behind two request rows: lpm matches and sorts the queue only
+    while it holds at most 128 requests (above, fcfs and the waiting-prefix refresh)."""
+    rng = random.Random(20_000 + seed)
+    requests = [(f"q{i}", tuple(range(200 * (i % 4), 200 * (i % 4) + rng.randint(3, 40))), rng.randint(1, 6),
+                 rng.choice([0, 0, 0, 5])) for i in range(150)]
+    knobs = dict(max_total_tokens=400, chunked_prefill_size=64, max_prefill_tokens=16384, max_running_requests=2,
+                 schedule_policy=rng.choice(["lpm", "fcfs"]), enable_mixed_chunk=False, disable_radix_cache=False,
+                 disable_overlap_schedule=rng.random() < 0.5, schedule_conservativeness=1.0, context_length=32768,
+                 ignore_eos=True)
+    return requests, knobs
+
+
 def _pressure_case(seed: int):
     """A case under KV pressure: a few requests with long outputs in a small pool, their running
     reservations discounted by a low ``schedule_conservativeness``, so decodes run out of slots and
@@ -120,7 +145,9 @@ def _all_cases():
             + [_paged(_case)(seed) for seed in range(PAGED_BLOCKS * SEEDS_PER_TEST)]
             + [_paged(_pressure_case)(seed) for seed in range(SEEDS_PER_TEST)]
             + [_pressure_case(seed) for seed in range(PRESSURE_BLOCKS * SEEDS_PER_TEST)]
-            + [_long_case(seed) for seed in LONG_SEEDS])
+            + [_long_case(seed) for seed in LONG_SEEDS]
+            + [_lpm_case(seed) for seed in range(SEEDS_PER_TEST)]
+            + [_long_queue_case(seed) for seed in range(4)])
 
 
 def _oracle(driver, requests, knobs) -> list[tuple]:
@@ -169,6 +196,14 @@ def _mirror(requests, knobs) -> list[tuple]:
     raise AssertionError("the mirror did not finish in 10,000 iterations")
 
 
+def _admission_order(steps: list[tuple]) -> list[str]:
+    """Request ids in the order of their first extend."""
+    seen: list[str] = []
+    for step in steps:
+        seen += [rid for rid, _, _ in step[1] if rid not in seen]
+    return seen
+
+
 def _first_difference(oracle: list[tuple], mirror: list[tuple]) -> str | None:
     for i, (o, m) in enumerate(zip(oracle, mirror)):
         if o != m:
@@ -208,13 +243,18 @@ def test_long_runs_step_for_step(sglang_driver):
     _assert_same(sglang_driver, _long_case, LONG_SEEDS)
 
 
+def test_lpm_step_for_step(sglang_driver):
+    _assert_same(sglang_driver, _lpm_case, range(SEEDS_PER_TEST))
+    _assert_same(sglang_driver, _long_queue_case, range(4))
+
+
 def test_the_cases_reach_what_they_check():
     """Over all the cases: retractions (in either loop, and a re-prefill with a prefix hit after
     one), prefix hits, cut chunks, mixed batches, ratio resets by the idle loop, both loops, lof,
     and the no-radix ignore_eos admission all occur."""
     seen = {k: 0 for k in ("retraction", "retraction_overlap", "retraction_normal", "prefix_hit", "chunk", "mixed",
                            "overlap", "normal", "idle_reset", "no_radix_ignore_eos", "lof", "paged_prefix_hit",
-                           "paged_retraction")}
+                           "paged_retraction", "lpm_reordered")}
     for requests, knobs in _all_cases():
         steps = _mirror(requests, knobs)
         retracted = any(s[3] for s in steps)
@@ -230,6 +270,8 @@ def test_the_cases_reach_what_they_check():
                                   for a, b in zip(steps, steps[1:]))
         seen["no_radix_ignore_eos"] += knobs["disable_radix_cache"] and knobs["ignore_eos"]
         seen["lof"] += knobs["schedule_policy"] == "lof"
+        seen["lpm_reordered"] += knobs["schedule_policy"] == "lpm" and _admission_order(steps) != sorted(
+            _admission_order(steps), key=lambda rid: [r[0] for r in requests].index(rid))
         paged = knobs.get("page_size", 1) > 1
         seen["paged_prefix_hit"] += paged and any(p > 0 for s in steps for _, _, p in s[1])
         seen["paged_retraction"] += paged and retracted

@@ -77,8 +77,8 @@ def test_overlap_leaves_out_requests_the_step_in_flight_finishes():
 
 
 def test_config_refuses_bad_values():
-    with pytest.raises(ValueError, match="--schedule-policy 'lpm' is not simulated; valid: fcfs, lof"):
-        SglangConfig(max_total_tokens=10, context_length=10, schedule_policy="lpm")
+    with pytest.raises(ValueError, match="--schedule-policy 'hrrn' is not simulated; valid: fcfs, lof, lpm"):
+        SglangConfig(max_total_tokens=10, context_length=10, schedule_policy="hrrn")
     with pytest.raises(ValueError, match="--chunked-prefill-size 0; must be >= 1 or -1"):
         SglangConfig(max_total_tokens=10, context_length=10, chunked_prefill_size=0)
 
