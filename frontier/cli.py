@@ -66,7 +66,7 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
 # mapping for --compilation-config, and --vllm-version, whose number (0.20 read as 0.2) gets its
 # own message downstream.
 _UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version",
-                          "speculative_config", "spec_acceptance_rate")
+                          "speculative_config", "spec_acceptance_rate", "cuda_graph_bs")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:
@@ -393,6 +393,7 @@ def simulate(
     disable_radix_cache: Optional[bool] = typer.Option(None, "--disable-radix-cache/--no-disable-radix-cache", help="No prefix sharing (default: the radix cache, token-level, LRU).", rich_help_panel=SGLANG_HELP),
     disable_overlap_schedule: Optional[bool] = typer.Option(None, "--disable-overlap-schedule/--no-disable-overlap-schedule", help="SGLang's normal loop instead of the overlap scheduler (default: overlap).", rich_help_panel=SGLANG_HELP),
     disable_cuda_graph: Optional[bool] = typer.Option(None, "--disable-cuda-graph/--no-disable-cuda-graph", help="Every step eager (default: FULL decode graphs up to --cuda-graph-max-bs, breakable prefill graphs).", rich_help_panel=SGLANG_HELP),
+    cuda_graph_bs: Optional[str] = typer.Option(None, "--cuda-graph-bs", help="Decode batch sizes to capture, comma-separated (default: SGLang's grid up to --cuda-graph-max-bs).", rich_help_panel=SGLANG_HELP),
     cuda_graph_max_bs: Optional[int] = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode graph (default by GPU memory and TP: 256 on H100/H200 below TP4, 512 from TP4).", rich_help_panel=SGLANG_HELP),
     page_size: Optional[int] = typer.Option(None, "--page-size", help="KV page size in tokens (default: the default attention backend's, 64 on B200/GB200/B300 for models without MLA, else 1).", rich_help_panel=SGLANG_HELP),
     disable_ignore_eos: Optional[bool] = typer.Option(None, "--disable-ignore-eos/--no-disable-ignore-eos", help="As sglang.bench_serving's flag: send requests without ignore_eos, so SGLang reserves the running requests' remaining tokens at its new_token_ratio (default: ignore_eos, bench_serving's; outputs still end at their lengths).", rich_help_panel=SGLANG_HELP),
@@ -528,6 +529,8 @@ def _simulation_spec(values: dict[str, Any]):
     from simulator.engine_args import EngineArgs
     from simulator.simulation import FRONTEND_LATENCY_S, SimulationSpec
     from simulator.workload import WorkloadSpec
+    bs = _int_list(values.get("cuda_graph_bs"), "--cuda-graph-bs")
+    values["cuda_graph_bs"] = None if bs is None else tuple(bs)
     sglang = _sglang_args(values)
     values["cudagraph_capture_sizes"] = _int_list(values.get("cudagraph_capture_sizes"), "--cudagraph-capture-sizes")
     _apply_compilation_config(values)

@@ -72,6 +72,7 @@ class SglangArgs:
     disable_overlap_schedule: bool = False
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
+    cuda_graph_bs: tuple[int, ...] | None = None    # --cuda-graph-bs: the decode batch sizes captured
     page_size: int | None = None
     disable_ignore_eos: bool = False    # sglang.bench_serving's flag: requests sent without ignore_eos
 
@@ -87,6 +88,9 @@ class SglangArgs:
         m = self.mem_fraction_static
         if m is not None and not 0.0 < m < 1.0:
             raise ValueError(f"--mem-fraction-static {m!r}; must be in (0, 1)")
+        bs = self.cuda_graph_bs
+        if bs is not None and (not bs or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bs)):
+            raise ValueError(f"--cuda-graph-bs {bs!r}; must be positive integers")
         p = self.page_size
         if p is not None and (isinstance(p, bool) or not isinstance(p, int) or p < 1):
             raise ValueError(f"--page-size {p!r}; must be a positive integer")
@@ -137,7 +141,9 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     gpu_mib = gpu.memory_bytes / MIB
     chunk_default, max_bs = _by_memory(gpu_mib, parallel.tp)
     chunk = chunk_default if args.chunked_prefill_size is None else args.chunked_prefill_size
-    if args.cuda_graph_max_bs is not None:
+    if args.cuda_graph_bs is not None:          # given sizes: the largest is max_bs
+        max_bs = max(args.cuda_graph_bs)
+    elif args.cuda_graph_max_bs is not None:
         max_bs = args.cuda_graph_max_bs
     elif args.max_running_requests is not None and max_bs > args.max_running_requests:
         max_bs = args.max_running_requests
@@ -146,7 +152,8 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
         prefill_max = min(MLA_PREFILL_GRAPH_MAX, prefill_max)
     if args.max_total_tokens is not None:
         prefill_max = min(prefill_max, args.max_total_tokens)
-    decode_sizes = decode_capture_sizes(max_bs)
+    decode_sizes = (tuple(sorted(set(args.cuda_graph_bs))) if args.cuda_graph_bs is not None
+                    else decode_capture_sizes(max_bs))
     prefill_sizes = prefill_capture_sizes(prefill_max)
     if args.mem_fraction_static is not None:
         mfs = args.mem_fraction_static

@@ -36,6 +36,15 @@ def test_simulate_sglang_prints_its_start_up_and_writes_its_keys(tmp_path):
     assert summary["async_scheduling"] is True
 
 
+def test_cuda_graph_bs_sets_the_decode_graphs():
+    res = runner.invoke(app, BASE + ["--engine", "sglang", "--cuda-graph-bs", "1,2,3,4,5,6"])
+    assert res.exit_code == 0, res.output
+    assert "CUDA graphs: decode <= 6 requests" in res.output.splitlines()[0]
+    bad = runner.invoke(app, BASE + ["--engine", "sglang", "--cuda-graph-bs", "0,2"])
+    assert bad.exit_code == 2 and bad.output.strip().splitlines()[-1] == (
+        "error: --cuda-graph-bs (0, 2); must be positive integers")
+
+
 def test_normal_loop_and_no_graphs(tmp_path):
     res = runner.invoke(app, BASE + ["--engine", "sglang", "--disable-overlap-schedule", "--disable-cuda-graph",
                                      "--enable-mixed-chunk", "--disable-radix-cache"])

@@ -1,0 +1,182 @@
+"""End-to-end check of ``--engine sglang`` against measured SGLang deployments (silicon_sample.csv).
+
+    .venv/bin/python bench/silicon_sglang.py [--jobs 2] [--predictor-bundle auto|none|PATH]
+        [--systems h100_sxm,h200_sxm,b200_sxm] [--models SUBSTR,...] [--limit N] [--out FILE]
+
+Selects the rows of AIConfigurator's ``silicon_sample.csv`` with backend == sglang and mode agg,
+maps each with ``bench/silicon_e2e.py``'s row mapping (model, precision -> served checkpoint,
+lengths, concurrency, harness), skips what the SGLang mirror does not simulate (attention DP,
+expert parallelism, PP; models the catalogue lacks or refuses) and simulates the rest as SGLang
+0.5.23 servers (``--engine sglang``; the runs used 0.5.1-0.5.10, whose schedulers are taken as
+0.5.23's):
+
+* "aic" rows (AIC's own gap-analysis runs): AIConfigurator's benchmark launch rules for SGLang
+  (``generator/rule_plugin/benchmark/sglang.rule``): ``--max-running-requests batch_size``,
+  ``--max-prefill-tokens isl + 1500``, ``--enable-mixed-chunk``, ``--cuda-graph-bs 1 .. batch_size``;
+  aiperf with fixed lengths, ``ignore_eos``, 20 x concurrency requests (as silicon_e2e's aic rows);
+* InferenceMAX rows: SGLang's defaults (its launch flags are not in the data), lengths uniform in
+  [0.8 L, L] (``silicon_e2e.imax_lengths``).
+
+Costs are vLLM's kernel tables (calibrated) or the roofline: SGLang's own kernels are not timed,
+so this measures the scheduler mirror and the cost model together. Prints one line per row and
+the TTFT / TPOT MAPE per model and system and in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import silicon_e2e as E  # noqa: E402  (the vLLM bench's row mapping and scoring)
+
+AIC_EXTRA_TOKENS = 1500         # sglang.rule: max_prefill_tokens = isl + 1500
+# Checkpoints the catalogue holds under their base model's name (the same config.json but the
+# chat template): simulated as that model.
+SAME_CONFIG = {"meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B"}
+
+
+def load_sglang_rows(systems: tuple[str, ...]) -> list[dict[str, str]]:
+    with open(E.SILICON_CSV, newline="") as f:
+        return [r for r in csv.DictReader(f) if r["backend"] == "sglang" and r["mode"] == "agg"
+                and r["system"] in systems]
+
+
+def map_sglang_row(row: dict[str, str]) -> tuple[E.Deployment, dict[str, Any]] | E.Skip:
+    """(Deployment, SglangArgs keywords) of a row, or Skip."""
+    dep = E.map_row(dict(row, model_path=SAME_CONFIG.get(row["model_path"], row["model_path"])),
+                    aic_runs="vllm-defaults")
+    if isinstance(dep, E.Skip):
+        return dep
+    if dep.dp > 1 or dep.pp > 1 or dep.enable_expert_parallel:
+        return E.Skip(dep.row_id, dep.model_path, dep.system, "attention DP / EP / PP not simulated for SGLang",
+                      f"tp={dep.tp} dp={dep.dp} pp={dep.pp} ep={dep.enable_expert_parallel}")
+    flags: dict[str, Any] = {}
+    if dep.harness == "aic":
+        c, bs = dep.concurrency, dep.batch_size
+        flags = dict(max_running_requests=bs, max_prefill_tokens=dep.isl + AIC_EXTRA_TOKENS, enable_mixed_chunk=True,
+                     cuda_graph_bs=tuple(range(1, bs + 1)))
+        prompts = E.AIC_REQUESTS_PER_SLOT * c
+        dep = replace(dep, bench_prompts=prompts, num_prompts=E.num_prompts_for(c, dep.osl, prompts))
+    return dep, flags
+
+
+def simulate(dep: E.Deployment, flags: dict[str, Any], bundle: str | None, seed: int = E.DEFAULT_SEED) -> dict:
+    from simulator.engine_args import EngineArgs
+    from simulator.sglang_layout import SglangArgs
+    from simulator.simulation import SimulationSpec, run_simulation
+    from simulator.workload import WorkloadSpec
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="silicon_sglang_") as tmp:
+        if dep.harness == "inferencemax":
+            trace = Path(tmp) / "requests.csv"
+            with open(trace, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["request_id", "arrival_time_s", "prompt_len", "output_len"])
+                ins, outs = E.imax_lengths(dep.isl, dep.osl, dep.num_prompts, seed)
+                w.writerows((i, 0, a, b) for i, (a, b) in enumerate(zip(ins, outs)))
+            workload = WorkloadSpec(dataset_name="trace", num_prompts=dep.num_prompts, dataset_path=str(trace))
+        else:
+            workload = WorkloadSpec(dataset_name="random", num_prompts=dep.num_prompts, request_rate=math.inf,
+                                    seed=seed, random_input_len=dep.isl, random_output_len=dep.osl)
+        engine = EngineArgs(model=dep.model, gpu=dep.gpu, tensor_parallel_size=dep.tp, quantization=dep.quantization,
+                            kv_cache_dtype=dep.kv_cache_dtype)
+        try:
+            res = run_simulation(SimulationSpec(
+                engine=engine, workload=workload, sglang=SglangArgs(**flags), max_concurrency=dep.concurrency,
+                predictor_bundle=bundle, comm_model="calibrated", moe_routing=E.MOE_ROUTING,
+                frontend_latency_s=E.FRONTEND_LATENCY_MS * 1e-3))
+        except ValueError as exc:
+            return {"error": str(exc), "wall_s": time.perf_counter() - t0}
+    recs = res.records
+    if not recs:
+        return {"error": f"no request completed ({len(res.failed)} failed)", "wall_s": time.perf_counter() - t0}
+    ttft, tpot = E._means(recs)
+    steady = sorted(recs, key=lambda r: (r.send_s, r.request_id))[dep.concurrency:]
+    ttft_s, tpot_s = E._means(steady) if steady else (float("nan"), float("nan"))
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "ttft_ms_steady": ttft_s, "tpot_ms_steady": tpot_s,
+            "completed": len(recs), "failed": len(res.failed), "cost_model": res.summary.get("cost_model"),
+            "retractions": res.summary.get("sglang_num_retractions"), "wall_s": time.perf_counter() - t0}
+
+
+def _work(item: tuple[E.Deployment, dict, str | None]) -> dict[str, Any]:
+    dep, flags, bundle = item
+    out = {"deployment": asdict(dep), "flags": {k: list(v) if isinstance(v, tuple) else v for k, v in flags.items()}}
+    out["result"] = E.score(out["deployment"], simulate(dep, flags, bundle))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--systems", default="h100_sxm,h200_sxm,b200_sxm,b300_sxm")
+    ap.add_argument("--models", default=None, help="comma-separated substrings of model_path")
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--predictor-bundle", default="none", help="none (roofline), auto, or a bundle path")
+    ap.add_argument("--out", type=Path, default=None, help="write the per-row results as JSON")
+    args = ap.parse_args(argv)
+    systems = tuple(s for s in args.systems.split(",") if s)
+    bad = [s for s in systems if s not in E.SYSTEM_TO_GPU]
+    if bad or args.jobs < 1 or (args.limit is not None and args.limit < 1):
+        ap.error(f"--systems {bad} not in {sorted(E.SYSTEM_TO_GPU)}" if bad else "--jobs and --limit must be >= 1")
+    rows = load_sglang_rows(systems)
+    if args.models:
+        subs = [m for m in args.models.split(",") if m]
+        rows = [r for r in rows if any(m in r["model_path"] for m in subs)]
+    items, skips = [], []
+    for row in rows:
+        mapped = map_sglang_row(row)
+        (skips.append(mapped) if isinstance(mapped, E.Skip) else items.append(mapped))
+    items = items[:args.limit] if args.limit else items
+    bundles = E.resolve_bundles(args.predictor_bundle, {d.gpu for d, _ in items})
+    work = [(d, f, bundles[d.gpu]) for d, f in items]
+    t0 = time.perf_counter()
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(_work, work))
+    else:
+        results = [_work(w) for w in work]
+    groups: dict[str, list[dict]] = {}
+    print(f"{'row':<58} {'c':>4} {'isl/osl':>11} {'TTFT sim/meas ms':>19} {'TPOT sim/meas ms':>17}")
+    for out in results:
+        d, r = out["deployment"], out["result"]
+        label = f"{d['model_path']}@{d['system']} tp{d['tp']} {d['harness']}"
+        if "error" in r:
+            print(f"{d['row_id'][:58]:<58} error: {r['error'][:100]}")
+            groups.setdefault(label, [])
+            continue
+        print(f"{d['row_id'][:58]:<58} {d['concurrency']:>4} {d['isl']:>5}/{d['osl']:<5} "
+              f"{r['ttft_ms_bench']:>8.1f}/{d['ttft_meas_ms']:<9.1f} {r['tpot_ms_bench']:>7.2f}/{d['tpot_meas_ms']:<8.2f}")
+        groups.setdefault(label, []).append(r)
+    print(f"\n{'model@system':<62} {'rows':>4} {'TTFT MAPE':>9} {'TPOT MAPE':>9}")
+    every = []
+    for label, rs in sorted(groups.items()):
+        ok = [r for r in rs if "error" not in r]
+        every += ok
+        if ok:
+            print(f"{label:<62} {len(ok):>4} {E._mape([r['ttft_ape_bench'] for r in ok]):>8.1f}% "
+                  f"{E._mape([r['tpot_ape_bench'] for r in ok]):>8.1f}%")
+    if every:
+        print(f"{'all':<62} {len(every):>4} {E._mape([r['ttft_ape_bench'] for r in every]):>8.1f}% "
+              f"{E._mape([r['tpot_ape_bench'] for r in every]):>8.1f}%")
+    reasons: dict[str, int] = {}
+    for s in skips:
+        reasons[s.reason] = reasons.get(s.reason, 0) + 1
+    print(f"\nskipped {len(skips)} rows: " + "; ".join(f"{n} {k}" for k, n in sorted(reasons.items(), key=lambda x: -x[1])))
+    print(f"wall {time.perf_counter() - t0:.1f} s for {len(results)} rows, {args.jobs} job(s)")
+    if args.out:
+        args.out.write_text(json.dumps({"results": results, "skips": [asdict(s) for s in skips]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
