@@ -390,7 +390,7 @@ def simulate(
     schedule_policy: Optional[str] = typer.Option(None, "--schedule-policy", help="fcfs (default), lof (longest output first) or lpm (longest prefix hit first; fcfs above 128 waiting requests).", rich_help_panel=SGLANG_HELP),
     schedule_conservativeness: Optional[float] = typer.Option(None, "--schedule-conservativeness", help="Scales the initial new_token_ratio 0.7 (default 1.0).", rich_help_panel=SGLANG_HELP),
     enable_mixed_chunk: Optional[bool] = typer.Option(None, "--enable-mixed-chunk/--no-enable-mixed-chunk", help="Run the running decodes inside extend batches (default off: prefill first, decodes wait).", rich_help_panel=SGLANG_HELP),
-    disable_radix_cache: Optional[bool] = typer.Option(None, "--disable-radix-cache/--no-disable-radix-cache", help="No prefix sharing (default: the radix cache, token-level, LRU).", rich_help_panel=SGLANG_HELP),
+    disable_radix_cache: Optional[bool] = typer.Option(None, "--disable-radix-cache/--no-disable-radix-cache", help="No prefix sharing (default: the radix cache, in pages of --page-size, LRU).", rich_help_panel=SGLANG_HELP),
     disable_overlap_schedule: Optional[bool] = typer.Option(None, "--disable-overlap-schedule/--no-disable-overlap-schedule", help="SGLang's normal loop instead of the overlap scheduler (default: overlap).", rich_help_panel=SGLANG_HELP),
     disable_cuda_graph: Optional[bool] = typer.Option(None, "--disable-cuda-graph/--no-disable-cuda-graph", help="Every step eager (default: FULL decode graphs up to --cuda-graph-max-bs, breakable prefill graphs).", rich_help_panel=SGLANG_HELP),
     cuda_graph_bs: Optional[str] = typer.Option(None, "--cuda-graph-bs", help="Decode batch sizes to capture, comma-separated (default: SGLang's grid up to --cuda-graph-max-bs).", rich_help_panel=SGLANG_HELP),
@@ -562,8 +562,10 @@ def _sglang_layout(result) -> str:
     """The deployment line of an SGLang run: its servers and what they started with."""
     r, lay, s = result.resolved, result.sglang, result.summary
     c = lay.config
-    graphs = (f"CUDA graphs: decode <= {lay.graphs.decode_sizes[-1]} requests, prefill <= {lay.graphs.prefill_sizes[-1]} "
-              "tokens" if not lay.graphs.enforce_eager else "no CUDA graphs")
+    g = lay.graphs
+    graphs = ("no CUDA graphs" if g.enforce_eager else "CUDA graphs: " + ", ".join(
+        part for part in (g.decode_sizes and f"decode <= {g.decode_sizes[-1]} requests",
+                          g.prefill_sizes and f"prefill <= {g.prefill_sizes[-1]} tokens") if part))
     chunk = "no chunking" if c.chunked_prefill_size == -1 else f"chunked_prefill_size {c.chunked_prefill_size}"
     return (f"Simulated {r.model.name} on {s['num_gpus']} x {r.gpu.name} with SGLang 0.5.23 ({r.args.num_replicas} "
             f"server(s) of TP{r.parallel.tp}); token pool {c.max_total_tokens} tokens (mem_fraction_static "
