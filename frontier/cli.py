@@ -730,13 +730,53 @@ def memory(
     eplb_config: Optional[str] = typer.Option(None, "--eplb-config", help="vLLM --eplb-config JSON; only num_redundant_experts is simulated."),
     performance_mode: str = typer.Option("balanced", "--performance-mode", help="As vllm serve's (0.17+): throughput doubles the defaulted --max-num-batched-tokens and --max-num-seqs; interactivity captures CUDA graphs at every size 1..32."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="As vllm serve's (methods eagle, eagle3, mtp): the draft head's layer adds its weights and KV, and a uniform decode of 1 + k tokens a request sets the CUDA-graph sizes."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm (default) or sglang: SGLang 0.5.23's start-up sizing instead (mem_fraction_static, token pool, max_running_requests), with its flags below."),
+    mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static", help="SGLang: share of the memory free at start for weights + KV pool (default: SGLang's formula).", rich_help_panel=SGLANG_HELP),
+    chunked_prefill_size: Optional[int] = typer.Option(None, "--chunked-prefill-size", help="SGLang (default by GPU memory; -1: no chunking).", rich_help_panel=SGLANG_HELP),
+    max_running_requests: Optional[int] = typer.Option(None, "--max-running-requests", help="SGLang (default: from the pool and --context-length).", rich_help_panel=SGLANG_HELP),
+    max_total_tokens: Optional[int] = typer.Option(None, "--max-total-tokens", help="SGLang: cap on the token pool.", rich_help_panel=SGLANG_HELP),
+    context_length: Optional[int] = typer.Option(None, "--context-length", help="SGLang (default: the model's max_position_embeddings).", rich_help_panel=SGLANG_HELP),
+    page_size: Optional[int] = typer.Option(None, "--page-size", help="SGLang (default: the default attention backend's).", rich_help_panel=SGLANG_HELP),
+    cuda_graph_max_bs: Optional[int] = typer.Option(None, "--cuda-graph-max-bs", help="SGLang (default by GPU memory and TP).", rich_help_panel=SGLANG_HELP),
+    disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph/--no-disable-cuda-graph", help="SGLang: no graph memory reserved.", rich_help_panel=SGLANG_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
-    """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's)."""
+    """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's),
+    or SGLang 0.5.23's start-up sizing (--engine sglang)."""
     from simulator.engine_args import EngineArgs
     from simulator.memory import parse_human_int
     from simulator.simulation import build_memory, fit_max_model_len, resolve_engine
 
+    sglang_flags = dict(mem_fraction_static=mem_fraction_static, chunked_prefill_size=chunked_prefill_size,
+                        max_running_requests=max_running_requests, max_total_tokens=max_total_tokens,
+                        context_length=context_length, page_size=page_size, cuda_graph_max_bs=cuda_graph_max_bs,
+                        disable_cuda_graph=disable_cuda_graph or None)
+    if engine not in ENGINES:
+        _fail(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "sglang":
+        vllm_given = {"pipeline_parallel_size": pipeline_parallel_size != 1, "data_parallel_size": data_parallel_size != 1,
+                      "enable_expert_parallel": enable_expert_parallel, "max_num_seqs": max_num_seqs is not None,
+                      "max_num_batched_tokens": max_num_batched_tokens is not None,
+                      "max_model_len": max_model_len is not None, "block_size": block_size is not None,
+                      "gpu_memory_utilization": gpu_memory_utilization is not None,
+                      "num_gpu_blocks_override": num_gpu_blocks_override is not None,
+                      "kv_cache_memory_bytes": kv_cache_memory_bytes is not None, "enforce_eager": enforce_eager,
+                      "cudagraph_capture_sizes": cudagraph_capture_sizes is not None,
+                      "max_cudagraph_capture_size": max_cudagraph_capture_size is not None,
+                      "compilation_config": compilation_config is not None, "predictor_bundle": predictor_bundle is not None,
+                      "speculative_config": speculative_config is not None, "vllm_version": vllm_version != "0.33.0",
+                      "enable_eplb": enable_eplb, "eplb_config": eplb_config is not None,
+                      "performance_mode": performance_mode != "balanced", "async_scheduling": async_scheduling is not None}
+        given = [k for k, v in vllm_given.items() if v]
+        if given:
+            hint = VLLM_TO_SGLANG.get(given[0])
+            _fail(f"--{given[0].replace('_', '-')} is a vLLM flag, not simulated with --engine sglang"
+                  + (f"; SGLang's is {hint}" if hint else ""))
+        _sglang_memory(model, gpu, tensor_parallel_size, kv_cache_dtype, quantization, sglang_flags, as_json)
+        return
+    if any(v is not None for v in sglang_flags.values()):
+        flag = next(k for k, v in sglang_flags.items() if v is not None)
+        _fail(f"--{flag.replace('_', '-')} is an SGLang flag; add --engine sglang")
     try:
         cg = {"cudagraph_capture_sizes": _int_list(cudagraph_capture_sizes, "--cudagraph-capture-sizes"),
               "max_cudagraph_capture_size": max_cudagraph_capture_size, "compilation_config": compilation_config}
@@ -815,6 +855,45 @@ def memory(
         typer.echo(report["start_error"])
     if note:
         typer.echo(f"note: {note}")
+
+
+def _sglang_memory(model: str, gpu: str, tp: int, kv_cache_dtype: str, quantization: str | None,
+                   flags: dict[str, Any], as_json: bool) -> None:
+    """``frontier memory --engine sglang``: SGLang 0.5.23's start-up sizing of one TP group."""
+    from simulator.engine_args import EngineArgs
+    from simulator.sglang_layout import SglangArgs, resolve_sglang
+    from simulator.simulation import resolve_engine
+    try:
+        resolved = resolve_engine(EngineArgs(model=model, gpu=gpu, tensor_parallel_size=tp,
+                                             kv_cache_dtype=kv_cache_dtype, quantization=quantization))
+        lay = resolve_sglang(SglangArgs(**{k: v for k, v in flags.items() if v is not None}), resolved.model,
+                             resolved.parallel, resolved.gpu)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+        return
+    gib, c = 1 << 30, lay.config
+    report = {"model": resolved.model.name, "gpu": resolved.gpu.name, "tensor_parallel_size": tp,
+              "engine": "sglang 0.5.23", "total_gib": resolved.gpu.memory_bytes / gib,
+              "free_at_start_gib": lay.pre_load_free_bytes / gib, "mem_fraction_static": lay.mem_fraction_static,
+              "weights_gib": lay.weight_bytes / gib, "kv_bytes_per_token": lay.kv_bytes_per_token,
+              "kv_cache_gib": c.max_total_tokens * lay.kv_bytes_per_token / gib,
+              "max_total_num_tokens": c.max_total_tokens, "page_size": c.page_size,
+              "max_running_requests": c.max_running_requests, "context_len": c.context_length,
+              "chunked_prefill_size": c.chunked_prefill_size,
+              "cuda_graph_decode_bs": list(lay.graphs.decode_sizes), "cuda_graph_prefill_tokens": list(lay.graphs.prefill_sizes)}
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    typer.echo(f"{report['model']} on {report['gpu']} (TP{tp}), per GPU, SGLang 0.5.23 start-up:")
+    for key in ("total_gib", "free_at_start_gib", "weights_gib", "kv_cache_gib"):
+        typer.echo(f"  {key[:-4].replace('_', ' '):<28} {report[key]:>10.2f} GiB"
+                   + ("  (estimate: the GPU's memory less CUDA context and communicators)" if key == "free_at_start_gib"
+                      else ""))
+    typer.echo(f"  {'mem_fraction_static':<28} {report['mem_fraction_static']:>10}")
+    typer.echo(f"  {'KV bytes per token':<28} {report['kv_bytes_per_token']:>10}  (page size {c.page_size})")
+    typer.echo(f"max_total_num_tokens={c.max_total_tokens:,}, max_running_requests={c.max_running_requests}, "
+               f"context_len={c.context_length}, chunked_prefill_size={c.chunked_prefill_size}, cuda graph max bs "
+               f"{max(lay.graphs.decode_sizes, default=0)}")
 
 
 def _bundle_memory_terms(bundle: Path, resolved) -> tuple[Any, str | None]:

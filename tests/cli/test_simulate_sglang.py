@@ -101,3 +101,27 @@ def test_a_sweep_compares_the_engines(tmp_path):
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
     assert [r["name"] for r in rows] == ["vllm", "sglang", "sglang-mixed"]
     assert all(r["completed"] == "40" and r["error"] == "" for r in rows)
+
+
+def test_memory_prints_sglangs_start_up_sizing():
+    res = runner.invoke(app, ["memory", "--engine", "sglang", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["mem_fraction_static"] == 0.83 and report["max_total_num_tokens"] == 415620
+    assert report["max_running_requests"] == 2048 and report["page_size"] == 1
+    assert report["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
+    text = runner.invoke(app, ["memory", "--engine", "sglang", "--gpu", "H200", "--max-total-tokens", "1000"])
+    assert "max_total_num_tokens=1,000, max_running_requests=500" in text.output
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--engine", "sglang", "--max-num-seqs", "8"],
+     "error: --max-num-seqs is a vLLM flag, not simulated with --engine sglang; SGLang's is --max-running-requests"),
+    (["--engine", "sglang", "-pp", "2"], "error: --pipeline-parallel-size is a vLLM flag, not simulated with --engine sglang"),
+    (["--mem-fraction-static", "0.8"], "error: --mem-fraction-static is an SGLang flag; add --engine sglang"),
+    (["--engine", "trt"], "error: --engine 'trt' is not one of vllm, sglang"),
+])
+def test_memory_refuses_the_other_engines_flags(flags, message):
+    res = runner.invoke(app, ["memory"] + flags)
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == message
