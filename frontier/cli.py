@@ -34,7 +34,8 @@ SGLANG_HELP = "SGLang engine (--engine sglang; sglang.launch_server flags)"
 ENGINES = ("vllm", "sglang")
 # vLLM flags that --engine sglang takes as they are; every other vLLM engine flag is refused there,
 # with SGLang's own flag for the same setting where it has one (VLLM_TO_SGLANG).
-SGLANG_SHARED_KEYS = ("model", "gpu", "tensor_parallel_size", "num_replicas", "router", "kv_cache_dtype", "quantization")
+SGLANG_SHARED_KEYS = ("model", "gpu", "tensor_parallel_size", "data_parallel_size", "num_replicas", "router",
+                      "kv_cache_dtype", "quantization")
 VLLM_TO_SGLANG = {"max_num_seqs": "--max-running-requests", "max_num_batched_tokens": "--chunked-prefill-size",
                   "max_model_len": "--context-length", "gpu_memory_utilization": "--mem-fraction-static",
                   "kv_cache_memory_bytes": "--max-total-tokens", "num_gpu_blocks_override": "--max-total-tokens",
@@ -567,8 +568,9 @@ def _sglang_layout(result) -> str:
         part for part in (g.decode_sizes and f"decode <= {g.decode_sizes[-1]} requests",
                           g.prefill_sizes and f"prefill <= {g.prefill_sizes[-1]} tokens") if part))
     chunk = "no chunking" if c.chunked_prefill_size == -1 else f"chunked_prefill_size {c.chunked_prefill_size}"
+    dp = r.args.data_parallel_size
     return (f"Simulated {r.model.name} on {s['num_gpus']} x {r.gpu.name} with SGLang 0.5.23 ({r.args.num_replicas} "
-            f"server(s) of TP{r.parallel.tp}); token pool {c.max_total_tokens} tokens (mem_fraction_static "
+            f"server(s) of {f'DP{dp} x ' if dp > 1 else ''}TP{r.parallel.tp}); token pool {c.max_total_tokens} tokens (mem_fraction_static "
             f"{lay.mem_fraction_static}, page size {c.page_size}), max_running_requests {c.max_running_requests}, "
             f"{chunk}, {graphs}, "
             f"{'overlap' if not c.disable_overlap_schedule else 'normal'} scheduler; busy "

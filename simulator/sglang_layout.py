@@ -130,8 +130,8 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     """SGLang's start-up derivations for one engine of ``parallel.tp`` GPUs (see the module docstring).
     ValueError (one line) for layouts it does not simulate or a model that does not fit."""
     if parallel.pp != 1 or parallel.dp != 1 or parallel.ep != 1:
-        raise ValueError(f"--engine sglang simulates tensor parallelism only (pp {parallel.pp}, dp {parallel.dp}, "
-                         f"ep {parallel.ep} given); use --tensor-parallel-size and --num-replicas")
+        raise ValueError(f"--engine sglang simulates one tensor-parallel group here (pp {parallel.pp}, dp {parallel.dp}, "
+                         f"ep {parallel.ep} given); DP groups are separate engines (--data-parallel-size)")
     if model.sliding_window:
         raise ValueError(f"--engine sglang does not simulate {model.name}'s sliding-window layers (SGLang keeps them "
                          "in a separate SWA pool); use --engine vllm")

@@ -1,6 +1,7 @@
 """Run one co-located SGLang deployment against one workload (``frontier simulate --engine sglang``).
 
-``--num-replicas`` SGLang servers of one TP group each, behind the router, each an engine loop
+``--num-replicas`` SGLang servers behind the router, each of ``--data-parallel-size`` TP groups
+(SGLang's ``--dp-size``: requests dealt round robin), each group an engine loop
 (``simulator.replica``: SGLang's normal loop as the sync loop, its overlap loop, the default, as the
 async one) over ``simulator.sglang_scheduler``, pricing steps with the same batch engine and cost
 models as vLLM's engines (``simulator.batch_engine``) under SGLang's CUDA graphs
@@ -11,6 +12,7 @@ simulated outputs end, at their lengths.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from simulator.batch_engine import BatchEngine, pricing_notes
@@ -40,9 +42,17 @@ def run_sglang(spec: SimulationSpec) -> SimulationResult:
     if spec.engine_cpu_overhead:
         raise ValueError("--engine-cpu-overhead prices vLLM's engine core as measured (simulator/engine_cpu.py); "
                          "SGLang's scheduler CPU time is not measured here, so it is not available with --engine sglang")
-    resolved = resolve_engine(args)
+    # --dp-size (--data-parallel-size): that many TP groups per server, each a whole model, requests
+    # dealt round robin (DataParallelController's "auto" without P/D); attention DP is not simulated
+    dp = args.data_parallel_size
+    if dp > 1 and args.num_replicas > 1 and args.router != "round_robin":
+        raise ValueError(f"--router {args.router} over servers of --data-parallel-size {dp}: SGLang deals each server's "
+                         "requests round robin over its DP workers, which is simulated only under --router round_robin")
+    resolved = resolve_engine(dataclasses.replace(args, data_parallel_size=1))
+    resolved = dataclasses.replace(resolved, args=args)
     layout = resolve_sglang(spec.sglang, resolved.model, resolved.parallel, resolved.gpu)
-    spec.check_num_gpus([("colocated", resolved.parallel.tp * args.num_replicas)])
+    engines_n = args.num_replicas * dp
+    spec.check_num_gpus([("colocated", resolved.parallel.tp * engines_n)])
     cost_model = make_cost_model(resolved.gpu, spec.comm_model, spec.predictor_bundle)
     engine = BatchEngine(resolved.model, resolved.parallel, resolved.gpu, cost_model, layout.graphs,
                          moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
@@ -51,7 +61,7 @@ def run_sglang(spec: SimulationSpec) -> SimulationResult:
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)
     overlap = not layout.config.disable_overlap_schedule
-    schedulers = [SglangScheduler(layout.config) for _ in range(args.num_replicas)]
+    schedulers = [SglangScheduler(layout.config) for _ in range(engines_n)]
     replicas = [Replica(i, loop, s, engine, trace, on_update=lambda *a: None, async_scheduling=overlap,
                         step_jitter=spec.step_jitter, engine_cpu=spec.engine_cpu, jitter_seed=spec.workload.seed)
                 for i, s in enumerate(schedulers)]
@@ -64,8 +74,8 @@ def run_sglang(spec: SimulationSpec) -> SimulationResult:
     summary.update(cost_model_stats(cost_model))
     summary["pricing_notes"] = pricing_notes([engine])
     summary.update(sglang_summary(layout, schedulers))
-    summary["num_gpus"] = resolved.parallel.tp * args.num_replicas
-    engines = {Role.COLOCATED.value: args.num_replicas}
+    summary["num_gpus"] = resolved.parallel.tp * engines_n
+    engines = {Role.COLOCATED.value: engines_n}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, None, records, client.failed, trace, summary, loop.now_s, sim_wall_s,
                             loop.num_events, role_engines=engines, sglang=layout)

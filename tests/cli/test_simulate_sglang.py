@@ -125,3 +125,15 @@ def test_memory_prints_sglangs_start_up_sizing():
 def test_memory_refuses_the_other_engines_flags(flags, message):
     res = runner.invoke(app, ["memory"] + flags)
     assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == message
+
+
+def test_dp_size_runs_that_many_tp_groups_round_robin(tmp_path):
+    out = tmp_path / "dp"
+    res = runner.invoke(app, BASE + ["--engine", "sglang", "--data-parallel-size", "2", "--num-gpus", "2",
+                                     "--output-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "(1 server(s) of DP2 x TP1)" in res.output.splitlines()[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_gpus"] == 2 and summary["completed"] == 40
+    bad = runner.invoke(app, BASE + ["--engine", "sglang", "-dp", "2", "--num-replicas", "2", "--router", "least_loaded"])
+    assert bad.exit_code == 2 and "simulated only under --router round_robin" in bad.output

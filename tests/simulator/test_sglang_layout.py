@@ -85,7 +85,7 @@ def test_args_refuse_bad_values(kwargs, message):
 
 
 def test_layouts_not_simulated_are_refused():
-    with pytest.raises(ValueError, match="tensor parallelism only"):
+    with pytest.raises(ValueError, match="simulates one tensor-parallel group here"):
         resolve_sglang(SglangArgs(), load_model_spec(LLAMA_8B), ParallelSpec(tp=1, pp=2), get_gpu("H100"))
     with pytest.raises(ValueError, match="sliding-window layers"):
         layout("H100", model="openai/gpt-oss-120b", tp=2)
