@@ -65,7 +65,8 @@ def run_sglang(spec: SimulationSpec) -> SimulationResult:
     replicas = [Replica(i, loop, s, engine, trace, on_update=lambda *a: None, async_scheduling=overlap,
                         step_jitter=spec.step_jitter, engine_cpu=spec.engine_cpu, jitter_seed=spec.workload.seed)
                 for i, s in enumerate(schedulers)]
-    cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.parallel.tp)
+    # with DP workers the one level of routing is their round robin (a server's --router is moot)
+    cluster = Cluster(Role.COLOCATED, replicas, "round_robin" if dp > 1 else args.router, resolved.parallel.tp)
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
     context = layout.config.context_length
     client = BenchmarkClient(loop, specs, cluster, context, spec.max_concurrency)
