@@ -88,6 +88,29 @@ def _long_queue_case(seed: int):
     return requests, knobs
 
 
+def _ignore_eos_no_radix_case(seed: int):
+    """A few unique-prompt requests in a tiny pool without the radix cache, sent with ``ignore_eos``:
+    SGLang's ``add_one_req_ignore_eos`` admission (every request must be able to finish with a
+    token a request to spare). In a third of such cases SGLang itself never admits a request again
+    (its own scheduler runs out of iterations in the driver, and so does the mirror);
+    ``IGNORE_EOS_NO_RADIX_SEEDS`` are the first 40 that finish."""
+    rng = random.Random(60_000 + seed)
+    requests, arrival = [], 0
+    for i in range(rng.randint(2, 8)):
+        n = rng.randint(2, 30)
+        arrival += rng.choice([0, 0, 1, 3])
+        requests.append((f"e{i}", tuple(rng.randint(5000, 9000) for _ in range(n)), rng.randint(1, 40), arrival))
+    knobs = dict(max_total_tokens=rng.choice([40, 60, 80, 100]), chunked_prefill_size=rng.choice([8192, 16]),
+                 max_prefill_tokens=16384, max_running_requests=rng.choice([4096, 3]), schedule_policy="fcfs",
+                 enable_mixed_chunk=False, disable_radix_cache=True, disable_overlap_schedule=rng.random() < 0.5,
+                 schedule_conservativeness=1.0, context_length=32768, ignore_eos=True)
+    return requests, knobs
+
+
+IGNORE_EOS_NO_RADIX_SEEDS = (0, 1, 2, 3, 5, 6, 9, 10, 11, 13, 16, 18, 19, 21, 22, 29, 32, 33, 36, 37, 39, 40, 41, 43,
+                             44, 45, 46, 47, 49, 50, 51, 52, 54, 56, 57, 58, 59, 60, 61, 62)
+
+
 def _pressure_case(seed: int):
     """A case under KV pressure: a few requests with long outputs in a small pool, their running
     reservations discounted by a low ``schedule_conservativeness``, so decodes run out of slots and
@@ -147,7 +170,8 @@ def _all_cases():
             + [_pressure_case(seed) for seed in range(PRESSURE_BLOCKS * SEEDS_PER_TEST)]
             + [_long_case(seed) for seed in LONG_SEEDS]
             + [_lpm_case(seed) for seed in range(SEEDS_PER_TEST)]
-            + [_long_queue_case(seed) for seed in range(4)])
+            + [_long_queue_case(seed) for seed in range(4)]
+            + [_ignore_eos_no_radix_case(seed) for seed in IGNORE_EOS_NO_RADIX_SEEDS])
 
 
 def _oracle(driver, requests, knobs) -> list[tuple]:
@@ -241,6 +265,10 @@ def test_cases_under_kv_pressure_step_for_step(sglang_driver, block):
 
 def test_long_runs_step_for_step(sglang_driver):
     _assert_same(sglang_driver, _long_case, LONG_SEEDS)
+
+
+def test_ignore_eos_admission_without_the_radix_cache_step_for_step(sglang_driver):
+    _assert_same(sglang_driver, _ignore_eos_no_radix_case, IGNORE_EOS_NO_RADIX_SEEDS)
 
 
 def test_lpm_step_for_step(sglang_driver):
