@@ -782,21 +782,9 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
     the cold start weighs in the mean.
     """
     from simulator.simulation import SimulationSpec, run_simulation
-    from simulator.workload import WorkloadSpec
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="silicon_e2e_") as tmp:
-        if lengths == "harness" and dep.harness == "inferencemax":
-            trace = Path(tmp) / "requests.csv"
-            with open(trace, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["request_id", "arrival_time_s", "prompt_len", "output_len"])
-                ins, outs = imax_lengths(dep.isl, dep.osl, dep.num_prompts, seed)
-                w.writerows((i, 0, a, b) for i, (a, b) in enumerate(zip(ins, outs)))
-            workload = WorkloadSpec(dataset_name="trace", num_prompts=dep.num_prompts, dataset_path=str(trace))
-        else:
-            workload = WorkloadSpec(dataset_name="random", num_prompts=dep.num_prompts, request_rate=math.inf,
-                                    seed=seed, random_input_len=dep.isl, random_output_len=dep.osl,
-                                    random_range_ratio=range_ratio)
+        workload = row_workload(dep, Path(tmp), seed, range_ratio, lengths)
         try:
             res = run_simulation(SimulationSpec(engine=_engine_args(dep), workload=workload,
                                                 architecture="pdd" if dep.mode == "disagg" else "colocated",
@@ -807,6 +795,29 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
                                                 frontend_latency_s=frontend_latency_s))
         except ValueError as exc:
             return {"error": str(exc), "wall_s": time.perf_counter() - t0}
+    return row_result(res, dep, t0, num_gpu_blocks=res.memory.num_gpu_blocks)
+
+
+def row_workload(dep: Deployment, tmp: Path, seed: int = DEFAULT_SEED, range_ratio: float = 0.0,
+                 lengths: str = "harness") -> Any:
+    """The ``WorkloadSpec`` of a row: InferenceMAX's [0.8 L, L] lengths as a trace written in ``tmp``
+    (``lengths == "harness"``), else the random dataset at the row's lengths; all sent at once."""
+    from simulator.workload import WorkloadSpec
+    if lengths == "harness" and dep.harness == "inferencemax":
+        trace = tmp / "requests.csv"
+        with open(trace, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["request_id", "arrival_time_s", "prompt_len", "output_len"])
+            ins, outs = imax_lengths(dep.isl, dep.osl, dep.num_prompts, seed)
+            w.writerows((i, 0, a, b) for i, (a, b) in enumerate(zip(ins, outs)))
+        return WorkloadSpec(dataset_name="trace", num_prompts=dep.num_prompts, dataset_path=str(trace))
+    return WorkloadSpec(dataset_name="random", num_prompts=dep.num_prompts, request_rate=math.inf, seed=seed,
+                        random_input_len=dep.isl, random_output_len=dep.osl, random_range_ratio=range_ratio)
+
+
+def row_result(res: Any, dep: Deployment, t0: float, **extra: Any) -> dict[str, Any]:
+    """A simulated row's means (every request, and ``*_steady``: after the first wave), counts and
+    wall time since ``t0``; ``extra`` keys added."""
     recs = res.records
     if not recs:
         return {"error": f"no request completed ({len(res.failed)} failed)", "wall_s": time.perf_counter() - t0}
@@ -817,8 +828,7 @@ def simulate_row(dep: Deployment, step_jitter: float, seed: int = DEFAULT_SEED,
             "cost_model": res.summary.get("cost_model", "roofline"),
             "pricing_notes": res.summary.get("pricing_notes", []),    # a kernel of the release no table times
             "completed": len(recs), "failed": len(res.failed),
-            "preemptions": sum(r.num_preemptions for r in recs),
-            "num_gpu_blocks": res.memory.num_gpu_blocks, "wall_s": time.perf_counter() - t0}
+            "preemptions": sum(r.num_preemptions for r in recs), **extra, "wall_s": time.perf_counter() - t0}
 
 
 def _means(recs: list[Any]) -> tuple[float, float]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 import tempfile
 import time
@@ -74,20 +73,9 @@ def simulate(dep: E.Deployment, flags: dict[str, Any], bundle: str | None, seed:
     from simulator.engine_args import EngineArgs
     from simulator.sglang_layout import SglangArgs
     from simulator.simulation import SimulationSpec, run_simulation
-    from simulator.workload import WorkloadSpec
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="silicon_sglang_") as tmp:
-        if dep.harness == "inferencemax":
-            trace = Path(tmp) / "requests.csv"
-            with open(trace, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["request_id", "arrival_time_s", "prompt_len", "output_len"])
-                ins, outs = E.imax_lengths(dep.isl, dep.osl, dep.num_prompts, seed)
-                w.writerows((i, 0, a, b) for i, (a, b) in enumerate(zip(ins, outs)))
-            workload = WorkloadSpec(dataset_name="trace", num_prompts=dep.num_prompts, dataset_path=str(trace))
-        else:
-            workload = WorkloadSpec(dataset_name="random", num_prompts=dep.num_prompts, request_rate=math.inf,
-                                    seed=seed, random_input_len=dep.isl, random_output_len=dep.osl)
+        workload = E.row_workload(dep, Path(tmp), seed)
         engine = EngineArgs(model=dep.model, gpu=dep.gpu, tensor_parallel_size=dep.tp, quantization=dep.quantization,
                             kv_cache_dtype=dep.kv_cache_dtype)
         try:
@@ -97,15 +85,7 @@ def simulate(dep: E.Deployment, flags: dict[str, Any], bundle: str | None, seed:
                 frontend_latency_s=E.FRONTEND_LATENCY_MS * 1e-3))
         except ValueError as exc:
             return {"error": str(exc), "wall_s": time.perf_counter() - t0}
-    recs = res.records
-    if not recs:
-        return {"error": f"no request completed ({len(res.failed)} failed)", "wall_s": time.perf_counter() - t0}
-    ttft, tpot = E._means(recs)
-    steady = sorted(recs, key=lambda r: (r.send_s, r.request_id))[dep.concurrency:]
-    ttft_s, tpot_s = E._means(steady) if steady else (float("nan"), float("nan"))
-    return {"ttft_ms": ttft, "tpot_ms": tpot, "ttft_ms_steady": ttft_s, "tpot_ms_steady": tpot_s,
-            "completed": len(recs), "failed": len(res.failed), "cost_model": res.summary.get("cost_model"),
-            "retractions": res.summary.get("sglang_num_retractions"), "wall_s": time.perf_counter() - t0}
+    return E.row_result(res, dep, t0, retractions=res.summary.get("sglang_num_retractions"))
 
 
 def _work(item: tuple[E.Deployment, dict, str | None]) -> dict[str, Any]:

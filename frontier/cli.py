@@ -510,17 +510,25 @@ def _sglang_args(values: dict[str, Any]):
     engine = str(values.get("engine", "vllm"))
     if engine not in ENGINES:
         raise ValueError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
-    sglang_keys = [k for k in SglangArgs.field_names() if values.get(k) is not None]
-    if engine == "vllm":
-        if sglang_keys:
-            raise ValueError(f"--{sglang_keys[0].replace('_', '-')} is an SGLang flag; add --engine sglang")
-        return None
-    for key in EngineArgs.field_names() + ("compilation_config", "eplb_config", "spec_acceptance_rate"):
-        if values.get(key) is not None and key not in SGLANG_SHARED_KEYS:
-            hint = VLLM_TO_SGLANG.get(key)
-            raise ValueError(f"--{key.replace('_', '-')} is a vLLM flag, not simulated with --engine sglang"
-                             + (f"; SGLang's is {hint}" if hint else ""))
-    return _pick(SglangArgs, values)
+    vllm_keys = EngineArgs.field_names() + ("compilation_config", "eplb_config", "spec_acceptance_rate")
+    foreign = _foreign_flag(engine, [k for k in vllm_keys if values.get(k) is not None and k not in SGLANG_SHARED_KEYS],
+                            [k for k in SglangArgs.field_names() if values.get(k) is not None])
+    if foreign:
+        raise ValueError(foreign)
+    return _pick(SglangArgs, values) if engine == "sglang" else None
+
+
+def _foreign_flag(engine: str, vllm_given: list[str], sglang_given: list[str]) -> str | None:
+    """The one-line refusal of the first flag given that belongs to the other engine (SGLang's own
+    flag for the same setting named where it has one), or None."""
+    if engine == "sglang" and vllm_given:
+        key = vllm_given[0]
+        hint = VLLM_TO_SGLANG.get(key)
+        return (f"--{key.replace('_', '-')} is a vLLM flag, not simulated with --engine sglang"
+                + (f"; SGLang's is {hint}" if hint else ""))
+    if engine == "vllm" and sglang_given:
+        return f"--{sglang_given[0].replace('_', '-')} is an SGLang flag; add --engine sglang"
+    return None
 
 
 def _simulation_spec(values: dict[str, Any]):
@@ -755,30 +763,26 @@ def memory(
                         disable_cuda_graph=disable_cuda_graph or None)
     if engine not in ENGINES:
         _fail(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
+    vllm_given = {"pipeline_parallel_size": pipeline_parallel_size != 1, "data_parallel_size": data_parallel_size != 1,
+                  "enable_expert_parallel": enable_expert_parallel, "max_num_seqs": max_num_seqs is not None,
+                  "max_num_batched_tokens": max_num_batched_tokens is not None,
+                  "max_model_len": max_model_len is not None, "block_size": block_size is not None,
+                  "gpu_memory_utilization": gpu_memory_utilization is not None,
+                  "num_gpu_blocks_override": num_gpu_blocks_override is not None,
+                  "kv_cache_memory_bytes": kv_cache_memory_bytes is not None, "enforce_eager": enforce_eager,
+                  "cudagraph_capture_sizes": cudagraph_capture_sizes is not None,
+                  "max_cudagraph_capture_size": max_cudagraph_capture_size is not None,
+                  "compilation_config": compilation_config is not None, "predictor_bundle": predictor_bundle is not None,
+                  "speculative_config": speculative_config is not None, "vllm_version": vllm_version != "0.33.0",
+                  "enable_eplb": enable_eplb, "eplb_config": eplb_config is not None,
+                  "performance_mode": performance_mode != "balanced", "async_scheduling": async_scheduling is not None}
+    foreign = _foreign_flag(engine, [k for k, v in vllm_given.items() if v],
+                            [k for k, v in sglang_flags.items() if v is not None])
+    if foreign:
+        _fail(foreign)
     if engine == "sglang":
-        vllm_given = {"pipeline_parallel_size": pipeline_parallel_size != 1, "data_parallel_size": data_parallel_size != 1,
-                      "enable_expert_parallel": enable_expert_parallel, "max_num_seqs": max_num_seqs is not None,
-                      "max_num_batched_tokens": max_num_batched_tokens is not None,
-                      "max_model_len": max_model_len is not None, "block_size": block_size is not None,
-                      "gpu_memory_utilization": gpu_memory_utilization is not None,
-                      "num_gpu_blocks_override": num_gpu_blocks_override is not None,
-                      "kv_cache_memory_bytes": kv_cache_memory_bytes is not None, "enforce_eager": enforce_eager,
-                      "cudagraph_capture_sizes": cudagraph_capture_sizes is not None,
-                      "max_cudagraph_capture_size": max_cudagraph_capture_size is not None,
-                      "compilation_config": compilation_config is not None, "predictor_bundle": predictor_bundle is not None,
-                      "speculative_config": speculative_config is not None, "vllm_version": vllm_version != "0.33.0",
-                      "enable_eplb": enable_eplb, "eplb_config": eplb_config is not None,
-                      "performance_mode": performance_mode != "balanced", "async_scheduling": async_scheduling is not None}
-        given = [k for k, v in vllm_given.items() if v]
-        if given:
-            hint = VLLM_TO_SGLANG.get(given[0])
-            _fail(f"--{given[0].replace('_', '-')} is a vLLM flag, not simulated with --engine sglang"
-                  + (f"; SGLang's is {hint}" if hint else ""))
         _sglang_memory(model, gpu, tensor_parallel_size, kv_cache_dtype, quantization, sglang_flags, as_json)
         return
-    if any(v is not None for v in sglang_flags.values()):
-        flag = next(k for k, v in sglang_flags.items() if v is not None)
-        _fail(f"--{flag.replace('_', '-')} is an SGLang flag; add --engine sglang")
     try:
         cg = {"cudagraph_capture_sizes": _int_list(cudagraph_capture_sizes, "--cudagraph-capture-sizes"),
               "max_cudagraph_capture_size": max_cudagraph_capture_size, "compilation_config": compilation_config}

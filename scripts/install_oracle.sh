@@ -91,12 +91,17 @@ constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
 echo "torch==${TORCH_VERSION}" > "$constraints"
 
+# NAME==VERSION without its dependency pins, unless that version is installed.
+install_no_deps() {
+    if [[ "$("$PY" -m pip show "$1" 2>/dev/null | sed -n 's/^Version: //p')" == "$2" ]]; then
+        echo "install_oracle: $1 $2 already installed"
+    else
+        "${PIP[@]}" install --no-deps "$1==$2"
+    fi
+}
+
 # 2. vLLM itself, without its dependency pins.
-if [[ "$("$PY" -m pip show vllm 2>/dev/null | sed -n 's/^Version: //p')" == "0.33.0" ]]; then
-    echo "install_oracle: vllm 0.33.0 already installed"
-else
-    "${PIP[@]}" install --no-deps "vllm==0.33.0"
-fi
+install_no_deps vllm 0.33.0
 
 # 3. What the scheduler path imports (pip skips what is already satisfied).
 "${PIP[@]}" install -c "$constraints" "${ORACLE_DEPS[@]}" 2>&1 \
@@ -106,11 +111,7 @@ fi
     | grep -v -e "is ignored: it is neither" -e "^Requirement already satisfied" || true
 
 # 4. SGLang itself, without its dependency pins, then what its scheduler path imports.
-if [[ "$("$PY" -m pip show sglang 2>/dev/null | sed -n 's/^Version: //p')" == "0.5.23" ]]; then
-    echo "install_oracle: sglang 0.5.23 already installed"
-else
-    "${PIP[@]}" install --no-deps "sglang==0.5.23"
-fi
+install_no_deps sglang 0.5.23
 "${PIP[@]}" install -c "$constraints" "${SGLANG_DEPS[@]}" 2>&1 \
     | grep -v -e "is ignored: it is neither" -e "^Requirement already satisfied" \
         -e "vllm 0.33.0 requires" -e "sglang 0.5.23 requires" -e "ERROR: pip's dependency resolver" || true

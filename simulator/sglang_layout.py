@@ -147,7 +147,8 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
         max_bs = args.cuda_graph_max_bs
     elif args.max_running_requests is not None and max_bs > args.max_running_requests:
         max_bs = args.max_running_requests
-    prefill_max = chunk if chunk > 0 else args.max_prefill_tokens
+    extend_tokens = chunk if chunk > 0 else args.max_prefill_tokens   # one extend batch's most tokens
+    prefill_max = extend_tokens
     if model.is_mla:
         prefill_max = min(MLA_PREFILL_GRAPH_MAX, prefill_max)
     if args.max_total_tokens is not None:
@@ -158,7 +159,7 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     if args.mem_fraction_static is not None:
         mfs = args.mem_fraction_static
     else:
-        activation = max(chunk if chunk > 0 else args.max_prefill_tokens, 2048)
+        activation = max(extend_tokens, 2048)
         reserved = 512 + activation * 1.5 + parallel.tp * parallel.pp / 8 * 1024
         if not args.disable_cuda_graph:
             reserved += DECODE_GRAPH_RESERVE_MIB * max_bs

@@ -423,22 +423,22 @@ class SglangScheduler:
         self.last_batch = batch
         return batch
 
-    def _finishing_in_flight(self, reqs: list[SglReq]) -> list[SglReq]:
-        """``_reqs_finishing_inflight``: with overlap, the requests of the step in flight whose
-        next output reaches max_new_tokens."""
+    def _drop_finishing_in_flight(self) -> bool:
+        """``_reqs_finishing_inflight`` and the ``filter_batch`` after it: with overlap, leave out of
+        the running batch the requests of the step in flight whose next output reaches
+        max_new_tokens; whether any were left out."""
         if not self.overlap or not self._in_flight:
-            return []
+            return False
         queued = self._in_flight[-1]
         inside = set(map(id, queued.extend)) | set(map(id, queued.decode))
-        return [r for r in reqs if id(r) in inside and r.num_output_tokens + 1 >= r.max_tokens]
+        n = len(self.running)
+        self.running = [r for r in self.running if not (id(r) in inside and r.num_output_tokens + 1 >= r.max_tokens)]
+        return len(self.running) < n
 
     def _update_running(self) -> _Batch | None:
         """``update_running_batch``: a decode of the running requests, retracting if KV is short."""
         n0 = len(self.running)
-        finishing = self._finishing_in_flight(self.running)
-        if finishing:
-            drop = set(map(id, finishing))
-            self.running = [r for r in self.running if id(r) not in drop]
+        finishing = self._drop_finishing_in_flight()
         if not self.running:
             self.batch_is_full = False
             return None
@@ -571,10 +571,7 @@ class SglangScheduler:
         self._prepare_extend(adder.can_run)
         decode: list[SglReq] = []
         if mixed_chunk and self.running:
-            finishing = self._finishing_in_flight(self.running)
-            if finishing:
-                drop = set(map(id, finishing))
-                self.running = [r for r in self.running if id(r) not in drop]
+            if self._drop_finishing_in_flight():
                 self.batch_is_full = False
             if self.running and self._decode_fits(self.running):
                 self._prepare_decode(self.running)
