@@ -31,6 +31,9 @@ CASES = [
     ("llama8b-h100-eagle3-rate20", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100",
                                               speculative_config=SpecDecodeConfig("eagle3", 3, (0.8, 0.6, 0.45))),
      dict(dataset_name="random", request_rate=20.0)),
+    # sliding-window layers: the hybrid KV manager (a table per group, per-step slots, no lazy decode)
+    ("gpt-oss-120b-h200-rate20", EngineArgs(model="openai/gpt-oss-120b", gpu="H200"),
+     dict(dataset_name="random", request_rate=20.0)),
     # SGLang's scheduler mirror (--engine sglang): its radix cache keeps every finished request
     # until a prefill or decode needs the slots; the second case caps the pool so most steps evict
     ("sglang-llama8b-h100-rate20", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),

@@ -59,7 +59,9 @@ from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.spec_decode import SpecDecodeConfig
+from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.memory import KVLayout, max_in_flight_tokens
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
                                     HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
@@ -435,10 +437,22 @@ class ResolvedEngine:
             return ARCH_MAX_CUDAGRAPH_CAPTURE.get(self.model.architecture)
         return a.max_cudagraph_capture_size
 
-    def kv_cache_manager(self, num_gpu_blocks: int) -> KVCacheManager:
+    def kv_cache_manager(self, num_gpu_blocks: int, layout: KVLayout | None = None) -> KVCacheManager:
         """The KV-cache manager of one engine rank over ``num_gpu_blocks`` blocks (its memory
-        budget's), with these arguments' block size, max_model_len, prefix caching and watermark."""
+        budget's), with these arguments' block size, max_model_len, prefix caching and watermark.
+        Given the budget's ``layout`` (co-located engines), a model with sliding-window layers gets
+        vLLM's hybrid manager, one block table per KV cache group; without a layout (the P/D and
+        AFD roles) or with speculative decoding, one full-attention group (README limits)."""
         a = self.args
+        if layout is not None and layout.sliding_window and a.speculative_config is None:
+            first = "sliding" if self.model.is_sliding_layer(0) else "full"   # vLLM: layer 0's kind first
+            groups = sorted(layout.groups, key=lambda g: g.kind != first)
+            in_flight = max_in_flight_tokens(self.max_num_batched_tokens, self.parallel.pp,
+                                             a.effective_async_scheduling)
+            return HybridKVCacheManager(
+                num_gpu_blocks, self.block_size, self.max_model_len,
+                tuple(layout.sliding_window if g.kind == "sliding" else 0 for g in groups), in_flight,
+                enable_prefix_caching=a.enable_prefix_caching, watermark=a.watermark)
         return KVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
                               enable_prefix_caching=a.enable_prefix_caching, watermark=a.watermark)
 

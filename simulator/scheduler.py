@@ -234,13 +234,15 @@ class Scheduler:
         path, preemption), a step's budget does not reach it, it is a preemption victim, or
         `sync_lazy()`. The caller must give update_from_output() the time (``now_s``): the
         skipped tokens' times are written into ``Request.token_times_s`` from those, and
-        UpdateResult does not list them. Off under priority policy, PP decode stagger and debug
-        checks. Call it before the first schedule(). Returns whether it is on.
+        UpdateResult does not list them. Off under priority policy, PP decode stagger, debug checks
+        and sliding-window KV groups (`HybridKVCacheManager`, which every step must give slots to).
+        Call it before the first schedule(). Returns whether it is on.
         """
         if self._step_id:
             raise ValueError(f"enable_lazy_decode() after {self._step_id} schedule() calls; "
                              "call it before the first")
-        self._lazy = not (self._priority or self._decode_stagger or self._debug or self._k)
+        self._lazy = not (self._priority or self._decode_stagger or self._debug or self._k
+                          or not self.kv.inline_allocation)
         return self._lazy
 
     def _materialize(self, r: Request, last: int) -> None:
@@ -553,6 +555,8 @@ class Scheduler:
         max_len = self.config.max_model_len
         stagger = self._decode_stagger
         bs, held_map, pool = kv.block_size, kv.req_to_blocks, kv.pool
+        if not kv.inline_allocation:
+            held_map = {}                           # sliding-window groups: always allocate_slots
         free_queue, caching = pool.free_queue, kv.enable_caching
         add_req, add_id, add_num, add_ctx = st.reqs.append, st.ids.append, st.num_sched.append, st.ctx.append
         # Fused _update_after_schedule: while every request scheduled so far took the fast path

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.memory import max_in_flight_tokens
 from simulator.pipeline import max_concurrent_batches
 from simulator.request import RequestSpec
 from simulator.scheduler import Scheduler
@@ -27,7 +29,17 @@ BATCH_QUEUE_DEPTH = 2
 MAX_IDLE_STEPS = 10_000
 
 
-def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int) -> Scheduler:
+def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tuple[int, ...] = ()) -> Scheduler:
+    """A scheduler over ``num_gpu_blocks`` blocks; ``kv_groups`` (vLLM's KV cache groups in order,
+    0 = full attention, W = a sliding window of W tokens) with a sliding group gives the hybrid
+    manager, otherwise one full-attention group."""
+    if any(kv_groups):
+        kv = HybridKVCacheManager(
+            num_gpu_blocks, config.block_size, config.max_model_len, kv_groups,
+            max_in_flight_tokens(config.max_num_batched_tokens, config.pipeline_parallel_size,
+                                 config.async_scheduling),
+            enable_prefix_caching=config.enable_prefix_caching, watermark=config.watermark)
+        return Scheduler(config, kv)
     kv = KVCacheManager(
         num_gpu_blocks,
         config.block_size,
@@ -94,24 +106,30 @@ def run_scheduler_only(
     num_gpu_blocks: int,
     *,
     include_empty_steps: bool = False,
-) -> list[dict[str, int]]:
+    kv_groups: tuple[int, ...] = (),
+    record_free_blocks: bool = False,
+) -> list[dict[str, int]] | tuple[list[dict[str, int]], list[int]]:
     """Add all requests at t=0 in list order and drive the scheduler until all finish.
 
     Returns one dict per schedule() call that scheduled tokens: {request_id: num_scheduled_tokens}
     in scheduling order (dict order). Steps scheduling nothing (e.g. async steps where every running
-    request already reached max_tokens) are omitted unless include_empty_steps.
+    request already reached max_tokens) are omitted unless include_empty_steps. ``kv_groups``:
+    `make_scheduler`'s. With ``record_free_blocks``: (those steps, the free KV blocks right after
+    each step's schedule()).
     """
-    sched = make_scheduler(config, num_gpu_blocks)
+    sched = make_scheduler(config, num_gpu_blocks, kv_groups)
     for spec in requests:
         sched.add_request(spec)
     steps: list[dict[str, int]] = []
+    free: list[int] = []
 
     def record(out: SchedulerOutput) -> None:
         if out.total_num_scheduled_tokens > 0 or include_empty_steps:
             steps.append(out.as_dict())
+            free.append(sched.kv.num_free_blocks)
 
     drive(sched, on_schedule=record)
-    return steps
+    return (steps, free) if record_free_blocks else steps
 
 
 def run_spec_scheduler_only(

@@ -414,7 +414,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     schedulers: list[Scheduler] = []
 
     def new_scheduler() -> Scheduler:
-        kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, memory.layout)
         sched = Scheduler(sched_config, kv)
         if args.speculative_config is not None:
             sched.accept_drafts = engine_acceptance(args.speculative_config, len(schedulers))

@@ -1,5 +1,5 @@
 """KV cache manager for one full-attention KV group, mirroring vLLM 0.33 `KVCacheManager` +
-`UnitaryKVCacheCoordinator` + `FullAttentionManager` (no sliding window, no EAGLE; the KV
+`UnitaryKVCacheCoordinator` + `FullAttentionManager` (sliding-window groups: `hybrid.py`; the KV
 connector's async-load allocation of P/D disaggregation is supported: external tokens, delayed
 caching, reserved blocks).
 
@@ -48,6 +48,8 @@ class KVCacheManager:
     num_gpu_blocks: blocks in the pool including the null block 0 (usable = num_gpu_blocks - 1).
     watermark: fraction of num_gpu_blocks kept free when admitting waiting/preempted requests.
     """
+
+    inline_allocation = True    # one full-attention group: the scheduler may allocate inline
 
     def __init__(
         self,

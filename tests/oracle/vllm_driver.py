@@ -58,6 +58,22 @@ are seen one step late.
 Speculative decoding (EAGLE): ``run_vllm_spec_scheduler``, whose docstring gives the
 fake drafter and where the draft calls go in both loops.
 
+Hybrid KV cache (``kv_groups``): one KV cache group per entry, in group order, all
+sharing one block pool of ``num_gpu_blocks`` blocks (the engine's uniform-page-size
+grouping, as gpt-oss or Gemma-3 get on a GPU): 0 = full attention
+(``FullAttentionSpec``), W > 0 = sliding window of W tokens (``SlidingWindowSpec``).
+The scheduler only sees the ``KVCacheConfig`` (``_kv_cache_config``): no sliding
+window in the model config is needed, since the scheduler and its KV cache manager
+read none. ``KVCacheConfig.prefix_cache_retention_interval`` is
+``CacheConfig.prefix_cache_retention_interval`` (default 0), as the engine's
+``get_kv_cache_config_from_groups`` sets it. All groups have ``block_size``, so the
+scheduler block size (the groups' LCM) and the hash block size (their GCD) are
+``block_size``, as ``resolve_kv_cache_block_sizes`` gives. (On this CPU, VllmConfig
+resolves ``scheduler_config.disable_hybrid_kv_cache_manager`` to True, the
+``UnspecifiedPlatform`` not supporting hybrid KV caches; neither the scheduler nor its
+KV cache manager reads it, only the engine's KV cache planning, which the driver replaces
+by giving the groups itself, and some KV connectors.)
+
 All requests arrive at t=0 (``arrival_time=0.0``) and are added in list order,
 so the priority heap's tie-break ``(priority, arrival_time, request_id)`` falls
 to ``request_id``: give zero-padded ids when list order must win ties.
@@ -85,13 +101,23 @@ from vllm.config import (
 )
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256_cbor
+from vllm.v1.core.kv_cache_coordinator import (
+    HybridKVCacheCoordinator,
+    KVCacheCoordinatorNoPrefixCache,
+    UnitaryKVCacheCoordinator,
+)
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.core.single_type_kv_cache_manager import (
+    FullAttentionManager,
+    SlidingWindowManager,
+)
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    SlidingWindowSpec,
 )
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
@@ -223,12 +249,20 @@ def _build_scheduler(
     kv_transfer_config: Any = None,
     pipeline_parallel_size: int = 1,
     num_speculative_tokens: int = 0,
+    kv_groups: tuple[int, ...] = (),
     **scheduler_knobs: Any,
 ) -> Scheduler:
     """A vLLM scheduler over ``num_gpu_blocks`` blocks; ``scheduler_knobs``: further
     ``SchedulerConfig`` fields as given (max_num_active_seqs, prefill_schedule_interval, ...).
     ``num_speculative_tokens`` > 0 adds the EAGLE drafter of ``_eagle_config`` (its
-    config.json in ``model_dir / "draft"``)."""
+    config.json in ``model_dir / "draft"``). ``kv_groups``: the KV cache groups of
+    ``_kv_cache_config`` (empty: one full-attention group), checked on the built
+    scheduler by ``_check_kv_groups``."""
+    kv_groups = tuple(kv_groups)
+    if kv_groups and num_speculative_tokens:
+        raise ValueError("kv_groups: the driver builds hybrid KV caches without a drafter only")
+    if any(w < 0 for w in kv_groups):
+        raise ValueError(f"kv_groups: 0 (full attention) or a window > 0, got {kv_groups}")
     model_config = ModelConfig(
         model=str(model_dir),
         skip_tokenizer_init=True,
@@ -269,22 +303,9 @@ def _build_scheduler(
     # VllmConfig may re-resolve these; the oracle must run exactly what was asked.
     vllm_config.scheduler_config.async_scheduling = async_scheduling
     vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
-    kv_cache_config = KVCacheConfig(
-        num_blocks=num_gpu_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                ["layer"],
-                FullAttentionSpec(
-                    block_size=block_size,
-                    num_kv_heads=_NUM_KV_HEADS,
-                    head_size=_HEAD_DIM,
-                    dtype=torch.bfloat16,
-                ),
-                # the drafter's layer has the target's KV spec, so it joins this group
-                is_eagle_group=num_speculative_tokens > 0,
-            )
-        ],
+    kv_cache_config = _kv_cache_config(
+        num_gpu_blocks, block_size, kv_groups, num_speculative_tokens > 0,
+        vllm_config.cache_config.prefix_cache_retention_interval,
     )
     cls = AsyncScheduler if async_scheduling else Scheduler
     scheduler = cls(
@@ -315,7 +336,87 @@ def _build_scheduler(
     }
     if effective != wanted:
         raise RuntimeError(f"vLLM changed the scheduler knobs: asked {wanted}, got {effective}")
+    _check_kv_groups(scheduler, kv_groups or (0,), enable_prefix_caching, num_gpu_blocks, block_size)
     return scheduler
+
+
+def _kv_cache_config(
+    num_gpu_blocks: int,
+    block_size: int,
+    kv_groups: tuple[int, ...],
+    is_eagle_group: bool,
+    retention_interval: int | None,
+) -> KVCacheConfig:
+    """The scheduler's ``KVCacheConfig``: one group per ``kv_groups`` entry (layer
+    ``layer{i}``), or the single full-attention group ``layer`` when it is empty."""
+
+    def spec(window: int) -> FullAttentionSpec | SlidingWindowSpec:
+        if window == 0:
+            return FullAttentionSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
+                                     head_size=_HEAD_DIM, dtype=torch.bfloat16)
+        return SlidingWindowSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
+                                 head_size=_HEAD_DIM, dtype=torch.bfloat16, sliding_window=window)
+
+    if not kv_groups:
+        groups = [
+            # the drafter's layer has the target's KV spec, so it joins this group
+            KVCacheGroupSpec(["layer"], spec(0), is_eagle_group=is_eagle_group)
+        ]
+    else:
+        groups = [KVCacheGroupSpec([f"layer{i}"], spec(w)) for i, w in enumerate(kv_groups)]
+    return KVCacheConfig(
+        num_blocks=num_gpu_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=groups,
+        # as the engine's get_kv_cache_config_from_groups: the CacheConfig value
+        prefix_cache_retention_interval=retention_interval,
+    )
+
+
+def _check_kv_groups(
+    scheduler: Scheduler,
+    kv_groups: tuple[int, ...],
+    enable_prefix_caching: bool,
+    num_gpu_blocks: int,
+    block_size: int,
+) -> None:
+    """The KV cache manager vLLM built has the groups asked for, in order, over one pool."""
+    coordinator = scheduler.kv_cache_manager.coordinator
+
+    def group(manager: Any) -> Any:
+        if type(manager) is SlidingWindowManager:
+            return manager.sliding_window
+        if type(manager) is FullAttentionManager:
+            return 0
+        return type(manager).__name__
+
+    if not enable_prefix_caching:
+        coordinator_cls = KVCacheCoordinatorNoPrefixCache
+    elif len(kv_groups) == 1:
+        coordinator_cls = UnitaryKVCacheCoordinator
+    else:
+        coordinator_cls = HybridKVCacheCoordinator
+    managers = coordinator.single_type_managers
+    effective = {
+        "kv_groups": tuple(group(m) for m in managers),
+        "coordinator": type(coordinator).__name__,
+        "one_pool": all(m.block_pool is scheduler.kv_cache_manager.block_pool for m in managers),
+        "num_blocks": scheduler.kv_cache_manager.block_pool.num_gpu_blocks,
+        "block_sizes": tuple(m.block_size for m in managers),
+        "scheduler_block_size": coordinator.scheduler_block_size,
+        "hash_block_size": scheduler.hash_block_size,
+    }
+    wanted = {
+        "kv_groups": kv_groups,
+        "coordinator": coordinator_cls.__name__,
+        "one_pool": True,
+        "num_blocks": num_gpu_blocks,
+        "block_sizes": (block_size,) * len(kv_groups),
+        "scheduler_block_size": block_size,
+        "hash_block_size": block_size,
+    }
+    if effective != wanted:
+        raise RuntimeError(f"vLLM built other KV cache groups: asked {wanted}, got {effective}")
 
 
 def _fake_sample(scheduler: Scheduler, out: Any) -> ModelRunnerOutput:
@@ -411,13 +512,26 @@ class _EagleRunner:
 _Runner = _OneTokenRunner | _EagleRunner
 
 
-def _run_sync(scheduler: Scheduler, max_steps: int, runner: _Runner | None = None) -> list[Any]:
+def _record_free_blocks(free_blocks: list[int] | None, scheduler: Scheduler, out: Any) -> None:
+    """Free KV blocks right after the schedule() that made ``out``, for the steps
+    ``_record`` keeps (evictable prefix-cached blocks count as free)."""
+    if free_blocks is not None and out.total_num_scheduled_tokens > 0:
+        free_blocks.append(scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
+
+
+def _run_sync(
+    scheduler: Scheduler,
+    max_steps: int,
+    runner: _Runner | None = None,
+    free_blocks: list[int] | None = None,
+) -> list[Any]:
     runner = runner or _OneTokenRunner(scheduler)
     trace: list[Any] = []
     for _ in range(max_steps):
         if not scheduler.has_requests():
             return trace
         out = scheduler.schedule()
+        _record_free_blocks(free_blocks, scheduler, out)
         sampled = runner.execute(out)
         runner.record(trace, out)
         scheduler.update_from_output(out, sampled)
@@ -429,7 +543,11 @@ def _run_sync(scheduler: Scheduler, max_steps: int, runner: _Runner | None = Non
 
 
 def _run_async(
-    scheduler: Scheduler, max_steps: int, batch_queue_size: int = 2, runner: _Runner | None = None
+    scheduler: Scheduler,
+    max_steps: int,
+    batch_queue_size: int = 2,
+    runner: _Runner | None = None,
+    free_blocks: list[int] | None = None,
 ) -> list[Any]:
     """No draft calls: under async scheduling ``EngineCore.post_step`` takes none, and
     ``step_with_batch_queue`` takes them only for a step deferred for structured output
@@ -443,6 +561,7 @@ def _run_async(
         # ---- one EngineCore.step_with_batch_queue() call ----
         if scheduler.has_requests():
             out = scheduler.schedule()
+            _record_free_blocks(free_blocks, scheduler, out)
             model_executed = out.total_num_scheduled_tokens > 0
             batch_queue.appendleft((runner.execute(out), out))
             runner.record(trace, out)
@@ -458,11 +577,17 @@ def _run_async(
 
 
 def new_scheduler(
-    *, block_size: int, enable_prefix_caching: bool, num_speculative_tokens: int = 0, **knobs: Any
+    *,
+    block_size: int,
+    enable_prefix_caching: bool,
+    num_speculative_tokens: int = 0,
+    kv_groups: tuple[int, ...] = (),
+    **knobs: Any,
 ) -> tuple[Scheduler, Any]:
     """A vLLM scheduler on the tiny Llama config (``_build_scheduler``'s knobs) and the block
     hasher its requests need (None without prefix caching). ``num_speculative_tokens`` > 0:
-    with the EAGLE drafter of ``_eagle_config``, checked by ``_check_eagle_scheduler``."""
+    with the EAGLE drafter of ``_eagle_config``, checked by ``_check_eagle_scheduler``.
+    ``kv_groups``: the KV cache groups (module docstring; empty: one full-attention group)."""
     with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
         model_dir = Path(tmp)
         (model_dir / "config.json").write_text(json.dumps(_TINY_LLAMA_CONFIG))
@@ -471,7 +596,8 @@ def new_scheduler(
             (model_dir / "draft" / "config.json").write_text(json.dumps(_TINY_EAGLE_DRAFT_CONFIG))
         scheduler = _build_scheduler(model_dir, block_size=block_size,
                                      enable_prefix_caching=enable_prefix_caching,
-                                     num_speculative_tokens=num_speculative_tokens, **knobs)
+                                     num_speculative_tokens=num_speculative_tokens,
+                                     kv_groups=kv_groups, **knobs)
     if num_speculative_tokens:
         _check_eagle_scheduler(scheduler, num_speculative_tokens)
     block_hasher = None
@@ -519,8 +645,10 @@ def run_vllm_scheduler(
     watermark: float = 0.0,
     max_steps: int = 200_000,
     pipeline_parallel_size: int = 1,
+    kv_groups: tuple[int, ...] = (),
+    record_free_blocks: bool = False,
     **scheduler_knobs: Any,
-) -> list[dict[str, int]]:
+) -> list[dict[str, int]] | tuple[list[dict[str, int]], list[int]]:
     """Run vLLM 0.33's scheduler over ``requests`` (all arrive at t=0, list order).
 
     Returns one ``{request_id: num_scheduled_tokens}`` per executed step, in
@@ -528,6 +656,13 @@ def run_vllm_scheduler(
     ``watermark`` is ``SchedulerConfig.watermark``; ``scheduler_knobs`` are further
     ``SchedulerConfig`` fields (``_build_scheduler``). Raises RuntimeError after
     ``max_steps`` engine steps (e.g. a request that can never fit the KV cache).
+
+    ``kv_groups``: the KV cache groups sharing the pool, in group order, 0 = full
+    attention, W > 0 = a sliding window of W tokens (module docstring); empty = one
+    full-attention group. ``record_free_blocks``: return ``(trace, free_blocks)``,
+    ``free_blocks[i]`` the pool's free blocks (``block_pool.get_num_free_blocks()``,
+    evictable cached blocks included) right after the schedule() that produced
+    ``trace[i]``.
     """
     scheduler, block_hasher = new_scheduler(
         max_num_seqs=max_num_seqs,
@@ -541,13 +676,19 @@ def run_vllm_scheduler(
         async_scheduling=async_scheduling,
         watermark=watermark,
         pipeline_parallel_size=pipeline_parallel_size,
+        kv_groups=kv_groups,
         **scheduler_knobs,
     )
     add_requests(scheduler, requests, block_hasher)
+    free_blocks: list[int] | None = [] if record_free_blocks else None
     if async_scheduling or pipeline_parallel_size > 1:   # EngineCore.step_with_batch_queue
         depth = scheduler.vllm_config.max_concurrent_batches
-        return _run_async(scheduler, max_steps, batch_queue_size=depth)
-    return _run_sync(scheduler, max_steps)
+        trace = _run_async(scheduler, max_steps, batch_queue_size=depth, free_blocks=free_blocks)
+    else:
+        trace = _run_sync(scheduler, max_steps, free_blocks=free_blocks)
+    if free_blocks is not None:
+        return trace, free_blocks
+    return trace
 
 
 def run_vllm_spec_scheduler(

@@ -1,0 +1,315 @@
+"""KV cache manager for models with sliding-window layers, mirroring vLLM 0.33's hybrid KV cache
+(`HybridKVCacheCoordinator` / `KVCacheCoordinatorNoPrefixCache` / `UnitaryKVCacheCoordinator`
+over `FullAttentionManager` and `SlidingWindowManager`).
+
+A model such as gpt-oss (sliding, full, sliding, ...) or Gemma 3 (five sliding layers to one full)
+has several KV cache groups over ONE block pool (`simulator.memory.kv_layout`): each group keeps
+its own block table per request, and every group takes blocks for each new token. A full group
+holds a request's blocks until it finishes; a sliding group of window W frees the blocks wholly
+before the window (replaced by the null block 0) every time the request is given slots:
+
+    skipped tokens = max(0, processed - W + 1),  processed = computed - in flight (async steps)
+    blocks needed by a group   = ceil(slots / block_size) - held   (held counts its null blocks)
+    a request's admission gate = full groups' blocks for the whole sequence + each sliding group's
+                                 min(that, cap), cap = ceil(min(W - 1 + in-flight tokens, L) / bs) + 1
+
+so a request costs ceil(tokens / bs) per full group plus ~W / bs per sliding group in a long
+decode, and every token of a prefill chunk in each group until the next step frees it.
+
+Prefix caching (vLLM 0.33 defaults: hits at block granularity, sparse retention
+``prefix_cache_retention_interval = 0``): block hashes are keyed per group; a full group caches
+every full block, a sliding group only the ceil((W - 1) / bs) blocks that end at the replay
+boundary (the prompt's last token, ``(prompt - 1) // bs`` blocks) and at a shared-prefix junction
+(the longest full-attention hit when a sliding group hit less). A hit is the full groups' longest
+run of cached blocks from the left (all full groups), then the sliding groups' rightmost run of
+ceil((W - 1) / bs) cached blocks within it (blocks left of the run are null); the full groups are
+cut to that length (vLLM's "simple hybrid": one full type plus one other).
+
+Used for co-located engines without speculative decoding; the P/D and AFD roles and speculative
+decoding keep the one-group `KVCacheManager` (their sliding groups are not charged; see the
+README's limits).
+"""
+
+from __future__ import annotations
+
+from simulator.kv_cache.manager import KVCacheManager, cdiv
+from simulator.request import Request, RequestStatus
+
+_ADMIT_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+class HybridKVCacheManager(KVCacheManager):
+    """Block tables per KV cache group over one `BlockPool`.
+
+    group_windows: one entry per vLLM KV cache group, in vLLM's group order (the kind of layer 0
+        first): 0 = full attention, W > 0 = sliding window of W tokens (one W for all).
+    max_in_flight_tokens: VllmConfig.max_in_flight_tokens (concurrent batches x token budget),
+        for the sliding groups' admission cap.
+    """
+
+    inline_allocation = False     # the scheduler's inline fast paths assume one full group
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        group_windows: tuple[int, ...],
+        max_in_flight_tokens: int,
+        enable_prefix_caching: bool = True,
+        watermark: float = 0.0,
+    ) -> None:
+        super().__init__(num_gpu_blocks, block_size, max_model_len, enable_prefix_caching, watermark)
+        windows = {w for w in group_windows if w}
+        if not windows or len(windows) > 1 or any(w < 0 for w in group_windows):
+            raise ValueError(f"group_windows={group_windows}; need one sliding window > 0 (0 = full attention)")
+        if max_in_flight_tokens < 1:
+            raise ValueError(f"max_in_flight_tokens={max_in_flight_tokens}; must be >= 1")
+        self.group_windows = tuple(group_windows)
+        self.window = windows.pop()
+        self.full_groups = [g for g, w in enumerate(group_windows) if not w]
+        self.sliding_groups = [g for g, w in enumerate(group_windows) if w]
+        # tables[g][request id]: group g's block table (sliding: null blocks before the window)
+        self.tables: list[dict[str, list[int]]] = [{} for _ in group_windows]
+        # cached[g][request id]: vLLM num_cached_block (membership marks a running request)
+        self.cached: list[dict[str, int]] = [{} for _ in group_windows]
+        self.junction: dict[str, int] = {}          # request.shared_prefix_boundary
+        self.req_to_blocks = self.tables[self.full_groups[0] if self.full_groups else 0]
+        self.admission_cap = cdiv(min(self.window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1
+        self.hit_run = cdiv(self.window - 1, block_size)     # contiguous blocks a sliding hit needs
+
+    # ------------------------------------------------------------------ lookup
+    def get_computed_blocks(self, request: Request) -> tuple[tuple[list[int], ...], int]:
+        """Per-group hit blocks and the hit length (tokens), capped at num_tokens - 1; sets the
+        request's shared-prefix junction (vLLM `get_computed_blocks`)."""
+        empty = tuple([] for _ in self.group_windows)
+        if not self.enable_caching:
+            return empty, 0
+        bs, hashes, pool = self.block_size, request.block_hashes, self.pool
+        max_len = request.num_tokens - 1
+        hits: list[list[int]] = [[] for _ in self.group_windows]
+        length = max_len
+        if self.full_groups:            # FullAttentionManager.find_longest_cache_hit: left to right
+            for i in range(min(max_len // bs, len(hashes))):
+                found = [pool.get_cached_block((hashes[i], g)) for g in self.full_groups]
+                if None in found:
+                    break
+                for g, b in zip(self.full_groups, found):
+                    hits[g].append(b)
+            length = len(hits[self.full_groups[0]]) * bs
+        longest = length if self.full_groups else 0
+        # SlidingWindowManager.find_longest_cache_hit: right to left, first run of hit_run blocks
+        n = length // bs
+        groups = self.sliding_groups
+        run: list[list[int]] = [[pool.null_block] * n for _ in groups]
+        contiguous, found_run = 0, False
+        for i in range(n - 1, -1, -1):
+            found = [pool.get_cached_block((hashes[i], g)) for g in groups]
+            if None not in found:
+                for blocks, b in zip(run, found):
+                    blocks[i] = b
+                contiguous += 1
+                if contiguous >= self.hit_run:
+                    for blocks in run:
+                        del blocks[i + contiguous:]
+                    found_run = True
+                    break
+            else:
+                contiguous = 0
+        if not found_run:               # a run at the start counts even if shorter
+            for blocks in run:
+                del blocks[contiguous:]
+        length = len(run[0]) * bs
+        for g, blocks in zip(groups, run):
+            hits[g] = blocks
+        for g in self.full_groups:
+            del hits[g][cdiv(length, bs):]
+        self.junction[request.request_id] = longest if longest > length else 0
+        return tuple(hits), length
+
+    # ------------------------------------------------------------------ allocation
+    def _to_allocate(self, g: int, rid: str, num_tokens: int, hit: list[int], total_computed: int,
+                     cap: bool) -> int:
+        """vLLM `SingleTypeKVCacheManager.get_num_blocks_to_allocate` for group g."""
+        window = self.group_windows[g]
+        required = cdiv(num_tokens, self.block_size)
+        if cap and window:
+            required = min(required, self.admission_cap)
+        held = len(self.tables[g].get(rid, ()))
+        if rid in self.cached[g]:
+            return max(required - held, 0)
+        skipped = max(0, total_computed - window + 1) // self.block_size if window else 0
+        need = max(required - max(skipped, len(hit) + held), 0)
+        ref, null = self.pool.ref_cnt, self.pool.null_block
+        return need + sum(1 for b in hit[max(0, skipped - held):] if ref[b] == 0 and b != null)
+
+    def _remove_skipped(self, rid: str, processed: int) -> None:
+        """vLLM `remove_skipped_blocks`: each sliding group frees the blocks wholly before the window
+        of the next token (tail first), leaving null blocks."""
+        skipped = processed - self.window + 1
+        if skipped <= 0:
+            return
+        null = self.pool.null_block
+        for g in self.sliding_groups:
+            blocks = self.tables[g].setdefault(rid, [])
+            freed = []
+            for i in range(min(skipped // self.block_size, len(blocks)) - 1, -1, -1):
+                if blocks[i] == null:
+                    break
+                freed.append(blocks[i])
+                blocks[i] = null
+            if freed:
+                self.pool.free_blocks(freed)
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: tuple[list[int], ...] | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        has_scheduled_reqs: bool = True,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
+    ) -> list[int] | None:
+        """vLLM `KVCacheManager.allocate_slots` over every group (co-located: no external tokens,
+        lookahead or delayed caching). Returns the new blocks of all groups, None if they do not fit."""
+        if num_external_computed_tokens or num_lookahead_tokens or delay_cache_blocks or reserved_blocks:
+            raise ValueError("the hybrid KV cache manager serves co-located engines without "
+                             "speculative decoding")
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
+        rid = request.request_id
+        if request.status == RequestStatus.RUNNING and rid in self.tables[0] and not full_sequence_must_fit \
+                and not (new_computed_blocks and any(new_computed_blocks)):
+            return self._allocate_running(request, num_new_tokens)
+        groups = range(len(self.group_windows))
+        hits = new_computed_blocks if new_computed_blocks and any(new_computed_blocks) else None
+        hit_of = hits if hits is not None else tuple([] for _ in groups)
+        local = request.num_computed_tokens + num_new_computed_tokens
+        total = min(local, self.max_model_len)
+        watermark = 0
+        if has_scheduled_reqs and request.status in _ADMIT_STATUSES:
+            watermark = self.watermark_blocks
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, self.max_model_len)
+            need = sum(self._to_allocate(g, rid, full, hit_of[g], total, True) for g in groups)
+            if need + watermark > self.pool.num_free_blocks:
+                return None
+        num_main = total + num_new_tokens
+        slots = min(num_main, self.max_model_len)
+        self._remove_skipped(rid, max(0, total - request.num_in_flight_tokens))
+        need = sum(self._to_allocate(g, rid, slots, hit_of[g], local, False) for g in groups)
+        if need + watermark > self.pool.num_free_blocks:
+            return None
+        pool, bs = self.pool, self.block_size
+        if hits is not None and not any(rid in c for c in self.cached):
+            # add_local_computed_blocks: every group's hit blocks first (touch), skipped ones as null
+            skipped = max(0, local - self.window + 1) // bs
+            for g in groups:
+                blocks = hits[g][skipped:] if self.group_windows[g] and skipped > 0 else hits[g]
+                pad = skipped if self.group_windows[g] else 0
+                if self.enable_caching:
+                    pool.touch(blocks)
+                table = self.tables[g].setdefault(rid, [])
+                table.extend([pool.null_block] * pad)
+                table.extend(blocks)
+                self.cached[g][rid] = len(table)
+            request.kv_num_cached_blocks = len(self.tables[0][rid])
+        new: list[int] = []
+        for g in groups:                # allocate_new_blocks, group by group
+            table = self.tables[g].setdefault(rid, [])
+            n = cdiv(slots, bs) - len(table)
+            if n > 0:
+                got = pool.get_new_blocks(n)
+                table.extend(got)
+                new += got
+        if self.enable_caching:
+            self.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+        return new
+
+    def _allocate_running(self, request: Request, n: int) -> list[int] | None:
+        """`allocate_slots` of a running request (same result): its groups need ceil(slots / bs)
+        minus their blocks (null ones included: none lies past the window's start, so vLLM's
+        skipped-block term never binds); no watermark. Runs per running request per step."""
+        rid, bs, max_len, pool = request.request_id, self.block_size, self.max_model_len, self.pool
+        c = request.num_computed_tokens
+        total = c if c < max_len else max_len
+        slots = total + n if total + n < max_len else max_len
+        if total - request.num_in_flight_tokens - self.window + 1 >= bs:
+            self._remove_skipped(rid, total - request.num_in_flight_tokens)
+        want = -(-slots // bs)
+        tables = [t[rid] for t in self.tables]
+        need = 0
+        for table in tables:
+            if want > len(table):
+                need += want - len(table)
+        if need > pool.num_free_blocks:
+            return None
+        new: list[int] = []
+        if need:
+            for table in tables:
+                if want > len(table):
+                    got = pool.get_new_blocks(want - len(table))
+                    table.extend(got)
+                    new += got
+        if self.enable_caching:
+            known = request.num_tokens
+            num_full = min(slots if slots < known else known, len(request.block_hashes) * bs) // bs
+            if num_full > request.kv_num_cached_blocks:
+                self.cache_blocks(request, num_full * bs)
+        return new
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Hash-register each group's full blocks up to `num_tokens` tokens (hybrid coordinators
+        round down to whole blocks); a sliding group registers only the blocks a later hit can
+        reach (vLLM `reachable_block_mask`, retention interval 0)."""
+        if not self.enable_caching:
+            return
+        rid, bs, hashes = request.request_id, self.block_size, request.block_hashes
+        num_full = min(num_tokens, len(hashes) * bs) // bs
+        boundaries = [request.prompt_len - 1]
+        if self.junction.get(rid):
+            boundaries.append(self.junction[rid])
+        null = self.pool.null_block
+        for g, window in enumerate(self.group_windows):
+            start = self.cached[g].get(rid, 0)
+            if start >= num_full:
+                continue
+            blocks = self.tables[g][rid]
+            if window:
+                keep = set()
+                for boundary in boundaries:
+                    end = boundary // bs
+                    keep.update(range(max(start, end - self.hit_run), min(num_full, end)))
+                todo = sorted(keep)
+            else:
+                todo = range(start, num_full)
+            for i in todo:
+                if blocks[i] != null:
+                    self.pool.cache_blocks((blocks[i],), ((hashes[i], g),), 0, 1)
+            self.cached[g][rid] = num_full
+        request.kv_num_cached_blocks = num_full
+
+    # ------------------------------------------------------------------ freeing
+    def free(self, request: Request) -> None:
+        """Release the request's blocks group by group, each tail first (vLLM `coordinator.free`)."""
+        rid = request.request_id
+        null = self.pool.null_block
+        for g in range(len(self.group_windows)):
+            blocks = self.tables[g].pop(rid, [])
+            self.cached[g].pop(rid, None)
+            self.pool.free_blocks(reversed([b for b in blocks if b != null]))
+        self.junction.pop(rid, None)
+        request.kv_num_blocks = request.kv_num_cached_blocks = 0
+
+    def defer_free(self, request: Request, fence_seq: int) -> None:
+        raise ValueError("the hybrid KV cache manager serves co-located engines (no deferred frees)")
+
+    def check_invariants(self, requests=()) -> None:
+        """Raise if blocks are not conserved (every non-null table entry holds one reference)."""
+        null = self.pool.null_block
+        held = sum(1 for tables in self.tables for blocks in tables.values() for b in blocks if b != null)
+        self.pool.check_invariants(held)
