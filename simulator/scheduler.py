@@ -555,8 +555,7 @@ class Scheduler:
         max_len = self.config.max_model_len
         stagger = self._decode_stagger
         bs, held_map, pool = kv.block_size, kv.req_to_blocks, kv.pool
-        if not kv.inline_allocation:
-            held_map = {}                           # sliding-window groups: always allocate_slots
+        allocate_running = None if kv.inline_allocation else kv.allocate_running   # sliding-window groups
         free_queue, caching = pool.free_queue, kv.enable_caching
         add_req, add_id, add_num, add_ctx = st.reqs.append, st.ids.append, st.num_sched.append, st.ctx.append
         # Fused _update_after_schedule: while every request scheduled so far took the fast path
@@ -631,6 +630,8 @@ class Scheduler:
             need = c + n                            # < max_len when n > 0: n <= max_len - c - 1
             if n > 0 and need <= r.kv_num_blocks * bs:
                 fits = True                         # its blocks hold the new tokens
+            elif allocate_running is not None:     # HybridKVCacheManager: every group, each step
+                fits = n > 0 and allocate_running(r, n) is not None
             elif (n > 0 and (blocks := held_map.get(r.request_id)) is not None
                   and (num_new := -(-need // bs) - len(blocks)) <= free_queue.num_free_blocks):
                 blocks.extend(pool.get_new_blocks(num_new))

@@ -74,6 +74,7 @@ class HybridKVCacheManager(KVCacheManager):
         # cached[g][request id]: vLLM num_cached_block (membership marks a running request)
         self.cached: list[dict[str, int]] = [{} for _ in group_windows]
         self.junction: dict[str, int] = {}          # request.shared_prefix_boundary
+        self.nulls: dict[str, int] = {}             # leading null blocks of a request's sliding tables
         self.req_to_blocks = self.tables[self.full_groups[0] if self.full_groups else 0]
         self.admission_cap = cdiv(min(self.window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1
         self.hit_run = cdiv(self.window - 1, block_size)     # contiguous blocks a sliding hit needs
@@ -153,13 +154,16 @@ class HybridKVCacheManager(KVCacheManager):
         for g in self.sliding_groups:
             blocks = self.tables[g].setdefault(rid, [])
             freed = []
-            for i in range(min(skipped // self.block_size, len(blocks)) - 1, -1, -1):
+            k = min(skipped // self.block_size, len(blocks))
+            for i in range(k - 1, -1, -1):
                 if blocks[i] == null:
                     break
                 freed.append(blocks[i])
                 blocks[i] = null
             if freed:
                 self.pool.free_blocks(freed)
+            if k > self.nulls.get(rid, 0):      # the nulls stay a prefix: [0, k) now
+                self.nulls[rid] = k
 
     def allocate_slots(
         self,
@@ -184,7 +188,7 @@ class HybridKVCacheManager(KVCacheManager):
         rid = request.request_id
         if request.status == RequestStatus.RUNNING and rid in self.tables[0] and not full_sequence_must_fit \
                 and not (new_computed_blocks and any(new_computed_blocks)):
-            return self._allocate_running(request, num_new_tokens)
+            return self.allocate_running(request, num_new_tokens)
         groups = range(len(self.group_windows))
         hits = new_computed_blocks if new_computed_blocks and any(new_computed_blocks) else None
         hit_of = hits if hits is not None else tuple([] for _ in groups)
@@ -217,6 +221,8 @@ class HybridKVCacheManager(KVCacheManager):
                 table.extend([pool.null_block] * pad)
                 table.extend(blocks)
                 self.cached[g][rid] = len(table)
+            if skipped > 0:
+                self.nulls[rid] = skipped
             request.kv_num_cached_blocks = len(self.tables[0][rid])
         new: list[int] = []
         for g in groups:                # allocate_new_blocks, group by group
@@ -230,31 +236,28 @@ class HybridKVCacheManager(KVCacheManager):
             self.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return new
 
-    def _allocate_running(self, request: Request, n: int) -> list[int] | None:
-        """`allocate_slots` of a running request (same result): its groups need ceil(slots / bs)
-        minus their blocks (null ones included: none lies past the window's start, so vLLM's
-        skipped-block term never binds); no watermark. Runs per running request per step."""
+    def allocate_running(self, request: Request, n: int) -> list[int] | None:
+        """`allocate_slots` of a running request that holds its tables (same result). Every group's table has the same
+        length (null blocks included), so each needs ceil(slots / bs) minus that length (no null
+        block lies past the window's start, so vLLM's skipped-block term never binds); no
+        watermark; out-of-window blocks are freed only when the window passed a block since the
+        last time (`nulls`). Runs per running request per step."""
         rid, bs, max_len, pool = request.request_id, self.block_size, self.max_model_len, self.pool
         c = request.num_computed_tokens
         total = c if c < max_len else max_len
         slots = total + n if total + n < max_len else max_len
-        if total - request.num_in_flight_tokens - self.window + 1 >= bs:
-            self._remove_skipped(rid, total - request.num_in_flight_tokens)
-        want = -(-slots // bs)
-        tables = [t[rid] for t in self.tables]
-        need = 0
-        for table in tables:
-            if want > len(table):
-                need += want - len(table)
-        if need > pool.num_free_blocks:
-            return None
+        processed = total - request.num_in_flight_tokens
+        if (processed - self.window + 1) // bs > self.nulls.get(rid, 0):
+            self._remove_skipped(rid, processed)
+        add = -(-slots // bs) - len(self.tables[0][rid])
         new: list[int] = []
-        if need:
-            for table in tables:
-                if want > len(table):
-                    got = pool.get_new_blocks(want - len(table))
-                    table.extend(got)
-                    new += got
+        if add > 0:
+            if add * len(self.tables) > pool.num_free_blocks:
+                return None
+            for tables in self.tables:
+                got = pool.get_new_blocks(add)
+                tables[rid].extend(got)
+                new += got
         if self.enable_caching:
             known = request.num_tokens
             num_full = min(slots if slots < known else known, len(request.block_hashes) * bs) // bs
@@ -303,6 +306,7 @@ class HybridKVCacheManager(KVCacheManager):
             self.cached[g].pop(rid, None)
             self.pool.free_blocks(reversed([b for b in blocks if b != null]))
         self.junction.pop(rid, None)
+        self.nulls.pop(rid, None)
         request.kv_num_blocks = request.kv_num_cached_blocks = 0
 
     def defer_free(self, request: Request, fence_seq: int) -> None:
