@@ -114,6 +114,8 @@ def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
 CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
            "--max-num-batched-tokens are dropped. Default: vLLM's list.")
 HUMAN_INT_HELP = "Tokens; as vLLM: 8k = 8,000, 8K = 8,192."
+HYBRID_KV_HELP = ("As vllm serve's: a model's sliding-window layers keep their KV as full attention, one KV "
+                  "group of every layer (no blocks freed outside the window; the pool's blocks span every layer).")
 MAX_MODEL_LEN_HELP = ("Tokens (8k = 8,000, 8K = 8,192), or auto / -1 (vLLM 0.14+): the longest a request can be "
                       "with the KV cache the memory leaves, at most the model's (default: the model's).")
 CC_HELP = ("vLLM --compilation-config JSON; only the CUDA-graph keys are simulated: cudagraph_mode "
@@ -344,6 +346,7 @@ def simulate(
     max_num_queued_tokens: Optional[str] = typer.Option(None, help="vLLM 0.29+: the API server refuses a request (HTTP 503) while its requests still in prefill hold this many prompt tokens (8k = 8,000).", rich_help_panel=ENGINE_HELP),
     watermark: Optional[float] = typer.Option(None, help="vLLM 0.24+: fraction of the KV blocks kept free when admitting waiting or preempted requests (default 0).", rich_help_panel=ENGINE_HELP),
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
+    disable_hybrid_kv_cache_manager: Optional[bool] = typer.Option(None, "--disable-hybrid-kv-cache-manager", help=HYBRID_KV_HELP, rich_help_panel=ENGINE_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's, 512 or 1024 on B200/B300).", rich_help_panel=ENGINE_HELP),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP, rich_help_panel=ENGINE_HELP),
@@ -728,6 +731,7 @@ def memory(
     kv_cache_dtype: str = typer.Option("auto", help=KV_DTYPE_HELP),
     quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help=QUANT_HELP),
     enforce_eager: bool = typer.Option(False, "--enforce-eager/--no-enforce-eager"),
+    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager", help=HYBRID_KV_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's)."),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP),
@@ -770,6 +774,7 @@ def memory(
                   "gpu_memory_utilization": gpu_memory_utilization is not None,
                   "num_gpu_blocks_override": num_gpu_blocks_override is not None,
                   "kv_cache_memory_bytes": kv_cache_memory_bytes is not None, "enforce_eager": enforce_eager,
+                  "disable_hybrid_kv_cache_manager": disable_hybrid_kv_cache_manager,
                   "cudagraph_capture_sizes": cudagraph_capture_sizes is not None,
                   "max_cudagraph_capture_size": max_cudagraph_capture_size is not None,
                   "compilation_config": compilation_config is not None, "predictor_bundle": predictor_bundle is not None,
@@ -801,7 +806,7 @@ def memory(
             enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs, **tokens,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
-            optimization_level=optimization_level, async_scheduling=async_scheduling,
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, optimization_level=optimization_level, async_scheduling=async_scheduling,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
             all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,
             **spec, kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))

@@ -134,6 +134,9 @@ class EngineArgs:
     kv_cache_dtype: str = "auto"    # --kv-cache-dtype: auto = the checkpoint's KV scheme, else the model dtype
     quantization: str | None = None   # --quantization: fp8 = online FP8 of an unquantized checkpoint
     enable_prefix_caching: bool = True
+    # --disable-hybrid-kv-cache-manager: sliding-window layers kept as full attention in ONE KV group
+    # (vLLM's unify_hybrid_kv_cache_specs: every layer in a block, no out-of-window frees)
+    disable_hybrid_kv_cache_manager: bool = False
     enable_chunked_prefill: bool = True   # --enable-chunked-prefill / --no-enable-chunked-prefill
     long_prefill_token_threshold: int = 0
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
@@ -167,6 +170,7 @@ class EngineArgs:
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
         for name in ("enable_expert_parallel", "enable_eplb", "enable_prefix_caching", "enable_chunked_prefill",
+                     "disable_hybrid_kv_cache_manager",
                      "long_prefill_token_threshold_adaptive", "scheduler_reserve_full_isl", "enforce_eager",
                      "async_scheduling"):
             value = getattr(self, name)

@@ -156,15 +156,17 @@ def _hybrid_groups(full: list[int], sliding: list[int]) -> list[KVGroup]:
     return groups
 
 
-def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int) -> KVLayout:
-    """vLLM's KV groups and pool bytes per block for `model` on one rank (worst pp stage)."""
+def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid: bool = True) -> KVLayout:
+    """vLLM's KV groups and pool bytes per block for `model` on one rank (worst pp stage).
+    ``hybrid=False`` (``--disable-hybrid-kv-cache-manager``): sliding-window layers are kept as
+    full attention, one group of every layer (vLLM's ``unify_hybrid_kv_cache_specs``)."""
     if block_size <= 0:
         raise ValueError(f"block_size={block_size} must be > 0")
     per_token = model.kv_bytes_per_token_per_layer(parallel.tp)
     page = int(per_token * block_size)
     if page != per_token * block_size:
         raise ValueError(f"{model.name}: a {block_size}-token page of {per_token} bytes/token is not whole bytes")
-    kinds = ["sliding" if model.sliding_window and model.is_sliding_layer(i) else "full"
+    kinds = ["sliding" if hybrid and model.sliding_window and model.is_sliding_layer(i) else "full"
              for i in range(model.num_layers)]
     full = [i for i, k in enumerate(kinds) if k == "full"]
     sliding = [i for i, k in enumerate(kinds) if k == "sliding"]
@@ -365,13 +367,15 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               async_scheduling: bool = True, profiled: ProfiledOverheads | None = None,
               cudagraph_capture_sizes: tuple[int, ...] | None = None,
               max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None,
-              vllm_version: tuple[int, int] = SEMANTICS, interactivity: bool = False) -> MemoryBudget:
+              vllm_version: tuple[int, int] = SEMANTICS, interactivity: bool = False,
+              hybrid_kv_cache_manager: bool = True) -> MemoryBudget:
     """KV budget of one rank (all ranks use the minimum; ours are symmetric), as vLLM
     ``vllm_version`` (major, minor) computes it (``simulator.vllm_version``: before 0.14 the
     requested memory is not rounded up, before 0.20 no CUDA-graph estimate is subtracted,
     before 0.26 a sliding-window group reserves max_num_batched_tokens, not the tokens in
     flight, and before 0.21 the logged token count is num_blocks // groups x block size).
     ``interactivity``: --performance-mode interactivity's capture grid (``simulator.cuda_graph``).
+    ``hybrid_kv_cache_manager=False``: --disable-hybrid-kv-cache-manager (``kv_layout``).
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -424,7 +428,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
         first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
         graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
         graph_src = PROFILED if first is not None else ESTIMATED
-    layout = kv_layout(model, parallel, block_size)
+    layout = kv_layout(model, parallel, block_size, hybrid_kv_cache_manager)
     bytes_per_block = layout.bytes_per_block
     if kv_cache_memory_bytes is not None:
         available = kv_cache_memory_bytes

@@ -229,3 +229,21 @@ def test_engine_cpu_overhead_flag_prices_the_cpu_of_a_sync_release(tmp_path):
     assert {k: out["--engine-cpu-overhead"][k] for k in ("async_scheduling", "engine_cpu_overhead",
                                                         "frontend_latency_ms")} == {
         "async_scheduling": False, "engine_cpu_overhead": True, "frontend_latency_ms": 1.0}
+
+
+def test_disable_hybrid_kv_cache_manager_keeps_one_group_of_every_layer():
+    """gpt-oss-120b on an H100: its 18 sliding-window layers kept as full attention, a block spans
+    all 36 layers (half the blocks of the same memory), and a simulation charges them so."""
+    def memory(*flags):
+        res = runner.invoke(app, ["memory", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--json", *flags])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+    hybrid, unified = memory(), memory("--disable-hybrid-kv-cache-manager")
+    assert hybrid["kv_cache_groups"] == [["full", 18], ["sliding", 18]]
+    assert unified["kv_cache_groups"] == [["full", 36]]
+    assert (hybrid["num_gpu_blocks"], unified["num_gpu_blocks"]) == (16819, 8409)
+    assert unified["bytes_per_block"] == 2 * hybrid["bytes_per_block"] == 36 * 16 * 2 * 8 * 64 * 2
+    res = runner.invoke(app, ["simulate", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--num-prompts", "20",
+                              "--disable-hybrid-kv-cache-manager"])
+    assert res.exit_code == 0, res.output
+    assert "KV cache 8409 blocks x 16 tokens per engine" in res.output

@@ -190,6 +190,23 @@ def test_hybrid_pool_is_half_the_layers_and_the_window_is_charged(vllm_config):
     assert tokens == int(72817 / 1025 * 8192) == 581967
 
 
+@pytest.mark.parametrize("name,gpu,tp,pp,ep,block,fp8,max_len",
+                         [c for c in CASES if c[0].startswith("openai/gpt-oss")])
+def test_disabled_hybrid_manager_matches_vllm(vllm_config, name, gpu, tp, pp, ep, block, fp8, max_len):
+    """--disable-hybrid-kv-cache-manager: vLLM keeps the sliding-window layers as full attention
+    (unify_hybrid_kv_cache_specs), one group of every layer."""
+    model, parallel, args, budget = _ours(name, gpu, tp, pp, ep, block, fp8, max_len, hybrid_kv_cache_manager=False)
+    assert [g.kind for g in budget.layout.groups] == ["full"]
+    vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = True
+    try:
+        blocks, tokens = vllm_capacity(vllm_config, rank_specs(name, tp, pp, block, fp8), budget.kv_bytes,
+                                       max_model_len=max_len, max_num_batched_tokens=args.max_num_batched_tokens,
+                                       pp=pp)
+    finally:
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
+    assert (budget.num_gpu_blocks, budget.kv_cache_tokens) == (blocks, tokens)
+
+
 @pytest.mark.parametrize("async_scheduling,pp", [(False, 1), (False, 2), (True, 2)])
 def test_in_flight_tokens_follow_async_and_pp(vllm_config, async_scheduling, pp):
     model, parallel, args, budget = _ours("openai/gpt-oss-120b", "H100", 2, pp, False, 16, False, 32768,
