@@ -32,6 +32,8 @@ README's limits).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from simulator.kv_cache.manager import KVCacheManager, cdiv
 from simulator.request import Request, RequestStatus
 
@@ -237,11 +239,12 @@ class HybridKVCacheManager(KVCacheManager):
         return new
 
     def allocate_running(self, request: Request, n: int) -> list[int] | None:
-        """`allocate_slots` of a running request that holds its tables (same result). Every group's table has the same
-        length (null blocks included), so each needs ceil(slots / bs) minus that length (no null
-        block lies past the window's start, so vLLM's skipped-block term never binds); no
-        watermark; out-of-window blocks are freed only when the window passed a block since the
-        last time (`nulls`). Runs per running request per step."""
+        """`allocate_slots` of a running request that holds its tables (same result). Every
+        group's table has the same length (null blocks included), so each needs ceil(slots / bs)
+        minus that length (no null block lies past the window's start, so vLLM's skipped-block
+        term never binds); no watermark; out-of-window blocks are freed only when the window
+        passed a block since the last time (`nulls`). Runs per running request per step (the
+        scheduler calls it inline)."""
         rid, bs, max_len, pool = request.request_id, self.block_size, self.max_model_len, self.pool
         c = request.num_computed_tokens
         total = c if c < max_len else max_len
@@ -312,8 +315,9 @@ class HybridKVCacheManager(KVCacheManager):
     def defer_free(self, request: Request, fence_seq: int) -> None:
         raise ValueError("the hybrid KV cache manager serves co-located engines (no deferred frees)")
 
-    def check_invariants(self, requests=()) -> None:
-        """Raise if blocks are not conserved (every non-null table entry holds one reference)."""
+    def check_invariants(self, requests: Iterable[Request] = ()) -> None:
+        """Raise if blocks are not conserved (every non-null table entry holds one reference);
+        ``requests`` is the one-group manager's argument (no per-request counts here)."""
         null = self.pool.null_block
         held = sum(1 for tables in self.tables for blocks in tables.values() for b in blocks if b != null)
         self.pool.check_invariants(held)
