@@ -684,7 +684,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     engines = make_engines(resolved, args.num_replicas // a_dp if lockstep else args.num_replicas)
 
     def new_scheduler() -> Scheduler:
-        kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, memory.layout)
         return Scheduler(sched_config, kv, kv_role="consumer")
 
     replicas = []
@@ -713,7 +713,7 @@ class FfnSide:
 def run_afd(spec):
     """Simulate ``spec`` with ``--architecture afd`` to completion."""
     from frontier.gpu import get_gpu
-    from simulator.control_plane import PddSpec, build_links, compile_role, kv_bytes_per_token
+    from simulator.control_plane import PddSpec, build_links, compile_role, kv_pull
     from simulator.predictor_cost import cost_model_stats, make_cost_model
     from simulator.events import EventLoop
     from simulator.kv_transfer import SharedLinkTransfers
@@ -798,7 +798,7 @@ def run_afd(spec):
     specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
     client = PDProxy(loop, specs, prefill.cluster, attention.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, attention, pdd),
-                     kv_bytes_per_token(model, prefill.resolved, attention.resolved),
+                     kv_pull(model, prefill, attention),
                      attention.resolved.max_model_len, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     duration_s = max((r.finish_s for r in records), default=0.0)

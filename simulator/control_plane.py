@@ -29,14 +29,15 @@ node talks over NVLink (``nvlink_bw_bytes_per_s``), any other pair over the netw
 (``network_bw_bytes_per_s``, the slower NIC of the two GPU types). Ports are per
 engine and medium, so an engine's concurrent transfers share its NVLink or its NIC.
 
-Bytes per transferred token (``kv_bytes_per_token``): every GPU of the pair moves
+Bytes per transferred token (``kv_pull``): every GPU of the pair moves
 its own shard in parallel. As vLLM's NixlConnector maps TP ranks
 (``nixl/tp_mapping.py``): with tp_D >= tp_P each D rank reads its heads from one P
 rank; with tp_D < tp_P each D rank reads from several P ranks; MLA latents are
 replicated, one P rank serves each D rank. Either way the busiest GPU moves
 ``max(kv per token per rank of P, of D)`` bytes (GQA replication when tp > KV heads
 and the worst PP stage are inside ``ModelSpec.kv_bytes_per_token_per_rank``), so
-that is the size priced per transfer.
+that is the size priced per transfer. With vLLM's hybrid KV groups on D (a model with
+sliding-window layers), the sliding-window layers move only the tokens of the window's blocks.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from frontier.model_spec import ModelSpec
+from frontier.model_spec import ModelSpec, pp_partition
+from frontier.parallel import ParallelSpec
 from simulator.batch_engine import BatchEngine
 from simulator.cluster import Cluster, Role
 from simulator.dp_group import LockstepRanks
@@ -139,10 +141,50 @@ class CompiledRole:
         return self.resolved.num_gpus
 
 
-def kv_bytes_per_token(model: ModelSpec, prefill: ResolvedEngine, decode: ResolvedEngine) -> int:
-    """KV bytes per prompt token on the busiest GPU of a P->D transfer (module docstring)."""
-    return max(model.kv_bytes_per_token_per_rank(prefill.parallel),
-               model.kv_bytes_per_token_per_rank(decode.parallel))
+@dataclass(frozen=True)
+class KvPull:
+    """What a P->D pull moves on the busiest GPU (module docstring), in bytes per pulled token:
+    every layer's KV (``full_bytes_per_token``), or, when the decode side keeps vLLM's hybrid KV
+    groups, the full-attention layers' for every token and the sliding-window layers'
+    (``sliding_bytes_per_token``, window ``window``) only for the tokens in the blocks D holds
+    for that window: D leaves the blocks before it null (`allocate_external_computed_blocks`),
+    so the connector reads nothing into them."""
+
+    full_bytes_per_token: int
+    sliding_bytes_per_token: int = 0
+    window: int = 0
+    block_size: int = 16
+
+    def num_bytes(self, hit: int, total: int) -> int:
+        """Bytes of a pull of tokens [hit, total) (D's local prefix hit is not pulled)."""
+        n = (total - hit) * self.full_bytes_per_token
+        if self.window:
+            start = max(0, total - self.window + 1) // self.block_size * self.block_size
+            n += max(0, total - max(hit, start)) * self.sliding_bytes_per_token
+        return n
+
+
+def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> KvPull:
+    """The pull of a P->D pair: the larger of the two sides' per-token KV shard for each kind of
+    layer (worst pp stage), the sliding window's split only when D's KV manager is hybrid."""
+    layout = decode.memory.layout
+    hybrid = (layout is not None and layout.sliding_window > 0
+              and decode.resolved.args.speculative_config is None)
+    if not hybrid:
+        return KvPull(max(model.kv_bytes_per_token_per_rank(prefill.resolved.parallel),
+                          model.kv_bytes_per_token_per_rank(decode.resolved.parallel)))
+
+    def split(parallel: ParallelSpec) -> tuple[int, int]:
+        """(full, sliding) bytes per token of the worst pp stage's layers on one rank."""
+        stages = pp_partition(model.num_layers, parallel.pp)
+        k = stages.index(max(stages))
+        layers = range(sum(stages[:k]), sum(stages[:k + 1]))
+        sliding = sum(1 for i in layers if model.is_sliding_layer(i))
+        per_layer = model.kv_bytes_per_token_per_layer(parallel.tp)
+        return int(round((len(layers) - sliding) * per_layer)), int(round(sliding * per_layer))
+
+    p, d = split(prefill.resolved.parallel), split(decode.resolved.parallel)
+    return KvPull(max(p[0], d[0]), max(p[1], d[1]), layout.sliding_window, layout.block_size)
 
 
 def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: BatchTrace,
@@ -172,7 +214,7 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     made: list[Scheduler] = []
 
     def new_scheduler() -> Scheduler:
-        kv = resolved.kv_cache_manager(memory.num_gpu_blocks)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, memory.layout)
         sched = Scheduler(sched_config, kv, kv_role=kv_role)
         if args.speculative_config is not None:     # speculative decoding: the engine's acceptance draws
             sched.accept_drafts = engine_acceptance(args.speculative_config, len(made))

@@ -444,9 +444,10 @@ class ResolvedEngine:
     def kv_cache_manager(self, num_gpu_blocks: int, layout: KVLayout | None = None) -> KVCacheManager:
         """The KV-cache manager of one engine rank over ``num_gpu_blocks`` blocks (its memory
         budget's), with these arguments' block size, max_model_len, prefix caching and watermark.
-        Given the budget's ``layout`` (co-located engines), a model with sliding-window layers gets
-        vLLM's hybrid manager, one block table per KV cache group; without a layout (the P/D and
-        AFD roles) or with speculative decoding, one full-attention group (README limits)."""
+        Given the budget's ``layout``, a model with sliding-window layers gets vLLM's hybrid
+        manager, one block table per KV cache group (the P/D connector supports it, as vLLM's
+        NixlConnector does); with speculative decoding, or without a layout, one full-attention
+        group (README limits)."""
         a = self.args
         if layout is not None and layout.sliding_window and a.speculative_config is None:
             first = "sliding" if self.model.is_sliding_layer(0) else "full"   # vLLM: layer 0's kind first

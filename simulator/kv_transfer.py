@@ -4,7 +4,7 @@ A transfer moves one request's prompt KV from a prefill engine to a decode
 engine. Every GPU of the pair works in parallel on its own shard (TP rank
 pairs, PP stage pairs), so a transfer is priced on ONE GPU's share: the
 caller passes ``num_bytes`` = tokens x bytes per token on the busiest GPU of
-either side (see ``simulator.control_plane.kv_bytes_per_token``).
+either side (see ``simulator.control_plane.kv_pull``).
 
 Timeline of one transfer::
 

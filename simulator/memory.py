@@ -28,10 +28,10 @@ cdiv(min(W - 1 + in_flight, L), block) + 1 (sliding window W; SlidingWindowSpec
 `max_admission_blocks_per_request`), with in_flight = max_num_batched_tokens * concurrent
 batches (pp + 1 with async scheduling on model runner V2, the GPU default; pp without).
 
-The simulator's KV manager gets vLLM's pool (num_blocks). A co-located engine of a model with
+The simulator's KV manager gets vLLM's pool (num_blocks). An engine of a model with
 sliding-window layers charges every group as vLLM does (`simulator.kv_cache.hybrid`, one block
-table per group, blocks before the window freed); the P/D and AFD roles and speculative
-decoding charge the full-attention blocks only (cdiv(tokens, block) per request).
+table per group, blocks before the window freed); with speculative decoding it charges the
+full-attention blocks only (cdiv(tokens, block) per request).
 
 Weights come from `ModelSpec.weight_bytes_per_rank` (worst pp stage). The other three terms are
 *estimates from the model* unless profiled memory rows replace them (`ProfiledOverheads`, fitted

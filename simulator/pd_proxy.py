@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simulator.cluster import Cluster, Role
-from simulator.control_plane import (CompiledRole, PddSpec, build_links, compile_role,
-                                     kv_bytes_per_token)
+from simulator.control_plane import (CompiledRole, KvPull, PddSpec, build_links, compile_role,
+                                     kv_pull)
 from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.batch_engine import BatchEngine, pricing_notes
 from simulator.dp_group import LockstepRanks
@@ -82,11 +82,11 @@ class PDProxy(BenchmarkClient):
     """``BenchmarkClient`` whose requests go P -> KV transfer -> D (module docstring)."""
 
     def __init__(self, loop: EventLoop, specs: list[RequestSpec], prefill: Cluster, decode: Cluster,
-                 transfers: TransferModel, links: list[list[Link]], bytes_per_token: int,
+                 transfers: TransferModel, links: list[list[Link]], pull: KvPull,
                  max_model_len: int, max_concurrency: int | None, debug: bool = False) -> None:
         super().__init__(loop, specs, decode, max_model_len, max_concurrency)
         self.prefill, self.decode = prefill, decode
-        self.transfers, self.links, self.bytes_per_token = transfers, links, bytes_per_token
+        self.transfers, self.links, self.pull = transfers, links, pull
         self.routes: dict[str, _Route] = {}
         self._p_dp, self._d_dp = _num_ranks(prefill), _num_ranks(decode)
         for replica in prefill.replicas:
@@ -126,10 +126,10 @@ class PDProxy(BenchmarkClient):
         for rid in request_ids:
             route = self.routes[rid]
             r = self.in_flight[rid].request
-            tokens = r.num_computed_tokens - max(r.num_cached_tokens, 0)   # D's local hit is not pulled
+            nbytes = self.pull.num_bytes(max(r.num_cached_tokens, 0), r.num_computed_tokens)  # D's hit stays
             route.transfer_start_s = now
             self.transfers.start(rid, self.links[route.prefill][route.decode],
-                                 tokens * self.bytes_per_token, lambda rid=rid: self._on_transferred(rid))
+                                 nbytes, lambda rid=rid: self._on_transferred(rid))
 
     def _on_transferred(self, rid: str) -> None:
         route = self.routes[rid]
@@ -196,7 +196,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     model = decode.resolved.model
     specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
     client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
-                     build_links(prefill, decode, pdd), kv_bytes_per_token(model, prefill.resolved, decode.resolved),
+                     build_links(prefill, decode, pdd), kv_pull(model, prefill, decode),
                      decode.resolved.max_model_len, spec.max_concurrency, debug=spec.debug)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(pdd_summary(roles, records))

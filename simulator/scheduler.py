@@ -431,10 +431,9 @@ class Scheduler:
     def _inflight_prefill_reserved_blocks(self) -> int:
         """vLLM: blocks in-flight prefills still need to hold their full sequence (and, with
         speculative decoding, their first verify step: 1 + k tokens and k lookahead slots)."""
-        bs, max_len, held = self.config.block_size, self.config.max_model_len, self.kv.req_to_blocks
         extra = 1 + self._k + self._lookahead if self._k else 0
-        return sum(max(-(-(min(r.num_tokens, max_len) + extra) // bs) - len(held.get(r.request_id, ())), 0)
-                   for r in self._inflight_prefills)
+        remaining = self.kv.remaining_blocks
+        return sum(remaining(r, extra) for r in self._inflight_prefills)
 
     def _spec_decode_step_blocks(self) -> int:
         """vLLM ``_spec_decode_step_blocks``: blocks of one verify step (1 + k tokens and the k
@@ -1151,6 +1150,8 @@ class Scheduler:
         rid = r.request_id
         self._finished_req_ids.add(rid)
         self._inflight_prefills.discard(r)
+        if self.kv_role is not None:
+            self.kv.connector_finished(r)   # a sliding group frees what lies before its window
         if r.kv_remote_decode:
             self._delayed_free[rid] = r     # P/D producer: D reads the blocks first
         else:

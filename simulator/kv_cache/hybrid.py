@@ -25,9 +25,10 @@ run of cached blocks from the left (all full groups), then the sliding groups' r
 ceil((W - 1) / bs) cached blocks within it (blocks left of the run are null); the full groups are
 cut to that length (vLLM's "simple hybrid": one full type plus one other).
 
-Used for co-located engines without speculative decoding; the P/D and AFD roles and speculative
-decoding keep the one-group `KVCacheManager` (their sliding groups are not charged; see the
-README's limits).
+P/D decode side (a KV connector, as vLLM's NixlConnector with HMA): the pulled tokens take blocks
+only inside each sliding group's window, and a finished request's out-of-window blocks are freed
+before its table goes to the connector (`connector_finished`). Speculative decoding keeps the
+one-group `KVCacheManager` (the sliding groups are not charged; see the README's limits).
 """
 
 from __future__ import annotations
@@ -180,12 +181,14 @@ class HybridKVCacheManager(KVCacheManager):
         delay_cache_blocks: bool = False,
         reserved_blocks: int = 0,
     ) -> list[int] | None:
-        """vLLM `KVCacheManager.allocate_slots` over every group (co-located: no external tokens,
-        lookahead or delayed caching). Returns the new blocks of all groups, None if they do not fit."""
-        if num_external_computed_tokens or num_lookahead_tokens or delay_cache_blocks or reserved_blocks:
-            raise ValueError("the hybrid KV cache manager serves co-located engines without "
-                             "speculative decoding")
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+        """vLLM `KVCacheManager.allocate_slots` over every group (no lookahead slots: speculative
+        decoding keeps the one-group manager). P/D decode side: ``num_external_computed_tokens``
+        a connector will write (a sliding group takes blocks for those inside the window only),
+        ``delay_cache_blocks``, ``reserved_blocks`` (`KVCacheManager.allocate_slots`). Returns
+        the new blocks of all groups, None if they do not fit."""
+        if num_lookahead_tokens:
+            raise ValueError("the hybrid KV cache manager takes no lookahead slots (no speculative decoding)")
+        if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         rid = request.request_id
         if request.status == RequestStatus.RUNNING and rid in self.tables[0] and not full_sequence_must_fit \
@@ -195,7 +198,8 @@ class HybridKVCacheManager(KVCacheManager):
         hits = new_computed_blocks if new_computed_blocks and any(new_computed_blocks) else None
         hit_of = hits if hits is not None else tuple([] for _ in groups)
         local = request.num_computed_tokens + num_new_computed_tokens
-        total = min(local, self.max_model_len)
+        ext = num_external_computed_tokens
+        total = min(local + ext, self.max_model_len)
         watermark = 0
         if has_scheduled_reqs and request.status in _ADMIT_STATUSES:
             watermark = self.watermark_blocks
@@ -207,15 +211,15 @@ class HybridKVCacheManager(KVCacheManager):
         num_main = total + num_new_tokens
         slots = min(num_main, self.max_model_len)
         self._remove_skipped(rid, max(0, total - request.num_in_flight_tokens))
-        need = sum(self._to_allocate(g, rid, slots, hit_of[g], local, False) for g in groups)
-        if need + watermark > self.pool.num_free_blocks:
+        need = sum(self._to_allocate(g, rid, slots, hit_of[g], local + ext, False) for g in groups)
+        if need + watermark > self.pool.num_free_blocks - reserved_blocks:
             return None
         pool, bs = self.pool, self.block_size
-        if hits is not None and not any(rid in c for c in self.cached):
+        if (hits is not None or ext > 0) and not any(rid in c for c in self.cached):
             # add_local_computed_blocks: every group's hit blocks first (touch), skipped ones as null
-            skipped = max(0, local - self.window + 1) // bs
+            skipped = max(0, local + ext - self.window + 1) // bs
             for g in groups:
-                blocks = hits[g][skipped:] if self.group_windows[g] and skipped > 0 else hits[g]
+                blocks = hit_of[g][skipped:] if self.group_windows[g] and skipped > 0 else hit_of[g]
                 pad = skipped if self.group_windows[g] else 0
                 if self.enable_caching:
                     pool.touch(blocks)
@@ -226,6 +230,15 @@ class HybridKVCacheManager(KVCacheManager):
             if skipped > 0:
                 self.nulls[rid] = skipped
             request.kv_num_cached_blocks = len(self.tables[0][rid])
+            if ext > 0:     # allocate_external_computed_blocks, group by group
+                for g, window in enumerate(self.group_windows):
+                    out = max(0, local + ext - window + 1) if window else 0    # skipped tokens
+                    if (min(local + ext - out, ext) if out > 0 else ext) <= 0:
+                        continue
+                    table = self.tables[g][rid]
+                    n = cdiv(local + ext, bs) - len(table)
+                    if n > 0:
+                        table.extend(pool.get_new_blocks(n))
         new: list[int] = []
         for g in groups:                # allocate_new_blocks, group by group
             table = self.tables[g].setdefault(rid, [])
@@ -234,7 +247,7 @@ class HybridKVCacheManager(KVCacheManager):
                 got = pool.get_new_blocks(n)
                 table.extend(got)
                 new += got
-        if self.enable_caching:
+        if self.enable_caching and not delay_cache_blocks:
             self.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return new
 
@@ -313,11 +326,36 @@ class HybridKVCacheManager(KVCacheManager):
         request.kv_num_blocks = request.kv_num_cached_blocks = 0
 
     def defer_free(self, request: Request, fence_seq: int) -> None:
-        raise ValueError("the hybrid KV cache manager serves co-located engines (no deferred frees)")
+        """vLLM `pop_blocks_for_free`: every group's blocks (null ones dropped), in group order, as
+        one list returned to the pool (tail first) once step `fence_seq` is processed."""
+        rid = request.request_id
+        null = self.pool.null_block
+        blocks: list[int] = []
+        for g in range(len(self.group_windows)):
+            blocks += [b for b in self.tables[g].pop(rid, []) if b != null]
+            self.cached[g].pop(rid, None)
+        self.junction.pop(rid, None)
+        self.nulls.pop(rid, None)
+        request.kv_num_blocks = request.kv_num_cached_blocks = 0
+        if blocks:
+            self.deferred_frees.append((fence_seq, blocks))
+
+    def connector_finished(self, request: Request) -> None:
+        """vLLM `_connector_finished`: before a finished request's block table goes to the KV
+        connector, the sliding groups free what lies before the window (processed tokens)."""
+        self._remove_skipped(request.request_id, max(0, request.num_computed_tokens - request.num_in_flight_tokens))
+
+    def remaining_blocks(self, request: Request, extra_tokens: int = 0) -> int:
+        """vLLM `_request_remaining_blocks`: blocks the request still needs for its whole
+        sequence, with the sliding groups' admission cap."""
+        full = min(request.num_tokens, self.max_model_len) + extra_tokens
+        return sum(self._to_allocate(g, request.request_id, full, [], request.num_computed_tokens, True)
+                   for g in range(len(self.group_windows)))
 
     def check_invariants(self, requests: Iterable[Request] = ()) -> None:
-        """Raise if blocks are not conserved (every non-null table entry holds one reference);
-        ``requests`` is the one-group manager's argument (no per-request counts here)."""
+        """Raise if blocks are not conserved (every non-null table entry and deferred block holds
+        one reference); ``requests`` is the one-group manager's argument (no per-request counts)."""
         null = self.pool.null_block
         held = sum(1 for tables in self.tables for blocks in tables.values() for b in blocks if b != null)
+        held += sum(len(b) for _, b in self.deferred_frees)
         self.pool.check_invariants(held)

@@ -256,6 +256,16 @@ class KVCacheManager:
         if blocks:
             self.deferred_frees.append((fence_seq, blocks))
 
+    def connector_finished(self, request: Request) -> None:
+        """vLLM `_connector_finished`'s out-of-window free: nothing lies outside a full-attention
+        window (`HybridKVCacheManager` frees its sliding groups' here)."""
+
+    def remaining_blocks(self, request: Request, extra_tokens: int = 0) -> int:
+        """vLLM `_request_remaining_blocks`: blocks the request still needs for its whole sequence
+        (+ ``extra_tokens``: a verify step's with speculative decoding)."""
+        need = min(request.num_tokens, self.max_model_len) + extra_tokens
+        return max(cdiv(need, self.block_size) - len(self.req_to_blocks.get(request.request_id, ())), 0)
+
     def drain_deferred_frees(self, processed_seq: int) -> None:
         """vLLM `_drain_deferred_frees`: free (tail first) every entry whose fence is processed,
         stopping at the first pending one."""

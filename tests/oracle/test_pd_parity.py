@@ -27,18 +27,28 @@ def make_requests(seed: int, n: int, prompt: tuple[int, int], output: tuple[int,
 
 
 def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200_000, num_speculative_tokens: int = 0,
-               accepted=None, **knobs):
+               accepted=None, kv_groups: tuple[int, ...] = (), **knobs):
     """The mirror's run of ``vllm_pd_driver.run_vllm_pd`` (same arguments); with
     ``num_speculative_tokens`` k > 0, EAGLE-style drafts accepted as ``accepted(id, context, drafts)``
-    says, and trace entries (tokens, drafts)."""
+    says, and trace entries (tokens, drafts). ``kv_groups`` with a sliding window: the hybrid KV
+    cache manager over those groups."""
     from simulator.kv_cache.manager import KVCacheManager
     from simulator.scheduler import Scheduler
     from simulator.scheduler_config import SchedulerConfig
 
     k = num_speculative_tokens
     config = SchedulerConfig(debug=True, num_speculative_tokens=k, num_lookahead_tokens=k, **knobs)
-    kv = KVCacheManager(num_gpu_blocks, BLOCK_SIZE, config.max_model_len,
-                        enable_prefix_caching=config.enable_prefix_caching)
+    if any(kv_groups):
+        from simulator.kv_cache.hybrid import HybridKVCacheManager
+        from simulator.memory import max_in_flight_tokens
+
+        kv = HybridKVCacheManager(
+            num_gpu_blocks, BLOCK_SIZE, config.max_model_len, tuple(kv_groups),
+            max_in_flight_tokens(config.max_num_batched_tokens, config.pipeline_parallel_size, config.async_scheduling),
+            enable_prefix_caching=config.enable_prefix_caching)
+    else:
+        kv = KVCacheManager(num_gpu_blocks, BLOCK_SIZE, config.max_model_len,
+                            enable_prefix_caching=config.enable_prefix_caching)
     s = Scheduler(config, kv, kv_role="consumer" if side == "decode" else "producer")
     if k:
         s.accept_drafts = lambda r, ctx, drafts: accepted(r.request_id, ctx, drafts)
@@ -94,6 +104,33 @@ def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200
     raise RuntimeError("mirror still busy")
 
 
+def pd_knobs(async_scheduling: bool, **extra) -> dict:
+    """The scheduler knobs of the P/D parity cases, ``extra`` on top."""
+    knobs = dict(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=4096, block_size=BLOCK_SIZE,
+                 enable_prefix_caching=False, long_prefill_token_threshold=0, policy="fcfs",
+                 async_scheduling=async_scheduling)
+    knobs.update(extra)
+    return knobs
+
+
+def assert_pd_parity(name: str, requests, *, side: str, num_gpu_blocks: int, **knobs):
+    """Run ``requests`` on vLLM (``vllm_pd_driver.run_vllm_pd``) and on the mirror with the same
+    arguments; schedules and free blocks must be equal step by step. Returns vLLM's (trace, free)."""
+    import vllm_pd_driver
+
+    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=num_gpu_blocks, **knobs)
+    actual = run_mirror(requests, side=side, num_gpu_blocks=num_gpu_blocks, **knobs)
+    assert actual[0] == expected[0], f"{name}: schedules differ"
+    assert actual[1] == expected[1], f"{name}: free blocks differ"
+    return expected
+
+
+def recomputed_locally(trace) -> set[str]:
+    """Decode side: requests that ran a step of more than one token, i.e. were preempted after their
+    KV load and recomputed locally (a loaded request resumes with one token)."""
+    return {rid for step in trace for rid, tokens in step.items() if tokens > 1}
+
+
 CASES = [
     # (name, side, seed, n, prompt range, output range, num_gpu_blocks, extra knobs)
     ("decode_roomy", "decode", 1, 30, (16, 400), (1, 40), 2000, {}),
@@ -108,18 +145,10 @@ CASES = [
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_pd_paths_match_vllm(case, async_scheduling) -> None:
-    import vllm_pd_driver
-
     name, side, seed, n, prompt, output, blocks, extra = case
-    knobs = dict(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=4096, block_size=BLOCK_SIZE,
-                 enable_prefix_caching=False, long_prefill_token_threshold=0, policy="fcfs",
-                 async_scheduling=async_scheduling)
-    knobs.update(extra)
     requests = make_requests(seed, n, prompt, output)
-    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **knobs)
-    actual = run_mirror(requests, side=side, num_gpu_blocks=blocks, **knobs)
-    assert actual[0] == expected[0], f"{name}: schedules differ"
-    assert actual[1] == expected[1], f"{name}: free blocks differ"
+    expected = assert_pd_parity(name, requests, side=side, num_gpu_blocks=blocks,
+                                **pd_knobs(async_scheduling, **extra))
     assert len({rid for step in expected[0] for rid in step}) == n
 
 
@@ -129,13 +158,10 @@ def test_tight_decode_case_really_preempts(async_scheduling) -> None:
     import vllm_pd_driver
 
     _, side, seed, n, prompt, output, blocks, extra = CASES[1]
-    knobs = dict(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=4096, block_size=BLOCK_SIZE,
-                 enable_prefix_caching=False, long_prefill_token_threshold=0, policy="fcfs",
-                 async_scheduling=async_scheduling)
     requests = make_requests(seed, n, prompt, output)
-    trace, _ = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **knobs)
-    recomputed = {rid for step in trace for rid, tokens in step.items() if tokens > 1}
-    assert recomputed, "no decode request was preempted and recomputed locally"
+    trace, _ = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks,
+                                          **pd_knobs(async_scheduling, **extra))
+    assert recomputed_locally(trace), "no decode request was preempted and recomputed locally"
 
 
 # Speculative decoding (EAGLE, k drafts) on both sides: (name, side, seed, n, prompt range, output
@@ -164,10 +190,7 @@ def test_pd_spec_paths_match_vllm(case, async_scheduling) -> None:
     import vllm_pd_driver
 
     name, side, seed, n, prompt, output, blocks, k, acceptance, extra = case
-    knobs = dict(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=4096, block_size=BLOCK_SIZE,
-                 enable_prefix_caching=False, long_prefill_token_threshold=0, policy="fcfs",
-                 async_scheduling=async_scheduling)
-    knobs.update(extra)
+    knobs = pd_knobs(async_scheduling, **extra)
     requests = make_requests(seed, n, prompt, output)
     spec = dict(num_speculative_tokens=k, accepted=_ACCEPT[acceptance])
     expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **spec, **knobs)

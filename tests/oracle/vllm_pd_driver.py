@@ -15,6 +15,19 @@ the same scheduler (``vllm_driver._EagleRunner``; see ``run_vllm_pd``). What vLL
 there: load admission without lookahead slots but with a spec-step reservation, promoted requests
 padded to ``(1 + k, k)`` with rejected placeholder drafts, legacy block hashes with the EAGLE
 last-block drop (``_check_pd_eagle_scheduler``).
+
+``run_vllm_pd(..., kv_groups=(...))`` runs a hybrid KV cache (``vllm_driver``'s ``kv_groups``: one
+KV cache group per entry over one pool, 0 = full attention, W > 0 = a sliding window of W tokens)
+with ``HMAPullConnector``: the same connector plus ``SupportsHMA``, which vLLM requires of a
+connector next to the hybrid KV cache manager (``VllmConfig`` turns the manager off for a connector
+without it; ``KVConnectorFactory.create_connector`` refuses one while it is on; the scheduler's
+``_connector_finished`` asserts a single group for one). ``request_finished_all_groups`` gets the
+block ids of every group (``get_block_ids_for_computed_tokens``, after
+``remove_skipped_blocks`` nulled the out-of-window blocks) and delays the free by NixlConnector's
+rule: ``any(len(group) > 0 for group in block_ids)`` (``NixlPullConnectorScheduler.request_finished``,
+the method NixlConnector's ``request_finished`` and ``request_finished_all_groups`` both call; every
+group's list is cut to the computed tokens' block count, null blocks kept, so all lists have one
+length). Checked on the built scheduler (``_check_pd_hybrid_scheduler``).
 """
 
 from __future__ import annotations
@@ -23,9 +36,11 @@ from collections import deque
 from typing import Any, Callable, Sequence
 
 from vllm.config import KVTransferConfig
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
+    SupportsHMA,
 )
 from vllm.sampling_params import SamplingParams
 from vllm.v1.outputs import KVConnectorOutput
@@ -34,6 +49,17 @@ from vllm.v1.request import Request, RequestStatus
 import vllm_driver as base
 
 DELAYS = (1, 3, 2, 5, 0, 4)
+
+
+def _delay_free(request: Request, block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
+    """NixlPullConnectorScheduler.request_finished's decision: a P-side request (do_remote_decode)
+    finished by length or stop keeps its blocks until finished_sending if it holds any."""
+    params = request.kv_transfer_params or {}
+    if params.get("do_remote_decode") and request.status in (
+        RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED
+    ):
+        return any(len(group) > 0 for group in block_ids), None    # delay_free_blocks
+    return False, None
 
 
 class PullConnector(KVConnectorBase_V1):
@@ -55,12 +81,7 @@ class PullConnector(KVConnectorBase_V1):
         return KVConnectorMetadata()
 
     def request_finished(self, request, block_ids):
-        params = request.kv_transfer_params or {}
-        if params.get("do_remote_decode") and request.status in (
-            RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED
-        ):
-            return len(block_ids) > 0, None       # NixlConnector: delay_free_blocks
-        return False, None
+        return _delay_free(request, (block_ids,))    # as NixlConnector.request_finished: one group
 
     # ---- worker side (never called: no worker)
     def start_load_kv(self, forward_context, **kwargs):
@@ -74,6 +95,45 @@ class PullConnector(KVConnectorBase_V1):
 
     def wait_for_save(self):
         pass
+
+
+class HMAPullConnector(PullConnector, SupportsHMA):
+    """``PullConnector`` for a hybrid KV cache (module docstring): the scheduler hands it the
+    block ids of every KV cache group when a request finishes."""
+
+    def request_finished_all_groups(self, request, block_ids):
+        return _delay_free(request, block_ids)
+
+    def get_loaded_kv_cache_group_ids(self, request):
+        # as NixlBaseConnector: a load of the request's own blocks restores every transfer group
+        # (here the same groups as the base default, the prefix-cacheable ones: all of them)
+        return self._kv_cache_config.transfer_group_ids
+
+
+def _check_pd_hybrid_scheduler(scheduler: Any) -> None:
+    """The hybrid KV cache manager stays on with the connector: it supports HMA (what
+    ``VllmConfig`` asks before turning the manager off for a connector, and what the scheduler
+    asks before calling ``request_finished_all_groups``), and no model feature turns it off (chunked
+    local attention). On this CPU ``VllmConfig`` still resolves ``disable_hybrid_kv_cache_manager``
+    to True (the ``UnspecifiedPlatform`` has no hybrid KV cache; ``vllm_driver`` module docstring):
+    neither the scheduler nor this connector reads it. The groups themselves are checked by
+    ``vllm_driver._check_kv_groups`` when the scheduler is built."""
+    config = scheduler.vllm_config
+    effective = {
+        "connector": type(scheduler.connector).__name__,
+        "connector_supports_hma": isinstance(scheduler.connector, SupportsHMA),
+        "config_supports_hma": KVConnectorFactory.supports_hma_config(config.kv_transfer_config),
+        "attention_chunk_size": config.model_config.attention_chunk_size,
+    }
+    wanted = {
+        "connector": HMAPullConnector.__name__,
+        "connector_supports_hma": True,
+        "config_supports_hma": True,
+        "attention_chunk_size": None,
+    }
+    if effective != wanted:
+        raise RuntimeError(f"vLLM resolved the hybrid KV cache + connector differently: wanted {wanted}, "
+                           f"got {effective}")
 
 
 def _check_pd_eagle_scheduler(scheduler: Any, k: int, block_size: int) -> None:
@@ -103,24 +163,32 @@ def _check_pd_eagle_scheduler(scheduler: Any, k: int, block_size: int) -> None:
         raise RuntimeError(f"vLLM resolved EAGLE + KV connector differently: wanted {wanted}, got {effective}")
 
 
-def new_pd_scheduler(*, num_gpu_blocks: int, num_speculative_tokens: int = 0, **knobs: Any) -> tuple[Any, Any]:
+def new_pd_scheduler(*, num_gpu_blocks: int, num_speculative_tokens: int = 0, kv_groups: tuple[int, ...] = (),
+                     **knobs: Any) -> tuple[Any, Any]:
     """The scheduler ``run_vllm_pd`` drives (PullConnector, watermark 0) and its block hasher;
     with ``num_speculative_tokens`` > 0 also the EAGLE drafter, checked by
-    ``vllm_driver._check_eagle_scheduler`` and ``_check_pd_eagle_scheduler``."""
-    config = KVTransferConfig(kv_connector="PullConnector", kv_role="kv_both",
+    ``vllm_driver._check_eagle_scheduler`` and ``_check_pd_eagle_scheduler``. ``kv_groups``
+    (non-empty): ``vllm_driver``'s hybrid KV cache groups with ``HMAPullConnector``, checked by
+    ``_check_pd_hybrid_scheduler``."""
+    kv_groups = tuple(kv_groups)
+    connector = HMAPullConnector.__name__ if kv_groups else PullConnector.__name__
+    config = KVTransferConfig(kv_connector=connector, kv_role="kv_both",
                               kv_connector_module_path="vllm_pd_driver")
     spec_knobs = {"num_speculative_tokens": num_speculative_tokens} if num_speculative_tokens else {}
+    group_knobs = {"kv_groups": kv_groups} if kv_groups else {}
     scheduler, block_hasher = base.new_scheduler(num_gpu_blocks=num_gpu_blocks, watermark=0.0,
-                                                 kv_transfer_config=config, **spec_knobs, **knobs)
+                                                 kv_transfer_config=config, **spec_knobs, **group_knobs, **knobs)
     if num_speculative_tokens:
         _check_pd_eagle_scheduler(scheduler, num_speculative_tokens, knobs["block_size"])
+    if kv_groups:
+        _check_pd_hybrid_scheduler(scheduler)
     return scheduler, block_hasher
 
 
 def run_vllm_pd(
     requests: Sequence[Any], *, side: str, num_gpu_blocks: int, max_steps: int = 200_000,
     num_speculative_tokens: int = 0, accepted: Callable[[str, int, int], int] | None = None,
-    **knobs: Any
+    kv_groups: tuple[int, ...] = (), **knobs: Any
 ) -> tuple[list[dict[str, Any]], list[int]]:
     """Run one side ("decode": do_remote_prefill, "prefill": do_remote_decode with max_tokens=1).
 
@@ -137,12 +205,15 @@ def run_vllm_pd(
     ``scheduled_new_reqs``: status WAITING), so its padded first step (1 + k, k) has no real
     drafts: the GPU rejects them (``gather_draft_sampled``: the step starts inside the
     prefill) and it samples 1 token.
+
+    ``kv_groups``: the KV cache groups of ``vllm_driver`` (module docstring; empty: one
+    full-attention group and the plain ``PullConnector``), not with a drafter.
     """
     k = num_speculative_tokens
     if k and accepted is None:
         raise ValueError("num_speculative_tokens > 0 needs accepted(request_id, context_len, real_drafts)")
     scheduler, block_hasher = new_pd_scheduler(num_gpu_blocks=num_gpu_blocks, num_speculative_tokens=k,
-                                               **knobs)
+                                               kv_groups=kv_groups, **knobs)
     if k:
         runner: Any = base._EagleRunner(scheduler, accepted)
     else:

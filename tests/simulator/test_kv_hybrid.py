@@ -70,6 +70,20 @@ def test_the_admission_gate_caps_the_sliding_group():
         assert (got is not None) == fits
 
 
+def test_remaining_blocks_cap_the_sliding_group_and_deferred_frees_go_group_by_group():
+    kv = HybridKVCacheManager(200, 16, 1024, (32, 0), max_in_flight_tokens=64, enable_prefix_caching=False)
+    a = req("a", 1000)
+    assert admit(kv, a, 64) == [1, 2, 3, 4, 5, 6, 7, 8]
+    # the in-flight reservation (vLLM _request_remaining_blocks): full 63 - 4, sliding min(63, 7) - 4
+    assert kv.remaining_blocks(a) == 59 + 3
+    kv.defer_free(a, fence_seq=3)
+    assert kv.num_free_blocks == 199 - 8 and kv.deferred_frees[0] == (3, [1, 2, 3, 4, 5, 6, 7, 8])
+    kv.drain_deferred_frees(3)
+    # vLLM pop_blocks_for_free: one list of every group's blocks, freed tail first
+    assert kv.pool.free_queue.order()[:8] == [8, 7, 6, 5, 4, 3, 2, 1]
+    kv.check_invariants()
+
+
 def test_sparse_retention_and_the_shared_prefix_junction():
     kv = HybridKVCacheManager(60, 16, 1024, (32, 0), max_in_flight_tokens=64)
     prompt = tuple(range(1, 101))
@@ -112,3 +126,22 @@ def test_bad_groups_are_refused():
         HybridKVCacheManager(40, 16, 1024, (0, 0), max_in_flight_tokens=64)
     with pytest.raises(ValueError, match="one sliding window"):
         HybridKVCacheManager(40, 16, 1024, (32, 64, 0), max_in_flight_tokens=64)
+
+
+def test_a_pull_moves_the_sliding_layers_window_only():
+    """gpt-oss-120b TP1 both sides: 2 x 8 KV heads x 64 x 2 bytes = 2,048 bytes per token and
+    layer; 18 full and 18 sliding layers. D holds the 128-token window's blocks only: of a
+    1,000-token prompt, tokens 864.. (blocks from (1000 - 127) // 16 = 54)."""
+    from types import SimpleNamespace
+
+    from simulator.control_plane import KvPull, kv_pull
+    oss = resolved("openai/gpt-oss-120b")
+    layout = kv_layout(oss.model, oss.parallel, oss.block_size)
+    role = SimpleNamespace(resolved=oss, memory=SimpleNamespace(layout=layout))
+    pull = kv_pull(oss.model, role, role)
+    assert pull == KvPull(18 * 2048, 18 * 2048, 128, 16)
+    assert pull.num_bytes(0, 1000) == (1000 + 136) * 18 * 2048
+    assert pull.num_bytes(960, 1000) == (40 + 40) * 18 * 2048      # D's local hit is not pulled
+    unified = SimpleNamespace(resolved=oss, memory=SimpleNamespace(
+        layout=kv_layout(oss.model, oss.parallel, oss.block_size, hybrid=False)))
+    assert kv_pull(oss.model, unified, unified).num_bytes(0, 1000) == 1000 * 36 * 2048

@@ -7,7 +7,7 @@ Timelines use a fixed-cost engine (every step 10 ms), bytes_per_token = 1000 and
 import pytest
 
 from simulator.cluster import Cluster, Role
-from simulator.control_plane import PddSpec, RoleLayout
+from simulator.control_plane import KvPull, PddSpec, RoleLayout
 from simulator.engine_args import EngineArgs
 from simulator.events import EventLoop
 from simulator.kv_cache.manager import KVCacheManager
@@ -169,7 +169,7 @@ def make_pd(async_scheduling=False, d_blocks=64, n_prefill=1, n_decode=1):
 
 def run_pd(specs, **kw):
     loop, prefill, decode, links, trace = make_pd(**kw)
-    client = PDProxy(loop, specs, prefill, decode, SharedLinkTransfers(loop), links, BPT, 256, None)
+    client = PDProxy(loop, specs, prefill, decode, SharedLinkTransfers(loop), links, KvPull(BPT), 256, None)
     client.start()
     loop.run()
     return {r.request_id: r for r in client.records}, prefill, decode, trace
@@ -194,7 +194,7 @@ def test_one_request_timeline(async_scheduling):
 def test_prefill_blocks_are_held_until_the_transfer_ends():
     loop, prefill, decode, links, _ = make_pd()
     client = PDProxy(loop, [RequestSpec("a", 0.0, 32, 3)], prefill, decode, SharedLinkTransfers(loop),
-                     links, BPT, 256, None)
+                     links, KvPull(BPT), 256, None)
     client.start()
     p_kv = prefill.replicas[0].scheduler.kv
     loop.run(until_s=0.042)

@@ -10,7 +10,7 @@ import pytest
 
 from simulator.batch_engine import StepCost
 from simulator.cluster import Cluster, Role
-from simulator.control_plane import PddSpec, RoleLayout, build_links
+from simulator.control_plane import KvPull, PddSpec, RoleLayout, build_links
 from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs
 from simulator.events import EventLoop
@@ -60,7 +60,7 @@ def make_pd(p_dp: int, d_dp: int, async_scheduling: bool = False, d_blocks: int 
 
 def run_pd(specs, p_dp, d_dp, **kw):
     loop, prefill, decode, links, trace = make_pd(p_dp, d_dp, **kw)
-    client = PDProxy(loop, specs, prefill, decode, SharedLinkTransfers(loop), links, BPT, 256, None)
+    client = PDProxy(loop, specs, prefill, decode, SharedLinkTransfers(loop), links, KvPull(BPT), 256, None)
     client.start()
     loop.run()
     assert not client.in_flight and not client.failed
