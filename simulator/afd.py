@@ -684,7 +684,7 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
     engines = make_engines(resolved, args.num_replicas // a_dp if lockstep else args.num_replicas)
 
     def new_scheduler() -> Scheduler:
-        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, memory.layout)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, memory.layout, connector=True)
         return Scheduler(sched_config, kv, kv_role="consumer")
 
     replicas = []

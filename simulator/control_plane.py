@@ -214,7 +214,7 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
     made: list[Scheduler] = []
 
     def new_scheduler() -> Scheduler:
-        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, memory.layout)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, memory.layout, connector=True)
         sched = Scheduler(sched_config, kv, kv_role=kv_role)
         if args.speculative_config is not None:     # speculative decoding: the engine's acceptance draws
             sched.accept_drafts = engine_acceptance(args.speculative_config, len(made))

@@ -441,15 +441,16 @@ class ResolvedEngine:
             return ARCH_MAX_CUDAGRAPH_CAPTURE.get(self.model.architecture)
         return a.max_cudagraph_capture_size
 
-    def kv_cache_manager(self, num_gpu_blocks: int, layout: KVLayout | None = None) -> KVCacheManager:
+    def kv_cache_manager(self, num_gpu_blocks: int, layout: KVLayout | None = None,
+                         connector: bool = False) -> KVCacheManager:
         """The KV-cache manager of one engine rank over ``num_gpu_blocks`` blocks (its memory
         budget's), with these arguments' block size, max_model_len, prefix caching and watermark.
         Given the budget's ``layout``, a model with sliding-window layers gets vLLM's hybrid
-        manager, one block table per KV cache group (the P/D connector supports it, as vLLM's
-        NixlConnector does); with speculative decoding, or without a layout, one full-attention
-        group (README limits)."""
+        manager, one block table per KV cache group (behind a KV ``connector`` too, as vLLM's
+        NixlConnector supports it); speculative decoding behind a connector, or no layout, keeps
+        one full-attention group (README limits)."""
         a = self.args
-        if layout is not None and layout.sliding_window and a.speculative_config is None:
+        if layout is not None and layout.sliding_window and not (connector and a.speculative_config):
             first = "sliding" if self.model.is_sliding_layer(0) else "full"   # vLLM: layer 0's kind first
             groups = sorted(layout.groups, key=lambda g: g.kind != first)
             in_flight = max_in_flight_tokens(self.max_num_batched_tokens, self.parallel.pp,

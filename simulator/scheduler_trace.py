@@ -137,22 +137,29 @@ def run_spec_scheduler_only(
     config: SchedulerConfig,
     num_gpu_blocks: int,
     accept_drafts: Callable[[str, int, int], int],
-) -> list[dict[str, tuple[int, int]]]:
+    *,
+    kv_groups: tuple[int, ...] = (),
+    record_free_blocks: bool = False,
+) -> list[dict[str, tuple[int, int]]] | tuple[list[dict[str, tuple[int, int]]], list[int]]:
     """``run_scheduler_only`` with speculative decoding (``config.num_speculative_tokens`` > 0):
     ``accept_drafts(request_id, context_len, drafts)`` says how many of the drafts a request
     verified in a step are accepted (``context_len``: its num_computed_tokens before that step).
-    Returns one dict per step that scheduled tokens: {request_id: (num_scheduled_tokens, drafts)}."""
+    Returns one dict per step that scheduled tokens: {request_id: (num_scheduled_tokens, drafts)};
+    ``kv_groups`` and ``record_free_blocks`` as ``run_scheduler_only``'s."""
     if config.num_speculative_tokens < 1:
         raise ValueError(f"num_speculative_tokens={config.num_speculative_tokens}; must be >= 1 here")
-    sched = make_scheduler(config, num_gpu_blocks)
+    sched = make_scheduler(config, num_gpu_blocks, kv_groups)
     sched.accept_drafts = lambda r, ctx, drafts: accept_drafts(r.request_id, ctx, drafts)
     for spec in requests:
         sched.add_request(spec)
     steps: list[dict[str, tuple[int, int]]] = []
 
+    free: list[int] = []
+
     def record(out: SchedulerOutput) -> None:
         if out.total_num_scheduled_tokens > 0:
             steps.append(dict(zip(out.request_ids, zip(out.num_scheduled_tokens, out.spec_tokens))))
+            free.append(sched.kv.num_free_blocks)
 
     drive(sched, on_schedule=record)
-    return steps
+    return (steps, free) if record_free_blocks else steps

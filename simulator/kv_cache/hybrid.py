@@ -27,8 +27,10 @@ cut to that length (vLLM's "simple hybrid": one full type plus one other).
 
 P/D decode side (a KV connector, as vLLM's NixlConnector with HMA): the pulled tokens take blocks
 only inside each sliding group's window, and a finished request's out-of-window blocks are freed
-before its table goes to the connector (`connector_finished`). Speculative decoding keeps the
-one-group `KVCacheManager` (the sliding groups are not charged; see the README's limits).
+before its table goes to the connector (`connector_finished`). EAGLE drafts (co-located): lookahead
+slots in every group; with prefix caching vLLM hashes a block with the token after it, which keeps
+the coordinator's lookup as without a drafter. Speculative decoding behind a KV connector keeps
+the one-group `KVCacheManager` (the sliding groups are not charged; see the README's limits).
 """
 
 from __future__ import annotations
@@ -181,19 +183,17 @@ class HybridKVCacheManager(KVCacheManager):
         delay_cache_blocks: bool = False,
         reserved_blocks: int = 0,
     ) -> list[int] | None:
-        """vLLM `KVCacheManager.allocate_slots` over every group (no lookahead slots: speculative
-        decoding keeps the one-group manager). P/D decode side: ``num_external_computed_tokens``
+        """vLLM `KVCacheManager.allocate_slots` over every group, with ``num_lookahead_tokens``
+        slots for an EAGLE drafter (co-located). P/D decode side: ``num_external_computed_tokens``
         a connector will write (a sliding group takes blocks for those inside the window only),
         ``delay_cache_blocks``, ``reserved_blocks`` (`KVCacheManager.allocate_slots`). Returns
         the new blocks of all groups, None if they do not fit."""
-        if num_lookahead_tokens:
-            raise ValueError("the hybrid KV cache manager takes no lookahead slots (no speculative decoding)")
         if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         rid = request.request_id
         if request.status == RequestStatus.RUNNING and rid in self.tables[0] and not full_sequence_must_fit \
                 and not (new_computed_blocks and any(new_computed_blocks)):
-            return self.allocate_running(request, num_new_tokens)
+            return self.allocate_running(request, num_new_tokens, num_lookahead_tokens)
         groups = range(len(self.group_windows))
         hits = new_computed_blocks if new_computed_blocks and any(new_computed_blocks) else None
         hit_of = hits if hits is not None else tuple([] for _ in groups)
@@ -208,8 +208,7 @@ class HybridKVCacheManager(KVCacheManager):
             need = sum(self._to_allocate(g, rid, full, hit_of[g], total, True) for g in groups)
             if need + watermark > self.pool.num_free_blocks:
                 return None
-        num_main = total + num_new_tokens
-        slots = min(num_main, self.max_model_len)
+        slots = min(total + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         self._remove_skipped(rid, max(0, total - request.num_in_flight_tokens))
         need = sum(self._to_allocate(g, rid, slots, hit_of[g], local + ext, False) for g in groups)
         if need + watermark > self.pool.num_free_blocks - reserved_blocks:
@@ -251,7 +250,7 @@ class HybridKVCacheManager(KVCacheManager):
             self.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return new
 
-    def allocate_running(self, request: Request, n: int) -> list[int] | None:
+    def allocate_running(self, request: Request, n: int, lookahead: int = 0) -> list[int] | None:
         """`allocate_slots` of a running request that holds its tables (same result). Every
         group's table has the same length (null blocks included), so each needs ceil(slots / bs)
         minus that length (no null block lies past the window's start, so vLLM's skipped-block
@@ -261,7 +260,7 @@ class HybridKVCacheManager(KVCacheManager):
         rid, bs, max_len, pool = request.request_id, self.block_size, self.max_model_len, self.pool
         c = request.num_computed_tokens
         total = c if c < max_len else max_len
-        slots = total + n if total + n < max_len else max_len
+        slots = total + n + lookahead if total + n + lookahead < max_len else max_len
         processed = total - request.num_in_flight_tokens
         if (processed - self.window + 1) // bs > self.nulls.get(rid, 0):
             self._remove_skipped(rid, processed)
@@ -275,8 +274,8 @@ class HybridKVCacheManager(KVCacheManager):
                 tables[rid].extend(got)
                 new += got
         if self.enable_caching:
-            known = request.num_tokens
-            num_full = min(slots if slots < known else known, len(request.block_hashes) * bs) // bs
+            known, main = request.num_tokens, total + n       # drafts are not cached
+            num_full = min(main if main < known else known, len(request.block_hashes) * bs) // bs
             if num_full > request.kv_num_cached_blocks:
                 self.cache_blocks(request, num_full * bs)
         return new

@@ -19,20 +19,10 @@ Rules used (vllm/v1/core):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-
-@dataclass(frozen=True)
-class Req:
-    request_id: str
-    prompt_len: int
-    output_len: int
-    priority: int = 0
-    prompt_token_ids: tuple[int, ...] | None = None
-
+from test_vllm_driver_smoke import Req
 
 _KNOBS = dict(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=1024, block_size=16, num_gpu_blocks=200,
               enable_prefix_caching=False)

@@ -259,8 +259,9 @@ def _build_scheduler(
     ``_kv_cache_config`` (empty: one full-attention group), checked on the built
     scheduler by ``_check_kv_groups``."""
     kv_groups = tuple(kv_groups)
-    if kv_groups and num_speculative_tokens:
-        raise ValueError("kv_groups: the driver builds hybrid KV caches without a drafter only")
+    if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups):
+        raise ValueError("kv_groups with a drafter: only without a KV connector and with a full-attention "
+                         "group (0), which the draft layer joins")
     if any(w < 0 for w in kv_groups):
         raise ValueError(f"kv_groups: 0 (full attention) or a window > 0, got {kv_groups}")
     model_config = ModelConfig(
@@ -337,6 +338,8 @@ def _build_scheduler(
     if effective != wanted:
         raise RuntimeError(f"vLLM changed the scheduler knobs: asked {wanted}, got {effective}")
     _check_kv_groups(scheduler, kv_groups or (0,), enable_prefix_caching, num_gpu_blocks, block_size)
+    if num_speculative_tokens:
+        _check_eagle_kv_cache(scheduler, kv_groups or (0,), enable_prefix_caching, kv_transfer_config is not None)
     return scheduler
 
 
@@ -348,7 +351,16 @@ def _kv_cache_config(
     retention_interval: int | None,
 ) -> KVCacheConfig:
     """The scheduler's ``KVCacheConfig``: one group per ``kv_groups`` entry (layer
-    ``layer{i}``), or the single full-attention group ``layer`` when it is empty."""
+    ``layer{i}``), or the single full-attention group ``layer`` when it is empty.
+
+    ``is_eagle_group`` (an EAGLE drafter): the draft layer's KV spec is the target's
+    full-attention one (``is_draft`` is not compared), so ``_get_kv_cache_groups_uniform_page_size``
+    puts it in the full-attention bucket and ``get_kv_cache_groups_from_builder``'s caller flags
+    the group holding it ``is_eagle_group`` (``use_eagle_block_drop()``). Hybrid: the layer
+    ``draft_layer`` joins the first full-attention group, which is flagged (gpt-oss + EAGLE-3:
+    12 sliding + 12 full + 1 draft layers are padded to groups (sliding x13, full x13 incl. the
+    draft); with several full-attention groups vLLM would put it in the group
+    ``num_full_layers % num_full_groups``, not modelled)."""
 
     def spec(window: int) -> FullAttentionSpec | SlidingWindowSpec:
         if window == 0:
@@ -364,6 +376,10 @@ def _kv_cache_config(
         ]
     else:
         groups = [KVCacheGroupSpec([f"layer{i}"], spec(w)) for i, w in enumerate(kv_groups)]
+        if is_eagle_group:
+            eagle = groups[kv_groups.index(0)]
+            eagle.layer_names.append("draft_layer")
+            eagle.is_eagle_group = True
     return KVCacheConfig(
         num_blocks=num_gpu_blocks,
         kv_cache_tensors=[],
@@ -417,6 +433,42 @@ def _check_kv_groups(
     }
     if effective != wanted:
         raise RuntimeError(f"vLLM built other KV cache groups: asked {wanted}, got {effective}")
+
+
+def _check_eagle_kv_cache(
+    scheduler: Scheduler, kv_groups: tuple[int, ...], enable_prefix_caching: bool, kv_connector: bool
+) -> None:
+    """EAGLE in the KV cache manager, as vLLM resolved it: the first full-attention group is the
+    EAGLE group; with prefix caching and no KV connector blocks are hashed with the token after
+    them (``VllmConfig.num_hash_lookahead_tokens`` 1), which clears ``use_eagle_block_drop``, so
+    the coordinator drops no group's last hit block (``drop_eagle_group_ids`` empty); otherwise the
+    EAGLE group gets the drop (inert without prefix caching). A manager is flagged ``use_eagle``
+    only by the caching coordinators, from ``drop_eagle_group_ids``: then none, behind a KV
+    connector with prefix caching the EAGLE group's."""
+    coordinator = scheduler.kv_cache_manager.coordinator
+    eagle_ids = {kv_groups.index(0)}
+    lookahead = 1 if enable_prefix_caching and not kv_connector else 0
+    effective = {
+        "eagle_group_ids": coordinator.eagle_group_ids,
+        "drop_eagle_group_ids": coordinator.drop_eagle_group_ids,
+        "num_hash_lookahead_tokens": scheduler.num_hash_lookahead_tokens,
+        "block_pool_lookahead": coordinator.block_pool.num_hash_lookahead_tokens,
+        "use_eagle_block_drop": scheduler.use_eagle_block_drop,
+        "kv_cache_manager_use_eagle": scheduler.kv_cache_manager.use_eagle,
+        "managers_use_eagle": tuple(m.use_eagle for m in coordinator.single_type_managers),
+    }
+    wanted = {
+        "eagle_group_ids": eagle_ids,
+        "drop_eagle_group_ids": set() if lookahead else eagle_ids,
+        "num_hash_lookahead_tokens": lookahead,
+        "block_pool_lookahead": lookahead,
+        "use_eagle_block_drop": not lookahead,
+        "kv_cache_manager_use_eagle": not lookahead,
+        "managers_use_eagle": tuple(enable_prefix_caching and not lookahead and i in eagle_ids
+                                    for i in range(len(kv_groups))),
+    }
+    if effective != wanted:
+        raise RuntimeError(f"vLLM resolved EAGLE in the KV cache differently: wanted {wanted}, got {effective}")
 
 
 def _fake_sample(scheduler: Scheduler, out: Any) -> ModelRunnerOutput:
@@ -698,8 +750,10 @@ def run_vllm_spec_scheduler(
     accepted: Callable[[str, int, int], int],
     async_scheduling: bool = False,
     max_steps: int = 200_000,
+    kv_groups: tuple[int, ...] = (),
+    record_free_blocks: bool = False,
     **knobs: Any,
-) -> list[dict[str, tuple[int, int]]]:
+) -> list[dict[str, tuple[int, int]]] | tuple[list[dict[str, tuple[int, int]]], list[int]]:
     """``run_vllm_scheduler`` with EAGLE speculative decoding, ``k = num_speculative_tokens``;
     ``knobs``: its scheduler knobs (``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``,
     ``block_size``, ``num_gpu_blocks``, ``enable_prefix_caching`` required; threshold, policy,
@@ -710,6 +764,11 @@ def run_vllm_spec_scheduler(
     ``len(scheduled_spec_decode_tokens.get(request_id, []))`` (those tokens are part of
     the first). Pipeline parallelism (``pipeline_parallel_size``) only with async scheduling: the
     batch queue of ``max_concurrent_batches`` (pp + 1) and V2's decode stagger.
+
+    ``kv_groups`` and ``record_free_blocks`` as ``run_vllm_scheduler``'s (returns
+    ``(trace, free_blocks)`` then). A hybrid KV cache needs a full-attention group (0): the
+    draft layer joins the first one, flagged ``is_eagle_group`` (``_kv_cache_config``), as vLLM
+    groups gpt-oss + an EAGLE-3 head; checked by ``_check_kv_groups`` and ``_check_eagle_kv_cache``.
 
     Configuration: method "eagle" on a one-layer EAGLE-Llama draft (``_eagle_config``),
     model runner V2 as on a GPU; verified on the built scheduler
@@ -755,11 +814,16 @@ def run_vllm_spec_scheduler(
         raise ValueError("run_vllm_spec_scheduler: pipeline parallelism only with async scheduling (vLLM's sync "
                          "engine with PP takes drafts through its batch queue, which this driver does not model)")
     defaults = {"long_prefill_token_threshold": 0, "policy": "fcfs", "watermark": 0.0}
-    scheduler, block_hasher = new_scheduler(async_scheduling=async_scheduling,
+    scheduler, block_hasher = new_scheduler(async_scheduling=async_scheduling, kv_groups=kv_groups,
                                             num_speculative_tokens=num_speculative_tokens, **{**defaults, **knobs})
     add_requests(scheduler, requests, block_hasher)
     runner = _EagleRunner(scheduler, accepted)
+    free_blocks: list[int] | None = [] if record_free_blocks else None
     if async_scheduling:
         depth = scheduler.vllm_config.max_concurrent_batches
-        return _run_async(scheduler, max_steps, depth, runner)
-    return _run_sync(scheduler, max_steps, runner)
+        trace = _run_async(scheduler, max_steps, depth, runner, free_blocks=free_blocks)
+    else:
+        trace = _run_sync(scheduler, max_steps, runner, free_blocks=free_blocks)
+    if free_blocks is not None:
+        return trace, free_blocks
+    return trace

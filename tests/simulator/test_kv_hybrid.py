@@ -10,22 +10,7 @@ from simulator.engine_args import EngineArgs
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.memory import kv_layout
-from simulator.request import Request, RequestStatus
-
-
-def req(rid: str, n: int, tokens: tuple[int, ...] | None = None) -> Request:
-    return Request(rid, 0.0, n, 4, block_size=16, prompt_token_ids=tokens)
-
-
-def admit(kv: HybridKVCacheManager, r: Request, n: int | None = None) -> list[int]:
-    """The scheduler's admission: prefix lookup, full-sequence gate, first chunk (processed)."""
-    hit_blocks, hit = kv.get_computed_blocks(r)
-    n = r.num_tokens - hit if n is None else n
-    blocks = kv.allocate_slots(r, n, hit, hit_blocks, full_sequence_must_fit=True, has_scheduled_reqs=False)
-    assert blocks is not None
-    r.status = RequestStatus.RUNNING
-    r.num_computed_tokens = hit + n
-    return blocks
+from test_kv_cache import admit, req      # the scheduler's admission, a 16-token-block request
 
 
 def test_a_sliding_group_frees_the_blocks_before_its_window():
