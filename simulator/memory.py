@@ -30,8 +30,8 @@ batches (pp + 1 with async scheduling on model runner V2, the GPU default; pp wi
 
 The simulator's KV manager gets vLLM's pool (num_blocks). An engine of a model with
 sliding-window layers charges every group as vLLM does (`simulator.kv_cache.hybrid`, one block
-table per group, blocks before the window freed); with speculative decoding it charges the
-full-attention blocks only (cdiv(tokens, block) per request).
+table per group, blocks before the window freed); with speculative decoding behind a KV connector
+(P/D) it charges the full-attention blocks only (cdiv(tokens, block) per request).
 
 Weights come from `ModelSpec.weight_bytes_per_rank` (worst pp stage). The other three terms are
 *estimates from the model* unless profiled memory rows replace them (`ProfiledOverheads`, fitted

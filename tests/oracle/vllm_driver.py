@@ -72,7 +72,9 @@ scheduler block size (the groups' LCM) and the hash block size (their GCD) are
 resolves ``scheduler_config.disable_hybrid_kv_cache_manager`` to True, the
 ``UnspecifiedPlatform`` not supporting hybrid KV caches; neither the scheduler nor its
 KV cache manager reads it, only the engine's KV cache planning, which the driver replaces
-by giving the groups itself, and some KV connectors.)
+by giving the groups itself, and some KV connectors.) With an EAGLE drafter (no KV connector) the
+draft layer joins the first full-attention group, flagged ``is_eagle_group``, as vLLM groups
+gpt-oss + an EAGLE-3 head (``_kv_cache_config``, ``_check_eagle_kv_cache``).
 
 All requests arrive at t=0 (``arrival_time=0.0``) and are added in list order,
 so the priority heap's tie-break ``(priority, arrival_time, request_id)`` falls
@@ -257,7 +259,8 @@ def _build_scheduler(
     ``num_speculative_tokens`` > 0 adds the EAGLE drafter of ``_eagle_config`` (its
     config.json in ``model_dir / "draft"``). ``kv_groups``: the KV cache groups of
     ``_kv_cache_config`` (empty: one full-attention group), checked on the built
-    scheduler by ``_check_kv_groups``."""
+    scheduler by ``_check_kv_groups``; with a drafter they need a full-attention group and
+    no KV connector, and EAGLE in the KV cache manager is checked by ``_check_eagle_kv_cache``."""
     kv_groups = tuple(kv_groups)
     if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups):
         raise ValueError("kv_groups with a drafter: only without a KV connector and with a full-attention "
