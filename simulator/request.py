@@ -125,6 +125,7 @@ class Request:
     is_prefill_chunk: bool = False
     kv_num_blocks: int = 0
     kv_num_cached_blocks: int = 0
+    kv_free_at: int = 0                     # hybrid KV: processed tokens that free its next out-of-window block
     token_times_s: array | None = None
     lazy_end: int = 0                       # lazy decode (Scheduler): 0, or the first step not lazy
     lazy_start: int = 0                     # first lazy step (0: not lazy)

@@ -627,9 +627,10 @@ class Scheduler:
                 continue
             # The inline allocation (= KVCacheManager._allocate_running; running: no watermark).
             need = c + n                            # < max_len when n > 0: n <= max_len - c - 1
-            if n > 0 and need <= r.kv_num_blocks * bs:
-                fits = True                         # its blocks hold the new tokens
-            elif allocate_running is not None:     # HybridKVCacheManager: every group, each step
+            if n > 0 and need <= r.kv_num_blocks * bs and (allocate_running is None
+                                                           or c - r.num_in_flight_tokens < r.kv_free_at):
+                fits = True                         # its blocks hold the new tokens (and no window free is due)
+            elif allocate_running is not None:     # HybridKVCacheManager: every group
                 fits = n > 0 and allocate_running(r, n) is not None
             elif (n > 0 and (blocks := held_map.get(r.request_id)) is not None
                   and (num_new := -(-need // bs) - len(blocks)) <= free_queue.num_free_blocks):

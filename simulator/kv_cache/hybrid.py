@@ -149,9 +149,10 @@ class HybridKVCacheManager(KVCacheManager):
         ref, null = self.pool.ref_cnt, self.pool.null_block
         return need + sum(1 for b in hit[max(0, skipped - held):] if ref[b] == 0 and b != null)
 
-    def _remove_skipped(self, rid: str, processed: int) -> None:
+    def _remove_skipped(self, request: Request, processed: int) -> None:
         """vLLM `remove_skipped_blocks`: each sliding group frees the blocks wholly before the window
         of the next token (tail first), leaving null blocks."""
+        rid = request.request_id
         skipped = processed - self.window + 1
         if skipped <= 0:
             return
@@ -169,6 +170,16 @@ class HybridKVCacheManager(KVCacheManager):
                 self.pool.free_blocks(freed)
             if k > self.nulls.get(rid, 0):      # the nulls stay a prefix: [0, k) now
                 self.nulls[rid] = k
+        self._sync(request)
+
+    def _sync(self, request: Request) -> None:
+        """The request's block count (every group's table has one length) and the processed
+        tokens at which its window passes the next block: the scheduler gives a running request
+        slots without calling `allocate_running` while neither a new block nor a free is due."""
+        rid = request.request_id
+        table = self.tables[0].get(rid)
+        request.kv_num_blocks = len(table) if table is not None else 0
+        request.kv_free_at = (self.nulls.get(rid, 0) + 1) * self.block_size + self.window - 1
 
     def allocate_slots(
         self,
@@ -209,7 +220,7 @@ class HybridKVCacheManager(KVCacheManager):
             if need + watermark > self.pool.num_free_blocks:
                 return None
         slots = min(total + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        self._remove_skipped(rid, max(0, total - request.num_in_flight_tokens))
+        self._remove_skipped(request, max(0, total - request.num_in_flight_tokens))
         need = sum(self._to_allocate(g, rid, slots, hit_of[g], local + ext, False) for g in groups)
         if need + watermark > self.pool.num_free_blocks - reserved_blocks:
             return None
@@ -246,6 +257,7 @@ class HybridKVCacheManager(KVCacheManager):
                 got = pool.get_new_blocks(n)
                 table.extend(got)
                 new += got
+        self._sync(request)
         if self.enable_caching and not delay_cache_blocks:
             self.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return new
@@ -263,7 +275,7 @@ class HybridKVCacheManager(KVCacheManager):
         slots = total + n + lookahead if total + n + lookahead < max_len else max_len
         processed = total - request.num_in_flight_tokens
         if (processed - self.window + 1) // bs > self.nulls.get(rid, 0):
-            self._remove_skipped(rid, processed)
+            self._remove_skipped(request, processed)
         add = -(-slots // bs) - len(self.tables[0][rid])
         new: list[int] = []
         if add > 0:
@@ -273,6 +285,7 @@ class HybridKVCacheManager(KVCacheManager):
                 got = pool.get_new_blocks(add)
                 tables[rid].extend(got)
                 new += got
+            request.kv_num_blocks += add
         if self.enable_caching:
             known, main = request.num_tokens, total + n       # drafts are not cached
             num_full = min(main if main < known else known, len(request.block_hashes) * bs) // bs
@@ -302,12 +315,12 @@ class HybridKVCacheManager(KVCacheManager):
                 for boundary in boundaries:
                     end = boundary // bs
                     keep.update(range(max(start, end - self.hit_run), min(num_full, end)))
-                todo = sorted(keep)
-            else:
-                todo = range(start, num_full)
-            for i in todo:
-                if blocks[i] != null:
-                    self.pool.cache_blocks((blocks[i],), ((hashes[i], g),), 0, 1)
+                for i in sorted(keep):
+                    if blocks[i] != null:
+                        self.pool.cache_blocks((blocks[i],), ((hashes[i], g),), 0, 1)
+            else:               # every full block, in order (no null blocks in a full group)
+                keys = [(h, g) for h in hashes[start:num_full]]
+                self.pool.cache_blocks(blocks[start:num_full], keys, 0, len(keys))
             self.cached[g][rid] = num_full
         request.kv_num_cached_blocks = num_full
 
@@ -322,7 +335,7 @@ class HybridKVCacheManager(KVCacheManager):
             self.pool.free_blocks(reversed([b for b in blocks if b != null]))
         self.junction.pop(rid, None)
         self.nulls.pop(rid, None)
-        request.kv_num_blocks = request.kv_num_cached_blocks = 0
+        request.kv_num_blocks = request.kv_num_cached_blocks = request.kv_free_at = 0
 
     def defer_free(self, request: Request, fence_seq: int) -> None:
         """vLLM `pop_blocks_for_free`: every group's blocks (null ones dropped), in group order, as
@@ -335,14 +348,14 @@ class HybridKVCacheManager(KVCacheManager):
             self.cached[g].pop(rid, None)
         self.junction.pop(rid, None)
         self.nulls.pop(rid, None)
-        request.kv_num_blocks = request.kv_num_cached_blocks = 0
+        request.kv_num_blocks = request.kv_num_cached_blocks = request.kv_free_at = 0
         if blocks:
             self.deferred_frees.append((fence_seq, blocks))
 
     def connector_finished(self, request: Request) -> None:
         """vLLM `_connector_finished`: before a finished request's block table goes to the KV
         connector, the sliding groups free what lies before the window (processed tokens)."""
-        self._remove_skipped(request.request_id, max(0, request.num_computed_tokens - request.num_in_flight_tokens))
+        self._remove_skipped(request, max(0, request.num_computed_tokens - request.num_in_flight_tokens))
 
     def remaining_blocks(self, request: Request, extra_tokens: int = 0) -> int:
         """vLLM `_request_remaining_blocks`: blocks the request still needs for its whole
