@@ -806,7 +806,8 @@ def memory(
             enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs, **tokens,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
-            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, optimization_level=optimization_level, async_scheduling=async_scheduling,
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+            optimization_level=optimization_level, async_scheduling=async_scheduling,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
             all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,
             **spec, kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
