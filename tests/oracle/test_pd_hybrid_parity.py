@@ -37,6 +37,12 @@ CASES = [
      {"max_num_batched_tokens": 256}),
     ("decode_tight_gemma_cached_budget_2048", "decode", 206, 30, (50, 900), (20, 200), 400, GEMMA,
      {"max_num_batched_tokens": 2048, "enable_prefix_caching": True}),
+    # a preempted request's 64-token recompute chunks leave budget to admit pulls while it holds
+    # fewer blocks than its sequence: the in-flight reservation (sliding groups capped) refuses some
+    ("decode_reservation_gptoss_threshold_64", "decode", 401, 30, (200, 1500), (50, 300), 200, GPT_OSS,
+     {"max_num_batched_tokens": 1024, "long_prefill_token_threshold": 64}),
+    ("decode_reservation_gptoss_threshold_64_b", "decode", 402, 30, (200, 1500), (50, 300), 300, GPT_OSS,
+     {"max_num_batched_tokens": 1024, "long_prefill_token_threshold": 64}),
     ("prefill_gptoss_cached_budget_2048", "prefill", 207, 30, (50, 900), (1, 1), 3000, GPT_OSS,
      {"max_num_batched_tokens": 2048, "enable_prefix_caching": True}),
     # tight: admission waits for blocks held until finished_sending

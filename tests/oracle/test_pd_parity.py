@@ -139,6 +139,10 @@ CASES = [
     ("decode_max_num_seqs_4", "decode", 4, 20, (16, 300), (1, 60), 2000, {"max_num_seqs": 4}),
     ("prefill_roomy", "prefill", 5, 30, (16, 600), (1, 1), 2000, {"enable_prefix_caching": True}),
     ("prefill_tight_blocks", "prefill", 6, 30, (100, 600), (1, 1), 120, {}),
+    # a preempted request recomputes in 64-token chunks, leaving budget to admit pulls while it holds
+    # fewer blocks than its sequence: the in-flight reservation refuses some (test_reservation_binds)
+    ("decode_reservation_binds", "decode", 401, 30, (200, 1500), (50, 300), 200,
+     {"max_num_batched_tokens": 1024, "long_prefill_token_threshold": 64}),
 ]
 
 
@@ -150,6 +154,21 @@ def test_pd_paths_match_vllm(case, async_scheduling) -> None:
     expected = assert_pd_parity(name, requests, side=side, num_gpu_blocks=blocks,
                                 **pd_knobs(async_scheduling, **extra))
     assert len({rid for step in expected[0] for rid in step}) == n
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_reservation_binds(async_scheduling, monkeypatch) -> None:
+    # Guards decode_reservation_binds: without the in-flight reservation the mirror schedules
+    # otherwise than vLLM, so the case tests it.
+    import vllm_pd_driver
+    from simulator.scheduler import Scheduler
+
+    name, side, seed, n, prompt, output, blocks, extra = next(c for c in CASES if c[0] == "decode_reservation_binds")
+    requests = make_requests(seed, n, prompt, output)
+    knobs = pd_knobs(async_scheduling, **extra)
+    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, **knobs)
+    monkeypatch.setattr(Scheduler, "_inflight_prefill_reserved_blocks", lambda self: 0)
+    assert run_mirror(requests, side=side, num_gpu_blocks=blocks, **knobs)[0] != expected[0]
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
