@@ -2,8 +2,8 @@
 (`HybridKVCacheCoordinator` / `KVCacheCoordinatorNoPrefixCache` / `UnitaryKVCacheCoordinator`
 over `FullAttentionManager` and `SlidingWindowManager`).
 
-A model such as gpt-oss (sliding, full, sliding, ...) or Gemma 3 (five sliding layers to one full)
-has several KV cache groups over ONE block pool (`simulator.memory.kv_layout`): each group keeps
+A model such as gpt-oss (sliding, full, sliding, ...; or a Gemma-3-like five sliding layers to one
+full, a layout the oracle tests exercise) has several KV cache groups over ONE block pool (`simulator.memory.kv_layout`): each group keeps
 its own block table per request, and every group takes blocks for each new token. A full group
 holds a request's blocks until it finishes; a sliding group of window W frees the blocks wholly
 before the window (replaced by the null block 0) every time the request is given slots:
