@@ -202,11 +202,11 @@ class HybridKVCacheManager(KVCacheManager):
         if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         rid = request.request_id
+        hits = new_computed_blocks if new_computed_blocks and any(new_computed_blocks) else None
         if request.status == RequestStatus.RUNNING and rid in self.tables[0] and not full_sequence_must_fit \
-                and not (new_computed_blocks and any(new_computed_blocks)):
+                and hits is None:
             return self.allocate_running(request, num_new_tokens, num_lookahead_tokens)
         groups = range(len(self.group_windows))
-        hits = new_computed_blocks if new_computed_blocks and any(new_computed_blocks) else None
         hit_of = hits if hits is not None else tuple([] for _ in groups)
         local = request.num_computed_tokens + num_new_computed_tokens
         ext = num_external_computed_tokens
@@ -325,30 +325,28 @@ class HybridKVCacheManager(KVCacheManager):
         request.kv_num_cached_blocks = num_full
 
     # ------------------------------------------------------------------ freeing
+    def _pop_tables(self, request: Request) -> list[list[int]]:
+        """vLLM `pop_blocks_for_free` per group: the request's blocks (null ones dropped), group
+        by group in allocation order; its bookkeeping is forgotten."""
+        rid, null = request.request_id, self.pool.null_block
+        tables = []
+        for g in range(len(self.group_windows)):
+            tables.append([b for b in self.tables[g].pop(rid, []) if b != null])
+            self.cached[g].pop(rid, None)
+        self.junction.pop(rid, None)
+        self.nulls.pop(rid, None)
+        request.kv_num_blocks = request.kv_num_cached_blocks = request.kv_free_at = 0
+        return tables
+
     def free(self, request: Request) -> None:
         """Release the request's blocks group by group, each tail first (vLLM `coordinator.free`)."""
-        rid = request.request_id
-        null = self.pool.null_block
-        for g in range(len(self.group_windows)):
-            blocks = self.tables[g].pop(rid, [])
-            self.cached[g].pop(rid, None)
-            self.pool.free_blocks(reversed([b for b in blocks if b != null]))
-        self.junction.pop(rid, None)
-        self.nulls.pop(rid, None)
-        request.kv_num_blocks = request.kv_num_cached_blocks = request.kv_free_at = 0
+        for blocks in self._pop_tables(request):
+            self.pool.free_blocks(reversed(blocks))
 
     def defer_free(self, request: Request, fence_seq: int) -> None:
-        """vLLM `pop_blocks_for_free`: every group's blocks (null ones dropped), in group order, as
-        one list returned to the pool (tail first) once step `fence_seq` is processed."""
-        rid = request.request_id
-        null = self.pool.null_block
-        blocks: list[int] = []
-        for g in range(len(self.group_windows)):
-            blocks += [b for b in self.tables[g].pop(rid, []) if b != null]
-            self.cached[g].pop(rid, None)
-        self.junction.pop(rid, None)
-        self.nulls.pop(rid, None)
-        request.kv_num_blocks = request.kv_num_cached_blocks = request.kv_free_at = 0
+        """vLLM `pop_blocks_for_free`: every group's blocks in group order, as one list returned to
+        the pool (tail first) once step `fence_seq` is processed."""
+        blocks = [b for table in self._pop_tables(request) for b in table]
         if blocks:
             self.deferred_frees.append((fence_seq, blocks))
 
@@ -365,8 +363,13 @@ class HybridKVCacheManager(KVCacheManager):
                    for g in range(len(self.group_windows)))
 
     def check_invariants(self, requests: Iterable[Request] = ()) -> None:
-        """Raise if blocks are not conserved (every non-null table entry and deferred block holds
-        one reference); ``requests`` is the one-group manager's argument (no per-request counts)."""
+        """Raise if a request's block count (the scheduler's inline skip relies on it) disagrees
+        with its tables, or blocks are not conserved (every non-null table entry and deferred
+        block holds one reference)."""
+        for r in requests:
+            blocks = len(self.tables[0].get(r.request_id, ()))
+            if r.kv_num_blocks != blocks:
+                raise AssertionError(f"{r}: kv_num_blocks {r.kv_num_blocks} != table {blocks}")
         null = self.pool.null_block
         held = sum(1 for tables in self.tables for blocks in tables.values() for b in blocks if b != null)
         held += sum(len(b) for _, b in self.deferred_frees)
