@@ -92,7 +92,8 @@ TOKENS = {"linear": "m", "attention": "num_tokens", "moe": "num_tokens", "comm":
 ELEMENTWISE_PASSES = {"rms_norm": 2, "fused_add_rms_norm": 4, "rotary_embedding": 2, "silu_and_mul": 3,
                       "kv_cache_write": 2}
 ELEMENTWISE_KINDS = {"input_norm": "fused_add_rms_norm", "post_norm": "fused_add_rms_norm",
-                     "final_norm": "rms_norm", "mla_norms": "rms_norm", "rotary": "rotary_embedding"}
+                     "final_norm": "rms_norm", "mla_norms": "rms_norm", "sandwich_norm": "rms_norm",
+                     "rotary": "rotary_embedding"}
 
 
 def _lg(x) -> np.ndarray:

@@ -960,7 +960,7 @@ def models() -> None:
             typer.echo(f"{name:<52} not supported ({reason})")
             continue
         experts = f"{m.num_experts} experts top-{m.num_experts_per_tok}" if m.is_moe else "dense"
-        typer.echo(f"{name:<52} {m.architecture:<28} {m.num_layers:>3} layers  {experts:<20} "
+        typer.echo(f"{name:<52} {m.architecture:<32} {m.num_layers:>3} layers  {experts:<20} "
                    f"weights {m.quant.method}")
 
 

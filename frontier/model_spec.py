@@ -85,6 +85,12 @@ class ModelSpec:
     v_head_dim: int = 0
     sliding_window: int = 0
     num_sliding_layers: int = 0
+    # per-layer kinds from the config's `layer_types` (True = sliding window); () = the
+    # num_sliding_layers spread evenly (`is_sliding_layer`)
+    sliding_layer_flags: tuple[bool, ...] = ()
+    # RMSNorms per decoder layer: 2 (input, post-attention), 4 for Gemma 2 / 3's sandwich norms
+    # (input, post-attention, pre-feedforward, post-feedforward)
+    norms_per_layer: int = 2
     # q/k RMSNorm over the whole TP-sharded projection (MiniMax-M2): vLLM's
     # MiniMaxText01RMSNormTP all-reduces each token's q and k variances ([T, 2] fp32) across
     # the TP group in every layer, with kernels of its own (BatchEngine._tp_wide_qk_norm_ops)
@@ -109,6 +115,12 @@ class ModelSpec:
             raise ValueError(f"{self.name}: {self.num_dense_layers} dense layers need intermediate_size > 0")
         if not 0 <= self.num_sliding_layers <= self.num_layers:
             raise ValueError(f"num_sliding_layers={self.num_sliding_layers} must be in [0, {self.num_layers}]")
+        flags = self.sliding_layer_flags
+        if flags and (len(flags) != self.num_layers or sum(flags) != self.num_sliding_layers):
+            raise ValueError(f"{self.name}: sliding_layer_flags has {len(flags)} layers, {sum(flags)} sliding; "
+                             f"need {self.num_layers} layers, {self.num_sliding_layers} sliding")
+        if self.norms_per_layer not in (2, 4):
+            raise ValueError(f"ModelSpec.norms_per_layer={self.norms_per_layer} ({self.name}); valid: 2, 4")
 
     @property
     def is_moe(self) -> bool:
@@ -155,9 +167,9 @@ class ModelSpec:
         return routed + shared + router
 
     def layer_bytes_per_rank(self, layer: int, parallel: ParallelSpec) -> float:
-        """Weight bytes of decoder layer `layer` (0-based) on one rank: attention + MLP/MoE + 2 norms."""
+        """Weight bytes of decoder layer `layer` (0-based) on one rank: attention + MLP/MoE + norms."""
         moe = self.is_moe and layer >= self.num_dense_layers
-        norms = 2 * self.hidden_size * BF16_BYTES
+        norms = self.norms_per_layer * self.hidden_size * BF16_BYTES
         return self._attention_bytes(parallel.tp) + self._mlp_bytes(moe, parallel) + norms
 
     def weight_bytes_per_rank(self, parallel: ParallelSpec) -> int:
@@ -192,12 +204,13 @@ class ModelSpec:
         return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
 
     def is_sliding_layer(self, layer: int) -> bool:
-        """Whether decoder layer `layer` (0-based) uses sliding-window attention.
-
-        The config's `layer_types` is reduced to a count; the sliding layers are taken as spread
-        evenly, first layer sliding: layer i is sliding iff ceil((i+1)*S/N) > ceil(i*S/N). Exact
-        for gpt-oss (sliding, full, sliding, ...) and for all-sliding (Mistral-style) models.
+        """Whether decoder layer `layer` (0-based) uses sliding-window attention: the config's
+        `layer_types` (``sliding_layer_flags``; Gemma 2 / 3 derive them as transformers does when
+        the file has none), else the sliding layers spread evenly, first layer sliding: layer i
+        is sliding iff ceil((i+1)*S/N) > ceil(i*S/N) (all-sliding Mistral-style models).
         """
+        if self.sliding_layer_flags:
+            return self.sliding_layer_flags[layer]
         s, n = self.num_sliding_layers, self.num_layers
         return _ceil_div((layer + 1) * s, n) > _ceil_div(layer * s, n)
 
@@ -208,7 +221,25 @@ ROUTER_DTYPES = ("bf16", "fp32")
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text", "minimax_m2",
+    "gemma", "gemma2", "gemma3_text",
 )
+# Gemma config classes' defaults (transformers 5.20 GemmaConfig, Gemma2Config, Gemma3TextConfig):
+# the hub's config.json files omit the fields equal to them (google/gemma-3-27b-it's text_config
+# names no vocab_size), and vLLM reads the config through those classes.
+_GEMMA_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma": {"vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+              "max_position_embeddings": 8192, "tie_word_embeddings": True},
+    "gemma2": {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+               "max_position_embeddings": 8192, "tie_word_embeddings": True, "sliding_window": 4096},
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "max_position_embeddings": 131072, "tie_word_embeddings": True, "sliding_window": 4096},
+}
+# Every k-th layer is full attention, the others sliding, when the config has no layer_types
+# (Gemma2Config: every 2nd; Gemma3TextConfig: every `sliding_window_pattern`-th, default 6)
+_GEMMA_FULL_EVERY = {"gemma2": 2, "gemma3_text": 6}
 _CATALOGUE_PACKAGES = (("frontier", "catalogue/models"), ("aiconfigurator_core", "model_configs"))
 
 
@@ -312,6 +343,8 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
     model_type = str(cfg.get("model_type", ""))
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"{name}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if model_type in _GEMMA_DEFAULTS:
+        cfg = _gemma_config(cfg, model_type, name)
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if not cfg.get(k)]
     if missing:
         raise ValueError(f"{name}: config.json lacks required field(s) {missing}")
@@ -353,6 +386,8 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0) if kv_lora else 0,
         v_head_dim=int(cfg.get("v_head_dim") or 0) if kv_lora else 0,
         sliding_window=window, num_sliding_layers=sliding_layers, quant=quant,
+        sliding_layer_flags=_sliding_flags(cfg, layers, name) if window and cfg.get("layer_types") else (),
+        norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )
@@ -389,6 +424,36 @@ def _num_dense_layers(cfg: dict[str, Any], layers: int) -> int:
     only = set(cfg.get("mlp_only_layers") or [])
     step = int(cfg.get("decoder_sparse_step") or 1)
     return sum(1 for i in range(layers) if i in only or (i + 1) % step != 0)
+
+
+def _gemma_config(cfg: dict[str, Any], model_type: str, name: str) -> dict[str, Any]:
+    """A Gemma config with its class's defaults for the fields it omits, and (Gemma 2 / 3) the
+    ``layer_types`` its class derives when it has none (layer i full iff (i + 1) % k == 0)."""
+    out = {**_GEMMA_DEFAULTS[model_type], **cfg}      # a field set to null stays null, as in the class
+    _check_whole_fields(out, name)
+    if model_type == "gemma3_text" and out.get("use_bidirectional_attention"):
+        raise ValueError(f"{name}: use_bidirectional_attention (an embedding model's encoder) is not simulated; "
+                         "valid: causal Gemma 3 decoders")
+    every = _GEMMA_FULL_EVERY.get(model_type)
+    if every and not out.get("layer_types"):
+        if model_type == "gemma3_text":
+            every = out.get("sliding_window_pattern", every)
+            if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+                raise ValueError(f"{name}: config.json sliding_window_pattern={every!r}; valid: a whole number >= 1")
+        out["layer_types"] = ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+                              for i in range(int(out["num_hidden_layers"] or 0))]
+    return out
+
+
+def _sliding_flags(cfg: dict[str, Any], layers: int, name: str) -> tuple[bool, ...]:
+    """Per-layer sliding flags of a config's ``layer_types`` (ValueError unless one entry per layer,
+    each "sliding_attention" or "full_attention")."""
+    types = cfg["layer_types"]
+    if not isinstance(types, list) or len(types) != layers or any(
+            t not in ("sliding_attention", "full_attention") for t in types):
+        raise ValueError(f"{name}: config.json layer_types must list {layers} entries of "
+                         f"'sliding_attention' / 'full_attention'; got {str(types)[:80]}")
+    return tuple(t == "sliding_attention" for t in types)
 
 
 def _sliding(cfg: dict[str, Any], layers: int) -> tuple[int, int]:

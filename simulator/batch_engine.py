@@ -419,6 +419,8 @@ class BatchEngine:
             (ElementwiseOp("input_norm", m, h, 4 * h * ab), n_layers),     # fused residual add + RMSNorm
             (ElementwiseOp("post_norm", m, h, 4 * h * ab), n_layers),
         ]
+        if mdl.norms_per_layer == 4:    # Gemma 2 / 3: post-attention and post-feedforward RMSNorms, no residual
+            ops.append((ElementwiseOp("sandwich_norm", m, h, 2 * h * ab), 2 * n_layers))
         ops += [(op, n_layers) for op in self._attn_gemms(m, heads)]
         if tp > 1:
             ops.append((self._comm("all_reduce", m * h * ab, tp), 2 * n_layers))

@@ -261,3 +261,69 @@ def test_minimax_m2_5_is_a_mixtral_style_fp8_block_moe():
     assert m.router_dtype == "fp32" and load_model_spec("Qwen/Qwen3-30B-A3B").router_dtype == "bf16"
     with pytest.raises(ValueError, match=r"router_dtype='fp16' \(MiniMaxAI/MiniMax-M2.5\); valid: \('bf16', 'fp32'\)"):
         dataclasses.replace(m, router_dtype="fp16")
+
+
+# ---- Gemma 2 / 3 (catalogue configs written from the hub's published config.json values)
+
+def test_gemma_3_27b_sandwich_norms_tied_embeddings_and_layer_types():
+    m = load_model_spec("google/gemma-3-27b-it")
+    assert (m.architecture, m.hidden_size, m.num_layers, m.num_attention_heads, m.num_kv_heads) == (
+        "Gemma3ForConditionalGeneration", 5376, 62, 32, 16)
+    # text_config omits vocab_size and max_position_embeddings: Gemma3TextConfig's defaults
+    assert (m.head_dim, m.vocab_size, m.max_position_embeddings, m.tie_word_embeddings) == (128, 262208, 131072, True)
+    assert (m.sliding_window, m.num_sliding_layers, m.norms_per_layer) == (1024, 52, 4)
+    assert [i for i in range(62) if not m.is_sliding_layer(i)] == [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]
+    # per layer: q, o 5376*32*128 = 22,020,096 each, k, v 5376*16*128 = 11,010,048 each -> 66,060,288;
+    # MLP 3*5376*21504 = 346,816,512; four norms 4*5376. Vocab 262208 = 4097*64 (no padding), tied:
+    # embed 262208*5376 = 1,409,630,208 once. 62*412,876,800 + 62*21,504 + 1,409,630,208 + 5376
+    # = 27,009,330,432 params (the published 27B without the ~0.4B SigLIP vision tower)
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * 27_009_330_432
+
+
+def test_gemma_defaults_and_derived_layer_types():
+    base = {"model_type": "gemma3_text", "hidden_size": 3840, "num_hidden_layers": 8, "num_attention_heads": 16}
+    m = model_spec_from_config(base, "g3")
+    # transformers' Gemma3TextConfig defaults: head_dim 256 (not 3840 / 16 = 240), 4 KV heads,
+    # vocab 262208, window 4096, every 6th layer full
+    assert (m.head_dim, m.num_kv_heads, m.vocab_size, m.sliding_window) == (256, 4, 262208, 4096)
+    assert m.sliding_layer_flags == (True, True, True, True, True, False, True, True)
+    m = model_spec_from_config({**base, "sliding_window_pattern": 3}, "g3")
+    assert m.sliding_layer_flags == (True, True, False, True, True, False, True, True)
+    m = model_spec_from_config({**base, "layer_types": ["full_attention"] * 7 + ["sliding_attention"]}, "g3")
+    assert (m.num_sliding_layers, m.is_sliding_layer(7), m.is_sliding_layer(0)) == (1, True, False)
+    g2 = model_spec_from_config({"model_type": "gemma2", "num_hidden_layers": 4}, "g2")
+    assert (g2.hidden_size, g2.vocab_size, g2.max_position_embeddings, g2.sliding_window) == (2304, 256000, 8192, 4096)
+    assert g2.sliding_layer_flags == (True, False, True, False)
+    g1 = model_spec_from_config({"model_type": "gemma", "num_hidden_layers": 2}, "g1")
+    assert (g1.sliding_window, g1.norms_per_layer, g1.head_dim, g1.tie_word_embeddings) == (0, 2, 256, True)
+
+
+def test_gemma_catalogue_models():
+    for name, layers, full, window, head_dim in (
+            ("google/gemma-3-12b-it", 48, 8, 1024, 256), ("google/gemma-3-4b-it", 34, 5, 1024, 256),
+            ("google/gemma-3-1b-it", 26, 4, 512, 256), ("google/gemma-2-27b-it", 46, 23, 4096, 128),
+            ("google/gemma-2-9b-it", 42, 21, 4096, 256)):
+        m = load_model_spec(name)
+        assert (m.num_layers, m.num_layers - m.num_sliding_layers, m.sliding_window, m.head_dim) == (
+            layers, full, window, head_dim), name
+        assert m.norms_per_layer == 4 and m.tie_word_embeddings and not m.is_sliding_layer(1 if "-2-" in name else 5)
+
+
+@pytest.mark.parametrize("extra,match", [
+    ({"layer_types": ["sliding_attention", "chunked_attention"]}, "layer_types must list 2 entries"),
+    ({"layer_types": ["sliding_attention"]}, "layer_types must list 2 entries"),
+    ({"sliding_window_pattern": 0}, "sliding_window_pattern=0; valid: a whole number >= 1"),
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+])
+def test_bad_gemma_layer_layouts_are_one_line_errors(extra, match):
+    with pytest.raises(ValueError, match=match):
+        model_spec_from_config({"model_type": "gemma3_text", "num_hidden_layers": 2, **extra}, "g")
+
+
+def test_gemma_null_window_and_float_layer_count():
+    # an explicit null window is no window (the class keeps it; vLLM then runs every layer full);
+    # a whole float layer count still derives the layer types
+    m = model_spec_from_config({"model_type": "gemma3_text", "num_hidden_layers": 6, "sliding_window": None}, "g")
+    assert (m.sliding_window, m.num_sliding_layers, m.sliding_layer_flags) == (0, 0, ())
+    m = model_spec_from_config({"model_type": "gemma2", "num_hidden_layers": 4.0}, "g")
+    assert (m.num_layers, m.sliding_layer_flags) == (4, (True, False, True, False))

@@ -31,6 +31,8 @@ class HybridCase(Case):
     kv_groups: tuple[int, ...] = (128, 0)   # sliding first, as gpt-oss
 
 
+GEMMA_3_1B_GROUPS = (512,) * 6 + (0,)
+
 CASES = [
     # 300 blocks: admission waits for blocks (no preemption); the sliding group's cap counts
     HybridCase("hybrid_sync_no_prefix_cache", 101, 30, (16, 600), (1, 80), 300, max_num_batched_tokens=256),
@@ -75,6 +77,11 @@ CASES = [
                enable_prefix_caching=True, num_shared_prefixes=3, kv_groups=(64, 0)),
     HybridCase("hybrid_max_model_len_cached", 119, 20, (200, 900), (100, 400), 400, max_model_len=1000,
                enable_prefix_caching=True),
+    # google/gemma-3-1b-it's own groups (22 sliding layers of window 512 and 4 full: six sliding
+    # groups, then the full one; test_gemma_3_1b_engine_groups)
+    HybridCase("gemma3_1b_groups_async_tight_cached", 120, 30, (200, 1200), (300, 1500), 700,
+               max_num_batched_tokens=512, enable_prefix_caching=True, num_shared_prefixes=3,
+               async_scheduling=True, kv_groups=GEMMA_3_1B_GROUPS),
 ]
 
 
@@ -151,7 +158,7 @@ def test_free_blocks_are_recorded_per_step(vllm_driver, name: str) -> None:
                                   "hybrid_tight_preemption", "hybrid_async_tight_cached_shared",
                                   "hybrid_window_200_tight_full_first", "gemma_like_async_tight",
                                   "hybrid_first_chunk_admission_tight", "hybrid_sync_shared_prefixes_cached",
-                                  "gemma_like_shared_prefixes_cached"])
+                                  "gemma_like_shared_prefixes_cached", "gemma3_1b_groups_async_tight_cached"])
 def test_hybrid_groups_change_the_schedule(vllm_driver, name: str) -> None:
     # Guards the cases against being vacuous: with the hybrid groups vLLM schedules them differently
     # than with its single full-attention group (more blocks per token when tight, out-of-window
@@ -172,3 +179,16 @@ def test_first_free_blocks_difference_reports_the_step() -> None:
     assert first_free_blocks_difference([{"a": 1}], [5], [5]) is None
     assert "step 1" in first_free_blocks_difference([{"a": 4}, {"a": 1}], [5, 4], [5, 3])
     assert "vllm 2 steps, mirror 1" in first_free_blocks_difference([{"a": 4}, {"a": 1}], [5, 4], [5])
+
+
+def test_gemma_3_1b_engine_groups() -> None:
+    # The simulator's own manager for google/gemma-3-1b-it is the case's group layout.
+    from frontier.gpu import get_gpu
+    from frontier.model_spec import load_model_spec
+    from simulator.engine_args import EngineArgs
+    from simulator.memory import kv_layout
+
+    model = load_model_spec("google/gemma-3-1b-it")
+    resolved = EngineArgs(model="google/gemma-3-1b-it", gpu="H100").resolve(model, get_gpu("H100"))
+    kv = resolved.kv_cache_manager(1000, kv_layout(model, resolved.parallel, resolved.block_size))
+    assert kv.group_windows == GEMMA_3_1B_GROUPS

@@ -70,6 +70,7 @@ def rank_specs(name: str, tp: int, pp: int, block_size: int, fp8_kv: bool) -> li
 
     cfg, _ = _catalogue_lookup(name)
     cfg = {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
+    cfg = transformers_config(cfg)
     cache_dtype = "fp8" if fp8_kv else "auto"
     dtype = torch.float8_e4m3fn if fp8_kv else torch.bfloat16
     layers = int(cfg["num_hidden_layers"])
@@ -97,6 +98,20 @@ def rank_specs(name: str, tp: int, pp: int, block_size: int, fp8_kv: bool) -> li
         specs.append(stage)
         start += n
     return specs
+
+
+def transformers_config(cfg: dict) -> dict:
+    """A Gemma 2 / 3 config as transformers' own config class reads it (vLLM reads it through
+    that class): the class defaults for the fields the file omits (gemma-3-12b's head_dim 256,
+    not hidden / heads = 240) and the layer_types it derives. Other configs unchanged."""
+    import transformers
+
+    cls = {"gemma2": transformers.Gemma2Config, "gemma3_text": transformers.Gemma3TextConfig}.get(cfg["model_type"])
+    if cls is None:
+        return cfg
+    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "vocab_size", "sliding_window", "sliding_window_pattern", "layer_types")
+    return cls(**{k: cfg[k] for k in keys if k in cfg}).to_dict()
 
 
 def vllm_capacity(config, specs: list[dict], available: int, *, max_model_len: int,
@@ -144,6 +159,12 @@ CASES = [
     ("deepseek-ai/deepseek-v3", "H200", 8, 1, True, 64, False, 163840),
     ("deepseek-ai/deepseek-v3", "B200", 8, 1, True, 64, True, 163840),
     ("moonshotai/Kimi-K2-Instruct", "H200", 8, 2, True, 64, False, 131072),  # 61 layers, pp 2: [31, 30]
+    ("google/gemma-3-27b-it", "H100", 1, 1, False, 16, False, 8192),        # 52 sliding / 10 full: 7 groups
+    ("google/gemma-3-27b-it", "H200", 2, 2, False, 16, False, 32768),       # 62 layers, pp 2: [31, 31]
+    ("google/gemma-3-12b-it", "H100", 1, 1, False, 16, False, 65536),
+    ("google/gemma-3-1b-it", "L40S", 1, 1, False, 16, True, 32768),         # 1 KV head, window 512
+    ("google/gemma-2-9b-it", "H100", 1, 1, False, 16, False, 8192),         # alternating, window 4096
+    ("google/gemma-2-27b-it", "H100", 2, 3, False, 32, False, 8192),        # 46 layers, pp 3: [15, 16, 15]
 ]
 
 
@@ -191,7 +212,7 @@ def test_hybrid_pool_is_half_the_layers_and_the_window_is_charged(vllm_config):
 
 
 @pytest.mark.parametrize("name,gpu,tp,pp,ep,block,fp8,max_len",
-                         [c for c in CASES if c[0].startswith("openai/gpt-oss")])
+                         [c for c in CASES if c[0].startswith(("openai/gpt-oss", "google/gemma"))])
 def test_disabled_hybrid_manager_matches_vllm(vllm_config, name, gpu, tp, pp, ep, block, fp8, max_len):
     """--disable-hybrid-kv-cache-manager: vLLM keeps the sliding-window layers as full attention
     (unify_hybrid_kv_cache_specs), one group of every layer."""
@@ -251,7 +272,8 @@ def test_kv_cache_memory_bytes_end_to_end(vllm_config, name, tp, block, value):
 
 
 @pytest.mark.parametrize("name,tp,block,max_len", [("meta-llama/Llama-3.1-8B", 1, 16, 8191),
-                                                    ("openai/gpt-oss-120b", 2, 16, 32768)])
+                                                    ("openai/gpt-oss-120b", 2, 16, 32768),
+                                                    ("google/gemma-3-27b-it", 1, 16, 131072)])
 def test_start_refused_exactly_where_vllm_refuses(vllm_config, name, tp, block, max_len):
     """vLLM needs one request of max_model_len besides the null block (_check_enough_kv_cache_memory)."""
     specs = rank_specs(name, tp, 1, block, False)
@@ -271,7 +293,8 @@ def test_start_refused_exactly_where_vllm_refuses(vllm_config, name, tp, block, 
             assert ours.start_error(max_len).startswith("vLLM would not start")
 
 
-@pytest.mark.parametrize("name,gpu,tp,pp,ep,block,fp8,max_len", [CASES[0], CASES[5], CASES[10], CASES[13], CASES[16]])
+@pytest.mark.parametrize("name,gpu,tp,pp,ep,block,fp8,max_len", [CASES[0], CASES[5], CASES[10], CASES[13], CASES[16],
+                                                                  CASES[21]])
 def test_max_model_len_auto_fit_matches_vllm(vllm_config, name, gpu, tp, pp, ep, block, fp8, max_len):
     """--max-model-len auto: vLLM's planner (original_max_model_len -1) shrinks max_model_len to what
     the pool holds; ours (MemoryBudget.max_fitting_model_len) on the same bytes: equal, for pools

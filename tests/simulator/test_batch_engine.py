@@ -108,3 +108,17 @@ def test_bad_batch_shapes():
         BatchShape((0,), (0,))
     with pytest.raises(ValueError, match="tp=3"):
         engine(parallel=ParallelSpec(tp=3))
+
+
+def test_gemma_sandwich_norms_are_priced():
+    """Gemma 2 / 3 layers run two more RMSNorms (post-attention, post-feedforward, no residual):
+    2 per layer, [m, h] read and written, on top of the fused input / pre-MLP norms."""
+    import dataclasses
+    gemma = dataclasses.replace(LLAMA_8B, name="gemma-like", norms_per_layer=4)
+    ops = {op.name: (op, n) for op, n in engine(gemma).layer_ops(64)}
+    op, n = ops["sandwich_norm"]
+    assert (n, op.tokens, op.hidden, op.bytes_per_token) == (64, 64, 4096, 2 * 4096 * 2)
+    assert "sandwich_norm" not in {op.name for op, _ in engine().layer_ops(64)}
+    extra = RooflineCostModel(H100).op_times_s([op], "kernel")[0] * 64
+    assert engine(gemma).step_cost(decode(64)).duration_s == pytest.approx(
+        engine().step_cost(decode(64)).duration_s + extra, rel=1e-12)
