@@ -315,9 +315,8 @@ class HybridKVCacheManager(KVCacheManager):
                 for boundary in boundaries:
                     end = boundary // bs
                     keep.update(range(max(start, end - self.hit_run), min(num_full, end)))
-                for i in sorted(keep):
-                    if blocks[i] != null:
-                        self.pool.cache_blocks((blocks[i],), ((hashes[i], g),), 0, 1)
+                idx = [i for i in sorted(keep) if blocks[i] != null]     # in order: one bulk call
+                self.pool.cache_blocks([blocks[i] for i in idx], [(hashes[i], g) for i in idx], 0, len(idx))
             else:               # every full block, in order (no null blocks in a full group)
                 keys = [(h, g) for h in hashes[start:num_full]]
                 self.pool.cache_blocks(blocks[start:num_full], keys, 0, len(keys))
