@@ -31,14 +31,16 @@ MAX_IDLE_STEPS = 10_000
 
 def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tuple[int, ...] = ()) -> Scheduler:
     """A scheduler over ``num_gpu_blocks`` blocks; ``kv_groups`` (vLLM's KV cache groups in order,
-    0 = full attention, W = a sliding window of W tokens) with a sliding group gives the hybrid
-    manager, otherwise one full-attention group."""
+    0 = full attention, W > 0 = a sliding window of W tokens, -C < 0 = chunked local attention of
+    C-token chunks, as the oracle driver takes them) with a local group gives the hybrid manager,
+    otherwise one full-attention group."""
     if any(kv_groups):
+        chunked = any(w < 0 for w in kv_groups)
         kv = HybridKVCacheManager(
-            num_gpu_blocks, config.block_size, config.max_model_len, kv_groups,
+            num_gpu_blocks, config.block_size, config.max_model_len, tuple(abs(w) for w in kv_groups),
             max_in_flight_tokens(config.max_num_batched_tokens, config.pipeline_parallel_size,
                                  config.async_scheduling),
-            enable_prefix_caching=config.enable_prefix_caching, watermark=config.watermark)
+            enable_prefix_caching=config.enable_prefix_caching, watermark=config.watermark, chunked=chunked)
         return Scheduler(config, kv)
     kv = KVCacheManager(
         num_gpu_blocks,

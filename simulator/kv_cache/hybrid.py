@@ -47,9 +47,10 @@ class HybridKVCacheManager(KVCacheManager):
     """Block tables per KV cache group over one `BlockPool`.
 
     group_windows: one entry per vLLM KV cache group, in vLLM's group order (the kind of layer 0
-        first): 0 = full attention, W > 0 = sliding window of W tokens (one W for all).
+        first): 0 = full attention, W > 0 = a local group of W tokens (one W for all): a sliding
+        window, or with ``chunked`` Llama 4's attention chunks (`ChunkedLocalAttentionManager`).
     max_in_flight_tokens: VllmConfig.max_in_flight_tokens (concurrent batches x token budget),
-        for the sliding groups' admission cap.
+        for the local groups' admission cap.
     """
 
     inline_allocation = False     # the scheduler's inline fast paths assume one full group
@@ -63,6 +64,7 @@ class HybridKVCacheManager(KVCacheManager):
         max_in_flight_tokens: int,
         enable_prefix_caching: bool = True,
         watermark: float = 0.0,
+        chunked: bool = False,
     ) -> None:
         super().__init__(num_gpu_blocks, block_size, max_model_len, enable_prefix_caching, watermark)
         windows = {w for w in group_windows if w}
@@ -72,6 +74,7 @@ class HybridKVCacheManager(KVCacheManager):
             raise ValueError(f"max_in_flight_tokens={max_in_flight_tokens}; must be >= 1")
         self.group_windows = tuple(group_windows)
         self.window = windows.pop()
+        self.chunked = chunked
         self.full_groups = [g for g, w in enumerate(group_windows) if not w]
         self.sliding_groups = [g for g, w in enumerate(group_windows) if w]
         # tables[g][request id]: group g's block table (sliding: null blocks before the window)
@@ -81,8 +84,19 @@ class HybridKVCacheManager(KVCacheManager):
         self.junction: dict[str, int] = {}          # request.shared_prefix_boundary
         self.nulls: dict[str, int] = {}             # leading null blocks of a request's sliding tables
         self.req_to_blocks = self.tables[self.full_groups[0] if self.full_groups else 0]
-        self.admission_cap = cdiv(min(self.window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1
+        if chunked:     # ChunkedLocalAttentionSpec.max_admission_blocks_per_request
+            self.admission_cap = cdiv(min(self.window + max_in_flight_tokens, max_model_len), block_size)
+        else:           # SlidingWindowSpec's
+            self.admission_cap = cdiv(min(self.window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1
         self.hit_run = cdiv(self.window - 1, block_size)     # contiguous blocks a sliding hit needs
+
+    def _skipped(self, tokens: int) -> int:
+        """vLLM `get_num_skipped_tokens` of a local group after ``tokens`` computed tokens: the
+        tokens no later query attends (sliding: before the window of the next token; chunked:
+        before the next token's chunk)."""
+        if self.chunked:
+            return tokens // self.window * self.window
+        return max(0, tokens - self.window + 1)
 
     # ------------------------------------------------------------------ lookup
     def get_computed_blocks(self, request: Request) -> tuple[tuple[list[int], ...], int]:
@@ -104,6 +118,8 @@ class HybridKVCacheManager(KVCacheManager):
                     hits[g].append(b)
             length = len(hits[self.full_groups[0]]) * bs
         longest = length if self.full_groups else 0
+        if self.chunked:
+            return self._chunked_hit(request, hits, length, longest)
         # SlidingWindowManager.find_longest_cache_hit: right to left, first run of hit_run blocks
         n = length // bs
         groups = self.sliding_groups
@@ -133,6 +149,29 @@ class HybridKVCacheManager(KVCacheManager):
         self.junction[request.request_id] = longest if longest > length else 0
         return tuple(hits), length
 
+    def _chunked_hit(self, request: Request, hits: list[list[int]], length: int,
+                     longest: int) -> tuple[tuple[list[int], ...], int]:
+        """`ChunkedLocalAttentionManager.find_longest_cache_hit` within the full groups' hit of
+        ``length`` tokens: null blocks before the last chunk's start, then cached blocks left to
+        right from it; the full groups are cut to that length."""
+        bs, hashes, pool = self.block_size, request.block_hashes, self.pool
+        start = length // self.window * self.window // bs if length > 0 else 0
+        groups = self.sliding_groups
+        run: list[list[int]] = [[pool.null_block] * start for _ in groups]
+        for i in range(start, length // bs):
+            found = [pool.get_cached_block((hashes[i], g)) for g in groups]
+            if None in found:
+                break
+            for blocks, b in zip(run, found):
+                blocks.append(b)
+        length = len(run[0]) * bs
+        for g, blocks in zip(groups, run):
+            hits[g] = blocks
+        for g in self.full_groups:
+            del hits[g][cdiv(length, bs):]
+        self.junction[request.request_id] = longest if longest > length else 0
+        return tuple(hits), length
+
     # ------------------------------------------------------------------ allocation
     def _to_allocate(self, g: int, rid: str, num_tokens: int, hit: list[int], total_computed: int,
                      cap: bool) -> int:
@@ -144,16 +183,16 @@ class HybridKVCacheManager(KVCacheManager):
         held = len(self.tables[g].get(rid, ()))
         if rid in self.cached[g]:
             return max(required - held, 0)
-        skipped = max(0, total_computed - window + 1) // self.block_size if window else 0
+        skipped = self._skipped(total_computed) // self.block_size if window else 0
         need = max(required - max(skipped, len(hit) + held), 0)
         ref, null = self.pool.ref_cnt, self.pool.null_block
         return need + sum(1 for b in hit[max(0, skipped - held):] if ref[b] == 0 and b != null)
 
     def _remove_skipped(self, request: Request, processed: int) -> None:
-        """vLLM `remove_skipped_blocks`: each sliding group frees the blocks wholly before the window
-        of the next token (tail first), leaving null blocks."""
+        """vLLM `remove_skipped_blocks`: each local group frees the blocks wholly before the window
+        (or chunk) of the next token (tail first), leaving null blocks."""
         rid = request.request_id
-        skipped = processed - self.window + 1
+        skipped = self._skipped(processed)
         if skipped <= 0:
             return
         null = self.pool.null_block
@@ -179,7 +218,8 @@ class HybridKVCacheManager(KVCacheManager):
         rid = request.request_id
         table = self.tables[0].get(rid)
         request.kv_num_blocks = len(table) if table is not None else 0
-        request.kv_free_at = (self.nulls.get(rid, 0) + 1) * self.block_size + self.window - 1
+        nxt = (self.nulls.get(rid, 0) + 1) * self.block_size       # skipped tokens freeing one more block
+        request.kv_free_at = -(-nxt // self.window) * self.window if self.chunked else nxt + self.window - 1
 
     def allocate_slots(
         self,
@@ -227,7 +267,7 @@ class HybridKVCacheManager(KVCacheManager):
         pool, bs = self.pool, self.block_size
         if (hits is not None or ext > 0) and not any(rid in c for c in self.cached):
             # add_local_computed_blocks: every group's hit blocks first (touch), skipped ones as null
-            skipped = max(0, local + ext - self.window + 1) // bs
+            skipped = self._skipped(local + ext) // bs
             for g in groups:
                 blocks = hit_of[g][skipped:] if self.group_windows[g] and skipped > 0 else hit_of[g]
                 pad = skipped if self.group_windows[g] else 0
@@ -242,7 +282,7 @@ class HybridKVCacheManager(KVCacheManager):
             request.kv_num_cached_blocks = len(self.tables[0][rid])
             if ext > 0:     # allocate_external_computed_blocks, group by group
                 for g, window in enumerate(self.group_windows):
-                    out = max(0, local + ext - window + 1) if window else 0    # skipped tokens
+                    out = self._skipped(local + ext) if window else 0          # skipped tokens
                     if (min(local + ext - out, ext) if out > 0 else ext) <= 0:
                         continue
                     table = self.tables[g][rid]
@@ -274,7 +314,7 @@ class HybridKVCacheManager(KVCacheManager):
         total = c if c < max_len else max_len
         slots = total + n + lookahead if total + n + lookahead < max_len else max_len
         processed = total - request.num_in_flight_tokens
-        if (processed - self.window + 1) // bs > self.nulls.get(rid, 0):
+        if self._skipped(processed) // bs > self.nulls.get(rid, 0):
             self._remove_skipped(request, processed)
         add = -(-slots // bs) - len(self.tables[0][rid])
         new: list[int] = []
@@ -296,7 +336,8 @@ class HybridKVCacheManager(KVCacheManager):
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Hash-register each group's full blocks up to `num_tokens` tokens (hybrid coordinators
         round down to whole blocks); a sliding group registers only the blocks a later hit can
-        reach (vLLM `reachable_block_mask`, retention interval 0)."""
+        reach (vLLM `reachable_block_mask`, retention interval 0), a chunked group every block it
+        still holds."""
         if not self.enable_caching:
             return
         rid, bs, hashes = request.request_id, self.block_size, request.block_hashes
@@ -310,7 +351,10 @@ class HybridKVCacheManager(KVCacheManager):
             if start >= num_full:
                 continue
             blocks = self.tables[g][rid]
-            if window:
+            if window and self.chunked:     # every block (dense: the base reachable_block_mask), nulls skipped
+                idx = [i for i in range(start, num_full) if blocks[i] != null]
+                self.pool.cache_blocks([blocks[i] for i in idx], [(hashes[i], g) for i in idx], 0, len(idx))
+            elif window:
                 keep = set()
                 for boundary in boundaries:
                     end = boundary // bs

@@ -79,6 +79,20 @@ CASES = [
                enable_prefix_caching=True),
     # google/gemma-3-1b-it's own groups (22 sliding layers of window 512 and 4 full: six sliding
     # groups, then the full one; test_gemma_3_1b_engine_groups)
+    # Llama 4's chunked local attention (kv group -C: chunks of C tokens; vLLM's
+    # ChunkedLocalAttentionManager): chunks of 64 and 128 (Scout: 3 chunked groups to 1 full)
+    HybridCase("chunked_sync_no_prefix_cache", 121, 30, (16, 600), (1, 80), 300, max_num_batched_tokens=256,
+               kv_groups=(-128, 0)),
+    HybridCase("chunked_async_shared_prefixes_cached", 122, 40, (20, 600), (1, 60), 3000,
+               max_num_batched_tokens=256, enable_prefix_caching=True, num_shared_prefixes=3,
+               async_scheduling=True, kv_groups=(-64, -64, -64, 0)),
+    HybridCase("chunked_sync_cached_budget_64", 123, 20, (100, 900), (1, 40), 3000, max_num_batched_tokens=64,
+               enable_prefix_caching=True, num_shared_prefixes=2, kv_groups=(-128, 0)),
+    HybridCase("chunked_async_tight_cached", 124, 30, (50, 400), (50, 250), 140, async_scheduling=True,
+               enable_prefix_caching=True, num_shared_prefixes=3, kv_groups=(-64, -64, -64, 0)),
+    HybridCase("chunked_tight_preemption_full_first", 125, 30, (50, 400), (50, 300), 110, kv_groups=(0, -128)),
+    HybridCase("chunked_pp2_async", 126, 30, (50, 500), (20, 200), 150, async_scheduling=True,
+               pipeline_parallel_size=2, enable_prefix_caching=True, num_shared_prefixes=2, kv_groups=(-64, 0)),
     HybridCase("gemma3_1b_groups_async_tight_cached", 120, 30, (200, 1200), (300, 1500), 700,
                max_num_batched_tokens=512, enable_prefix_caching=True, num_shared_prefixes=3,
                async_scheduling=True, kv_groups=GEMMA_3_1B_GROUPS),
@@ -158,7 +172,9 @@ def test_free_blocks_are_recorded_per_step(vllm_driver, name: str) -> None:
                                   "hybrid_tight_preemption", "hybrid_async_tight_cached_shared",
                                   "hybrid_window_200_tight_full_first", "gemma_like_async_tight",
                                   "hybrid_first_chunk_admission_tight", "hybrid_sync_shared_prefixes_cached",
-                                  "gemma_like_shared_prefixes_cached", "gemma3_1b_groups_async_tight_cached"])
+                                  "gemma_like_shared_prefixes_cached", "gemma3_1b_groups_async_tight_cached",
+                                  "chunked_sync_no_prefix_cache",
+                                  "chunked_async_tight_cached", "chunked_tight_preemption_full_first"])
 def test_hybrid_groups_change_the_schedule(vllm_driver, name: str) -> None:
     # Guards the cases against being vacuous: with the hybrid groups vLLM schedules them differently
     # than with its single full-attention group (more blocks per token when tight, out-of-window

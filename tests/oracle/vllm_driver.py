@@ -61,7 +61,8 @@ fake drafter and where the draft calls go in both loops.
 Hybrid KV cache (``kv_groups``): one KV cache group per entry, in group order, all
 sharing one block pool of ``num_gpu_blocks`` blocks (the engine's uniform-page-size
 grouping, as gpt-oss or Gemma-3 get on a GPU): 0 = full attention
-(``FullAttentionSpec``), W > 0 = sliding window of W tokens (``SlidingWindowSpec``).
+(``FullAttentionSpec``), W > 0 = sliding window of W tokens (``SlidingWindowSpec``),
+-C < 0 = Llama 4's chunked local attention of C-token chunks (``ChunkedLocalAttentionSpec``).
 The scheduler only sees the ``KVCacheConfig`` (``_kv_cache_config``): no sliding
 window in the model config is needed, since the scheduler and its KV cache manager
 read none. ``KVCacheConfig.prefix_cache_retention_interval`` is
@@ -112,10 +113,12 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.core.single_type_kv_cache_manager import (
+    ChunkedLocalAttentionManager,
     FullAttentionManager,
     SlidingWindowManager,
 )
 from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -262,11 +265,11 @@ def _build_scheduler(
     scheduler by ``_check_kv_groups``; with a drafter they need a full-attention group and
     no KV connector, and EAGLE in the KV cache manager is checked by ``_check_eagle_kv_cache``."""
     kv_groups = tuple(kv_groups)
-    if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups):
-        raise ValueError("kv_groups with a drafter: only without a KV connector and with a full-attention "
-                         "group (0), which the draft layer joins")
-    if any(w < 0 for w in kv_groups):
-        raise ValueError(f"kv_groups: 0 (full attention) or a window > 0, got {kv_groups}")
+    if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups
+                                                 or any(w < 0 for w in kv_groups)):
+        raise ValueError("kv_groups with a drafter: only without a KV connector, without chunked groups "
+                         "(vLLM disables the hybrid manager there) and with a full-attention group (0), "
+                         "which the draft layer joins")
     model_config = ModelConfig(
         model=str(model_dir),
         skip_tokenizer_init=True,
@@ -365,10 +368,14 @@ def _kv_cache_config(
     draft); with several full-attention groups vLLM would put it in the group
     ``num_full_layers % num_full_groups``, not modelled)."""
 
-    def spec(window: int) -> FullAttentionSpec | SlidingWindowSpec:
+    def spec(window: int) -> FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec:
         if window == 0:
             return FullAttentionSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
                                      head_size=_HEAD_DIM, dtype=torch.bfloat16)
+        if window < 0:
+            return ChunkedLocalAttentionSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
+                                             head_size=_HEAD_DIM, dtype=torch.bfloat16,
+                                             attention_chunk_size=-window)
         return SlidingWindowSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
                                  head_size=_HEAD_DIM, dtype=torch.bfloat16, sliding_window=window)
 
@@ -405,6 +412,8 @@ def _check_kv_groups(
     def group(manager: Any) -> Any:
         if type(manager) is SlidingWindowManager:
             return manager.sliding_window
+        if type(manager) is ChunkedLocalAttentionManager:
+            return -manager.attention_chunk_size
         if type(manager) is FullAttentionManager:
             return 0
         return type(manager).__name__
