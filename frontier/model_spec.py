@@ -88,6 +88,13 @@ class ModelSpec:
     # per-layer kinds from the config's `layer_types` (True = sliding window); () = the
     # num_sliding_layers spread evenly (`is_sliding_layer`)
     sliding_layer_flags: tuple[bool, ...] = ()
+    # Llama 4's chunked local attention: layers flagged True attend only within their
+    # attention_chunk_size-token chunk of the sequence (the others, NoPE layers, attend to all)
+    attention_chunk_size: int = 0
+    chunked_layer_flags: tuple[bool, ...] = ()
+    # which layers are MoE (True) when they interleave with dense ones (Llama 4 Maverick: every
+    # 2nd); () = the num_dense_layers dense layers first (DeepSeek's first_k_dense_replace)
+    moe_layer_flags: tuple[bool, ...] = ()
     # RMSNorms per decoder layer: 2 (input, post-attention), 4 for Gemma 2 / 3's sandwich norms
     # (input, post-attention, pre-feedforward, post-feedforward)
     norms_per_layer: int = 2
@@ -119,6 +126,17 @@ class ModelSpec:
         if flags and (len(flags) != self.num_layers or sum(flags) != self.num_sliding_layers):
             raise ValueError(f"{self.name}: sliding_layer_flags has {len(flags)} layers, {sum(flags)} sliding; "
                              f"need {self.num_layers} layers, {self.num_sliding_layers} sliding")
+        if self.attention_chunk_size < 0 or bool(self.attention_chunk_size) != bool(self.chunked_layer_flags) \
+                or (self.chunked_layer_flags and len(self.chunked_layer_flags) != self.num_layers):
+            raise ValueError(f"{self.name}: attention_chunk_size={self.attention_chunk_size} needs one chunked-layer "
+                             f"flag per layer ({self.num_layers}), got {len(self.chunked_layer_flags)}")
+        if self.attention_chunk_size and self.sliding_window:
+            raise ValueError(f"{self.name}: both a sliding window and attention chunks; vLLM's hybrid KV cache "
+                             "takes one local attention kind")
+        if self.moe_layer_flags and (len(self.moe_layer_flags) != self.num_layers
+                                     or self.num_layers - sum(self.moe_layer_flags) != self.num_dense_layers):
+            raise ValueError(f"{self.name}: moe_layer_flags must flag {self.num_layers - self.num_dense_layers} "
+                             f"of {self.num_layers} layers")
         if self.norms_per_layer not in (2, 4):
             raise ValueError(f"ModelSpec.norms_per_layer={self.norms_per_layer} ({self.name}); valid: 2, 4")
 
@@ -133,6 +151,20 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def num_chunked_layers(self) -> int:
+        return sum(self.chunked_layer_flags)
+
+    def is_chunked_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-based) runs chunked local attention (Llama 4)."""
+        return bool(self.chunked_layer_flags) and self.chunked_layer_flags[layer]
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-based) is an MoE layer."""
+        if not self.is_moe:
+            return False
+        return self.moe_layer_flags[layer] if self.moe_layer_flags else layer >= self.num_dense_layers
 
     # ---- weights -------------------------------------------------------------------------
     def _attention_bytes(self, tp: int) -> float:
@@ -168,7 +200,7 @@ class ModelSpec:
 
     def layer_bytes_per_rank(self, layer: int, parallel: ParallelSpec) -> float:
         """Weight bytes of decoder layer `layer` (0-based) on one rank: attention + MLP/MoE + norms."""
-        moe = self.is_moe and layer >= self.num_dense_layers
+        moe = self.is_moe_layer(layer)
         norms = self.norms_per_layer * self.hidden_size * BF16_BYTES
         return self._attention_bytes(parallel.tp) + self._mlp_bytes(moe, parallel) + norms
 
@@ -221,7 +253,7 @@ ROUTER_DTYPES = ("bf16", "fp32")
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text", "minimax_m2",
-    "gemma", "gemma2", "gemma3_text",
+    "gemma", "gemma2", "gemma3_text", "llama4_text",
 )
 # Gemma config classes' defaults (transformers 5.20 GemmaConfig, Gemma2Config, Gemma3TextConfig):
 # the hub's config.json files omit the fields equal to them (google/gemma-3-27b-it's text_config
@@ -355,15 +387,25 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
     num_experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
     inter = int(cfg.get("intermediate_size") or 0)
     moe_inter = int(cfg.get("moe_intermediate_size") or 0) if num_experts else 0
-    if num_experts and not moe_inter:  # Mixtral, gpt-oss: intermediate_size is the expert width
+    if num_experts and not moe_inter:  # Mixtral, gpt-oss, Llama 4: intermediate_size is the expert width
         moe_inter, inter = inter, 0
-    dense = _num_dense_layers(cfg, layers) if num_experts else 0
+    moe_flags: tuple[bool, ...] = ()
+    if model_type == "llama4_text":     # vLLM Llama4DecoderLayer: MoE iff (i + 1) % step == 0, dense MLP wider
+        step = int(cfg.get("interleave_moe_layer_step", 1) or 0)
+        moe_flags = tuple(step > 0 and (i + 1) % step == 0 for i in range(layers))
+        inter = int(cfg.get("intermediate_size_mlp") or 16384) if not all(moe_flags) else 0
+        dense = layers - sum(moe_flags)
+        moe_flags = moe_flags if 0 < dense < layers else ()
+    else:
+        dense = _num_dense_layers(cfg, layers) if num_experts else 0
     if num_experts and dense == 0:
         inter = 0
     shared = int(cfg.get("n_shared_experts") or 0)
     shared_inter = moe_inter if shared else 0
     if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one shared expert of this width
         shared, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
+    if model_type == "llama4_text" and num_experts:  # Llama4MoE: one shared expert as wide as a routed one
+        shared, shared_inter = 1, moe_inter
     kv_lora = int(cfg.get("kv_lora_rank") or 0)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
     if kv_lora:
@@ -387,6 +429,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         v_head_dim=int(cfg.get("v_head_dim") or 0) if kv_lora else 0,
         sliding_window=window, num_sliding_layers=sliding_layers, quant=quant,
         sliding_layer_flags=_sliding_flags(cfg, layers, name) if window and cfg.get("layer_types") else (),
+        **_chunked(cfg, layers, name) if model_type == "llama4_text" else {}, moe_layer_flags=moe_flags,
         norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
@@ -454,6 +497,27 @@ def _sliding_flags(cfg: dict[str, Any], layers: int, name: str) -> tuple[bool, .
         raise ValueError(f"{name}: config.json layer_types must list {layers} entries of "
                          f"'sliding_attention' / 'full_attention'; got {str(types)[:80]}")
     return tuple(t == "sliding_attention" for t in types)
+
+
+def _chunked(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
+    """Llama 4's chunked local attention as transformers' Llama4TextConfig and vLLM read it:
+    attention_chunk_size (default 8192; null: none), and a layer is chunked unless it is a NoPE
+    layer (``no_rope_layers[i] == 0``; default: every ``no_rope_layer_interval``-th, 4)."""
+    chunk = cfg["attention_chunk_size"] if "attention_chunk_size" in cfg else 8192
+    if chunk is None:
+        return {}
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"{name}: config.json attention_chunk_size={chunk!r}; valid: a whole number >= 1 or null")
+    rope = cfg.get("no_rope_layers")
+    if not rope:
+        interval = cfg.get("no_rope_layer_interval", 4)
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"{name}: config.json no_rope_layer_interval={interval!r}; valid: a whole number >= 1")
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(rope, list) or len(rope) != layers or any(r not in (0, 1) for r in rope):
+        raise ValueError(f"{name}: config.json no_rope_layers must list {layers} entries of 0 / 1; "
+                         f"got {str(rope)[:80]}")
+    return {"attention_chunk_size": chunk, "chunked_layer_flags": tuple(r == 1 for r in rope)}
 
 
 def _sliding(cfg: dict[str, Any], layers: int) -> tuple[int, int]:

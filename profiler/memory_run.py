@@ -63,7 +63,7 @@ def build_shard(ctx: RankContext) -> dict[str, torch.Tensor]:
     qkv = (ctx.heads_per_rank + 2 * ctx.kv_heads_per_rank) * d
     for i in range(m.num_layers):
         new(f"{i}.norm1", h), new(f"{i}.norm2", h), new(f"{i}.qkv", qkv, h), new(f"{i}.o", h, ctx.heads_per_rank * d)
-        if m.is_moe and i >= m.num_dense_layers:
+        if m.is_moe_layer(i):
             inter, local = _cdiv(m.moe_intermediate_size, p.moe_tp), m.num_experts // p.ep
             new(f"{i}.router", m.num_experts, h), new(f"{i}.w13", local, 2 * inter, h), new(f"{i}.w2", local, h, inter)
             if m.num_shared_experts:

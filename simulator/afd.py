@@ -43,7 +43,7 @@ Approximations (stated):
   they do not share bandwidth with P→A KV transfers (``SharedLinkTransfers``) nor with
   other A engines' activations.
 - Attention time per layer is the average over layers (sliding-window layers are spread
-  evenly); F layers are dense for the first ``num_dense_layers`` layers, MoE after.
+  evenly); F layers are dense or MoE as ``ModelSpec.is_moe_layer`` says.
 - Embedding runs on A before layer 0; final norm, lm_head and sampler on A after every
   lane has returned from the last layer.
 - EP wait = (slowest EP rank's expert time - mean EP rank's expert time) per MoE layer and
@@ -631,14 +631,14 @@ class AfdEngine:
 def _attention_weight_bytes(model, parallel: ParallelSpec) -> int:
     """A GPU's weights: the model's minus every layer's MLP/MoE weights."""
     full = model.weight_bytes_per_rank(parallel)
-    mlp = sum(model._mlp_bytes(model.is_moe and i >= model.num_dense_layers, parallel)
+    mlp = sum(model._mlp_bytes(model.is_moe_layer(i), parallel)
               for i in range(model.num_layers))
     return int(round(full - mlp))
 
 
 def _ffn_weight_bytes(model, tp: int, ep: int) -> int:
     par = ParallelSpec(tp=tp, dp=ep, ep=ep, ffn_tp=tp)
-    return int(round(sum(model._mlp_bytes(model.is_moe and i >= model.num_dense_layers, par)
+    return int(round(sum(model._mlp_bytes(model.is_moe_layer(i), par)
                          for i in range(model.num_layers))))
 
 

@@ -195,6 +195,26 @@ def window_pieces(new: tuple[int, ...], ctx: tuple[int, ...], window: int
     return tuple(out_new), tuple(out_ctx)
 
 
+def chunk_pieces(new: tuple[int, ...], ctx: tuple[int, ...], chunk: int
+                 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A step's (new tokens, context) per request as a chunked local-attention layer (Llama 4)
+    computes them: a query at position p attends the keys of its own ``chunk``-token chunk up to
+    p, [p // chunk x chunk, p]. A decode becomes (1, ctx % chunk); a prefill piece crossing chunk
+    boundaries splits at them, each part on the context of its chunk before it (exact: vLLM's
+    local-attention virtual batches run each chunk's part as a request of its own)."""
+    out_new: list[int] = []
+    out_ctx: list[int] = []
+    for n, c in zip(new, ctx):
+        start, end = c, c + n
+        while start < end:
+            offset = start % chunk
+            length = min(end - start, chunk - offset)
+            out_new.append(length)
+            out_ctx.append(offset)
+            start += length
+    return tuple(out_new), tuple(out_ctx)
+
+
 def pricing_notes(engines: Iterable[BatchEngine]) -> list[str]:
     """The distinct ``pricing_notes`` of ``engines`` in order of first appearance: a run's summary
     line for the kernels its release runs that no table times."""
@@ -260,8 +280,9 @@ class BatchEngine:
         # decode-only attention priced from the contexts' count and sum (attention_time_s): the
         # roofline's attention time depends on nothing else; a calibrated model may (it sees
         # the context distribution), and sliding-window layers see clipped contexts
-        self._attn_layers = model.num_layers - model.num_sliding_layers
-        one_group = self._attn_layers > 0 and not (model.sliding_window and model.num_sliding_layers)
+        self._attn_layers = model.num_layers - model.num_sliding_layers - model.num_chunked_layers
+        one_group = (self._attn_layers > 0 and not (model.sliding_window and model.num_sliding_layers)
+                     and not model.num_chunked_layers)
         self._decode_attn = (self._attention_for((1,), (0,))[0]
                              if type(cost_model) is RooflineCostModel and one_group else None)
 
@@ -666,12 +687,15 @@ class BatchEngine:
 
     def attention_ops(self, batch: BatchShape) -> list[tuple[AttentionOp, int]]:
         """(attention op, number of layers) for the step; sliding layers see their window only
-        (``window_pieces``)."""
+        (``window_pieces``), chunked ones their chunk (``chunk_pieces``)."""
         mdl = self.model
-        groups = [(batch.new_tokens, batch.context_lens, mdl.num_layers - mdl.num_sliding_layers)]
+        groups = [(batch.new_tokens, batch.context_lens, self._attn_layers)]
         if mdl.sliding_window and mdl.num_sliding_layers:
             groups.append((*window_pieces(batch.new_tokens, batch.context_lens, mdl.sliding_window),
                            mdl.num_sliding_layers))
+        if mdl.num_chunked_layers:
+            groups.append((*chunk_pieces(batch.new_tokens, batch.context_lens, mdl.attention_chunk_size),
+                           mdl.num_chunked_layers))
         out = []
         for new, ctx, n_layers in groups:
             if n_layers:

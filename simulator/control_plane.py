@@ -145,21 +145,24 @@ class CompiledRole:
 class KvPull:
     """What a P->D pull moves on the busiest GPU (module docstring), in bytes per pulled token:
     every layer's KV (``full_bytes_per_token``), or, when the decode side keeps vLLM's hybrid KV
-    groups, the full-attention layers' for every token and the sliding-window layers'
-    (``sliding_bytes_per_token``, window ``window``) only for the tokens in the blocks D holds
-    for that window: D leaves the blocks before it null (`allocate_external_computed_blocks`),
-    so the connector reads nothing into them."""
+    groups, the full-attention layers' for every token and the sliding-window (or, ``chunked``,
+    Llama 4's chunked) layers' (``sliding_bytes_per_token``, window or chunk ``window``) only for
+    the tokens in the blocks D holds for that window or the last chunk: D leaves the blocks
+    before it null (`allocate_external_computed_blocks`), so the connector reads nothing into
+    them."""
 
     full_bytes_per_token: int
     sliding_bytes_per_token: int = 0
     window: int = 0
     block_size: int = 16
+    chunked: bool = False       # the local layers attend within chunks of `window` tokens (Llama 4)
 
     def num_bytes(self, hit: int, total: int) -> int:
         """Bytes of a pull of tokens [hit, total) (D's local prefix hit is not pulled)."""
         n = (total - hit) * self.full_bytes_per_token
         if self.window:
-            start = max(0, total - self.window + 1) // self.block_size * self.block_size
+            skipped = total // self.window * self.window if self.chunked else max(0, total - self.window + 1)
+            start = skipped // self.block_size * self.block_size
             n += max(0, total - max(hit, start)) * self.sliding_bytes_per_token
         return n
 
@@ -168,7 +171,7 @@ def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> Kv
     """The pull of a P->D pair: the larger of the two sides' per-token KV shard for each kind of
     layer (worst pp stage), the sliding window's split only when D's KV manager is hybrid."""
     layout = decode.memory.layout
-    hybrid = (layout is not None and layout.sliding_window > 0
+    hybrid = (layout is not None and layout.local_window > 0
               and decode.resolved.args.speculative_config is None)
     if not hybrid:
         return KvPull(max(model.kv_bytes_per_token_per_rank(prefill.resolved.parallel),
@@ -179,12 +182,13 @@ def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> Kv
         stages = pp_partition(model.num_layers, parallel.pp)
         k = stages.index(max(stages))
         layers = range(sum(stages[:k]), sum(stages[:k + 1]))
-        sliding = sum(1 for i in layers if model.is_sliding_layer(i))
+        sliding = sum(1 for i in layers if model.is_sliding_layer(i) or model.is_chunked_layer(i))
         per_layer = model.kv_bytes_per_token_per_layer(parallel.tp)
         return int(round((len(layers) - sliding) * per_layer)), int(round(sliding * per_layer))
 
     p, d = split(prefill.resolved.parallel), split(decode.resolved.parallel)
-    return KvPull(max(p[0], d[0]), max(p[1], d[1]), layout.sliding_window, layout.block_size)
+    return KvPull(max(p[0], d[0]), max(p[1], d[1]), layout.local_window, layout.block_size,
+                  layout.attention_chunk_size > 0)
 
 
 def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: BatchTrace,

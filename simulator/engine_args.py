@@ -63,11 +63,11 @@ from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.memory import KVLayout, max_in_flight_tokens
 from simulator.scheduler_config import SchedulerConfig
-from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN, DEFAULT as VLLM_DEFAULT,
-                                    HT_WITHOUT_GRAPHS, KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
+from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN,
+                                    CHUNKED_LOCAL_NO_FULL_GRAPHS, DEFAULT as VLLM_DEFAULT, HT_WITHOUT_GRAPHS,
+                                    KV_AUTO_FROM_CHECKPOINT, LARGE_GPU_DEFAULTS, MAX_MODEL_LEN_AUTO,
                                     PERFORMANCE_MODE, QUEUED_LIMITS, RESERVE_FULL_ISL_FLAG, SCHEDULER_024,
-                                    SCHEDULER_031,
-                                    default_gpu_memory_utilization, parse_vllm_version)
+                                    SCHEDULER_031, default_gpu_memory_utilization, parse_vllm_version)
 
 GiB = 1 << 30
 
@@ -445,22 +445,39 @@ class ResolvedEngine:
                          connector: bool = False) -> KVCacheManager:
         """The KV-cache manager of one engine rank over ``num_gpu_blocks`` blocks (its memory
         budget's), with these arguments' block size, max_model_len, prefix caching and watermark.
-        Given the budget's ``layout``, a model with sliding-window layers gets vLLM's hybrid
-        manager, one block table per KV cache group (behind a KV ``connector`` too, as vLLM's
+        Given the budget's ``layout``, a model with sliding-window or chunked (Llama 4) layers
+        gets vLLM's hybrid manager, one block table per KV cache group (behind a KV ``connector`` too, as vLLM's
         NixlConnector supports it); speculative decoding behind a connector, or no layout, keeps
         one full-attention group (README limits)."""
         a = self.args
-        if layout is not None and layout.sliding_window and not (connector and a.speculative_config):
-            first = "sliding" if self.model.is_sliding_layer(0) else "full"   # vLLM: layer 0's kind first
-            groups = sorted(layout.groups, key=lambda g: g.kind != first)
+        if layout is not None and layout.local_window and not (connector and a.speculative_config):
+            local = "chunked" if layout.attention_chunk_size else "sliding"
+            first = local if self.model.is_sliding_layer(0) or self.model.is_chunked_layer(0) else "full"
+            groups = sorted(layout.groups, key=lambda g: g.kind != first)     # vLLM: layer 0's kind first
             in_flight = max_in_flight_tokens(self.max_num_batched_tokens, self.parallel.pp,
                                              a.effective_async_scheduling)
             return HybridKVCacheManager(
                 num_gpu_blocks, self.block_size, self.max_model_len,
-                tuple(layout.sliding_window if g.kind == "sliding" else 0 for g in groups), in_flight,
-                enable_prefix_caching=a.enable_prefix_caching, watermark=a.watermark)
+                tuple(layout.local_window if g.kind == local else 0 for g in groups), in_flight,
+                enable_prefix_caching=a.enable_prefix_caching, watermark=a.watermark, chunked=local == "chunked")
         return KVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
                               enable_prefix_caching=a.enable_prefix_caching, watermark=a.watermark)
+
+    @property
+    def cudagraph_mode(self) -> str:
+        """The cudagraph_mode the engine runs (``EngineArgs.effective_cudagraph_mode``), after
+        the attention backends' CUDA-graph support: Llama 4's chunked local-attention backend
+        supports none (``AttentionCGSupport.NEVER`` from vLLM 0.11), so FULL decode graphs fall
+        back to PIECEWISE (attention compiled piecewise: FULL_AND_PIECEWISE, the default, and
+        FULL_DECODE_ONLY), and FULL is refused as vLLM refuses it."""
+        mode = self.args.effective_cudagraph_mode
+        if not self.model.attention_chunk_size or self.vllm_version < CHUNKED_LOCAL_NO_FULL_GRAPHS:
+            return mode
+        if mode == "FULL":
+            raise ValueError(f"--compilation-config cudagraph_mode FULL is not supported with {self.model.name}'s "
+                             "chunked local attention backend (no CUDA-graph support); valid: PIECEWISE, "
+                             "FULL_AND_PIECEWISE (run as PIECEWISE), NONE")
+        return "PIECEWISE" if mode in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY") else mode
 
     def cudagraph_config(self) -> CudaGraphConfig:
         """The CUDA graphs of one engine, as VllmConfig derives them from these arguments (a
@@ -471,7 +488,7 @@ class ResolvedEngine:
             sm_version=self.gpu.sm_version, num_spec_tokens=self.num_spec_tokens,
             cudagraph_capture_sizes=a.cudagraph_capture_sizes,
             max_cudagraph_capture_size=self.max_cudagraph_capture_size,
-            cudagraph_mode=a.effective_cudagraph_mode, vllm_version=self.vllm_version,
+            cudagraph_mode=self.cudagraph_mode, vllm_version=self.vllm_version,
             interactivity=a.performance_mode == "interactivity")
 
     @property

@@ -93,8 +93,8 @@ from typing import TYPE_CHECKING
 
 from frontier.model_spec import pp_partition
 from simulator.cuda_graph import CudaGraphConfig
-from simulator.vllm_version import (CUDAGRAPH_ESTIMATE, LOGGED_BY_CONCURRENCY, REQUEST_CEIL, SEMANTICS,
-                                    WINDOW_IN_FLIGHT)
+from simulator.vllm_version import (CHUNKED_LOCAL_HYBRID, CUDAGRAPH_ESTIMATE, LOGGED_BY_CONCURRENCY, REQUEST_CEIL,
+                                    SEMANTICS, WINDOW_IN_FLIGHT)
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
@@ -120,7 +120,7 @@ PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
 class KVGroup:
     """One KV-cache group: its attention kind and its layers (0-based indices, whole model)."""
 
-    kind: str                      # "full" | "sliding"
+    kind: str                      # "full" | "sliding" | "chunked"
     layers: tuple[int, ...]
 
 
@@ -133,24 +133,34 @@ class KVLayout:
     groups: tuple[KVGroup, ...]
     bytes_per_block: int           # one block of the shared pool on the worst pp stage
     sliding_window: int = 0
+    attention_chunk_size: int = 0  # Llama 4's chunked groups
 
     def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
-        """Blocks one request of `max_model_len` tokens takes from the pool, all groups."""
+        """Blocks one request of `max_model_len` tokens takes from the pool, all groups (a local
+        group: its spec's ``max_admission_blocks_per_request``)."""
         if max_model_len <= 0:
             raise ValueError(f"max_model_len must be > 0, got {max_model_len}")
         full = -(-max_model_len // self.block_size)
         window = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
         sliding = -(-window // self.block_size) + 1
-        return sum(full if g.kind == "full" else sliding for g in self.groups)
+        chunked = -(-min(self.attention_chunk_size + max_in_flight_tokens, max_model_len) // self.block_size)
+        per_kind = {"full": full, "sliding": sliding, "chunked": chunked}
+        return sum(per_kind[g.kind] for g in self.groups)
+
+    @property
+    def local_window(self) -> int:
+        """The sliding window or the attention chunk of the local groups (0: one full group)."""
+        return self.sliding_window or self.attention_chunk_size
 
 
-def _hybrid_groups(full: list[int], sliding: list[int]) -> list[KVGroup]:
-    """Equal-size groups per kind, layers[i::n] to group i (vLLM's grouping of a hybrid model)."""
-    group_size = min(len(full), len(sliding))
-    if max(len(full), len(sliding)) < group_size * HYBRID_GROUP_SIZE_RATIO:
-        group_size = max(len(full), len(sliding))
+def _hybrid_groups(full: list[int], local: list[int], kind: str) -> list[KVGroup]:
+    """Equal-size groups per kind, layers[i::n] to group i (vLLM's grouping of a hybrid model);
+    ``kind``: the local layers' ("sliding" or "chunked")."""
+    group_size = min(len(full), len(local))
+    if max(len(full), len(local)) < group_size * HYBRID_GROUP_SIZE_RATIO:
+        group_size = max(len(full), len(local))
     groups = []
-    for kind, layers in (("full", full), ("sliding", sliding)):
+    for kind, layers in (("full", full), (kind, local)):
         n = -(-len(layers) // group_size)
         groups += [KVGroup(kind, tuple(layers[i::n])) for i in range(n)]
     return groups
@@ -158,29 +168,32 @@ def _hybrid_groups(full: list[int], sliding: list[int]) -> list[KVGroup]:
 
 def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid: bool = True) -> KVLayout:
     """vLLM's KV groups and pool bytes per block for `model` on one rank (worst pp stage).
-    ``hybrid=False`` (``--disable-hybrid-kv-cache-manager``): sliding-window layers are kept as
-    full attention, one group of every layer (vLLM's ``unify_hybrid_kv_cache_specs``)."""
+    ``hybrid=False`` (``--disable-hybrid-kv-cache-manager``, or what vLLM disables it for):
+    sliding-window and chunked layers are kept as full attention, one group of every layer
+    (vLLM's ``unify_hybrid_kv_cache_specs``)."""
     if block_size <= 0:
         raise ValueError(f"block_size={block_size} must be > 0")
     per_token = model.kv_bytes_per_token_per_layer(parallel.tp)
     page = int(per_token * block_size)
     if page != per_token * block_size:
         raise ValueError(f"{model.name}: a {block_size}-token page of {per_token} bytes/token is not whole bytes")
-    kinds = ["sliding" if hybrid and model.sliding_window and model.is_sliding_layer(i) else "full"
-             for i in range(model.num_layers)]
+    local_kind = "chunked" if model.attention_chunk_size else "sliding"
+    kinds = ["sliding" if hybrid and model.sliding_window and model.is_sliding_layer(i)
+             else "chunked" if hybrid and model.is_chunked_layer(i) else "full" for i in range(model.num_layers)]
     full = [i for i, k in enumerate(kinds) if k == "full"]
-    sliding = [i for i, k in enumerate(kinds) if k == "sliding"]
-    if full and sliding:
-        groups = _hybrid_groups(full, sliding)
+    local = [i for i, k in enumerate(kinds) if k == local_kind]
+    if full and local:
+        groups = _hybrid_groups(full, local, local_kind)
     else:
-        groups = [KVGroup("full" if full else "sliding", tuple(range(model.num_layers)))]
+        groups = [KVGroup("full" if full else local_kind, tuple(range(model.num_layers)))]
     worst, start = 0, 0
     for n in pp_partition(model.num_layers, parallel.pp):
         stage = range(start, start + n)
         start += n
         worst = max(worst, max(sum(1 for i in g.layers if i in stage) for g in groups))
     return KVLayout(block_size, page, tuple(groups), worst * page,
-                    model.sliding_window if sliding else 0)
+                    model.sliding_window if local and local_kind == "sliding" else 0,
+                    model.attention_chunk_size if local and local_kind == "chunked" else 0)
 
 
 def max_in_flight_tokens(max_num_batched_tokens: int, pp: int, async_scheduling: bool) -> int:
@@ -375,7 +388,9 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     before 0.26 a sliding-window group reserves max_num_batched_tokens, not the tokens in
     flight, and before 0.21 the logged token count is num_blocks // groups x block size).
     ``interactivity``: --performance-mode interactivity's capture grid (``simulator.cuda_graph``).
-    ``hybrid_kv_cache_manager=False``: --disable-hybrid-kv-cache-manager (``kv_layout``).
+    ``hybrid_kv_cache_manager=False``: --disable-hybrid-kv-cache-manager (``kv_layout``); vLLM
+    also turns it off for chunked local attention (Llama 4) with an EAGLE drafter
+    (``num_spec_tokens``) and, by default, before 0.14 (``CHUNKED_LOCAL_HYBRID``).
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -428,7 +443,9 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
         first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
         graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
         graph_src = PROFILED if first is not None else ESTIMATED
-    layout = kv_layout(model, parallel, block_size, hybrid_kv_cache_manager)
+    hybrid = hybrid_kv_cache_manager and not (model.attention_chunk_size and (
+        num_spec_tokens or vllm_version < CHUNKED_LOCAL_HYBRID))
+    layout = kv_layout(model, parallel, block_size, hybrid)
     bytes_per_block = layout.bytes_per_block
     if kv_cache_memory_bytes is not None:
         available = kv_cache_memory_bytes

@@ -135,6 +135,9 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     if model.sliding_window:
         raise ValueError(f"--engine sglang does not simulate {model.name}'s sliding-window layers (SGLang keeps them "
                          "in a separate SWA pool); use --engine vllm")
+    if model.attention_chunk_size:
+        raise ValueError(f"--engine sglang does not simulate {model.name}'s chunked local-attention layers "
+                         "(Llama 4); use --engine vllm")
     page = args.page_size
     if page is None:        # the default attention backend's: trtllm_mha (sm_100 family, not MLA) runs 64
         page = TRTLLM_MHA_PAGE_SIZE if is_sm100_family(gpu.sm_version) and not model.is_mla else 1

@@ -351,7 +351,7 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         max_model_len=resolved.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         async_scheduling=args.effective_async_scheduling, profiled=profiled,
         num_spec_tokens=resolved.num_spec_tokens, cudagraph_capture_sizes=args.cudagraph_capture_sizes,
-        max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=args.effective_cudagraph_mode,
+        max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=resolved.cudagraph_mode,
         vllm_version=resolved.vllm_version, interactivity=args.performance_mode == "interactivity",
         hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager)
 

@@ -46,15 +46,24 @@ kv_cache_utils.py``):
 |        | 0.19 computes it and subtracts it only when the variable is set)                            |
 | 0.21.0 | logged "GPU KV cache size: N tokens": num_blocks // groups x block size ->                  |
 |        | int(max concurrency at max_model_len x max_model_len)                                       |
+| 0.14.0 | chunked local attention (Llama 4): one KV group of every layer, all as full attention       |
+|        | (``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` default "0": 0.10.2-0.13.0) ->      |
+|        | the hybrid manager's chunked groups (default "1"; read in the 0.10.2-0.14.0 and             |
+|        | 0.16.0-0.33.0 wheels); with an EAGLE drafter it stays off in every release                  |
 | 0.26.0 | a sliding-window group reserves sliding_window - 1 + max_num_batched_tokens tokens per      |
 |        | request -> sliding_window - 1 + the tokens in flight (max_num_batched_tokens x (pp + 1)     |
-|        | with async scheduling)                                                                      |
+|        | with async scheduling); a chunked group attention_chunk_size + either (0.14.0, 0.25.0 and   |
+|        | 0.26.0 read)                                                                                |
 
 Engine defaults (``simulator.engine_args``, ``simulator.cuda_graph``; ``vllm/engine/arg_utils.py``
 and ``vllm/config/vllm.py`` of the same wheels):
 
 | since  | what changed (before -> from then on)                                                       |
 |--------|---------------------------------------------------------------------------------------------|
+| 0.11.0 | chunked local attention (Llama 4): its backend takes the underlying one's CUDA-graph       |
+|        | support -> none (``AttentionCGSupport.NEVER``): FULL decode graphs run PIECEWISE (the       |
+|        | default FULL_AND_PIECEWISE and FULL_DECODE_ONLY), FULL is refused (read in the 0.10.2,      |
+|        | 0.11.0, 0.12.0-0.14.0, 0.18.0, 0.22.0, 0.26.0, 0.30.0 and 0.33.0 wheels)                    |
 | 0.11.0 | --all2all-backend deepep_high_throughput with DP > 1: PIECEWISE CUDA graphs without the MoE |
 |        | ops (taken as PIECEWISE) -> no CUDA graphs (read in the 0.10.2, 0.11.0 and 0.12.0-0.33.0    |
 |        | wheels: ``platforms/cuda.py``, then ``CompilationConfig``)                                  |
@@ -149,7 +158,9 @@ ASYNC_BY_DEFAULT = (0, 14)        # --async-scheduling default: off -> on
 UTILIZATION_092 = (0, 20)         # --gpu-memory-utilization default 0.92 (0.9 before)
 CUDAGRAPH_ESTIMATE = (0, 20)      # the CUDA-graph memory estimate is subtracted
 LOGGED_BY_CONCURRENCY = (0, 21)   # "GPU KV cache size" = int(max concurrency x max_model_len)
-WINDOW_IN_FLIGHT = (0, 26)        # sliding-window reservation counts the tokens in flight
+WINDOW_IN_FLIGHT = (0, 26)        # sliding-window (and chunked) reservation counts the tokens in flight
+CHUNKED_LOCAL_HYBRID = (0, 14)    # chunked local attention (Llama 4) in the hybrid KV cache manager by default
+CHUNKED_LOCAL_NO_FULL_GRAPHS = (0, 11)  # its attention backend supports no CUDA graph: FULL decode -> PIECEWISE
 
 HT_WITHOUT_GRAPHS = (0, 11)       # deepep_high_throughput x DP > 1: CUDA graphs NONE (PIECEWISE without MoE before)
 BUDGET_FROM_SEQS_X_LEN = (0, 12)  # defaulted max_num_batched_tokens: min(max_num_seqs x max_model_len, ...);

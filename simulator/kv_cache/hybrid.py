@@ -1,10 +1,11 @@
-"""KV cache manager for models with sliding-window layers, mirroring vLLM 0.33's hybrid KV cache
-(`HybridKVCacheCoordinator` / `KVCacheCoordinatorNoPrefixCache` / `UnitaryKVCacheCoordinator`
-over `FullAttentionManager` and `SlidingWindowManager`).
+"""KV cache manager for models with sliding-window or chunked local-attention layers, mirroring
+vLLM 0.33's hybrid KV cache (`HybridKVCacheCoordinator` / `KVCacheCoordinatorNoPrefixCache` /
+`UnitaryKVCacheCoordinator` over `FullAttentionManager`, `SlidingWindowManager` and
+`ChunkedLocalAttentionManager`).
 
-A model such as gpt-oss (sliding, full, sliding, ...; or a Gemma-3-like five sliding layers to one
-full, a layout the oracle tests exercise) has several KV cache groups over ONE block pool (`simulator.memory.kv_layout`): each group keeps
-its own block table per request, and every group takes blocks for each new token. A full group
+A model such as gpt-oss (sliding, full, sliding, ...; or Gemma 3's five sliding layers to one
+full) has several KV cache groups over ONE block pool (`simulator.memory.kv_layout`): each group
+keeps its own block table per request, and every group takes blocks for each new token. A full group
 holds a request's blocks until it finishes; a sliding group of window W frees the blocks wholly
 before the window (replaced by the null block 0) every time the request is given slots:
 
@@ -24,6 +25,12 @@ boundary (the prompt's last token, ``(prompt - 1) // bs`` blocks) and at a share
 run of cached blocks from the left (all full groups), then the sliding groups' rightmost run of
 ceil((W - 1) / bs) cached blocks within it (blocks left of the run are null); the full groups are
 cut to that length (vLLM's "simple hybrid": one full type plus one other).
+
+Llama 4's chunked groups (``chunked``; chunks of C = W tokens) follow the same rules with the
+chunk for the window: skipped tokens = processed // C x C (a chunk's blocks are freed together
+once the next token lies past it), admission cap ceil(min(C + in-flight tokens, L) / bs), every
+full block cached (no sparse retention), and a hit is null blocks up to the last chunk's start
+within the full groups' hit, then cached blocks left to right from it.
 
 P/D decode side (a KV connector, as vLLM's NixlConnector with HMA): the pulled tokens take blocks
 only inside each sliding group's window, and a finished request's out-of-window blocks are freed

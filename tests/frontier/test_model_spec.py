@@ -327,3 +327,52 @@ def test_gemma_null_window_and_float_layer_count():
     assert (m.sliding_window, m.num_sliding_layers, m.sliding_layer_flags) == (0, 0, ())
     m = model_spec_from_config({"model_type": "gemma2", "num_hidden_layers": 4.0}, "g")
     assert (m.num_layers, m.sliding_layer_flags) == (4, (True, False, True, False))
+
+
+# ---- Llama 4 (AIConfigurator's catalogue configs)
+
+def test_llama4_scout_chunked_layers_and_shared_expert():
+    m = load_model_spec("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    assert (m.architecture, m.num_layers, m.num_experts, m.num_experts_per_tok) == (
+        "Llama4ForConditionalGeneration", 48, 16, 1)
+    # every layer MoE (interleave_moe_layer_step 1): 16 routed + 1 shared expert of 8192
+    assert (m.num_dense_layers, m.intermediate_size, m.moe_intermediate_size) == (0, 0, 8192)
+    assert (m.num_shared_experts, m.shared_expert_intermediate_size) == (1, 8192)
+    # no_rope_layers absent: every 4th layer is NoPE (full attention), the others chunked
+    assert (m.attention_chunk_size, m.num_chunked_layers, m.sliding_window) == (8192, 36, 0)
+    assert [i for i in range(48) if not m.is_chunked_layer(i)] == list(range(3, 48, 4))
+    # per layer: q, o 5120*40*128 = 26,214,400 each, k, v 5120*8*128 = 5,242,880 each -> 62,914,560;
+    # 17 experts of 3*5120*8192 = 125,829,120 -> 2,139,095,040; router 5120*16 = 81,920; norms 2*5120:
+    # 2,202,101,760 per layer. 48 layers + untied embed and lm_head 2*202048*5120 + final norm 5120
+    # = 107,769,861,120 params (the published 109B with the vision encoder)
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * 107_769_861_120
+
+
+def test_llama4_maverick_interleaves_dense_and_moe_layers():
+    m = load_model_spec("meta-llama/Llama-4-Maverick-17B-128E-Instruct")
+    assert (m.num_dense_layers, m.num_moe_layers, m.intermediate_size, m.num_experts) == (24, 24, 16384, 128)
+    assert [m.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    # PP 2 splits 12 dense + 12 MoE layers per stage (the dense layers are not first)
+    pp2 = ParallelSpec.from_vllm(tp=8, pp=2, enable_expert_parallel=True)
+    layers = [m.layer_bytes_per_rank(i, pp2) for i in range(48)]
+    assert sum(layers[:24]) == sum(layers[24:])
+
+
+@pytest.mark.parametrize("extra,match", [
+    ({"attention_chunk_size": 0}, "attention_chunk_size=0; valid: a whole number >= 1 or null"),
+    ({"no_rope_layers": [1, 2]}, "no_rope_layers must list 2 entries of 0 / 1"),
+    ({"no_rope_layer_interval": 0}, "no_rope_layer_interval=0"),
+])
+def test_bad_llama4_layouts_are_one_line_errors(extra, match):
+    cfg = {"model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 1, **extra}
+    with pytest.raises(ValueError, match=match):
+        model_spec_from_config(cfg, "l4")
+
+
+def test_llama4_without_chunks():
+    cfg = {"model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 1}
+    assert model_spec_from_config(cfg, "l4").chunked_layer_flags == (True, True, True, False)   # the class default
+    m = model_spec_from_config({**cfg, "attention_chunk_size": None}, "l4")
+    assert (m.attention_chunk_size, m.num_chunked_layers) == (0, 0)

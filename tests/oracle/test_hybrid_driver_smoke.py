@@ -84,8 +84,14 @@ def test_kv_groups_are_checked(vllm_driver):
     assert type(coordinator).__name__ == "HybridKVCacheCoordinator"
     assert [getattr(m, "sliding_window", 0) for m in coordinator.single_type_managers] == [64, 64, 64, 0]
     assert coordinator.retention_interval == 0      # CacheConfig.prefix_cache_retention_interval default
-    with pytest.raises(ValueError, match="kv_groups"):
-        vllm_driver.run_vllm_scheduler([Req("a", 30, 1)], kv_groups=(-1, 0), **_KNOBS)
+    # -C: chunked local attention of C-token chunks (Llama 4); vLLM keeps no hybrid groups with a drafter
+    scheduler, _ = vllm_driver.new_scheduler(kv_groups=(-64, 0), long_prefill_token_threshold=0, policy="fcfs",
+                                             async_scheduling=False, watermark=0.0, **_KNOBS)
+    assert [type(m).__name__ for m in scheduler.kv_cache_manager.coordinator.single_type_managers] == [
+        "ChunkedLocalAttentionManager", "FullAttentionManager"]
+    assert scheduler.kv_cache_manager.coordinator.single_type_managers[0].attention_chunk_size == 64
+    with pytest.raises(ValueError, match="kv_groups with a drafter"):
+        vllm_driver.run_vllm_scheduler([Req("a", 30, 1)], kv_groups=(-64, 0), num_speculative_tokens=1, **_KNOBS)
 
 
 def _run_recording_hits(

@@ -65,8 +65,8 @@ def vllm_config(tmp_path_factory):
 def rank_specs(name: str, tp: int, pp: int, block_size: int, fp8_kv: bool) -> list[dict]:
     """What each pp stage's attention layers report (`Attention/MLAAttention.get_kv_cache_spec`)."""
     import torch
-    from vllm.v1.kv_cache_interface import (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
-                                            get_kv_quant_mode)
+    from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec, MLAAttentionSpec,
+                                            SlidingWindowSpec, get_kv_quant_mode)
 
     cfg, _ = _catalogue_lookup(name)
     cfg = {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
@@ -93,6 +93,8 @@ def rank_specs(name: str, tp: int, pp: int, block_size: int, fp8_kv: bool) -> li
                           dtype=dtype, kv_quant_mode=get_kv_quant_mode(cache_dtype))
             if types[i] == "sliding_attention":
                 stage[key] = SlidingWindowSpec(**common, sliding_window=int(cfg["sliding_window"]))
+            elif types[i] == "chunked_attention":
+                stage[key] = ChunkedLocalAttentionSpec(**common, attention_chunk_size=int(cfg["attention_chunk_size"]))
             else:
                 stage[key] = FullAttentionSpec(**common)
         specs.append(stage)
@@ -101,16 +103,19 @@ def rank_specs(name: str, tp: int, pp: int, block_size: int, fp8_kv: bool) -> li
 
 
 def transformers_config(cfg: dict) -> dict:
-    """A Gemma 2 / 3 config as transformers' own config class reads it (vLLM reads it through
-    that class): the class defaults for the fields the file omits (gemma-3-12b's head_dim 256,
-    not hidden / heads = 240) and the layer_types it derives. Other configs unchanged."""
+    """A Gemma 2 / 3 or Llama 4 config as transformers' own config class reads it (vLLM reads it
+    through that class): the class defaults for the fields the file omits (gemma-3-12b's head_dim
+    256, not hidden / heads = 240) and the layer_types it derives (Llama 4: "chunked_attention"
+    but for the NoPE layers). Other configs unchanged."""
     import transformers
 
-    cls = {"gemma2": transformers.Gemma2Config, "gemma3_text": transformers.Gemma3TextConfig}.get(cfg["model_type"])
+    cls = {"gemma2": transformers.Gemma2Config, "gemma3_text": transformers.Gemma3TextConfig,
+           "llama4_text": transformers.Llama4TextConfig}.get(cfg["model_type"])
     if cls is None:
         return cfg
     keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "vocab_size", "sliding_window", "sliding_window_pattern", "layer_types")
+            "head_dim", "vocab_size", "sliding_window", "sliding_window_pattern", "layer_types",
+            "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval")
     return cls(**{k: cfg[k] for k in keys if k in cfg}).to_dict()
 
 
@@ -165,6 +170,11 @@ CASES = [
     ("google/gemma-3-1b-it", "L40S", 1, 1, False, 16, True, 32768),         # 1 KV head, window 512
     ("google/gemma-2-9b-it", "H100", 1, 1, False, 16, False, 8192),         # alternating, window 4096
     ("google/gemma-2-27b-it", "H100", 2, 3, False, 32, False, 8192),        # 46 layers, pp 3: [15, 16, 15]
+    # Llama 4: 36 chunked (8192-token chunks) + 12 NoPE full-attention layers -> 3 + 1 groups of 12
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "H100", 4, 1, False, 16, False, 32768),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "H200", 8, 1, True, 32, True, 131072),   # 1 KV head per rank
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "H200", 8, 1, True, 16, False, 65536),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "H100", 8, 2, True, 16, False, 16384),  # pp 2: [24, 24]
 ]
 
 
@@ -212,7 +222,7 @@ def test_hybrid_pool_is_half_the_layers_and_the_window_is_charged(vllm_config):
 
 
 @pytest.mark.parametrize("name,gpu,tp,pp,ep,block,fp8,max_len",
-                         [c for c in CASES if c[0].startswith(("openai/gpt-oss", "google/gemma"))])
+                         [c for c in CASES if c[0].startswith(("openai/gpt-oss", "google/gemma", "meta-llama/Llama-4"))])
 def test_disabled_hybrid_manager_matches_vllm(vllm_config, name, gpu, tp, pp, ep, block, fp8, max_len):
     """--disable-hybrid-kv-cache-manager: vLLM keeps the sliding-window layers as full attention
     (unify_hybrid_kv_cache_specs), one group of every layer."""
@@ -294,7 +304,7 @@ def test_start_refused_exactly_where_vllm_refuses(vllm_config, name, tp, block, 
 
 
 @pytest.mark.parametrize("name,gpu,tp,pp,ep,block,fp8,max_len", [CASES[0], CASES[5], CASES[10], CASES[13], CASES[16],
-                                                                  CASES[21]])
+                                                                  CASES[21], CASES[25]])
 def test_max_model_len_auto_fit_matches_vllm(vllm_config, name, gpu, tp, pp, ep, block, fp8, max_len):
     """--max-model-len auto: vLLM's planner (original_max_model_len -1) shrinks max_model_len to what
     the pool holds; ours (MemoryBudget.max_fitting_model_len) on the same bytes: equal, for pools
@@ -316,3 +326,12 @@ def test_max_model_len_auto_fit_matches_vllm(vllm_config, name, gpu, tp, pp, ep,
             assert ours.max_fitting_model_len(max_len) == want, available
     finally:
         config.model_config.original_max_model_len = saved
+
+
+def test_llama4_specs_are_chunked_but_every_fourth_layer():
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec
+
+    (stage,) = rank_specs("meta-llama/Llama-4-Scout-17B-16E-Instruct", 4, 1, 16, False)
+    kinds = [type(spec) for spec in stage.values()]
+    assert kinds == [FullAttentionSpec if (i + 1) % 4 == 0 else ChunkedLocalAttentionSpec for i in range(48)]
+    assert {spec.attention_chunk_size for spec in stage.values() if type(spec) is ChunkedLocalAttentionSpec} == {8192}

@@ -3,7 +3,7 @@ runs, with full-attention and sliding-window KV cache groups sharing one block p
 Gemma-3 get in vLLM).
 
 ``kv_groups``: one entry per vLLM KV cache group, in group order, 0 = full attention, W > 0 = a
-sliding window of W tokens. vLLM's side is ``vllm_pd_driver.run_vllm_pd(..., kv_groups=...)``: its
+sliding window of W tokens, -C = chunked local attention of C-token chunks. vLLM's side is ``vllm_pd_driver.run_vllm_pd(..., kv_groups=...)``: its
 real scheduler with the HybridKVCacheCoordinator (KVCacheCoordinatorNoPrefixCache without prefix
 caching) and ``HMAPullConnector`` (the pull connector with ``SupportsHMA``: NixlConnector's delay rule
 over every group's blocks). The mirror's is ``test_pd_parity.run_mirror(..., kv_groups=...)``: the
@@ -21,6 +21,7 @@ from test_pd_parity import assert_pd_parity, make_requests, pd_knobs, recomputed
 GPT_OSS = (128, 0)
 FULL_FIRST = (0, 128)
 GEMMA = (64, 64, 64, 0)
+LLAMA4 = (-128, -128, -128, 0)      # chunked local attention (chunks of 128), then the NoPE layers' group
 
 CASES = [
     # (name, side, seed, n, prompt range, output range, num_gpu_blocks, kv_groups, extra knobs)
@@ -53,6 +54,12 @@ CASES = [
     ("prefill_gemma_budget_256", "prefill", 209, 30, (50, 900), (1, 1), 6000, GEMMA,
      {"max_num_batched_tokens": 256}),
     ("prefill_gemma_cached_budget_2048", "prefill", 210, 30, (50, 900), (1, 1), 6000, GEMMA,
+     {"max_num_batched_tokens": 2048, "enable_prefix_caching": True}),
+    ("decode_llama4_cached_budget_256", "decode", 212, 30, (50, 900), (1, 60), 6000, LLAMA4,
+     {"max_num_batched_tokens": 256, "enable_prefix_caching": True}),
+    ("decode_llama4_budget_2048", "decode", 213, 30, (50, 900), (20, 200), 400, LLAMA4,
+     {"max_num_batched_tokens": 2048}),
+    ("prefill_llama4_cached_budget_2048", "prefill", 214, 30, (50, 900), (1, 1), 6000, LLAMA4,
      {"max_num_batched_tokens": 2048, "enable_prefix_caching": True}),
 ]
 _BY_NAME = {case[0]: case for case in CASES}
@@ -88,7 +95,8 @@ def test_tight_hybrid_decode_cases_preempt(name, async_scheduling) -> None:
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("name", ["decode_gptoss_budget_256", "decode_gemma_budget_2048",
-                                  "prefill_gemma_budget_256", "prefill_full_first_tight_budget_256"])
+                                  "prefill_gemma_budget_256", "prefill_full_first_tight_budget_256",
+                                  "decode_llama4_cached_budget_256", "prefill_llama4_cached_budget_2048"])
 def test_hybrid_groups_change_vllm_free_blocks(name, async_scheduling) -> None:
     # Guards the parity cases: the groups must reach vLLM's KV cache, or the cases are test_pd_parity's.
     case = _BY_NAME[name]

@@ -43,9 +43,9 @@ def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200
         from simulator.memory import max_in_flight_tokens
 
         kv = HybridKVCacheManager(
-            num_gpu_blocks, BLOCK_SIZE, config.max_model_len, tuple(kv_groups),
+            num_gpu_blocks, BLOCK_SIZE, config.max_model_len, tuple(abs(w) for w in kv_groups),
             max_in_flight_tokens(config.max_num_batched_tokens, config.pipeline_parallel_size, config.async_scheduling),
-            enable_prefix_caching=config.enable_prefix_caching)
+            enable_prefix_caching=config.enable_prefix_caching, chunked=any(w < 0 for w in kv_groups))
     else:
         kv = KVCacheManager(num_gpu_blocks, BLOCK_SIZE, config.max_model_len,
                             enable_prefix_caching=config.enable_prefix_caching)

@@ -130,3 +130,45 @@ def test_a_pull_moves_the_sliding_layers_window_only():
     unified = SimpleNamespace(resolved=oss, memory=SimpleNamespace(
         layout=kv_layout(oss.model, oss.parallel, oss.block_size, hybrid=False)))
     assert kv_pull(oss.model, unified, unified).num_bytes(0, 1000) == 1000 * 36 * 2048
+
+
+def test_a_pull_moves_the_chunked_layers_last_chunk_only():
+    """Llama-4-Scout TP4 both sides: 2 x 2 KV heads x 128 x 2 bytes = 1,024 bytes per token and
+    layer; 12 full (NoPE) and 36 chunked layers. D holds the blocks of the last 8,192-token chunk
+    only: of a 10,000-token prompt, tokens 8,192.. (1,808 tokens)."""
+    from types import SimpleNamespace
+
+    from frontier.gpu import get_gpu
+    from frontier.model_spec import load_model_spec
+    from simulator.control_plane import KvPull, kv_pull
+    from simulator.engine_args import EngineArgs
+    name = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+    scout = EngineArgs(model=name, gpu="H100", tensor_parallel_size=4, max_model_len=32768).resolve(
+        load_model_spec(name), get_gpu("H100"))
+    layout = kv_layout(scout.model, scout.parallel, scout.block_size)
+    role = SimpleNamespace(resolved=scout, memory=SimpleNamespace(layout=layout))
+    pull = kv_pull(scout.model, role, role)
+    assert pull == KvPull(12 * 1024, 36 * 1024, 8192, 16, True)
+    assert pull.num_bytes(0, 10000) == 10000 * 12 * 1024 + 1808 * 36 * 1024
+    assert pull.num_bytes(0, 8000) == 8000 * 48 * 1024          # within the first chunk: every layer
+    assert type(scout.kv_cache_manager(5000, layout)) is HybridKVCacheManager
+    assert scout.kv_cache_manager(5000, layout).group_windows == (8192, 8192, 8192, 0)
+
+
+def test_chunked_local_attention_runs_piecewise_graphs():
+    # vLLM's chunked local-attention backend supports no CUDA graph (from 0.11): the default
+    # FULL_AND_PIECEWISE falls back to PIECEWISE, FULL is refused; 0.10 kept FULL decode graphs
+    from frontier.gpu import get_gpu
+    from frontier.model_spec import load_model_spec
+    name = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+    model, gpu = load_model_spec(name), get_gpu("H100")
+
+    def resolve(**kw):
+        return EngineArgs(model=name, gpu="H100", tensor_parallel_size=4, max_model_len=32768, **kw).resolve(model, gpu)
+
+    assert resolve().cudagraph_mode == "PIECEWISE" and resolve().cudagraph_config().full_sizes == ()
+    assert resolve(vllm_version="0.10.2").cudagraph_mode == "FULL_AND_PIECEWISE"
+    assert resolve(cudagraph_mode="NONE").cudagraph_mode == "NONE"
+    with pytest.raises(ValueError, match="cudagraph_mode FULL is not supported"):
+        resolve(cudagraph_mode="FULL").cudagraph_mode
+    assert resolved("meta-llama/Llama-3.1-8B").cudagraph_mode == "FULL_AND_PIECEWISE"

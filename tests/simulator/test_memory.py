@@ -260,3 +260,28 @@ def test_memory_command_takes_the_release():
     assert "per GPU, vLLM 0.19 formula:" in res.output.splitlines()[0]
     res = CliRunner().invoke(app, ["memory", "--vllm-version", "1.0"])
     assert res.exit_code == 2 and "error: --vllm-version 1.0 is outside 0.10 to 0.33" in res.output
+
+
+LLAMA4_LIKE = dataclasses.replace(LLAMA_8B, name="llama4-like", attention_chunk_size=8192,
+                                  chunked_layer_flags=tuple((i + 1) % 4 != 0 for i in range(32)))
+
+
+def test_chunked_layers_form_groups_unless_vllm_turns_the_hybrid_manager_off():
+    # 24 chunked + 8 full layers: groups of 8 (3 chunked + 1 full), a block a quarter of one over
+    # all 32 layers; vLLM keeps one group of every layer with an EAGLE drafter, before 0.14 (its
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default "0") and when asked
+    hybrid = budget(model=LLAMA4_LIKE, max_model_len=32768)
+    assert [(g.kind, len(g.layers)) for g in hybrid.layout.groups] == [("full", 8)] + [("chunked", 8)] * 3
+    assert (hybrid.layout.attention_chunk_size, hybrid.layout.sliding_window) == (8192, 0)
+    assert hybrid.bytes_per_block * 4 == budget(max_model_len=32768).bytes_per_block
+    for kw in ({"num_spec_tokens": 2}, {"vllm_version": (0, 13)}, {"hybrid_kv_cache_manager": False}):
+        one = budget(model=LLAMA4_LIKE, max_model_len=32768, **kw)
+        assert [(g.kind, len(g.layers)) for g in one.layout.groups] == [("full", 32)], kw
+    assert len(budget(model=LLAMA4_LIKE, max_model_len=32768, vllm_version=(0, 14)).layout.groups) == 4
+
+
+def test_a_chunked_group_reserves_one_chunk_and_the_tokens_in_flight():
+    # ChunkedLocalAttentionSpec.max_admission_blocks_per_request: ceil(min(C + in-flight, L) / bs)
+    layout = budget(model=LLAMA4_LIKE, max_model_len=32768).layout
+    assert layout.blocks_per_request(32768, 16384) == 2048 + 3 * 1536
+    assert layout.blocks_per_request(4096, 16384) == 4 * 256

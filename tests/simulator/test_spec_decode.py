@@ -305,3 +305,14 @@ def test_a_scenario_file_gives_the_speculative_config_as_a_mapping(tmp_path):
     res = CliRunner().invoke(app, ["simulate", "--config", str(tmp_path / "s.yaml")])
     assert res.exit_code == 0, res.output
     assert "speculative decoding (eagle, 2 drafts)" in res.output
+
+
+def test_draft_layer_is_a_full_attention_layer_of_a_hybrid_model():
+    # gpt-oss-20b's 24 layers alternate sliding / full; the EAGLE head's layer is full attention,
+    # so vLLM pads 12 sliding + 13 full to two groups of 13 (its grouping comment)
+    from simulator.memory import kv_layout
+    model = with_draft_layer(load_model_spec("openai/gpt-oss-20b"), SpecDecodeConfig("eagle3", 2, (0.5,)))
+    assert (model.num_layers, model.num_sliding_layers, model.is_sliding_layer(24)) == (25, 12, False)
+    groups = kv_layout(model, ParallelSpec(), 16).groups
+    assert [(g.kind, len(g.layers)) for g in groups] == [("full", 13), ("sliding", 12)]
+    assert 24 in groups[0].layers

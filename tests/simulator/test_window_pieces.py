@@ -49,3 +49,24 @@ def test_sliding_layers_scale_linearly_in_a_long_prefill() -> None:
     (full4, _), (slid4, _) = e.attention_ops(BatchShape((4096,), (0,)))
     assert 3.9 < full.flops / full4.flops < 4.1
     assert 2.0 < slid.flops / slid4.flops < 2.02   # the first piece (causal from 0) is cheaper
+
+
+def test_chunk_pieces_split_at_chunk_boundaries() -> None:
+    from simulator.batch_engine import chunk_pieces
+    # decodes see their own chunk only: positions 5, 127, 128, 500 in chunks of 128
+    assert chunk_pieces((1, 1, 1, 1), (5, 127, 128, 500), 128) == ((1, 1, 1, 1), (5, 127, 0, 116))
+    # a prefill from 0: one piece per chunk, each on no context; one from 100 crosses at 128 and 256
+    assert chunk_pieces((300,), (0,), 128) == ((128, 128, 44), (0, 0, 0))
+    assert chunk_pieces((200,), (100,), 128) == ((28, 128, 44), (100, 0, 0))
+    # exact: a query at position p attends p % chunk + 1 keys
+    for n, c, k in [(300, 0, 128), (8192, 50, 8192), (20000, 7000, 8192), (1, 16384, 8192)]:
+        assert _keys(*chunk_pieces((n,), (c,), k)) == sum(p % k + 1 for p in range(c, c + n))
+
+
+def test_chunked_layers_are_priced_on_their_chunk() -> None:
+    # a Llama-4-like model: 3 of every 4 layers chunked (8192 tokens); a decode at 10,000 tokens of
+    # context costs its NoPE layers 10,000 keys and its chunked layers 10,000 % 8192 = 1,808
+    chunked = dataclasses.replace(LLAMA_8B, attention_chunk_size=8192,
+                                  chunked_layer_flags=tuple((i + 1) % 4 != 0 for i in range(32)))
+    ops = engine(chunked).attention_ops(BatchShape((1,), (10000,)))
+    assert [(op.decode_ctx, n) for op, n in ops] == [((10000,), 8), ((1808,), 24)]
