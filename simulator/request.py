@@ -103,7 +103,7 @@ class Request:
         attaches an array and writes token k's time at [k - 1] from `UpdateResult.token_requests`);
         the scheduler never reads it. Timing is the caller's: the scheduler does not know the time,
         except in lazy decode mode, where it writes the times of lazily processed tokens.
-    lazy_start / lazy_end / lazy_ctx / lazy_fill / lazy_visit: lazy decode (`Scheduler.enable_lazy_decode`):
+    lazy_start / lazy_end / lazy_ctx / lazy_fill / lazy_free / lazy_visit: lazy decode (`Scheduler.enable_lazy_decode`):
         while ``lazy_start <= step < lazy_end`` the request is a decode whose per-step progress
         the scheduler does not write; num_computed_tokens, num_output_tokens,
         num_output_placeholders, num_in_flight_tokens, last_sched_seq and token_times_s lag
@@ -131,6 +131,7 @@ class Request:
     lazy_start: int = 0                     # first lazy step (0: not lazy)
     lazy_ctx: int = 0                       # num_computed_tokens before lazy step s is lazy_ctx + s
     lazy_fill: int = 0                      # last lazy step registered to hash the block it fills
+    lazy_free: int = 0                      # hybrid KV: last lazy step registered to wake it for a window free
     lazy_visit: int = 0                     # next lazy step the scheduler must visit (its plan)
     # Rarely touched.
     priority: int = 0

@@ -208,6 +208,7 @@ class Scheduler:
         self._late: dict[int, list[Request]] = {}       # step -> lazy in it, materialised before its update
         self._fills: dict[int, list[Request]] = {}      # step -> lazy requests whose token fills a block
         self._wake: list[Request] = []                  # lazy requests the next schedule() must visit
+        self._free_wakes: dict[int, list[Request]] = {}  # step -> lazy requests whose window free is due after it
         # Speculative decoding (see the module docstring): drafts per request and step, KV lookahead
         # slots, and the acceptance model the caller sets: accept_drafts(request, context_len,
         # drafts) -> accepted drafts (0..drafts), asked once per processed step that verified some.
@@ -229,20 +230,20 @@ class Scheduler:
         without touching it, and update_from_output() skips its token. Only block events visit
         it: the step that needs a new block and the steps until a filled block is cached
         (`_visit`, `_plan`: the fast path's allocation and caching, in running order), and the
-        processing of a token that fills a block (hashed). Its counters and token times are
-        written once (`_materialize`): when the window ends, its block does not fit (the general
-        path, preemption), a step's budget does not reach it, it is a preemption victim, or
-        `sync_lazy()`. The caller must give update_from_output() the time (``now_s``): the
-        skipped tokens' times are written into ``Request.token_times_s`` from those, and
-        UpdateResult does not list them. Off under priority policy, PP decode stagger, debug checks
-        and sliding-window KV groups (`HybridKVCacheManager`, which every step must give slots to).
-        Call it before the first schedule(). Returns whether it is on.
+        processing of a token that fills a block (hashed); with sliding-window or chunked KV groups
+        (`HybridKVCacheManager`) also the first step after the processing of the step that moves
+        its window past a block (`HybridKVCacheManager.grow_running` frees it). Its counters and
+        token times are written once (`_materialize`): when the window ends, its block does not
+        fit (the general path, preemption), a step's budget does not reach it, it is a preemption
+        victim, or `sync_lazy()`. The caller must give update_from_output() the time (``now_s``):
+        the skipped tokens' times are written into ``Request.token_times_s`` from those, and
+        UpdateResult does not list them. Off under priority policy, PP decode stagger and debug
+        checks. Call it before the first schedule(). Returns whether it is on.
         """
         if self._step_id:
             raise ValueError(f"enable_lazy_decode() after {self._step_id} schedule() calls; "
                              "call it before the first")
-        self._lazy = not (self._priority or self._decode_stagger or self._debug or self._k
-                          or not self.kv.inline_allocation)
+        self._lazy = not (self._priority or self._decode_stagger or self._debug or self._k)
         return self._lazy
 
     def _materialize(self, r: Request, last: int) -> None:
@@ -276,7 +277,7 @@ class Scheduler:
         if self._defer_block_free:
             r.last_sched_seq = self._sched_step_seq     # the last step that scheduled r: `last`
         r.is_prefill_chunk = False
-        r.lazy_start = r.lazy_end = r.lazy_fill = 0
+        r.lazy_start = r.lazy_end = r.lazy_fill = r.lazy_free = 0
 
     def _visit(self, r: Request, step: int) -> bool:
         """Lazy step `step` of r, when it needs more than listing: the fast path's block
@@ -285,7 +286,12 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         need = r.lazy_ctx + step + 1
-        if need > r.kv_num_blocks * bs:
+        if not kv.inline_allocation:    # hybrid groups: frees on the processed basis, then blocks in every group
+            j, p = r.lazy_start, self._processed_step
+            processed = r.num_computed_tokens - r.num_in_flight_tokens + (p - j + 1 if p >= j else 0)
+            if kv.grow_running(r, need, processed) is None:
+                return False
+        elif need > r.kv_num_blocks * bs:
             blocks = kv.req_to_blocks[r.request_id]
             num_new = -(-need // bs) - len(blocks)
             if num_new > kv.pool.free_queue.num_free_blocks:
@@ -302,11 +308,13 @@ class Scheduler:
     def _plan(self, r: Request, step: int) -> int:
         """After lazy step `step` of r: register the next step whose token fills a block (hashed
         when that step is processed) and return the next step that must visit r (also kept in
-        ``r.lazy_visit``): a block to allocate, the window end, or (prefix caching) a filled
+        ``r.lazy_visit``): a block to allocate, the window end, (prefix caching) a filled
         block to cache, which is possible at the first schedule() after its token's step is
-        processed. That step is guessed as the fill step + the current lag between scheduled
-        and processed steps (async 2, sync 1); when the guess is late, update_from_output wakes
-        r (`_wake`) as it processes the fill step, so no visit is ever missed.
+        processed, or (hybrid KV groups) a window free, due at the first schedule() after the
+        step that brings its processed tokens to ``kv_free_at`` is processed. Those steps are
+        guessed as the fill (or free) step + the current lag between scheduled and processed
+        steps (async 2, sync 1); when the guess is late, update_from_output wakes r (`_wake`)
+        as it processes that step, so no visit is ever missed.
 
             lazy step t: context x = lazy_ctx + t; needs a block when x + 1 > kv_num_blocks * bs;
                          its token fills a block when (x + 2) % bs == 0
@@ -330,6 +338,18 @@ class Scheduler:
                 fill = f                            # in flight, registered: wakes r when processed
             if fill + step - p < nxt:               # step - p >= 1; fill > p if pending
                 nxt = fill + step - p
+        if not self.kv.inline_allocation:       # hybrid groups: the next window free (grow_running)
+            p = self._processed_step
+            f = r.kv_free_at - ctx0 - 1         # processed tokens lazy_ctx + p + 1 reach kv_free_at after step f
+            if p < r.lazy_start - 1 or f <= p:  # r's steps before it went lazy still in flight, or due now
+                due = step + 1
+            else:
+                due = f + step - p              # the guess: f processed as late as the steps before it
+                if f < end and f != r.lazy_free:
+                    self._free_wakes.setdefault(f, []).append(r)   # wakes r when processed, if planned later
+                    r.lazy_free = f
+            if due < nxt:
+                nxt = due
         if nxt > end:
             nxt = end
         r.lazy_visit = nxt
@@ -515,7 +535,7 @@ class Scheduler:
             # running. Only the tail of running is removed during the loop (preemption), so the
             # positions stay valid.
             run_ids, run_end, run_ctx = self._run_ids, self._run_end, self._run_ctx
-            if self._wake:                          # filled blocks now cacheable (_plan)
+            if self._wake:                          # filled blocks now cacheable, window frees due (_plan)
                 for r in self._wake:
                     if r.lazy_end and r.lazy_visit > step_id:
                         run_end[run_ids.index(r.request_id)] = r.lazy_visit = step_id
@@ -1085,6 +1105,12 @@ class Scheduler:
                     mask = False                    # nothing to process but the fills below
                 else:
                     entries = compress(entries, mask)
+            frees = self._free_wakes.pop(step, None)
+            if frees:                               # hybrid: a window free is due at the next schedule()
+                nxt = self._step_id + 1
+                for r in frees:
+                    if r.lazy_end and r.lazy_free == step and r.lazy_visit > nxt:
+                        self._wake.append(r)
             fills = self._fills.pop(step, None)
             if fills:                               # lazy tokens that fill a block: hash it
                 nxt = self._step_id + 1             # the next schedule() may cache the block

@@ -60,7 +60,8 @@ class HybridKVCacheManager(KVCacheManager):
         for the local groups' admission cap.
     """
 
-    inline_allocation = False     # the scheduler's inline fast paths assume one full group
+    inline_allocation = False     # the scheduler's inline fast paths assume one full group (lazy decode
+                                  # visits call grow_running instead)
 
     def __init__(
         self,
@@ -316,11 +317,26 @@ class HybridKVCacheManager(KVCacheManager):
         term never binds); no watermark; out-of-window blocks are freed only when the window
         passed a block since the last time (`nulls`). Runs per running request per step (the
         scheduler calls it inline)."""
-        rid, bs, max_len, pool = request.request_id, self.block_size, self.max_model_len, self.pool
+        bs, max_len = self.block_size, self.max_model_len
         c = request.num_computed_tokens
         total = c if c < max_len else max_len
         slots = total + n + lookahead if total + n + lookahead < max_len else max_len
-        processed = total - request.num_in_flight_tokens
+        new = self.grow_running(request, slots, total - request.num_in_flight_tokens)
+        if new is None:
+            return None
+        if self.enable_caching:
+            known, main = request.num_tokens, total + n       # drafts are not cached
+            num_full = min(main if main < known else known, len(request.block_hashes) * bs) // bs
+            if num_full > request.kv_num_cached_blocks:
+                self.cache_blocks(request, num_full * bs)
+        return new
+
+    def grow_running(self, request: Request, slots: int, processed: int) -> list[int] | None:
+        """A running request's `allocate_slots` but caching: free what the window (or chunk) of
+        ``processed`` tokens (computed, not in flight) leaves behind, then give every group
+        blocks for ``slots`` tokens; the new blocks, or None when they do not fit (the frees
+        stay, as in vLLM). The scheduler's lazy decode calls it with counts it derives."""
+        rid, bs, pool = request.request_id, self.block_size, self.pool
         if self._skipped(processed) // bs > self.nulls.get(rid, 0):
             self._remove_skipped(request, processed)
         add = -(-slots // bs) - len(self.tables[0][rid])
@@ -333,11 +349,6 @@ class HybridKVCacheManager(KVCacheManager):
                 tables[rid].extend(got)
                 new += got
             request.kv_num_blocks += add
-        if self.enable_caching:
-            known, main = request.num_tokens, total + n       # drafts are not cached
-            num_full = min(main if main < known else known, len(request.block_hashes) * bs) // bs
-            if num_full > request.kv_num_cached_blocks:
-                self.cache_blocks(request, num_full * bs)
         return new
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:

@@ -17,7 +17,9 @@ import pytest
 
 from simulator.control_plane import PddSpec, RoleLayout
 from simulator.engine_args import EngineArgs
+from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.memory import max_in_flight_tokens
 from simulator.request import RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerConfig
@@ -32,21 +34,29 @@ FIELDS = ("status", "num_computed_tokens", "num_output_tokens", "num_output_plac
 
 def _kv_state(s: Scheduler) -> tuple:
     pool = s.kv.pool
-    return (dict(s.kv.req_to_blocks), pool.free_queue.order(), list(pool.ref_cnt), dict(pool.cached),
+    tables = [dict(t) for t in s.kv.tables] if isinstance(s.kv, HybridKVCacheManager) else dict(s.kv.req_to_blocks)
+    return (tables, pool.free_queue.order(), list(pool.ref_cnt), dict(pool.cached),
             list(pool.block_hash), list(s.kv.deferred_frees))
 
 
 def _drive(seed: int, lazy: bool, *, async_scheduling: bool, caching: bool, chunked: bool,
-           num_blocks: int, steps: int, kv_role: str | None = None):
+           num_blocks: int, steps: int, kv_role: str | None = None, kv_groups: tuple[int, ...] = ()):
     """Run one scheduler on a random workload (shared prefixes, arrivals over time); return what
-    must match: per-step outputs and finishes, KV states, final request fields and token times."""
+    must match: per-step outputs and finishes, KV states, final request fields and token times.
+    ``kv_groups``: hybrid KV groups (``scheduler_trace.make_scheduler``'s: W > 0 sliding, -C chunked)."""
     rng = random.Random(seed)
     max_len = 512
     budget = rng.choice([64, 256, 2048]) if chunked else max_len
     cfg = SchedulerConfig(max_num_seqs=rng.choice([4, 8, 64]), max_num_batched_tokens=budget,
                           max_model_len=max_len, long_prefill_token_threshold=rng.choice([0, 0, 48]),
                           async_scheduling=async_scheduling, enable_chunked_prefill=chunked)
-    s = Scheduler(cfg, KVCacheManager(num_blocks, 16, max_len, enable_prefix_caching=caching), kv_role=kv_role)
+    if kv_groups:
+        kv = HybridKVCacheManager(num_blocks, 16, max_len, tuple(abs(w) for w in kv_groups),
+                                  max_in_flight_tokens(budget, 1, async_scheduling), enable_prefix_caching=caching,
+                                  chunked=any(w < 0 for w in kv_groups))
+    else:
+        kv = KVCacheManager(num_blocks, 16, max_len, enable_prefix_caching=caching)
+    s = Scheduler(cfg, kv, kv_role=kv_role)
     assert s.enable_lazy_decode() if lazy else True
     prefixes = [tuple(rng.randrange(50) for _ in range(rng.choice([16, 40, 64]))) for _ in range(3)]
     reqs, log, now = {}, [], 0.0
@@ -121,6 +131,55 @@ def test_lazy_scheduler_equals_exact_step_for_step(case, seed):
     assert len(exact[0]) == len(lazy[0])
     assert lazy[1] == exact[1]
     assert lazy[2] == exact[2]
+
+
+HYBRID = [(48, 0), (0, 32), (64, 64, 64, 0), (40,), (-64, 0), (0, -128, -128)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kv_groups", HYBRID, ids=str)
+@pytest.mark.parametrize("case", CASES[:3] + CASES[4:])
+def test_lazy_hybrid_scheduler_equals_exact_step_for_step(case, kv_groups, seed):
+    """Sliding-window and chunked KV groups: a lazy decode's window frees happen at the steps the
+    per-request path frees them (visits woken when the step moving the window is processed)."""
+    num_blocks = random.Random(seed).choice([60, 120, 400]) * len(kv_groups)
+    exact = _drive(seed, False, num_blocks=num_blocks, steps=500, kv_groups=kv_groups, **case)
+    lazy = _drive(seed, True, num_blocks=num_blocks, steps=500, kv_groups=kv_groups, **case)
+    for a, b in zip(exact[0], lazy[0]):
+        assert a == b
+    assert len(exact[0]) == len(lazy[0])
+    assert lazy[1] == exact[1]
+    assert lazy[2] == exact[2]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kv_groups", [(48, 0), (-64, -64, 0)], ids=str)
+def test_lazy_hybrid_consumer_equals_exact(seed, kv_groups):
+    case = dict(async_scheduling=seed % 2 == 0, caching=seed < 2, chunked=True)
+    num_blocks = random.Random(seed).choice([60, 120, 400]) * len(kv_groups)
+    exact = _drive(seed, False, num_blocks=num_blocks, steps=500, kv_role="consumer", kv_groups=kv_groups, **case)
+    lazy = _drive(seed, True, num_blocks=num_blocks, steps=500, kv_role="consumer", kv_groups=kv_groups, **case)
+    assert lazy == exact
+
+
+def test_lazy_hybrid_requests_skip_steps_and_get_window_frees():
+    """A lazy decode of a sliding-window model frees its out-of-window blocks while it stays lazy:
+    window 48, 16-token blocks, 20 prompt tokens (step 1), then a token a step; async: schedule()
+    of step s sees steps <= s - 2 processed, 20 + (s - 3) tokens; block k is freed once
+    processed - 47 >= 16 (k + 1): block 0 at step 46, block 1 at step 62."""
+    kv = HybridKVCacheManager(400, 16, 512, (48, 0), max_in_flight_tokens(8192, 1, True))
+    s = Scheduler(SchedulerConfig(max_model_len=512), kv)
+    assert s.enable_lazy_decode()
+    r = s.add_request(RequestSpec("a", 0.0, 20, 100))
+    pending = deque([s.schedule()])
+    for step in range(2, 63):
+        pending.append(s.schedule())
+        s.update_from_output(pending.popleft(), float(step))
+        if step == 2:
+            assert (r.lazy_start, r.lazy_end) == (2, 100)
+    assert r.lazy_end and r.num_computed_tokens == 20          # still lazy: its fields not advanced
+    assert kv.nulls["a"] == (20 + 62 - 3 - 47) // 16 == 2         # step 62: 79 tokens processed
+    assert kv.tables[0]["a"][:2] == [kv.pool.null_block] * 2 and kv.pool.null_block not in kv.tables[1]["a"]
 
 
 def test_lazy_producer_and_workloads_that_never_go_lazy_are_unchanged():
@@ -211,6 +270,18 @@ SPECS = {
         pdd=PddSpec(RoleLayout("prefill", replicas=2), RoleLayout("decode", replicas=2, router="kv_aware")),
         workload=WorkloadSpec(num_prompts=50, request_rate=40.0, random_input_len=300, random_output_len=100,
                               random_range_ratio=0.5)),
+    # sliding-window and chunked KV groups (HybridKVCacheManager): frees while lazy
+    "hybrid-gpt-oss-preempt-prefix": SimulationSpec(
+        engine=EngineArgs(model="openai/gpt-oss-20b", gpu="H100", max_model_len=2048, num_gpu_blocks_override=400),
+        workload=WorkloadSpec(num_prompts=60, request_rate=30.0, random_input_len=300, random_output_len=150,
+                              random_range_ratio=0.5, random_prefix_len=64), keep_batch_trace=True),
+    # decodes crossing the 8,192-token chunk boundary free the chunk's blocks while lazy
+    "hybrid-llama4-chunked-pdd": SimulationSpec(
+        engine=EngineArgs(model="meta-llama/Llama-4-Scout-17B-16E-Instruct", gpu="H100", tensor_parallel_size=4,
+                          max_model_len=20000),
+        architecture="pdd", keep_batch_trace=True,
+        workload=WorkloadSpec(num_prompts=30, request_rate=20.0, random_input_len=8150, random_output_len=120,
+                              random_range_ratio=0.02)),
     "pdd-lockstep-moe": SimulationSpec(
         engine=EngineArgs(**MOE), architecture="pdd", keep_batch_trace=True,
         pdd=PddSpec(RoleLayout("prefill", dp=2), RoleLayout("decode", dp=2, replicas=2, router="kv_aware")),
