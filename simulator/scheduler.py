@@ -289,6 +289,9 @@ class Scheduler:
         if not kv.inline_allocation:    # hybrid groups: frees on the processed basis, then blocks in every group
             j, p = r.lazy_start, self._processed_step
             processed = r.num_computed_tokens - r.num_in_flight_tokens + (p - j + 1 if p >= j else 0)
+            if kv.enable_caching and self.config.async_scheduling and processed // bs > r.kv_num_cached_blocks:
+                # what update_from_output caches of a processed step (async), before the free
+                kv.cache_blocks(r, processed // bs * bs)
             if kv.grow_running(r, need, processed) is None:
                 return False
         elif need > r.kv_num_blocks * bs:

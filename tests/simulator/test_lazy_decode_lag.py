@@ -25,7 +25,9 @@ from collections import deque
 
 import pytest
 
+from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.memory import max_in_flight_tokens
 from simulator.request import RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerConfig
@@ -38,19 +40,26 @@ FIELDS = ("status", "num_computed_tokens", "num_output_tokens", "num_output_plac
 
 def _kv_state(s: Scheduler) -> tuple:
     pool = s.kv.pool
-    return (dict(s.kv.req_to_blocks), pool.free_queue.order(), list(pool.ref_cnt), dict(pool.cached),
-            list(pool.block_hash))
+    tables = [dict(t) for t in s.kv.tables] if isinstance(s.kv, HybridKVCacheManager) else dict(s.kv.req_to_blocks)
+    return (tables, pool.free_queue.order(), list(pool.ref_cnt), dict(pool.cached), list(pool.block_hash))
 
 
 def _drive(seed: int, lazy: bool, *, caching: bool, num_blocks: int, steps: int = 500,
-           kv_role: str | None = None, budget: int = 256, add_p: float = 0.1):
+           kv_role: str | None = None, budget: int = 256, add_p: float = 0.1, kv_groups: tuple[int, ...] = ()):
     """One async scheduler on a random workload with a random processing lag (1 or 2 steps);
-    returns the per-step log (plans, finishes, KV state), final fields and token times."""
+    returns the per-step log (plans, finishes, KV state), final fields and token times.
+    ``kv_groups``: hybrid KV groups (W > 0 sliding window, -C chunked)."""
     rng = random.Random(seed)
     max_len = 512
     cfg = SchedulerConfig(max_num_seqs=rng.choice([8, 64]) if budget == 256 else budget,
                           max_num_batched_tokens=budget, max_model_len=max_len)
-    s = Scheduler(cfg, KVCacheManager(num_blocks, 16, max_len, enable_prefix_caching=caching), kv_role=kv_role)
+    if kv_groups:     # the window frees are lazy events too: woken when the step moving the window is processed
+        kv = HybridKVCacheManager(num_blocks, 16, max_len, tuple(abs(w) for w in kv_groups),
+                                  max_in_flight_tokens(budget, 1, True), enable_prefix_caching=caching,
+                                  chunked=any(w < 0 for w in kv_groups))
+    else:
+        kv = KVCacheManager(num_blocks, 16, max_len, enable_prefix_caching=caching)
+    s = Scheduler(cfg, kv, kv_role=kv_role)
     assert s.enable_lazy_decode() if lazy else True
     prefix = tuple(rng.randrange(50) for _ in range(40))
     reqs, times, log, now, n = {}, {}, [], 0.0, 0
@@ -138,3 +147,15 @@ def test_a_varying_lag_needs_wake_ups(monkeypatch):
     monkeypatch.setattr(Scheduler, "_schedule_running", spy)
     _drive(0, True, caching=True, num_blocks=400)
     assert sum(woken) > 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kv_groups", [(48, 0), (0, 32, 32), (-64, 0)], ids=str)
+def test_lazy_hybrid_equals_exact_with_a_varying_processing_lag(seed, kv_groups):
+    exact = _drive(seed, False, caching=seed % 2 == 0, num_blocks=1200, kv_groups=kv_groups)
+    lazy = _drive(seed, True, caching=seed % 2 == 0, num_blocks=1200, kv_groups=kv_groups)
+    for a, b in zip(exact[0], lazy[0]):
+        assert a == b
+    assert len(exact[0]) == len(lazy[0])
+    assert lazy[1] == exact[1]
+    assert lazy[2] == exact[2]
