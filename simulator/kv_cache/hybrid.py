@@ -84,7 +84,7 @@ class HybridKVCacheManager(KVCacheManager):
         self.window = windows.pop()
         self.chunked = chunked
         self.full_groups = [g for g, w in enumerate(group_windows) if not w]
-        self.sliding_groups = [g for g, w in enumerate(group_windows) if w]
+        self.local_groups = [g for g, w in enumerate(group_windows) if w]     # sliding or chunked
         # tables[g][request id]: group g's block table (sliding: null blocks before the window)
         self.tables: list[dict[str, list[int]]] = [{} for _ in group_windows]
         # cached[g][request id]: vLLM num_cached_block (membership marks a running request)
@@ -126,45 +126,46 @@ class HybridKVCacheManager(KVCacheManager):
                     hits[g].append(b)
             length = len(hits[self.full_groups[0]]) * bs
         longest = length if self.full_groups else 0
-        if self.chunked:
-            return self._chunked_hit(request, hits, length, longest)
-        # SlidingWindowManager.find_longest_cache_hit: right to left, first run of hit_run blocks
-        n = length // bs
-        groups = self.sliding_groups
-        run: list[list[int]] = [[pool.null_block] * n for _ in groups]
-        contiguous, found_run = 0, False
-        for i in range(n - 1, -1, -1):
-            found = [pool.get_cached_block((hashes[i], g)) for g in groups]
-            if None not in found:
-                for blocks, b in zip(run, found):
-                    blocks[i] = b
-                contiguous += 1
-                if contiguous >= self.hit_run:
-                    for blocks in run:
-                        del blocks[i + contiguous:]
-                    found_run = True
-                    break
-            else:
-                contiguous = 0
-        if not found_run:               # a run at the start counts even if shorter
-            for blocks in run:
-                del blocks[contiguous:]
+        run = self._chunked_run(hashes, length) if self.chunked else self._sliding_run(hashes, length)
         length = len(run[0]) * bs
-        for g, blocks in zip(groups, run):
+        for g, blocks in zip(self.local_groups, run):
             hits[g] = blocks
         for g in self.full_groups:
             del hits[g][cdiv(length, bs):]
         self.junction[request.request_id] = longest if longest > length else 0
         return tuple(hits), length
 
-    def _chunked_hit(self, request: Request, hits: list[list[int]], length: int,
-                     longest: int) -> tuple[tuple[list[int], ...], int]:
+    def _sliding_run(self, hashes: list, length: int) -> list[list[int]]:
+        """`SlidingWindowManager.find_longest_cache_hit` within the full groups' hit of ``length``
+        tokens, per sliding group: right to left, the first run of hit_run cached blocks (null
+        blocks before it), or a shorter run at the start."""
+        pool, n = self.pool, length // self.block_size
+        groups = self.local_groups
+        run: list[list[int]] = [[pool.null_block] * n for _ in groups]
+        contiguous = 0
+        for i in range(n - 1, -1, -1):
+            found = [pool.get_cached_block((hashes[i], g)) for g in groups]
+            if None in found:
+                contiguous = 0
+                continue
+            for blocks, b in zip(run, found):
+                blocks[i] = b
+            contiguous += 1
+            if contiguous >= self.hit_run:
+                for blocks in run:
+                    del blocks[i + contiguous:]
+                return run
+        for blocks in run:              # a run at the start counts even if shorter
+            del blocks[contiguous:]
+        return run
+
+    def _chunked_run(self, hashes: list, length: int) -> list[list[int]]:
         """`ChunkedLocalAttentionManager.find_longest_cache_hit` within the full groups' hit of
-        ``length`` tokens: null blocks before the last chunk's start, then cached blocks left to
-        right from it; the full groups are cut to that length."""
-        bs, hashes, pool = self.block_size, request.block_hashes, self.pool
+        ``length`` tokens, per chunked group: null blocks before the last chunk's start, then
+        cached blocks left to right from it."""
+        pool, bs = self.pool, self.block_size
         start = length // self.window * self.window // bs if length > 0 else 0
-        groups = self.sliding_groups
+        groups = self.local_groups
         run: list[list[int]] = [[pool.null_block] * start for _ in groups]
         for i in range(start, length // bs):
             found = [pool.get_cached_block((hashes[i], g)) for g in groups]
@@ -172,13 +173,7 @@ class HybridKVCacheManager(KVCacheManager):
                 break
             for blocks, b in zip(run, found):
                 blocks.append(b)
-        length = len(run[0]) * bs
-        for g, blocks in zip(groups, run):
-            hits[g] = blocks
-        for g in self.full_groups:
-            del hits[g][cdiv(length, bs):]
-        self.junction[request.request_id] = longest if longest > length else 0
-        return tuple(hits), length
+        return run
 
     # ------------------------------------------------------------------ allocation
     def _to_allocate(self, g: int, rid: str, num_tokens: int, hit: list[int], total_computed: int,
@@ -204,7 +199,7 @@ class HybridKVCacheManager(KVCacheManager):
         if skipped <= 0:
             return
         null = self.pool.null_block
-        for g in self.sliding_groups:
+        for g in self.local_groups:
             blocks = self.tables[g].setdefault(rid, [])
             freed = []
             k = min(skipped // self.block_size, len(blocks))
