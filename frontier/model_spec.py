@@ -444,7 +444,8 @@ _WHOLE_FIELDS = {"hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads"
                  "experts_per_token": 0, "n_shared_experts": 0, "shared_expert_intermediate_size": 0,
                  "kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0, "qk_nope_head_dim": 0,
                  "v_head_dim": 0, "max_position_embeddings": 0, "sliding_window": 0,
-                 "first_k_dense_replace": 0, "moe_layer_freq": 0, "decoder_sparse_step": 0, "n_group": 0}
+                 "first_k_dense_replace": 0, "moe_layer_freq": 0, "decoder_sparse_step": 0, "n_group": 0,
+                 "interleave_moe_layer_step": 0, "intermediate_size_mlp": 0}
 
 
 def _check_whole_fields(cfg: dict[str, Any], name: str) -> None:

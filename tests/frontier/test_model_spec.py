@@ -219,7 +219,8 @@ def test_missing_required_field_is_value_error():
 
 @pytest.mark.parametrize("key, value, valid", [("hidden_size", "x", 1), ("num_hidden_layers", -2, 1),
                                                ("num_key_value_heads", 2.5, 1), ("num_experts", True, 0),
-                                               ("intermediate_size", float("inf"), 0)])
+                                               ("intermediate_size", float("inf"), 0),
+                                               ("interleave_moe_layer_step", "2", 0)])
 def test_a_field_that_is_no_whole_number_is_named(key, value, valid):
     """int() of such a field raised "invalid literal for int() with base 10: 'x'" (or nothing)."""
     with pytest.raises(ValueError, match=rf"^x: config.json {key}={value!r}; valid: a whole number >= {valid}$"):
