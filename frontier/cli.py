@@ -865,8 +865,9 @@ def memory(
                f"{report['max_concurrency']:.2f}x")
     if report["start_error"]:
         typer.echo(report["start_error"])
-    if note:
-        typer.echo(f"note: {note}")
+    for line in (note, resolved.model.vision_encoder_note()):
+        if line:
+            typer.echo(f"note: {line}")
 
 
 def _sglang_memory(model: str, gpu: str, tp: int, kv_cache_dtype: str, quantization: str | None,

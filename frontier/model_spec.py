@@ -95,6 +95,10 @@ class ModelSpec:
     # which layers are MoE (True) when they interleave with dense ones (Llama 4 Maverick: every
     # 2nd); () = the num_dense_layers dense layers first (DeepSeek's first_k_dense_replace)
     moe_layer_flags: tuple[bool, ...] = ()
+    # a multimodal checkpoint (a vision_config, or an architecture "...ForConditionalGeneration"; the
+    # catalogue's Llama 4 configs were trimmed of theirs): vLLM loads a vision encoder
+    # whose weights, and the multimodal profiling, the memory model does not count (text only)
+    has_vision_encoder: bool = False
     # RMSNorms per decoder layer: 2 (input, post-attention), 4 for Gemma 2 / 3's sandwich norms
     # (input, post-attention, pre-feedforward, post-feedforward)
     norms_per_layer: int = 2
@@ -234,6 +238,14 @@ class ModelSpec:
         """KV bytes one token occupies on one rank of the worst pp stage (all its layers)."""
         layers = max(pp_partition(self.num_layers, parallel.pp))
         return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
+
+    def vision_encoder_note(self) -> str | None:
+        """A one-line note for a multimodal checkpoint: what the simulator leaves out (None otherwise)."""
+        if not self.has_vision_encoder:
+            return None
+        return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights and "
+                "vLLM's multimodal memory profiling are not counted, so the KV budget is that much larger "
+                "than vLLM's")
 
     def is_sliding_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-based) uses sliding-window attention: the config's
@@ -431,6 +443,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         sliding_layer_flags=_sliding_flags(cfg, layers, name) if window and cfg.get("layer_types") else (),
         **_chunked(cfg, layers, name) if model_type == "llama4_text" else {}, moe_layer_flags=moe_flags,
         norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
+        has_vision_encoder=isinstance(top.get("vision_config"), dict) or arch.endswith("ForConditionalGeneration"),
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )

@@ -217,7 +217,8 @@ def chunk_pieces(new: tuple[int, ...], ctx: tuple[int, ...], chunk: int
 
 def pricing_notes(engines: Iterable[BatchEngine]) -> list[str]:
     """The distinct ``pricing_notes`` of ``engines`` in order of first appearance: a run's summary
-    line for the kernels its release runs that no table times."""
+    line for the kernels its release runs that no table times (and what a multimodal checkpoint's
+    run leaves out, ``ModelSpec.vision_encoder_note``)."""
     return list(dict.fromkeys(note for engine in engines for note in engine.pricing_notes))
 
 
@@ -265,7 +266,8 @@ class BatchEngine:
         chunks = (moe_dp_chunk_note(vllm_version, all2all_backend, parallel.dp, parallel.ep)
                   if model.num_moe_layers else None)
         drafter = drafter_note(spec) if spec is not None else None
-        self.pricing_notes: tuple[str, ...] = tuple(n for n in (note, chunks, drafter) if n)
+        self.pricing_notes: tuple[str, ...] = tuple(
+            n for n in (note, chunks, drafter, model.vision_encoder_note()) if n)
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node
         self._intra_link = intra_node_link(gpu)

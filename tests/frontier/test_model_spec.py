@@ -377,3 +377,12 @@ def test_llama4_without_chunks():
     assert model_spec_from_config(cfg, "l4").chunked_layer_flags == (True, True, True, False)   # the class default
     m = model_spec_from_config({**cfg, "attention_chunk_size": None}, "l4")
     assert (m.attention_chunk_size, m.num_chunked_layers) == (0, 0)
+
+
+def test_multimodal_checkpoints_say_their_vision_encoder_is_not_counted():
+    for name in ("google/gemma-3-4b-it", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "moonshotai/Kimi-K2.5",
+                 "Qwen/Qwen3-VL-8B-Instruct"):
+        note = load_model_spec(name).vision_encoder_note()
+        assert note.startswith(f"{name} is a multimodal checkpoint run text-only"), name
+    for name in ("google/gemma-3-1b-it", "meta-llama/Llama-3.1-8B", "openai/gpt-oss-120b"):
+        assert load_model_spec(name).vision_encoder_note() is None, name
