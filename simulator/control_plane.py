@@ -54,6 +54,7 @@ from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.engine_cpu import EngineCpu
 from simulator.events import EventLoop
 from simulator.spec_decode import engine_acceptance
+from simulator.kv_cache.hybrid import skipped_tokens
 from simulator.kv_transfer import Link
 from simulator.memory import MemoryBudget
 from simulator.replica import Replica
@@ -161,8 +162,7 @@ class KvPull:
         """Bytes of a pull of tokens [hit, total) (D's local prefix hit is not pulled)."""
         n = (total - hit) * self.full_bytes_per_token
         if self.window:
-            skipped = total // self.window * self.window if self.chunked else max(0, total - self.window + 1)
-            start = skipped // self.block_size * self.block_size
+            start = skipped_tokens(total, self.window, self.chunked) // self.block_size * self.block_size
             n += max(0, total - max(hit, start)) * self.sliding_bytes_per_token
         return n
 

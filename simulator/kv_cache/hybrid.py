@@ -50,6 +50,15 @@ from simulator.request import Request, RequestStatus
 _ADMIT_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
+def skipped_tokens(tokens: int, window: int, chunked: bool) -> int:
+    """vLLM `get_num_skipped_tokens` of a local group (sliding window, or ``chunked`` attention
+    chunks, of ``window`` tokens) after ``tokens`` computed tokens: the tokens no later query
+    attends (sliding: before the window of the next token; chunked: before its chunk)."""
+    if chunked:
+        return tokens // window * window
+    return max(0, tokens - window + 1)
+
+
 class HybridKVCacheManager(KVCacheManager):
     """Block tables per KV cache group over one `BlockPool`.
 
@@ -99,12 +108,7 @@ class HybridKVCacheManager(KVCacheManager):
         self.hit_run = cdiv(self.window - 1, block_size)     # contiguous blocks a sliding hit needs
 
     def _skipped(self, tokens: int) -> int:
-        """vLLM `get_num_skipped_tokens` of a local group after ``tokens`` computed tokens: the
-        tokens no later query attends (sliding: before the window of the next token; chunked:
-        before the next token's chunk)."""
-        if self.chunked:
-            return tokens // self.window * self.window
-        return max(0, tokens - self.window + 1)
+        return skipped_tokens(tokens, self.window, self.chunked)
 
     # ------------------------------------------------------------------ lookup
     def get_computed_blocks(self, request: Request) -> tuple[tuple[list[int], ...], int]:

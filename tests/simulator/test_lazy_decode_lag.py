@@ -25,6 +25,8 @@ from collections import deque
 
 import pytest
 
+from test_lazy_decode import assert_same_run
+
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.memory import max_in_flight_tokens
@@ -114,11 +116,7 @@ def _drive(seed: int, lazy: bool, *, caching: bool, num_blocks: int, steps: int 
 def test_lazy_equals_exact_with_a_varying_processing_lag(seed, kv_role):
     exact = _drive(seed, False, caching=True, num_blocks=400, kv_role=kv_role)
     lazy = _drive(seed, True, caching=True, num_blocks=400, kv_role=kv_role)
-    for a, b in zip(exact[0], lazy[0]):
-        assert a == b
-    assert len(exact[0]) == len(lazy[0])
-    assert lazy[1] == exact[1]
-    assert lazy[2] == exact[2]
+    assert_same_run(exact, lazy)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -154,8 +152,4 @@ def test_a_varying_lag_needs_wake_ups(monkeypatch):
 def test_lazy_hybrid_equals_exact_with_a_varying_processing_lag(seed, kv_groups):
     exact = _drive(seed, False, caching=seed % 2 == 0, num_blocks=1200, kv_groups=kv_groups)
     lazy = _drive(seed, True, caching=seed % 2 == 0, num_blocks=1200, kv_groups=kv_groups)
-    for a, b in zip(exact[0], lazy[0]):
-        assert a == b
-    assert len(exact[0]) == len(lazy[0])
-    assert lazy[1] == exact[1]
-    assert lazy[2] == exact[2]
+    assert_same_run(exact, lazy)
