@@ -42,7 +42,7 @@ Contract (every family):
     plain Python (``attention_query``, ``moe_query``; their scalar features are checked
     against ``features`` on the first row) by ``_price_cells``: ``cell_parts`` rounds each
     canonical row's counts and length (attention) or load (MoE) statistics to 1/16 in log2,
-    and the memo keeps per (sub-model, shape, cell) the model output and
+    and the memo keeps per (sub-model, shape) a dict of cells, each with the model output and
     out-of-range flag of the cell's representative row (``cell_row``; the output kept
     exponentiated, so a hit multiplies): a hit computes no features (hit rate, added error:
     those modules). MoE gets no token table: its routed load
@@ -211,10 +211,12 @@ class FamilyPredictor:
     def reset_cache(self) -> None:
         """Forget memoized predictions (and the memo counters)."""
         self._grid_cache: dict[tuple, float] = {}
-        self._row_cache: dict[tuple, float] = {}
+        # memo cells (price_op of SCALAR_QUERIES): (sub-model, shape) -> {cell: (scale, out of range)}
+        self._row_cache: dict[tuple, dict[tuple, tuple[float, bool]]] = {}
+        self._num_cells = 0
         self._op_cache: dict[tuple, tuple[float, bool]] = {}
         self._key_cache: dict[tuple, str] = {}
-        # price_op's per-shape entries: (mode, KEY_COLUMNS values) -> (sub-model, shift) for cells;
+        # price_op's per-shape entries: (mode, KEY_COLUMNS values) -> (sub-model, shift, cells) for cells;
         # (mode, op type, op fields but the token count) -> (sub-model, shift, shape, row) for tables
         self._shape_cache: dict[tuple, tuple] = {}
         self._tables: dict[tuple, tuple[int, list[float], list[bool]]] = {}
@@ -237,7 +239,7 @@ class FamilyPredictor:
         predictions; sklearn is then not needed, nor imported, to load and query a bundle)."""
         state = dict(self.__dict__)
         for name in ("_grid_cache", "_row_cache", "_op_cache", "_key_cache", "_shape_cache", "_tables", "_compiled",
-                     "_scalar_ok", "memo_lookups", "memo_misses", "table_rows", "_query_roofline"):
+                     "_scalar_ok", "memo_lookups", "memo_misses", "table_rows", "_query_roofline", "_num_cells"):
             state.pop(name, None)
         state["models"] = {k: _compiled_model(m) for k, m in self.models.items()}
         return state
@@ -385,27 +387,35 @@ class FamilyPredictor:
         once, on its representative canonical row (``query.cell_row``): the memo keeps the
         exponentiated model output and the out-of-range flag of that row, so a hit computes no
         features and an entry depends only on its key; the reference time of the ratio target is
-        each query's exact one (seconds = exp(output) x reference + launch shift)."""
+        each query's exact one (seconds = exp(output) x reference + launch shift). The cells of
+        a (sub-model, shape) are one dict, found through the (mode, shape) entry."""
         total, flag = 0.0, False
         ratio = self.target == "ratio"
         for shape, cell, reference_s in self._cell_parts(query, op):
             entry = self._shape_cache.get((timing_mode, shape))
             if entry is None:
-                key = self._row_key(query, query.cell_row(shape, cell))
-                entry = self._shape_cache[(timing_mode, shape)] = self._model_for(timing_mode, key)
-            mkey, shift = entry
+                entry = self._cells_entry(query, timing_mode, shape, cell)
+            mkey, shift, cells = entry
             if mkey is None:
                 return math.nan, True
-            memo_key = (mkey, shape, cell)
             self.memo_lookups += 1
-            hit = self._row_cache.get(memo_key)
+            hit = cells.get(cell)
             if hit is None:
-                hit = self._evaluate_cell(query, memo_key)
+                hit = self._evaluate_cell(query, mkey, shape, cell, cells)
             scale, oor = hit
             flag = flag or oor
             seconds = scale * reference_s + shift if ratio else scale + shift
             total += max(seconds, 0.0) if timing_mode == "kernel" else seconds
         return total, flag
+
+    def _cells_entry(self, query, timing_mode: str, shape: tuple, cell: tuple) -> tuple:
+        """(sub-model, shift, its cells of this shape) answering `timing_mode` for a shape
+        (KEY_COLUMNS values): the sub-model key of the shape's rows, found once; modes answered by
+        the same sub-model share the cells."""
+        mkey, shift = self._model_for(timing_mode, self._row_key(query, query.cell_row(shape, cell)))
+        cells = None if mkey is None else self._row_cache.setdefault((mkey, shape), {})
+        entry = self._shape_cache[(timing_mode, shape)] = (mkey, shift, cells)
+        return entry
 
     def _cell_parts(self, query, op) -> list[tuple[tuple, tuple, float]]:
         """``query.cell_parts`` of one op, with the fitted roofline's coefficients when the
@@ -414,19 +424,22 @@ class FamilyPredictor:
             return query.cell_parts(op, getattr(self, "has_mixed", False), roofline=self._query_roofline)
         return query.cell_parts(op, getattr(self, "has_mixed", False))
 
-    def _evaluate_cell(self, query, memo_key: tuple) -> tuple[float, bool]:
-        """Memo entry of a cell (a miss): exp(model output) on the cell's representative row and
-        whether that row lies outside the sub-model's training range."""
+    def _evaluate_cell(self, query, mkey: tuple, shape: tuple, cell: tuple, cells: dict) -> tuple[float, bool]:
+        """Memo entry of a cell (a miss), stored in `cells`: exp(model output) on the cell's
+        representative row and whether that row lies outside the sub-model's training range.
+        All cells are forgotten when they number MAX_MEMO_CELLS."""
         self.memo_misses += 1
-        if len(self._row_cache) >= MAX_MEMO_CELLS:
-            self._row_cache.clear()
-        mkey, shape, cell = memo_key
+        if self._num_cells >= MAX_MEMO_CELLS:
+            for kept in self._row_cache.values():
+                kept.clear()
+            self._num_cells = 0
         row = query.cell_row(shape, cell)
         x = query.feature_row(row) if self._scalar_ok else self._row_features(query, row)[0]
         compiled, lo, hi = self._compiled_for(mkey)
         y = (compiled.predict_row(x) if compiled is not None
              else float(self.models[mkey].predict(np.asarray([x]))[0]))
-        hit = self._row_cache[memo_key] = (math.exp(y), any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi)))
+        hit = cells[cell] = (math.exp(y), any(map(operator.lt, x, lo)) or any(map(operator.gt, x, hi)))
+        self._num_cells += 1
         return hit
 
     def _price_tabled(self, op, token_column: str, timing_mode: str) -> tuple[float, bool]:

@@ -63,10 +63,14 @@ class CompiledForest:
         self._walk = None                             # numpy lockstep arrays, built on first predict()
 
     def _python_arrays(self) -> None:
-        """Views of the node arrays for the pure-Python walks (no copy)."""
+        """Views of the node arrays for the pure-Python walks: the split feature as int8 and the
+        right child as int32 when they fit (copies, 5 of the 16 bytes a node's two int64 take: a
+        walk through a forest the rest of a simulation has pushed out of the CPU caches touches
+        fewer lines), thresholds and values as they are (views)."""
         leaf, right, feature, threshold = self._arrays
-        self._f, self._t, self._r, self._v = _view(feature, np.int64), _view(threshold, np.float64), \
-            _view(right, np.int64), _view(self._value, np.float64)
+        self._f = _view(feature, np.int8 if self.n_features < 128 else np.int64)
+        self._r = _view(right, np.int32 if len(right) < 2 ** 31 else np.int64)
+        self._t, self._v = _view(threshold, np.float64), _view(self._value, np.float64)
 
     def __getstate__(self):
         """Pickle the numpy node arrays only (the walks' views and lockstep arrays are rebuilt

@@ -230,3 +230,74 @@ def test_a_predictor_with_mixed_rows_prices_a_mixed_batch_as_one_cell():
     x = AQ.feature_row(AQ.cell_row(shape, cell))
     assert got == pytest.approx(math.exp(pred.models[("kernel", "mha:bf16")].predict(np.asarray([x]))[0]) * ref,
                                 rel=1e-12)
+
+
+def _general_parts(op: AttentionOp, has_mixed: bool) -> list[tuple[tuple, tuple, float]]:
+    """cell_parts written once for every batch (the form before its decode-only and one-prefill
+    shortcuts): the shortcuts must give these cells and reference times exactly."""
+    shape = (op.num_heads, op.num_kv_heads, op.head_dim, 0.0, F._kv_dtype(op.kv_bytes_per_elem), op.is_mla)
+    heads, kvh, hd, kvb = (float(op.num_heads), float(op.num_kv_heads), float(op.head_dim),
+                           F._DTYPE_BYTES.get(shape[4], 2.0))
+    q, c = (lambda x, cells: round(math.log2(1.0 + x) * cells)), AQ.QUERY_CELLS     # noqa: E731
+    pre = dec = ()
+    if op.prefill_new:
+        s = sorted(op.prefill_new)
+        npre, ptok = float(len(s)), float(sum(s))
+        pmean = ptok / npre
+        pairs = float(sum(k * x + k * (k + 1) / 2 for k, x in zip(op.prefill_new, op.prefill_ctx)))
+        pre = tuple(q(x, c) for x in (npre, s[0], s[-1], pmean, AQ._quantile(s, 0.5), AQ._quantile(s, 0.9),
+                                      max(op.prefill_ctx), pairs))
+    if op.decode_ctx:
+        s = sorted(op.decode_ctx)
+        nd = float(len(s))
+        dmean = sum(s) / nd + 1.0
+        dec = tuple(q(x, k) for x, k in zip((nd, s[0] + 1, s[-1] + 1, dmean, AQ._quantile(s, 0.5) + 1.0,
+                                             AQ._quantile(s, 0.9) + 1.0), AQ._decode_cells()))
+    ref = AQ._reference_s
+    if pre and dec and has_mixed:
+        return [(shape, ("mixed", pre, dec), ref(heads, kvh, hd, 0.0, kvb, nd, dmean, npre, pmean, pairs, ptok))]
+    parts = []
+    if pre:
+        parts.append((shape, ("context", pre, ()), ref(heads, kvh, hd, 0.0, kvb, 0.0, 0.0, npre, pmean, pairs, ptok)))
+    if dec:
+        parts.append((shape, ("generation", (), dec), ref(heads, kvh, hd, 0.0, kvb, nd, dmean, 0.0, 0.0, 0.0, 0.0)))
+    return parts
+
+
+def test_decode_only_and_one_prefill_shortcuts_are_exact():
+    """Decode-only batches (odd and even counts: the median is the middle or the midpoint of the
+    two middles) and one-prefill batches take shortcuts; cells and reference times are exactly
+    those of the general form, for both predictor kinds (mixed rows or not)."""
+    rng = np.random.default_rng(3)
+    heads = [KW, dict(num_heads=64, num_kv_heads=8, head_dim=64, kv_bytes_per_elem=1.0),
+             dict(num_heads=16, num_kv_heads=1, head_dim=576, kv_bytes_per_elem=1.0, is_mla=True, kv_lora_rank=512,
+                  qk_rope_head_dim=64, v_head_dim=512)]
+    ops = []
+    for i in range(600):
+        nd, npre = int(rng.choice([0, 1, 2, 3, 4, 7, 64, 301])), int(rng.choice([0, 0, 1, 1, 2, 5]))
+        npre = npre or (0 if nd else 1)
+        top = int(rng.choice([10, 5000, 200_000]))
+        ops.append(AttentionOp(tuple(int(x) for x in rng.integers(1, 9000, npre)),
+                               tuple(int(x) for x in rng.integers(0, 9000, npre)),
+                               tuple(int(x) for x in rng.integers(0, top, nd)), **heads[i % 3]))
+    assert {len(op.decode_ctx) % 2 for op in ops if op.decode_ctx} == {0, 1}
+    assert sum(len(op.prefill_new) == 1 for op in ops) > 100
+    for op in ops:
+        for has_mixed in (False, True):
+            assert AQ.cell_parts(op, has_mixed) == _general_parts(op, has_mixed)
+
+
+def test_memo_cells_are_forgotten_together_at_the_cap(pred, monkeypatch):
+    """MAX_MEMO_CELLS bounds the cells of every (sub-model, shape) together: the cap clears them
+    all, the next query of a forgotten cell evaluates it again, and prices do not change."""
+    from calibration.predictors import base
+    ops = [AttentionOp((), (), (c,) * 16, **KW) for c in (199, 999, 2999)]
+    pred.reset_cache()
+    want = pred.predict_s(ops)
+    monkeypatch.setattr(base, "MAX_MEMO_CELLS", 2)
+    pred.reset_cache()
+    got = pred.predict_s(ops)                    # the third cell clears the first two
+    assert pred.memo_misses == 3 and pred._num_cells == 1
+    assert pred.predict_s(ops[2:])[0] == got[2] and pred.memo_misses == 3     # kept
+    assert pred.predict_s(ops[:1])[0] == got[0] and pred.memo_misses == 4     # forgotten: evaluated again
+    assert np.array_equal(got, want)

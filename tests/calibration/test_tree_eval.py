@@ -104,3 +104,20 @@ def test_a_wrapper_is_compiled_through_its_fitted_model():
     compiled = compile_forest(Wrapper(forest))
     assert np.abs(compiled.predict(T) - forest.predict(T)).max() <= 1e-12
     assert compile_forest(Wrapper(LinearRegression().fit(X, y))) is None
+
+
+def test_walks_read_compact_node_arrays_and_wide_ones_when_needed():
+    """The pure-Python walks read the split feature as int8 (int64 from 128 features on) and the
+    right child as int32: the same numbers as sklearn either way."""
+    X, y, T = _data()
+    small = compile_forest(ExtraTreesRegressor(n_estimators=4, random_state=0).fit(X, y))
+    assert (small._f.format, small._r.format, small._t.format) == ("b", "i", "d")
+    rng = np.random.default_rng(1)
+    Xw = rng.random((300, 130))
+    yw = Xw[:, 129] * 3.0 + Xw[:, 0]
+    model = RandomForestRegressor(n_estimators=4, random_state=0).fit(Xw, yw)
+    wide = compile_forest(model)
+    assert wide._f.format in ("l", "q") and wide._f.itemsize == 8
+    assert 129 in np.asarray(wide._f).tolist()          # a split on the last feature
+    Tw = rng.random((20, 130))
+    assert max(abs(wide.predict_row(t) - r) for t, r in zip(Tw.tolist(), model.predict(Tw))) <= 1e-12

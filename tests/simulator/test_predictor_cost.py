@@ -122,7 +122,7 @@ def test_a_warm_memo_from_earlier_simulations_changes_no_result(tmp_path):
     attention = shared_bundle(str(path)).predictors["attention"]
     attention.reset_cache()
     cold = run(str(path)).summary
-    cells = len(attention._row_cache)
+    cells = attention._num_cells
     warm = run(str(path)).summary                      # every cell already in the memo
     assert cells > 0 and attention.memo_lookups > 0 and attention.memo_misses == 0
     attention.reset_cache()
