@@ -737,6 +737,7 @@ def memory(
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP),
     optimization_level: int = typer.Option(2, "--optimization-level", "-O", help=O_HELP),
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", help="Sets the tokens in flight a sliding-window group reserves (default: the release's, on from vLLM 0.14)."),
+    enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="As vllm serve's; for Gated DeltaNet models (Qwen3.5) it sets vLLM's mamba cache mode (align / none), hence the block size and the state blocks a request holds."),
     predictor_bundle: Optional[Path] = typer.Option(None, help="Bundle whose profiled memory rows replace the estimated activation / non-torch / CUDA-graph terms."),
     vllm_version: str = typer.Option("0.33.0", "--vllm-version", help="vLLM release whose KV-budget formula to use (0.10 to 0.33; simulator/vllm_version.py lists what changed)."),
     all2all_backend: str = typer.Option("allgather_reducescatter", "--all2all-backend", help="As vllm serve's: deepep_low_latency / nixl_ep with DP x EP default --max-num-batched-tokens to 256 (vLLM 0.20+), which sets the activation peak."),
@@ -780,7 +781,8 @@ def memory(
                   "compilation_config": compilation_config is not None, "predictor_bundle": predictor_bundle is not None,
                   "speculative_config": speculative_config is not None, "vllm_version": vllm_version != "0.33.0",
                   "enable_eplb": enable_eplb, "eplb_config": eplb_config is not None,
-                  "performance_mode": performance_mode != "balanced", "async_scheduling": async_scheduling is not None}
+                  "performance_mode": performance_mode != "balanced", "async_scheduling": async_scheduling is not None,
+                  "enable_prefix_caching": not enable_prefix_caching}
     foreign = _foreign_flag(engine, [k for k, v in vllm_given.items() if v],
                             [k for k, v in sglang_flags.items() if v is not None])
     if foreign:
@@ -806,7 +808,7 @@ def memory(
             enable_expert_parallel=enable_expert_parallel, max_num_seqs=max_num_seqs, **tokens,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
-            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, enable_prefix_caching=enable_prefix_caching,
             optimization_level=optimization_level, async_scheduling=async_scheduling,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
             all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,
@@ -844,6 +846,8 @@ def memory(
         "kv_cache_dtype": args.kv_cache_dtype,
         "kv_bytes_per_elem": resolved.model.quant.kv_bytes_per_elem,
         "kv_cache_groups": [[g.kind, len(g.layers)] for g in budget.layout.groups],
+        "mamba_state_bytes": budget.layout.mamba_state_bytes,
+        "mamba_blocks_per_request": budget.layout.mamba_blocks_per_request,
         "sources": dict(budget.sources),
         "start_error": budget.start_error(resolved.max_model_len),
         "bundle_note": note,
@@ -860,6 +864,12 @@ def memory(
     typer.echo(f"  {'num_gpu_blocks':<28} {report['num_gpu_blocks']:>10}  "
                f"({report['bytes_per_block']} bytes per block, KV {report['kv_bytes_per_elem']:g} byte(s) per element; groups "
                f"{', '.join(f'{n} {kind}' for kind, n in report['kv_cache_groups'])} layers)")
+    if report["mamba_state_bytes"]:
+        page = budget.layout.page_bytes
+        typer.echo(f"  {'block size':<28} {report['block_size']:>10}  tokens (vLLM's attention block aligned to the "
+                   f"Gated DeltaNet state: {report['mamba_state_bytes']:,} bytes a layer, padded to the "
+                   f"{page:,}-byte page; {report['mamba_blocks_per_request']} state block(s) per request "
+                   f"in each mamba group, prefix caching {'on' if enable_prefix_caching else 'off'})")
     typer.echo(f"GPU KV cache size: {report['kv_cache_tokens']:,} tokens")
     typer.echo(f"Maximum concurrency for {report['max_model_len']:,} tokens per request: "
                f"{report['max_concurrency']:.2f}x")
@@ -961,8 +971,10 @@ def models() -> None:
             typer.echo(f"{name:<52} not supported ({reason})")
             continue
         experts = f"{m.num_experts} experts top-{m.num_experts_per_tok}" if m.is_moe else "dense"
+        only = (f"  frontier memory only ({m.num_linear_attention_layers} Gated DeltaNet layers not simulated)"
+                if m.num_linear_attention_layers else "")
         typer.echo(f"{name:<52} {m.architecture:<32} {m.num_layers:>3} layers  {experts:<20} "
-                   f"weights {m.quant.method}")
+                   f"weights {m.quant.method}{only}")
 
 
 @app.command("import-profiles")

@@ -15,7 +15,11 @@ Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank
 - Kernel padding is not modelled (e.g. vLLM's MXFP4 Marlin/TRT-LLM MoE backends round hidden up
   to 256 and the per-rank intermediate up to 128: +9% expert bytes for gpt-oss).
 - pp stages follow vLLM `get_pp_indices`; the worst (largest) stage is reported.
-- KV cache: `kv_bytes_per_token_per_rank` counts every layer of the worst pp stage (the bytes
+- Gated DeltaNet layers (Qwen3.5 / Qwen3-Next "linear_attention"): in_proj_qkvz, in_proj_ba and
+  out_proj split by tp (the quantization part "linear_attention"), the conv1d, A_log, dt_bias and
+  the gated norm in bf16; full-attention layers with `attn_output_gate` have a q_proj twice as
+  wide. Their per-request state is not KV per token (simulator/memory.py `gdn_layout`).
+- KV cache: `kv_bytes_per_token_per_rank` counts every attention layer of the worst pp stage (the bytes
   a token's K/V occupy if every layer keeps it). MLA stores (kv_lora_rank + qk_rope_head_dim)
   elements per token per layer on every TP rank. How vLLM groups full and sliding-window layers
   into block pools is in simulator/memory.py (`kv_layout`), which uses `is_sliding_layer`.
@@ -99,6 +103,21 @@ class ModelSpec:
     # catalogue's Llama 4 configs were trimmed of theirs): vLLM loads a vision encoder
     # whose weights, and the multimodal profiling, the memory model does not count (text only)
     has_vision_encoder: bool = False
+    # Gated DeltaNet layers (Qwen3.5 / Qwen3-Next `layer_types` "linear_attention"), True per GDN
+    # layer: linear attention whose per-request cache is a fixed-size state (a causal-conv state and
+    # a per-head key x value temporal state: vLLM's MambaSpec), not per-token K/V. Their shape:
+    # key / value heads and head dims, the conv kernel width, and the temporal state's dtype as the
+    # config names it (`mamba_ssm_dtype`, "" when absent). () = no GDN layer
+    linear_attention_flags: tuple[bool, ...] = ()
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    mamba_ssm_dtype: str = ""
+    # full attention's q projection also yields a per-head output gate (Qwen3-Next / Qwen3.5
+    # `attn_output_gate`: q_proj twice as wide)
+    attn_output_gate: bool = False
     # RMSNorms per decoder layer: 2 (input, post-attention), 4 for Gemma 2 / 3's sandwich norms
     # (input, post-attention, pre-feedforward, post-feedforward)
     norms_per_layer: int = 2
@@ -141,6 +160,20 @@ class ModelSpec:
                                      or self.num_layers - sum(self.moe_layer_flags) != self.num_dense_layers):
             raise ValueError(f"{self.name}: moe_layer_flags must flag {self.num_layers - self.num_dense_layers} "
                              f"of {self.num_layers} layers")
+        flags = self.linear_attention_flags
+        if flags:
+            shape = (self.linear_num_key_heads, self.linear_num_value_heads, self.linear_key_head_dim,
+                     self.linear_value_head_dim, self.linear_conv_kernel_dim)
+            if len(flags) != self.num_layers or min(shape) <= 0:
+                raise ValueError(f"{self.name}: linear_attention_flags must flag each of {self.num_layers} layers "
+                                 f"(got {len(flags)}) and the GDN key / value heads, head dims and conv kernel "
+                                 f"{shape} must be > 0")
+            if self.linear_num_value_heads % self.linear_num_key_heads:
+                raise ValueError(f"{self.name}: linear_num_value_heads={self.linear_num_value_heads} must be a "
+                                 f"multiple of linear_num_key_heads={self.linear_num_key_heads}")
+            if self.sliding_window or self.attention_chunk_size or self.is_mla:
+                raise ValueError(f"{self.name}: Gated DeltaNet layers with sliding-window, chunked or MLA "
+                                 "attention are not modelled")
         if self.norms_per_layer not in (2, 4):
             raise ValueError(f"ModelSpec.norms_per_layer={self.norms_per_layer} ({self.name}); valid: 2, 4")
 
@@ -163,6 +196,22 @@ class ModelSpec:
     def is_chunked_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-based) runs chunked local attention (Llama 4)."""
         return bool(self.chunked_layer_flags) and self.chunked_layer_flags[layer]
+
+    @property
+    def num_linear_attention_layers(self) -> int:
+        return sum(self.linear_attention_flags)
+
+    def is_linear_attention_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-based) is a Gated DeltaNet layer (no per-token KV)."""
+        return bool(self.linear_attention_flags) and self.linear_attention_flags[layer]
+
+    def gdn_note(self) -> str | None:
+        """Why the simulator does not run this model's steps (its Gated DeltaNet layers), or None."""
+        if not self.num_linear_attention_layers:
+            return None
+        return (f"{self.name}: its {self.num_linear_attention_layers} Gated DeltaNet (linear attention) layers are "
+                "not simulated yet (their per-request state groups in the scheduler, their kernels' costs); "
+                "`frontier memory` plans its KV cache")
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-based) is an MoE layer."""
@@ -188,7 +237,23 @@ class ModelSpec:
             norms = self.q_lora_rank + self.kv_lora_rank
             return (replicated + split) * q + norms * BF16_BYTES
         kv_heads = max(1, self.num_kv_heads // tp)
-        return (2 * h * heads * self.head_dim + 2 * h * kv_heads * self.head_dim) * q
+        q_width = heads * self.head_dim * (2 if self.attn_output_gate else 1)     # + the output gate
+        return (h * q_width + h * heads * self.head_dim + 2 * h * kv_heads * self.head_dim) * q
+
+    def _gdn_bytes(self, tp: int) -> float:
+        """A Gated DeltaNet layer on one TP rank (vLLM QwenGatedDeltaNetAttention): in_proj_qkvz
+        (hidden -> 2 x key_dim + 2 x value_dim) and in_proj_ba (hidden -> 2 x value heads), split
+        by TP, and out_proj (value_dim -> hidden), at the "linear_attention" part's bytes; the
+        depthwise conv1d (conv_dim x kernel), A_log, dt_bias and the gated norm in bf16."""
+        q = self.quant.bytes_per_param("linear_attention")
+        h = self.hidden_size
+        key_dim = self.linear_num_key_heads * self.linear_key_head_dim
+        value_dim = self.linear_num_value_heads * self.linear_value_head_dim
+        projections = h * _ceil_div(2 * key_dim + 2 * value_dim + 2 * self.linear_num_value_heads, tp) \
+            + _ceil_div(value_dim, tp) * h
+        small = (_ceil_div(2 * key_dim + value_dim, tp) * self.linear_conv_kernel_dim
+                 + 2 * _ceil_div(self.linear_num_value_heads, tp) + self.linear_value_head_dim)
+        return projections * q + small * BF16_BYTES
 
     def _mlp_bytes(self, moe: bool, parallel: ParallelSpec) -> float:
         h = self.hidden_size
@@ -206,7 +271,9 @@ class ModelSpec:
         """Weight bytes of decoder layer `layer` (0-based) on one rank: attention + MLP/MoE + norms."""
         moe = self.is_moe_layer(layer)
         norms = self.norms_per_layer * self.hidden_size * BF16_BYTES
-        return self._attention_bytes(parallel.tp) + self._mlp_bytes(moe, parallel) + norms
+        mixer = self._gdn_bytes(parallel.tp) if self.is_linear_attention_layer(layer) else \
+            self._attention_bytes(parallel.tp)
+        return mixer + self._mlp_bytes(moe, parallel) + norms
 
     def weight_bytes_per_rank(self, parallel: ParallelSpec) -> int:
         """Weight bytes on one GPU of the worst pipeline stage (see module docstring)."""
@@ -235,8 +302,12 @@ class ModelSpec:
         return 2 * max(1, self.num_kv_heads // tp) * self.head_dim * self.quant.kv_bytes_per_elem
 
     def kv_bytes_per_token_per_rank(self, parallel: ParallelSpec) -> int:
-        """KV bytes one token occupies on one rank of the worst pp stage (all its layers)."""
-        layers = max(pp_partition(self.num_layers, parallel.pp))
+        """KV bytes one token occupies on one rank of the worst pp stage (all its attention
+        layers; a Gated DeltaNet layer's state does not grow with the tokens)."""
+        layers, start = 0, 0
+        for n in pp_partition(self.num_layers, parallel.pp):
+            layers = max(layers, sum(not self.is_linear_attention_layer(i) for i in range(start, start + n)))
+            start += n
         return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
 
     def vision_encoder_note(self) -> str | None:
@@ -265,7 +336,7 @@ ROUTER_DTYPES = ("bf16", "fp32")
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text", "minimax_m2",
-    "gemma", "gemma2", "gemma3_text", "llama4_text",
+    "gemma", "gemma2", "gemma3_text", "llama4_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
 )
 # Gemma config classes' defaults (transformers 5.20 GemmaConfig, Gemma2Config, Gemma3TextConfig):
 # the hub's config.json files omit the fields equal to them (google/gemma-3-27b-it's text_config
@@ -284,6 +355,13 @@ _GEMMA_DEFAULTS: dict[str, dict[str, Any]] = {
 # Every k-th layer is full attention, the others sliding, when the config has no layer_types
 # (Gemma2Config: every 2nd; Gemma3TextConfig: every `sliding_window_pattern`-th, default 6)
 _GEMMA_FULL_EVERY = {"gemma2": 2, "gemma3_text": 6}
+# Gated DeltaNet hybrids: transformers 5.20's Qwen3NextConfig / Qwen3_5TextConfig / Qwen3_5MoeTextConfig
+# defaults for the fields a config.json may omit (all three agree), and the interval of their
+# full-attention layers when it names no layer_types (layer i full iff (i + 1) % interval == 0)
+_GDN_DEFAULTS = {"head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                 "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                 "full_attention_interval": 4}
+_GDN_LAYER_TYPES = ("linear_attention", "full_attention")
 _CATALOGUE_PACKAGES = (("frontier", "catalogue/models"), ("aiconfigurator_core", "model_configs"))
 
 
@@ -389,6 +467,9 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         raise ValueError(f"{name}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     if model_type in _GEMMA_DEFAULTS:
         cfg = _gemma_config(cfg, model_type, name)
+    gdn = model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+    if gdn:
+        cfg = {**_GDN_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if not cfg.get(k)]
     if missing:
         raise ValueError(f"{name}: config.json lacks required field(s) {missing}")
@@ -443,6 +524,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         sliding_layer_flags=_sliding_flags(cfg, layers, name) if window and cfg.get("layer_types") else (),
         **_chunked(cfg, layers, name) if model_type == "llama4_text" else {}, moe_layer_flags=moe_flags,
         norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
+        **_gdn(cfg, layers, name) if gdn else {},
         has_vision_encoder=isinstance(top.get("vision_config"), dict) or arch.endswith("ForConditionalGeneration"),
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
@@ -458,7 +540,9 @@ _WHOLE_FIELDS = {"hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads"
                  "kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0, "qk_nope_head_dim": 0,
                  "v_head_dim": 0, "max_position_embeddings": 0, "sliding_window": 0,
                  "first_k_dense_replace": 0, "moe_layer_freq": 0, "decoder_sparse_step": 0, "n_group": 0,
-                 "interleave_moe_layer_step": 0, "intermediate_size_mlp": 0}
+                 "interleave_moe_layer_step": 0, "intermediate_size_mlp": 0, "linear_num_key_heads": 1,
+                 "linear_num_value_heads": 1, "linear_key_head_dim": 1, "linear_value_head_dim": 1,
+                 "linear_conv_kernel_dim": 1, "full_attention_interval": 1}
 
 
 def _check_whole_fields(cfg: dict[str, Any], name: str) -> None:
@@ -532,6 +616,27 @@ def _chunked(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
         raise ValueError(f"{name}: config.json no_rope_layers must list {layers} entries of 0 / 1; "
                          f"got {str(rope)[:80]}")
     return {"attention_chunk_size": chunk, "chunked_layer_flags": tuple(r == 1 for r in rope)}
+
+
+def _gdn(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
+    """A Gated DeltaNet hybrid's ModelSpec fields (config with ``_GDN_DEFAULTS`` applied): its
+    layer kinds (``layer_types``, or every ``full_attention_interval``-th layer full, as the
+    transformers classes derive them), the GDN shape, the temporal state's dtype as the config
+    names it, and the attention output gate (vLLM: ``getattr(config, "attn_output_gate", True)``)."""
+    types = cfg.get("layer_types")
+    if not types:
+        every = cfg["full_attention_interval"]
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or any(t not in _GDN_LAYER_TYPES for t in types):
+        raise ValueError(f"{name}: config.json layer_types must list {layers} entries of "
+                         f"'linear_attention' / 'full_attention'; got {str(types)[:80]}")
+    ssm_dtype = cfg.get("mamba_ssm_dtype") or ""
+    if ssm_dtype not in ("", "float32", "bfloat16", "float16"):
+        raise ValueError(f"{name}: config.json mamba_ssm_dtype={ssm_dtype!r}; valid: float32, bfloat16, float16")
+    return {"linear_attention_flags": tuple(t == "linear_attention" for t in types),
+            **{k: int(cfg[k]) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                        "linear_value_head_dim", "linear_conv_kernel_dim")},
+            "mamba_ssm_dtype": ssm_dtype, "attn_output_gate": bool(cfg.get("attn_output_gate", True))}
 
 
 def _sliding(cfg: dict[str, Any], layers: int) -> tuple[int, int]:

@@ -13,8 +13,8 @@ Bytes per weight element include the scale overhead of each format:
 |           |              | zero point for AWQ/GPTQ)                 | 0.5 + 2.5/g (awq/gptq)   |
 
 Embeddings, the LM head, norms and MoE routers are never quantized here (bf16,
-2 bytes); `quantized_parts` says which of the four big weight groups use
-`weight_bytes_per_param` (see `PARTS`).
+2 bytes); `quantized_parts` says which of the big weight groups use
+`weight_bytes_per_param` (see `PARTS`; "linear_attention": Gated DeltaNet layers' projections).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 METHODS = ("none", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4_wo")
-PARTS = ("attention", "dense_mlp", "shared_experts", "routed_experts")
+PARTS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "linear_attention")
 BF16_BYTES = 2.0
 
 
@@ -178,6 +178,8 @@ def _parts(config: dict[str, Any]) -> tuple[str, ...]:
     for s in ignore:
         if re.search(r"self_attn|\battn\b|\battention\b", s):  # not post_attention_layernorm
             excluded.add("attention")
+        if "linear_attn" in s:                                    # a Gated DeltaNet layer (Qwen3.5)
+            excluded.add("linear_attention")
         if "shared_expert" in s:
             excluded.add("shared_experts")
         elif re.search(r"mlp\W*\(?\W*(gate|up|down)(_up)?(\|[a-z_]+)*\)?_proj", s) and "expert" not in s:

@@ -90,6 +90,9 @@ def build_contexts(args: ProfileArgs) -> list[RankContext]:
     """One RankContext per (tp, ep) layout with ep dividing tp (others are skipped: EP spreads the
     experts over the TP ranks); every layout is checked against the model."""
     model = load_model_spec(args.model)
+    if model.num_linear_attention_layers:
+        raise ValueError(f"{model.name}: the profiler has no Gated DeltaNet operators yet (its "
+                         f"{model.num_linear_attention_layers} linear-attention layers); profile another model")
     tps = _int_list("--tensor-parallel-size", args.tensor_parallel_size)
     eps = _int_list("--expert-parallel-size", args.expert_parallel_size)
     if eps != [1] and not model.is_moe:

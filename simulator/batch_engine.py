@@ -248,6 +248,8 @@ class BatchEngine:
         (``simulator.vllm_version``: MiniMax-M2's router and q/k norm); ``spec``: speculative
         decoding's drafter (``draft_time_s``), None without."""
         parallel.check_model(model)
+        if model.num_linear_attention_layers:
+            raise ValueError(model.gdn_note())
         if all2all_backend not in ALL2ALL_PRICED_AS:
             raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {', '.join(ALL2ALL_PRICED_AS)}")
         if moe_router is not None and moe_router.ep != parallel.ep:

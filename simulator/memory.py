@@ -28,6 +28,17 @@ cdiv(min(W - 1 + in_flight, L), block) + 1 (sliding window W; SlidingWindowSpec
 `max_admission_blocks_per_request`), with in_flight = max_num_batched_tokens * concurrent
 batches (pp + 1 with async scheduling on model runner V2, the GPU default; pp without).
 
+Gated DeltaNet hybrids (Qwen3.5, Qwen3-Next; `gdn_layout`, vLLM 0.33 on sm_90): each GDN layer
+reports a MambaSpec whose page is its per-request state (conv + temporal, `gdn_state_bytes`), and
+`Platform._align_hybrid_block_size` (platforms/interface.py) grows the attention block to
+A * ceil(state / (A * attention bytes per token)), A = max(16, --block-size), lcm'd with 64 when
+prefix caching is on (the "align" mamba mode: FlashInfer's GDN prefill checkpoints every 64
+tokens); the state is padded to the attention page. The groups are the uniform-page grouping
+above (Qwen3.5: 1 full + 3 mamba groups of L / 4 layers); a request's blocks are ceil(L / block)
+for the full group and, per mamba group, 2 + 1 prefill checkpoint (align) or 1 (none)
+(MambaSpec.max_memory_usage_bytes / page). Checked against vLLM's own code on the CPU
+(tests/oracle/test_gdn_kv_capacity_oracle.py).
+
 The simulator's KV manager gets vLLM's pool (num_blocks). An engine of a model with
 sliding-window layers charges every group as vLLM does (`simulator.kv_cache.hybrid`, one block
 table per group, blocks before the window freed); with speculative decoding behind a KV connector
@@ -112,6 +123,13 @@ SAMPLER_FP32_COPIES = 3                     # fp32 logits, probs, and a sorted/s
 CUDA_GRAPH_BYTES_PER_LAYER = 64 * 1024      # graph node/exec state per captured layer per size (~2 MiB / 32 layers)
 MIN_GRAPH_BYTES = MIB                       # vLLM floors the per-graph estimate at 1 MiB
 HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_groups_uniform_page_size
+# Gated DeltaNet hybrids (``gdn_layout``), vLLM 0.33 on sm_90 (platforms/interface.py
+# _align_hybrid_block_size; v1/attention/backends/flash_attn.py, gdn_attn.py)
+GDN_ATTENTION_KERNEL_BLOCK = 16             # FlashAttention 3's kernel block sizes: multiples of 16
+GDN_CHECKPOINT_ALIGNMENT = 64               # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT ("align" mode)
+GDN_SM_VERSION = 90                         # the GPUs whose backends those are (Blackwell picks others)
+BF16_STATE_BYTES = 2                        # conv state (mamba_cache_dtype auto: the bf16 model dtype)
+GDN_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
 
@@ -120,7 +138,7 @@ PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
 class KVGroup:
     """One KV-cache group: its attention kind and its layers (0-based indices, whole model)."""
 
-    kind: str                      # "full" | "sliding" | "chunked"
+    kind: str                      # "full" | "sliding" | "chunked" | "mamba" (Gated DeltaNet states)
     layers: tuple[int, ...]
 
 
@@ -134,6 +152,11 @@ class KVLayout:
     bytes_per_block: int           # one block of the shared pool on the worst pp stage
     sliding_window: int = 0
     attention_chunk_size: int = 0  # Llama 4's chunked groups
+    # Gated DeltaNet layers (``gdn_layout``): one layer's state on one rank before its padding to
+    # the page (bytes), and the blocks a request holds in each "mamba" group (MambaSpec
+    # max_memory_usage_bytes / page: 2 + a prefill checkpoint in vLLM's "align" mode, 1 in "none")
+    mamba_state_bytes: int = 0
+    mamba_blocks_per_request: int = 0
 
     def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
         """Blocks one request of `max_model_len` tokens takes from the pool, all groups (a local
@@ -144,7 +167,7 @@ class KVLayout:
         window = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
         sliding = -(-window // self.block_size) + 1
         chunked = -(-min(self.attention_chunk_size + max_in_flight_tokens, max_model_len) // self.block_size)
-        per_kind = {"full": full, "sliding": sliding, "chunked": chunked}
+        per_kind = {"full": full, "sliding": sliding, "chunked": chunked, "mamba": self.mamba_blocks_per_request}
         return sum(per_kind[g.kind] for g in self.groups)
 
     @property
@@ -166,13 +189,17 @@ def _hybrid_groups(full: list[int], local: list[int], kind: str) -> list[KVGroup
     return groups
 
 
-def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid: bool = True) -> KVLayout:
+def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid: bool = True,
+              prefix_caching: bool = True) -> KVLayout:
     """vLLM's KV groups and pool bytes per block for `model` on one rank (worst pp stage).
     ``hybrid=False`` (``--disable-hybrid-kv-cache-manager``, or what vLLM disables it for):
     sliding-window and chunked layers are kept as full attention, one group of every layer
-    (vLLM's ``unify_hybrid_kv_cache_specs``)."""
+    (vLLM's ``unify_hybrid_kv_cache_specs``). A model with Gated DeltaNet layers: ``gdn_layout``
+    (``prefix_caching``: vLLM's mamba cache mode, "align" when on, "none" when off)."""
     if block_size <= 0:
         raise ValueError(f"block_size={block_size} must be > 0")
+    if model.num_linear_attention_layers:
+        return gdn_layout(model, parallel, block_size, prefix_caching)
     per_token = model.kv_bytes_per_token_per_layer(parallel.tp)
     page = int(per_token * block_size)
     if page != per_token * block_size:
@@ -186,14 +213,79 @@ def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid:
         groups = _hybrid_groups(full, local, local_kind)
     else:
         groups = [KVGroup("full" if full else local_kind, tuple(range(model.num_layers)))]
+    return KVLayout(block_size, page, tuple(groups), _worst_stage_layers(model, parallel, groups) * page,
+                    model.sliding_window if local and local_kind == "sliding" else 0,
+                    model.attention_chunk_size if local and local_kind == "chunked" else 0)
+
+
+def _worst_stage_layers(model: ModelSpec, parallel: ParallelSpec, groups: list[KVGroup]) -> int:
+    """The most layers one group holds on one pp stage: a block of the shared pool spans them."""
     worst, start = 0, 0
     for n in pp_partition(model.num_layers, parallel.pp):
         stage = range(start, start + n)
         start += n
         worst = max(worst, max(sum(1 for i in g.layers if i in stage) for g in groups))
-    return KVLayout(block_size, page, tuple(groups), worst * page,
-                    model.sliding_window if local and local_kind == "sliding" else 0,
-                    model.attention_chunk_size if local and local_kind == "chunked" else 0)
+    return worst
+
+
+def gdn_state_bytes(model: ModelSpec, tp: int) -> int:
+    """One Gated DeltaNet layer's state on one TP rank (vLLM 0.33 MambaSpec's unpadded page,
+    ``MambaStateShapeCalculator.gated_delta_net_state_shape``): the conv state, (kernel - 1) x
+    conv_dim / tp in the model dtype (bf16), conv_dim = 2 x key heads x key dim + value heads x
+    value dim, and the temporal state, value heads / tp x value dim x key dim in the config's
+    ``mamba_ssm_dtype`` (Qwen3.5: float32, read by vLLM's Qwen3.5 config hook; none named, as
+    Qwen3-Next: the model dtype). ValueError when tp does not divide them (vLLM's ``divide``)."""
+    conv_dim = (2 * model.linear_num_key_heads * model.linear_key_head_dim
+                + model.linear_num_value_heads * model.linear_value_head_dim)
+    if conv_dim % tp or model.linear_num_value_heads % tp:
+        raise ValueError(f"{model.name}: tensor parallel size {tp} must divide the Gated DeltaNet conv width "
+                         f"{conv_dim} and its {model.linear_num_value_heads} value heads (vLLM splits both)")
+    ssm_bytes = GDN_STATE_DTYPE_BYTES.get(model.mamba_ssm_dtype, BF16_STATE_BYTES)
+    conv = (model.linear_conv_kernel_dim - 1) * (conv_dim // tp) * BF16_STATE_BYTES
+    temporal = (model.linear_num_value_heads // tp) * model.linear_value_head_dim * model.linear_key_head_dim
+    return conv + temporal * ssm_bytes
+
+
+def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix_caching: bool) -> KVLayout:
+    """vLLM 0.33's KV plan of a Gated DeltaNet hybrid on Hopper (``Platform._align_hybrid_block_size``,
+    then the planner's uniform-page grouping; module docstring). The attention block grows to the
+    smallest multiple A of tokens whose attention page holds one layer's state: A = max(16,
+    --block-size) (FlashAttention 3's kernel block multiple), and with prefix caching (vLLM's
+    "align" mamba mode, its default) lcm(A, 64) (FlashInfer's GDN prefill emits states every 64
+    tokens); the state is padded to that page. The GDN and attention layers form groups of
+    equal size (``_hybrid_groups``: Qwen3.5, one full layer in four, gives 3 "mamba" + 1 "full"
+    groups) in one pool; a request holds ceil(len / block) attention blocks and, per mamba
+    group, 2 state blocks + 1 prefill checkpoint ("align") or 1 ("none")."""
+    per_token = int(model.kv_bytes_per_token_per_layer(parallel.tp))
+    state = gdn_state_bytes(model, parallel.tp)
+    unit = max(GDN_ATTENTION_KERNEL_BLOCK, block_size)
+    if prefix_caching:
+        unit = math.lcm(unit, GDN_CHECKPOINT_ALIGNMENT)
+    block = unit * -(-state // (unit * per_token))
+    block = max(block_size, GDN_ATTENTION_KERNEL_BLOCK * -(-block // GDN_ATTENTION_KERNEL_BLOCK))
+    page = block * per_token
+    full = [i for i in range(model.num_layers) if not model.is_linear_attention_layer(i)]
+    gdn = [i for i in range(model.num_layers) if model.is_linear_attention_layer(i)]
+    groups = _hybrid_groups(full, gdn, "mamba") if full else [KVGroup("mamba", tuple(gdn))]
+    return KVLayout(block, page, tuple(groups), _worst_stage_layers(model, parallel, groups) * page,
+                    mamba_state_bytes=state, mamba_blocks_per_request=3 if prefix_caching else 1)
+
+
+def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int], num_spec_tokens: int,
+                    hybrid_kv_cache_manager: bool) -> None:
+    """ValueError (one line) for a Gated DeltaNet model's KV plan that ``gdn_layout`` does not model."""
+    why = None
+    if gpu.sm_version != GDN_SM_VERSION:
+        why = (f"{gpu.name} is sm_{gpu.sm_version}; the plan is modelled on sm_90 GPUs (H100, H200, H20, H800), "
+               "where vLLM runs FlashAttention 3 and FlashInfer's GDN prefill")
+    elif vllm_version != SEMANTICS:
+        why = f"--vllm-version {vllm_version[0]}.{vllm_version[1]}: the plan is vLLM {SEMANTICS[0]}.{SEMANTICS[1]}'s"
+    elif num_spec_tokens:
+        why = "a drafter's layers and speculative state blocks are not modelled (--speculative-config)"
+    elif not hybrid_kv_cache_manager:
+        why = "vLLM keeps these layers' states only with its hybrid KV cache manager (--disable-hybrid-kv-cache-manager)"
+    if why:
+        raise ValueError(f"{model.name}'s Gated DeltaNet KV plan: {why}")
 
 
 def max_in_flight_tokens(max_num_batched_tokens: int, pp: int, async_scheduling: bool) -> int:
@@ -335,8 +427,11 @@ def activation_peak_bytes(model: ModelSpec, parallel: ParallelSpec, num_tokens: 
     if model.is_mla:
         qkv = heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim) * 3
     else:
-        qkv = (heads + 2 * kv) * model.head_dim
+        qkv = (heads * (2 if model.attn_output_gate else 1) + 2 * kv) * model.head_dim
     widest = qkv
+    if model.num_linear_attention_layers:          # Gated DeltaNet in_proj_qkvz + in_proj_ba outputs
+        widest = max(widest, -(-(2 * model.linear_num_key_heads * model.linear_key_head_dim
+                                 + 2 * model.linear_num_value_heads * (model.linear_value_head_dim + 1)) // tp))
     if model.intermediate_size and model.num_moe_layers < model.num_layers:
         widest = max(widest, 3 * -(-model.intermediate_size // tp))            # gate_up (2I) + act (I)
     if model.is_moe:
@@ -381,7 +476,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               cudagraph_capture_sizes: tuple[int, ...] | None = None,
               max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None,
               vllm_version: tuple[int, int] = SEMANTICS, interactivity: bool = False,
-              hybrid_kv_cache_manager: bool = True) -> MemoryBudget:
+              hybrid_kv_cache_manager: bool = True, prefix_caching: bool = True) -> MemoryBudget:
     """KV budget of one rank (all ranks use the minimum; ours are symmetric), as vLLM
     ``vllm_version`` (major, minor) computes it (``simulator.vllm_version``: before 0.14 the
     requested memory is not rounded up, before 0.20 no CUDA-graph estimate is subtracted,
@@ -391,6 +486,9 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     ``hybrid_kv_cache_manager=False``: --disable-hybrid-kv-cache-manager (``kv_layout``); vLLM
     also turns it off for chunked local attention (Llama 4) with an EAGLE drafter
     (``num_spec_tokens``) and, by default, before 0.14 (``CHUNKED_LOCAL_HYBRID``).
+    ``prefix_caching``: sets a Gated DeltaNet model's layout (``gdn_layout``), planned as vLLM
+    0.33 plans it on sm_90 GPUs only (ValueError otherwise, and with a drafter or the hybrid
+    manager disabled); the block size of the budget is then the aligned one.
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -406,6 +504,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
         raise ValueError(f"num_gpu_blocks_override={num_gpu_blocks_override} must be > 0")
     if kv_cache_memory_bytes is not None and kv_cache_memory_bytes <= 0:
         raise ValueError(f"kv_cache_memory_bytes={kv_cache_memory_bytes} must be > 0 bytes")
+    if model.num_linear_attention_layers:
+        _check_gdn_plan(model, gpu, vllm_version, num_spec_tokens, hybrid_kv_cache_manager)
     profiled = profiled or ProfiledOverheads()
     requested = gpu.memory_bytes * gpu_memory_utilization
     if vllm_version >= REQUEST_CEIL:
@@ -445,8 +545,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
         graph_src = PROFILED if first is not None else ESTIMATED
     hybrid = hybrid_kv_cache_manager and not (model.attention_chunk_size and (
         num_spec_tokens or vllm_version < CHUNKED_LOCAL_HYBRID))
-    layout = kv_layout(model, parallel, block_size, hybrid)
-    bytes_per_block = layout.bytes_per_block
+    layout = kv_layout(model, parallel, block_size, hybrid, prefix_caching)
+    block_size, bytes_per_block = layout.block_size, layout.bytes_per_block
     if kv_cache_memory_bytes is not None:
         available = kv_cache_memory_bytes
     else:

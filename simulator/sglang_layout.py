@@ -138,6 +138,9 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
     if model.attention_chunk_size:
         raise ValueError(f"--engine sglang does not simulate {model.name}'s chunked local-attention layers "
                          "(Llama 4); use --engine vllm")
+    if model.num_linear_attention_layers:
+        raise ValueError(f"--engine sglang does not simulate {model.name}'s Gated DeltaNet layers (SGLang keeps "
+                         "their states in a separate Mamba pool); `frontier memory --engine vllm` plans vLLM's KV cache")
     page = args.page_size
     if page is None:        # the default attention backend's: trtllm_mha (sm_100 family, not MLA) runs 64
         page = TRTLLM_MHA_PAGE_SIZE if is_sm100_family(gpu.sm_version) and not model.is_mla else 1

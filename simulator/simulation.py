@@ -353,7 +353,8 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         num_spec_tokens=resolved.num_spec_tokens, cudagraph_capture_sizes=args.cudagraph_capture_sizes,
         max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=resolved.cudagraph_mode,
         vllm_version=resolved.vllm_version, interactivity=args.performance_mode == "interactivity",
-        hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager)
+        hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager,
+        prefix_caching=args.enable_prefix_caching)
 
 
 def fit_max_model_len(resolved: ResolvedEngine, memory: MemoryBudget) -> ResolvedEngine:
@@ -379,6 +380,9 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
+    gdn = load_model_spec(spec.engine.model).gdn_note()
+    if gdn:                  # before any memory check: the budget of these models is right, their steps are not
+        raise ValueError(gdn)
     if spec.sglang is not None:
         from simulator.sglang_run import run_sglang
         return run_sglang(spec)

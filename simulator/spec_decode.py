@@ -124,8 +124,9 @@ def with_draft_layer(model: ModelSpec, spec: SpecDecodeConfig) -> ModelSpec:
     input GEMM and an EAGLE-3 head's own draft-vocabulary logits (~0.3 GB for 32k x 4096 in
     bf16) are not counted."""
     dense = 0 if spec.method == "mtp" and model.num_moe_layers or not model.intermediate_size else 1
-    # per-layer flags gain the head's layer: full attention (neither sliding nor chunked)
+    # per-layer flags gain the head's layer: full attention (neither sliding, chunked nor Gated DeltaNet)
     flags = {k: getattr(model, k) + (v,) for k, v in (("sliding_layer_flags", False), ("chunked_layer_flags", False),
+                                                      ("linear_attention_flags", False),
                                                       ("moe_layer_flags", not dense)) if getattr(model, k)}
     return replace(model, num_layers=model.num_layers + 1,
                    num_dense_layers=model.num_dense_layers + (dense if model.is_moe else 0), **flags)

@@ -247,3 +247,30 @@ def test_disable_hybrid_kv_cache_manager_keeps_one_group_of_every_layer():
                               "--disable-hybrid-kv-cache-manager"])
     assert res.exit_code == 0, res.output
     assert "KV cache 8409 blocks x 16 tokens per engine" in res.output
+
+
+def test_memory_plans_a_gated_deltanet_model_and_simulate_refuses_it():
+    """Qwen3.5: `frontier memory` gives vLLM 0.33's plan (the attention block aligned to the GDN
+    state, per prefix-caching mode); simulate and --engine sglang refuse the model in one line."""
+    base = ["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--gpu", "H200", "-tp", "2", "--max-model-len", "32768"]
+    res = runner.invoke(app, base + ["--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert (report["block_size"], report["mamba_state_bytes"], report["mamba_blocks_per_request"]) == (1088, 1_073_152, 3)
+    assert sorted(report["kv_cache_groups"]) == [["full", 10]] + [["mamba", 10]] * 3
+    off = json.loads(runner.invoke(app, base + ["--json", "--no-enable-prefix-caching"]).output)
+    assert (off["block_size"], off["mamba_blocks_per_request"]) == (1056, 1)
+    text = runner.invoke(app, base)
+    assert "block size                         1088  tokens (vLLM's attention block aligned to the Gated DeltaNet" \
+        in text.output
+    for cmd in (["simulate", "--model", "Qwen/Qwen3.5-35B-A3B", "--num-prompts", "5"],
+                ["simulate", "--model", "Qwen/Qwen3.5-35B-A3B", "--num-prompts", "5", "--architecture", "pdd"]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
+            "error: Qwen/Qwen3.5-35B-A3B: its 30 Gated DeltaNet (linear attention) layers are not simulated yet "
+            "(their per-request state groups in the scheduler, their kernels' costs); `frontier memory` plans its KV cache")
+    res = runner.invoke(app, ["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--engine", "sglang"])
+    assert res.exit_code == 2 and "does not simulate Qwen/Qwen3.5-35B-A3B's Gated DeltaNet layers" in res.output
+    models = runner.invoke(app, ["models"]).output
+    assert any(line.startswith("Qwen/Qwen3.5-27B") and line.endswith(
+        "frontier memory only (48 Gated DeltaNet layers not simulated)") for line in models.splitlines())

@@ -131,7 +131,8 @@ def test_kimi_k25_text_config_int4():
     m = load_model_spec("moonshotai/Kimi-K2.5")
     assert m.architecture == "DeepseekV3ForCausalLM" and m.hidden_size == 7168 and m.num_experts == 384
     assert m.quant.method == "int4_wo" and m.quant.weight_bytes_per_param == 0.5 + 2 / 32
-    assert m.quant.quantized_parts == ("routed_experts",)  # attention, shared experts, dense MLP ignored
+    # attention, shared experts, dense MLP ignored (a Gated DeltaNet layer, which Kimi has none of, would not be)
+    assert m.quant.quantized_parts == ("routed_experts", "linear_attention")
     assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 61 * 576 * 2
     assert 590 * GB < m.weight_bytes_per_rank(ParallelSpec()) < 598 * GB  # checkpoint is ~594 GB
 
@@ -386,3 +387,61 @@ def test_multimodal_checkpoints_say_their_vision_encoder_is_not_counted():
         assert note.startswith(f"{name} is a multimodal checkpoint run text-only"), name
     for name in ("google/gemma-3-1b-it", "meta-llama/Llama-3.1-8B", "openai/gpt-oss-120b"):
         assert load_model_spec(name).vision_encoder_note() is None, name
+
+
+def test_qwen3_5_gated_deltanet_layers_and_weights():
+    m = load_model_spec("Qwen/Qwen3.5-35B-A3B")
+    assert (m.architecture, m.num_layers, m.num_linear_attention_layers, m.num_experts) == (
+        "Qwen3_5MoeForConditionalGeneration", 40, 30, 256)
+    assert [i for i in range(40) if not m.is_linear_attention_layer(i)] == list(range(3, 40, 4))
+    assert (m.linear_num_key_heads, m.linear_num_value_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+            m.linear_conv_kernel_dim, m.mamba_ssm_dtype, m.attn_output_gate) == (16, 32, 128, 128, 4, "float32", True)
+    assert (m.num_shared_experts, m.shared_expert_intermediate_size, m.num_mtp_layers, m.head_dim) == (1, 512, 1, 256)
+    # GDN layer: key_dim 16*128 = 2048, value_dim 32*128 = 4096; in_proj_qkvz 2048*(2*2048 + 2*4096)
+    # = 25,165,824, in_proj_ba 2048*64 = 131,072, out_proj 4096*2048 = 8,388,608, conv1d (2*2048 +
+    # 4096)*4 = 32,768, A_log + dt_bias 64, gated norm 128 -> 33,718,464. Full attention: q_proj with
+    # the output gate 2048*(2*16*256) = 16,777,216, o_proj 8,388,608, k and v 2048*512 each ->
+    # 27,262,976. MoE: 256 experts 3*2048*512 = 805,306,368 + shared 3,145,728 + router 524,288 =
+    # 808,976,384; norms 4,096. 30 GDN layers 842,698,944 each + 10 full 836,243,456 each, untied
+    # embed and lm_head 2*248,320*2048, final norm 2,048: 34,660,523,648 params (transformers'
+    # Qwen3_5MoeForCausalLM: 34,660,610,688, the 87,040 more being the shared-expert gates and q/k norms)
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * 34_660_523_648
+    # KV per token: the 10 full-attention layers only (2 KV heads of 256; one per rank at TP 2)
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 10 * 2 * 2 * 256 * 2
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec(tp=2)) == 10 * 2 * 1 * 256 * 2
+    # PP 4 (10 layers a stage, layers 3, 7 full in the first): the worst stage holds 3 full layers
+    assert m.kv_bytes_per_token_per_rank(ParallelSpec(pp=4)) == 3 * 2 * 2 * 256 * 2
+    assert m.vision_encoder_note() is not None
+    dense = load_model_spec("Qwen/Qwen3.5-27B")
+    assert (dense.num_layers, dense.num_linear_attention_layers, dense.is_moe, dense.intermediate_size) == (
+        64, 48, False, 17408)
+
+
+def test_gated_deltanet_defaults_and_derived_layer_types():
+    """Fields a config.json omits take transformers' Qwen3Next / Qwen3.5 class defaults (head_dim
+    256, GDN 16 key / 32 value heads of 128, conv 4), and without layer_types every
+    full_attention_interval-th layer (default 4) is full attention."""
+    cfg = {"model_type": "qwen3_next", "hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000, "intermediate_size": 512, "num_experts": 0}
+    m = model_spec_from_config(cfg, "next")
+    assert m.linear_attention_flags == (True, True, True, False, True, True)
+    assert (m.head_dim, m.linear_num_key_heads, m.linear_num_value_heads, m.linear_key_head_dim,
+            m.linear_value_head_dim, m.linear_conv_kernel_dim, m.mamba_ssm_dtype, m.attn_output_gate) == (
+        256, 16, 32, 128, 128, 4, "", True)
+    m = model_spec_from_config({**cfg, "full_attention_interval": 2, "attn_output_gate": False}, "next")
+    assert m.linear_attention_flags == (True, False) * 3 and not m.attn_output_gate
+
+
+@pytest.mark.parametrize("extra,match", [
+    ({"layer_types": ["linear_attention"] * 3}, "layer_types must list 4 entries of 'linear_attention'"),
+    ({"layer_types": ["sliding_attention"] * 4}, "layer_types must list 4 entries"),
+    ({"linear_num_value_heads": 24}, "linear_num_value_heads=24 must be a multiple of linear_num_key_heads=16"),
+    ({"linear_conv_kernel_dim": 0.5}, r"linear_conv_kernel_dim=0.5; valid: a whole number >= 1"),
+    ({"full_attention_interval": -1}, r"full_attention_interval=-1; valid: a whole number >= 1"),
+    ({"mamba_ssm_dtype": "fp8"}, "mamba_ssm_dtype='fp8'; valid: float32, bfloat16, float16"),
+])
+def test_bad_gated_deltanet_layouts_are_one_line_errors(extra, match):
+    cfg = {"model_type": "qwen3_5_text", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000, "intermediate_size": 512, **extra}
+    with pytest.raises(ValueError, match=match):
+        model_spec_from_config(cfg, "q35")

@@ -36,7 +36,10 @@ def test_compressed_tensors_int4_kimi_style():
         "kv_cache_scheme": None}
     q = parse_quantization(cfg)
     assert (q.method, q.weight_bytes_per_param) == ("int4_wo", 0.5625)  # 0.5 + 2 B bf16 scale / 32
-    assert q.quantized_parts == ("routed_experts",) and q.kv_bytes_per_elem == 2.0
+    assert q.quantized_parts == ("routed_experts", "linear_attention") and q.kv_bytes_per_elem == 2.0
+    # modelopt's exclusions of Gated DeltaNet layers (nvidia/Qwen3.5-122B-A10B-NVFP4) keep them bf16
+    q = parse_quantization({**cfg, "ignore": ["lm_head", "model.language_model.layers.0.linear_attn*"]})
+    assert q.quantized_parts == ("attention", "dense_mlp", "shared_experts", "routed_experts")
 
 
 def test_modelopt_nvfp4_with_fp8_kv_from_hf_quant_config():

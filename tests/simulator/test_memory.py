@@ -285,3 +285,61 @@ def test_a_chunked_group_reserves_one_chunk_and_the_tokens_in_flight():
     layout = budget(model=LLAMA4_LIKE, max_model_len=32768).layout
     assert layout.blocks_per_request(32768, 16384) == 2048 + 3 * 1536
     assert layout.blocks_per_request(4096, 16384) == 4 * 256
+
+
+def _qwen35_35b():
+    from frontier.model_spec import load_model_spec
+    return load_model_spec("Qwen/Qwen3.5-35B-A3B")
+
+
+def test_gated_deltanet_layout_aligns_the_block_to_the_state():
+    """Qwen3.5-35B-A3B at TP 1 (30 GDN layers, 10 full attention with 2 KV heads of 256): a GDN
+    layer's state is the conv state 3 x (2*16*128 + 32*128) x 2 B = 49,152 plus the fp32 temporal
+    state 32 x 128 x 128 x 4 B = 2,097,152 -> 2,146,304 bytes; an attention token 2*2*256*2 = 2,048
+    bytes a layer. Prefix caching (vLLM's "align" mode): blocks of a multiple of lcm(16, 64) = 64
+    tokens, the smallest whose page holds the state: 64 x ceil(2,146,304 / 131,072) = 1,088
+    (page 2,228,224); without: multiples of 16, 16 x ceil(2,146,304 / 32,768) = 1,056. Groups of 10:
+    1 full + 3 mamba; a request holds ceil(L / block) attention blocks + 3 x (2 state blocks + 1
+    prefill checkpoint), or + 3 x 1 without prefix caching."""
+    m = _qwen35_35b()
+    align = memory.kv_layout(m, ParallelSpec(), 16)
+    assert (align.block_size, align.page_bytes, align.mamba_state_bytes) == (1088, 2_228_224, 2_146_304)
+    assert sorted((g.kind, len(g.layers)) for g in align.groups) == [("full", 10)] + [("mamba", 10)] * 3
+    assert align.bytes_per_block == 10 * 2_228_224
+    assert align.blocks_per_request(32768, 0) == 31 + 3 * 3
+    none = memory.kv_layout(m, ParallelSpec(), 16, prefix_caching=False)
+    assert (none.block_size, none.page_bytes, none.blocks_per_request(32768, 0)) == (1056, 1056 * 2048, 32 + 3)
+    # a larger --block-size is the unit: 2,048 tokens (align: lcm(2048, 64)) hold the state at once
+    assert memory.kv_layout(m, ParallelSpec(), 2048).block_size == 2048
+    # TP 4: one KV head a rank (1,024 bytes a token), a quarter of the state (536,576 bytes)
+    tp4 = memory.kv_layout(m, ParallelSpec(tp=4), 16)
+    assert (tp4.mamba_state_bytes, tp4.block_size) == (536_576, 64 * math.ceil(536_576 / (64 * 1024)))
+
+
+def test_gated_deltanet_budget_uses_the_aligned_block():
+    m = _qwen35_35b()
+    b = budget(model=m, kv_cache_memory_bytes=40 << 30, max_model_len=32768)
+    assert (b.block_size, b.num_gpu_blocks, b.kv_cache_tokens) == (1088, (40 << 30) // (10 * 2_228_224),
+                                                                   int(1927 / 40 * 32768))
+    # every weight of a GDN layer is in the budget (30 GDN layers of 33,718,464 params, see test_model_spec)
+    assert b.weights_bytes == 2 * 34_660_523_648
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(gpu_sm=100), "B200 is sm_100; the plan is modelled on sm_90 GPUs"),
+    (dict(vllm_version=(0, 20)), "--vllm-version 0.20: the plan is vLLM 0.33's"),
+    (dict(num_spec_tokens=1), "a drafter's layers and speculative state blocks are not modelled"),
+    (dict(hybrid_kv_cache_manager=False), "only with its hybrid KV cache manager"),
+])
+def test_gated_deltanet_plans_outside_the_modelled_ones_are_one_line_errors(kw, match):
+    gpu = H100
+    if kw.pop("gpu_sm", None):
+        gpu = dataclasses.replace(H100, name="B200", sm_version=100)
+    with pytest.raises(ValueError, match=match):
+        kv_budget(_qwen35_35b(), ParallelSpec(), gpu, max_num_batched_tokens=8192, max_num_seqs=256, **kw)
+
+
+def test_gated_deltanet_state_must_split_evenly_over_tp():
+    m = dataclasses.replace(_qwen35_35b(), linear_num_value_heads=48, num_attention_heads=32, num_kv_heads=32)
+    with pytest.raises(ValueError, match="tensor parallel size 32 must divide the Gated DeltaNet conv width"):
+        memory.gdn_state_bytes(m, 32)

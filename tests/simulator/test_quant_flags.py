@@ -88,7 +88,7 @@ def test_online_fp8_quantizes_every_linear_and_keeps_the_kv_dtype():
     r = resolve_engine(EngineArgs(model="Qwen/Qwen3-32B", quantization="fp8", max_model_len=4096))
     q = r.model.quant
     assert (q.method, q.weight_bytes_per_param, q.kv_bytes_per_elem) == ("fp8", 1.0, 2.0)
-    assert q.quantized_parts == ("attention", "dense_mlp", "shared_experts", "routed_experts")
+    assert q.quantized_parts == ("attention", "dense_mlp", "shared_experts", "routed_experts", "linear_attention")
     one = ParallelSpec()
     # the bytes of the catalogue config that stood for this flag before it existed
     # (Qwen/Qwen3-32B-FP8-online: quantization_config {"quant_method": "fp8", "activation_scheme": "dynamic"})

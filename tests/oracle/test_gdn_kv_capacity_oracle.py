@@ -1,0 +1,106 @@
+"""Gated DeltaNet hybrids (Qwen3.5, Qwen3-Next): the KV plan against vLLM 0.33's own code on the
+CPU (``gdn_planner.vllm_mamba_plan``: the block-size alignment, the state and attention pages,
+the groups, num_blocks, the logged "GPU KV cache size" and the maximum concurrency), for the
+same available bytes. Our side: ``frontier memory``'s path (EngineArgs -> resolve_engine ->
+build_memory -> ``simulator.memory.gdn_layout``). Exact equality."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.engine_args import EngineArgs
+from simulator.simulation import build_memory, resolve_engine
+
+pytestmark = pytest.mark.oracle
+
+GIB = 1 << 30
+
+# Qwen/Qwen3-Next-80B-A3B-Instruct's fields that vLLM's plan reads (the catalogue has no Qwen3-Next
+# file): transformers' Qwen3NextConfig defaults, which its docstring says mirror that checkpoint
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+    "intermediate_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
+    "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "num_experts": 512,
+    "num_experts_per_tok": 10, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1, "norm_topk_prob": True, "vocab_size": 151936, "max_position_embeddings": 262144,
+    "rope_theta": 10000000, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "attention_bias": False,
+}
+
+# (model, tp, pp, prefix caching, kv cache dtype, --block-size, available bytes, max_model_len)
+CASES = [
+    *[("Qwen/Qwen3.5-35B-A3B", tp, 1, pc, "auto", None, 40 * GIB, 32768) for tp in (1, 2, 4, 8) for pc in (True, False)],
+    ("Qwen/Qwen3.5-27B", 1, 1, True, "auto", None, 40 * GIB, 32768),
+    ("Qwen/Qwen3.5-27B", 2, 4, True, "auto", None, 17 * GIB + 12345, 131072),
+    ("Qwen/Qwen3.5-122B-A10B", 4, 1, False, "auto", None, 40 * GIB, 32768),
+    ("Qwen/Qwen3.5-397B-A17B", 8, 2, True, "auto", None, 40 * GIB, 262144),
+    ("Qwen/Qwen3.5-35B-A3B", 1, 3, False, "auto", None, 40 * GIB, 32768),
+    ("Qwen/Qwen3.5-35B-A3B", 1, 1, True, "fp8", None, 40 * GIB, 32768),
+    ("Qwen/Qwen3.5-35B-A3B", 1, 1, True, "auto", 32, 40 * GIB, 32768),
+    ("Qwen/Qwen3.5-35B-A3B", 1, 1, False, "auto", 64, 40 * GIB, 32768),
+    ("Qwen/Qwen3.5-35B-A3B", 1, 1, True, "auto", 2048, 40 * GIB, 32768),
+    ("qwen3-next", 1, 1, True, "auto", None, 40 * GIB, 32768),
+    ("qwen3-next", 4, 1, False, "fp8", None, 40 * GIB, 65536),
+]
+
+
+@pytest.fixture(scope="module")
+def planner(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))   # the registry's model-info cache
+    import gdn_planner
+    mp.setattr(gdn_planner, "CONFIG_ROOT", str(tmp_path_factory.mktemp("gdn-configs")))
+    with gdn_planner.use_in_process_inspection():
+        yield gdn_planner
+    mp.undo()
+
+
+def _ours(name: str, tp: int, pp: int, pc: bool, kv_dtype: str, block: int | None, available: int,
+          max_model_len: int, tmp_path):
+    model = name
+    if name == "qwen3-next":
+        (tmp_path / "config.json").write_text(json.dumps(QWEN3_NEXT))
+        model = str(tmp_path)
+    args = EngineArgs(model=model, gpu="H100", tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                      enable_prefix_caching=pc, kv_cache_dtype=kv_dtype, block_size=block,
+                      kv_cache_memory_bytes=available, max_model_len=max_model_len, max_num_batched_tokens=8192)
+    resolved = resolve_engine(args)
+    return resolved, build_memory(resolved)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].split('/')[-1]}-tp{c[1]}-pp{c[2]}-"
+                         f"{'align' if c[3] else 'none'}-{c[4]}-block{c[5]}")
+def test_gdn_kv_plan_equals_vllms(planner, case, tmp_path):
+    name, tp, pp, pc, kv_dtype, block, available, max_model_len = case
+    want = planner.vllm_mamba_plan(QWEN3_NEXT if name == "qwen3-next" else name, tp, pp, available, max_model_len,
+                                   8192, pc, kv_dtype, block)
+    resolved, budget = _ours(name, tp, pp, pc, kv_dtype, block, available, max_model_len, tmp_path)
+    layout = budget.layout
+    assert want["mamba_cache_mode"] == ("align" if pc else "none")
+    got = {"block_size": budget.block_size, "mamba_page_bytes_real": layout.mamba_state_bytes,
+           "attn_page_bytes": layout.page_bytes, "bytes_per_block": budget.bytes_per_block,
+           "num_blocks": budget.num_gpu_blocks,
+           "blocks_per_request": layout.blocks_per_request(max_model_len, budget.max_in_flight_tokens),
+           "logged_tokens": budget.logged_kv_cache_tokens(max_model_len),
+           "max_concurrency": budget.max_concurrency(max_model_len)}
+    assert got == {k: want[k] for k in got}
+    assert want["mamba_page_bytes_padded"] == layout.page_bytes
+    kinds = sorted((("full" if g["kind"] == "full_attention" else g["kind"]), g["layers"]) for g in want["groups"])
+    if pp == 1:
+        assert sorted((g.kind, len(g.layers)) for g in layout.groups) == kinds
+    assert budget.start_error(max_model_len) is None
+
+
+def test_a_pool_too_small_for_one_request_is_refused_by_both(planner, tmp_path):
+    """Qwen3.5-122B-A10B TP 2 at 262,144 tokens with ~3 GiB: vLLM's planner refuses to start, and
+    so does ours (one request needs 125 attention blocks of 2,112 tokens + 3 x 3 state blocks, 134,
+    against the 123 usable besides the null block)."""
+    available = 3 * GIB + 777
+    with pytest.raises(ValueError, match="max_model_len"):
+        planner.vllm_mamba_plan("Qwen/Qwen3.5-122B-A10B", 2, 1, available, 262144, 8192, True)
+    _, budget = _ours("Qwen/Qwen3.5-122B-A10B", 2, 1, True, "auto", None, available, 262144, tmp_path)
+    assert (budget.num_gpu_blocks, budget.layout.blocks_per_request(262144, 0)) == (124, 134)
+    assert budget.start_error(262144).startswith("vLLM would not start: one request of max_model_len 262144 needs 134")
