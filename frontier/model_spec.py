@@ -205,14 +205,6 @@ class ModelSpec:
         """Whether decoder layer `layer` (0-based) is a Gated DeltaNet layer (no per-token KV)."""
         return bool(self.linear_attention_flags) and self.linear_attention_flags[layer]
 
-    def gdn_note(self) -> str | None:
-        """Why the simulator does not run this model's steps (its Gated DeltaNet layers), or None."""
-        if not self.num_linear_attention_layers:
-            return None
-        return (f"{self.name}: its {self.num_linear_attention_layers} Gated DeltaNet (linear attention) layers are "
-                "not simulated yet (their per-request state groups in the scheduler, their kernels' costs); "
-                "`frontier memory` plans its KV cache")
-
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-based) is an MoE layer."""
         if not self.is_moe:

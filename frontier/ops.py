@@ -7,7 +7,8 @@ experts); a spec never needs to know the layout. Each spec states its own work a
 what the roofline cost model consumes; learned predictors use the raw fields instead.
 
 Families (`family` class attribute) match the profile partitions: "linear",
-"attention", "moe", "elementwise", "comm".
+"attention", "moe", "elementwise", "comm"; and "gdn" (the gated delta rule of Gated DeltaNet
+layers), which no profile times (the roofline prices it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
 GEMM_COMPUTE_DTYPES = COMPUTE_DTYPES + ("fp32",)
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 COMM_LINKS = ("nvlink", "pcie", "network")
+GDN_CHUNK_TOKENS = 64    # the chunked gated-delta-rule prefill's chunk (FLA's and FlashInfer's BT = 64)
 
 
 def _check_positive(cls: str, **fields: float) -> None:
@@ -233,6 +235,71 @@ class ElementwiseOp:
         return self.tokens * self.bytes_per_token
 
 
+@dataclass(frozen=True)
+class GdnOp:
+    """The gated delta rule of one Gated DeltaNet layer on one rank over a (possibly mixed) batch
+    (vLLM's ``qwen_gdn_attention_core`` after its conv1d: the chunked scan for prefill sequences,
+    the recurrent update for decodes). Shapes per rank: ``num_value_heads`` (nv) and
+    ``num_key_heads`` (nk) already divided by TP, head dims ``key_head_dim`` (dk) and
+    ``value_head_dim`` (dv); each sequence's temporal state is nv x dk x dv elements of
+    ``state_bytes_per_elem`` (4 for Qwen3.5's fp32 ``mamba_ssm_dtype``).
+
+    ``prefill_new``: the new tokens of each sequence the chunked kernel runs; ``num_decodes``:
+    the requests the recurrent kernel runs, one token each plus ``spec_tokens`` draft tokens
+    among them (speculative decoding's verify: the kernel stores the state after every token,
+    vLLM keeps them for the rollback).
+
+    FLOPs (leading terms, per value head): a prefill token 4 x dk x dv (state update and
+    output) + 2 x GDN_CHUNK_TOKENS x (dk + dv) (attention inside its 64-token chunk); a
+    recurrent token 4 x dk x dv. Bytes: every sequence's state read once and written once (a
+    verify's drafts write one more state each), and per token q, k (nk x dk each), v (nv x dv),
+    g and beta (nv each) read and the output (nv x dv) written at ``act_bytes``.
+    """
+
+    family: ClassVar[str] = "gdn"
+    prefill_new: tuple[int, ...]
+    num_decodes: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    num_key_heads: int
+    state_bytes_per_elem: float = 4.0
+    act_bytes: float = 2.0
+    spec_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        _check_positive("GdnOp", num_value_heads=self.num_value_heads, key_head_dim=self.key_head_dim,
+                        value_head_dim=self.value_head_dim, num_key_heads=self.num_key_heads,
+                        state_bytes_per_elem=self.state_bytes_per_elem, act_bytes=self.act_bytes)
+        if self.num_decodes < 0 or self.spec_tokens < 0 or (self.prefill_new and min(self.prefill_new) < 1):
+            raise ValueError(f"GdnOp: num_decodes={self.num_decodes} and spec_tokens={self.spec_tokens} must be "
+                             f">= 0 and every prefill_new >= 1")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.prefill_new) + self.num_decodes + self.spec_tokens
+
+    @property
+    def state_bytes(self) -> float:
+        """One sequence's temporal state on this rank: nv x dk x dv x state bytes."""
+        return self.num_value_heads * self.key_head_dim * self.value_head_dim * self.state_bytes_per_elem
+
+    @property
+    def flops(self) -> float:
+        dk, dv = self.key_head_dim, self.value_head_dim
+        prefill = sum(self.prefill_new) * (4.0 * dk * dv + 2.0 * GDN_CHUNK_TOKENS * (dk + dv))
+        recurrent = (self.num_decodes + self.spec_tokens) * 4.0 * dk * dv
+        return self.num_value_heads * (prefill + recurrent)
+
+    @property
+    def bytes_moved(self) -> float:
+        """States read + written, q/k/v/g/beta in and the output out."""
+        states = 2 * (len(self.prefill_new) + self.num_decodes) + self.spec_tokens
+        nk, nv = self.num_key_heads, self.num_value_heads
+        per_token = (2 * nk * self.key_head_dim + 2 * nv * self.value_head_dim + 2 * nv) * self.act_bytes
+        return states * self.state_bytes + self.num_tokens * per_token
+
+
 MOE_A2A_PHASES = ("dispatch", "combine")
 MOE_A2A_OPS = tuple(f"moe_{phase}" for phase in MOE_A2A_PHASES)   # their profile rows' op_name
 
@@ -303,4 +370,4 @@ class CommOp:
         return self.bytes
 
 
-OpSpec = Union[GemmOp, AttentionOp, MoeOp, ElementwiseOp, CommOp]
+OpSpec = Union[GemmOp, AttentionOp, MoeOp, ElementwiseOp, GdnOp, CommOp]

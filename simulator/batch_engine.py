@@ -6,15 +6,18 @@ tokens and context. The step is priced as the op list of ONE rank:
 
     per decoder layer (ops built once per layer *type*, then multiplied by the layer count):
       input_norm, QKV GEMM(s), [MiniMax-M2's TP-wide q/k norm: variance all-reduce at TP > 1
-      and its kernels], rotary, attention, o_proj, [TP all-reduce], post_norm,
+      and its kernels], rotary, attention, [output gate], o_proj, [TP all-reduce], post_norm,
       dense MLP (gate_up, act, down) | MoE (router (fp32 for MiniMax-M2), routed experts,
       shared experts, [dispatch/combine when DP>1]), [TP all-reduce]
+      a Gated DeltaNet layer (Qwen3.5 / Qwen3-Next) has, in place of QKV .. o_proj:
+      in_proj_qkvz, in_proj_ba, conv1d, gated delta rule (GdnOp), gated norm, out_proj
     once: embedding, final_norm; lm_head + sampler over the sampled rows (eager).
 
 Shapes: GEMM/norm/comm ops run at `padded_tokens` when the step hits a CUDA graph
 (FULL or PIECEWISE), at the real token count when eager. Attention always sees the
 real requests (PIECEWISE keeps it eager; the padded rows of a FULL decode graph have
-no context and are ignored).
+no context and are ignored), and so does a Gated DeltaNet layer's core (conv1d + gated
+delta rule: vLLM's ``qwen_gdn_attention_core``, a CUDA-graph splitting op like attention).
 
 Timing modes: FULL -> every layer op "kernel"; PIECEWISE -> captured ops "kernel",
 attention "launch"; NONE -> all "launch". lm_head + sampler run after the graph and
@@ -42,6 +45,10 @@ Approximations (stated, to be replaced by measured data / later models):
 - Collectives run over packed groups (ranks fill a node first); larger ones go hierarchical.
 - MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
   (latent dims); the kv_b up-projection of prefill context is not priced.
+- Gated DeltaNet layers: the gated delta rule (``GdnOp``) is priced by the roofline alone (no
+  profile times it) at attention's efficiencies; a prefill's small kernels around the chunked scan
+  (q/k l2norm and gating prep, state gather and scatter) are not counted, nor the full-attention
+  layers' q/k norms beyond the fused norm + RoPE + gate kernel.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
 from frontier.gpu import is_sm100_family
-from frontier.ops import MOE_A2A_PHASES, AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeA2a, MoeOp
+from frontier.ops import MOE_A2A_PHASES, AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeA2a, MoeOp
 from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
@@ -248,8 +255,10 @@ class BatchEngine:
         (``simulator.vllm_version``: MiniMax-M2's router and q/k norm); ``spec``: speculative
         decoding's drafter (``draft_time_s``), None without."""
         parallel.check_model(model)
-        if model.num_linear_attention_layers:
-            raise ValueError(model.gdn_note())
+        if model.num_linear_attention_layers and (model.linear_num_key_heads % parallel.tp
+                                                  or model.linear_num_value_heads % parallel.tp):
+            raise ValueError(f"tp={parallel.tp} must divide the {model.linear_num_key_heads} key and "
+                             f"{model.linear_num_value_heads} value heads of {model.name}'s Gated DeltaNet layers")
         if all2all_backend not in ALL2ALL_PRICED_AS:
             raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {', '.join(ALL2ALL_PRICED_AS)}")
         if moe_router is not None and moe_router.ep != parallel.ep:
@@ -281,10 +290,13 @@ class BatchEngine:
         self._stage_cache: dict[BatchShape, tuple[float, ...]] = {}
         self._dense_cache: dict[tuple[int, str, int | None], float] = {}
         self._head_cache: dict[int, float] = {}
+        self._gdn_decode_cache: dict[tuple[int, str], float] = {}   # (decodes, timing): GDN layers' time
         # decode-only attention priced from the contexts' count and sum (attention_time_s): the
         # roofline's attention time depends on nothing else; a calibrated model may (it sees
         # the context distribution), and sliding-window layers see clipped contexts
-        self._attn_layers = model.num_layers - model.num_sliding_layers - model.num_chunked_layers
+        self._gdn_layers = model.num_linear_attention_layers
+        self._attn_layers = (model.num_layers - self._gdn_layers - model.num_sliding_layers
+                             - model.num_chunked_layers)
         one_group = (self._attn_layers > 0 and not (model.sliding_window and model.num_sliding_layers)
                      and not model.num_chunked_layers)
         self._decode_attn = (self._attention_for((1,), (0,))[0]
@@ -395,11 +407,12 @@ class BatchEngine:
         or ``cost`` when given (a lockstep rank's unpadded cost, ``lockstep_costs``).
 
         Every decoder layer costs the same (per-layer share of the step's layer ops and
-        attention); stage s holds ``pp_layer_partition`` layers, plus the embedding
-        (s = 0), the final norm + lm_head + sampler (last stage; with speculative decoding also
-        the verified drafts' logits and the drafter, which reads the last stage's hidden states)
-        and one p2p send of the hidden states and residual (every stage but the last). pp = 1:
-        ``(duration_s,)``.
+        attention; an approximation where layers differ: a Gated DeltaNet hybrid's GDN and
+        full-attention layers, sliding-window and dense / MoE layers); stage s holds
+        ``pp_layer_partition`` layers, plus the embedding (s = 0), the final norm + lm_head +
+        sampler (last stage; with speculative decoding also the verified drafts' logits and the
+        drafter, which reads the last stage's hidden states) and one p2p send of the hidden
+        states and residual (every stage but the last). pp = 1: ``(duration_s,)``.
         """
         own = self.step_cost(batch)
         given = cost is not None and cost != own
@@ -433,8 +446,11 @@ class BatchEngine:
         return out
 
     def layer_ops(self, m: int, moe_tokens: int | None = None) -> list[tuple[object, int]]:
-        """(op, multiplicity) for every non-attention op of a forward over m tokens; ``moe_tokens``:
-        the tokens the MoE layers gather over the DP ranks (None: dp x m, every rank padded to m)."""
+        """(op, multiplicity) for every op of a forward over m tokens but attention and the Gated
+        DeltaNet cores (``gdn_ops``): attention GEMMs x the full-attention layers, GDN projections
+        and gated norm x the GDN layers, norms / all-reduces x every layer, MLP / MoE x their
+        layers; ``moe_tokens``: the tokens the MoE layers gather over the DP ranks (None: dp x m,
+        every rank padded to m)."""
         mdl, par, ab, tp = self.model, self.parallel, self._ab, self._tp
         h, n_layers = mdl.hidden_size, mdl.num_layers
         heads = mdl.num_attention_heads // tp
@@ -446,7 +462,11 @@ class BatchEngine:
         ]
         if mdl.norms_per_layer == 4:    # Gemma 2 / 3: post-attention and post-feedforward RMSNorms, no residual
             ops.append((ElementwiseOp("sandwich_norm", m, h, 2 * h * ab), 2 * n_layers))
-        ops += [(op, n_layers) for op in self._attn_gemms(m, heads)]
+        n_attn, n_gdn = n_layers - mdl.num_linear_attention_layers, mdl.num_linear_attention_layers
+        if n_attn:
+            ops += [(op, n_attn) for op in self._attn_gemms(m, heads)]
+        if n_gdn:
+            ops += [(op, n_gdn) for op in self._gdn_gemms(m)]
         if tp > 1:
             ops.append((self._comm("all_reduce", m * h * ab, tp), 2 * n_layers))
         n_dense = n_layers - mdl.num_moe_layers
@@ -466,10 +486,20 @@ class BatchEngine:
         return GemmOp(name, m, n, k, wb, self._ab, quant_compute_dtype(q.method, wb, self.gpu.sm_version))
 
     def _attn_gemms(self, m: int, heads: int) -> list[object]:
+        """A full-attention layer's ops but attention over m tokens. With an output gate
+        (``attn_output_gate``, Qwen3.5 / Qwen3-Next) qkv_proj also yields a gate per q element,
+        one fused kernel (vLLM ``fused_qk_rmsnorm_rope_gate``, priced as "rotary") reads q + gate
+        and k and writes q, k and the gate, and the attention output is multiplied by
+        sigmoid(gate) before o_proj ("attn_gate": reads output and gate, writes the product)."""
         mdl, h, ab = self.model, self.model.hidden_size, self._ab
         if not mdl.is_mla:
             kv = max(1, mdl.num_kv_heads // self._tp)
             d = mdl.head_dim
+            if mdl.attn_output_gate:
+                return [self._gemm("qkv_proj", m, (2 * heads + 2 * kv) * d, h, "attention"),
+                        ElementwiseOp("rotary", m, h, 2 * (2 * heads + kv) * d * ab),
+                        ElementwiseOp("attn_gate", m, h, 3 * heads * d * ab),
+                        self._gemm("o_proj", m, h, heads * d, "attention")]
             ops = [self._gemm("qkv_proj", m, (heads + 2 * kv) * d, h, "attention"),
                    ElementwiseOp("rotary", m, h, 2 * (heads + kv) * d * ab),
                    self._gemm("o_proj", m, h, heads * d, "attention")]
@@ -489,6 +519,21 @@ class BatchEngine:
                            mdl.kv_lora_rank, "attention"),
                 self._gemm("mla_o_proj", m, h, heads * mdl.v_head_dim, "attention")]
         return ops
+
+    def _gdn_gemms(self, m: int) -> list[object]:
+        """A Gated DeltaNet layer's ops over m tokens outside its core (vLLM
+        QwenGatedDeltaNetAttention, inside the CUDA graphs): in_proj_qkvz (hidden -> (2 x key_dim
+        + 2 x value_dim) / tp), in_proj_ba (hidden -> 2 x value heads / tp), the gated RMSNorm
+        over value_dim / tp (reads the core's output and z, writes the gated output) and out_proj
+        (value_dim / tp -> hidden); key_dim = key heads x key head dim, value_dim likewise."""
+        mdl, tp, ab, h = self.model, self._tp, self._ab, self.model.hidden_size
+        key_dim = mdl.linear_num_key_heads * mdl.linear_key_head_dim
+        value = mdl.linear_num_value_heads * mdl.linear_value_head_dim // tp
+        return [self._gemm("in_proj_qkvz", m, (2 * key_dim + 2 * mdl.linear_num_value_heads
+                                               * mdl.linear_value_head_dim) // tp, h, "linear_attention"),
+                self._gemm("in_proj_ba", m, 2 * mdl.linear_num_value_heads // tp, h, "linear_attention"),
+                ElementwiseOp("gdn_norm", m, value, 3 * value * ab),
+                self._gemm("out_proj", m, h, value, "linear_attention")]
 
     def _mlp_ops(self, part: str, prefix: str, m: int, inter: int) -> list[object]:
         h = self.model.hidden_size
@@ -737,11 +782,56 @@ class BatchEngine:
             ops.append(AttentionOp((), (), dec, heads, 1, latent + rope, kvb, ab, True, latent, rope, latent))
         return ops
 
+    def gdn_ops(self, new: tuple[int, ...], ctx: tuple[int, ...]) -> list[tuple[object, int]]:
+        """(op, number of layers) of the Gated DeltaNet layers' cores for requests with ``new``
+        tokens each on ``ctx`` context tokens ([] without GDN layers): the causal conv1d and the
+        gated delta rule (``GdnOp``), per rank.
+
+        conv1d: an ElementwiseOp over the conv_dim / tp channels (conv_dim = 2 x key_dim +
+        value_dim) of T + (K - 1) x S rows read and written: the step's T tokens and each of its
+        S sequences' conv state of K - 1 rows (K = conv kernel width). The recurrent kernel runs
+        the decodes (1 new token) and, with speculative decoding, the verifies (up to 1 + k tokens
+        on a context, as ``_attention_for``): a verify's drafts are ``GdnOp.spec_tokens``; the
+        other requests run the chunked prefill."""
+        if not self._gdn_layers:
+            return []
+        mdl, tp, ab, n_layers = self.model, self._tp, self._ab, self._gdn_layers
+        spec, q = self.spec is not None, self._q
+        prefill = tuple(n for n, c in zip(new, ctx) if n > 1 and not (spec and n <= q and c))
+        num_tokens, prefill_tokens = sum(new), sum(prefill)
+        num_recurrent = len(new) - len(prefill)
+        conv = (2 * mdl.linear_num_key_heads * mdl.linear_key_head_dim
+                + mdl.linear_num_value_heads * mdl.linear_value_head_dim) // tp
+        rows = num_tokens + (mdl.linear_conv_kernel_dim - 1) * len(new)
+        state = FP32 if mdl.mamba_ssm_dtype == "float32" else BF16
+        core = GdnOp(prefill, num_recurrent, mdl.linear_num_value_heads // tp, mdl.linear_key_head_dim,
+                     mdl.linear_value_head_dim, mdl.linear_num_key_heads // tp, state, ab,
+                     num_tokens - prefill_tokens - num_recurrent)
+        return [(ElementwiseOp("gdn_conv1d", rows, conv, 2 * conv * ab), n_layers), (core, n_layers)]
+
+    def _gdn_time_s(self, new: tuple[int, ...], ctx: tuple[int, ...], timing: str) -> float:
+        """The Gated DeltaNet layers' cores (``gdn_ops``; seconds, all layers)."""
+        if new.count(1) == len(new):
+            return self._gdn_decode_time_s(len(new), timing)
+        return self._times(self.gdn_ops(new, ctx), timing)
+
+    def _gdn_decode_time_s(self, num_reqs: int, timing: str) -> float:
+        """``_gdn_time_s`` of ``num_reqs`` decodes, memoized (their ops depend on nothing else)."""
+        key = (num_reqs, timing)
+        t = self._gdn_decode_cache.get(key)
+        if t is None:
+            ones = (1,) * num_reqs
+            t = self._gdn_decode_cache[key] = self._times(self.gdn_ops(ones, ones), timing)
+        return t
+
     def decode_attention_time_s(self, num_reqs: int, ctx_sum: int, timing: str) -> float:
         """``attention_time_s`` of ``num_reqs`` decode requests whose contexts sum to ``ctx_sum``
         tokens; only where ``_decode_attn`` is set (the roofline, no sliding-window layers)."""
         flops, nbytes = self._decode_attn.decode_work(num_reqs, ctx_sum)
-        return self.cost_model.attention_time_s(flops, nbytes, timing) * self._attn_layers
+        t = self.cost_model.attention_time_s(flops, nbytes, timing) * self._attn_layers
+        if self._gdn_layers:
+            t += self._gdn_decode_time_s(num_reqs, timing)
+        return t
 
     def _attention_time_s(self, batch: BatchShape, timing: str) -> float:
         return self.attention_time_s(batch.new_tokens, batch.context_lens, timing, batch)
@@ -749,13 +839,18 @@ class BatchEngine:
     def attention_time_s(self, new: tuple[int, ...], ctx: tuple[int, ...], timing: str,
                          batch: BatchShape | None = None) -> float:
         """Attention time (seconds, all layers) of requests with ``new`` tokens each on ``ctx``
-        context tokens (``batch``: the same as a BatchShape, when the caller has one). Decode
-        only under the roofline: the op's work from the contexts' count and sum
-        (``AttentionOp.decode_work``), the same floats as pricing the op built for them."""
+        context tokens (``batch``: the same as a BatchShape, when the caller has one), plus the
+        Gated DeltaNet layers' cores (``gdn_ops``). Decode only under the roofline: the op's
+        work from the contexts' count and sum (``AttentionOp.decode_work``), the same floats as
+        pricing the op built for them."""
         if self._decode_attn is not None and new.count(1) == len(new):
             return self.decode_attention_time_s(len(ctx), sum(ctx), timing)
         ops = self.attention_ops(batch if batch is not None else BatchShape(new, ctx))
         if len(ops) == 1:     # the common case: _times' sum over one op, 0 + t * n, is t * n
             op, n_layers = ops[0]
-            return self.cost_model.op_times_s([op], timing)[0] * n_layers
-        return self._times(ops, timing)
+            t = self.cost_model.op_times_s([op], timing)[0] * n_layers
+        else:
+            t = self._times(ops, timing)
+        if self._gdn_layers:
+            t += self._gdn_time_s(new, ctx, timing)
+        return t

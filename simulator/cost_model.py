@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from frontier.gpu import GpuSpec
-from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp, OpSpec
+from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeOp, OpSpec
 from simulator.comm.analytical import ALPHA_S, LINK_EFF, AnalyticalCommBackend
 from simulator.comm.backend import CommBackend
 from simulator.comm.group import CommGroup
@@ -45,6 +45,11 @@ ATTN_MEMORY_EFF = 0.65
 MOE_MEMORY_EFF = 0.70
 # Small fused norm/rotary/activation kernels get ~60 % of HBM bandwidth.
 ELEMENTWISE_MEMORY_EFF = 0.60
+# The gated delta rule (Gated DeltaNet layers): no measured kernel yet, so taken as attention's
+# factors: the chunked prefill scan runs on tensor cores like FlashAttention, the decode update
+# streams each request's state (gathered by its state index) like paged decode attention.
+GDN_COMPUTE_EFF = ATTN_COMPUTE_EFF
+GDN_MEMORY_EFF = ATTN_MEMORY_EFF
 # Communication constants live with the analytical comm backend (simulator/comm/analytical.py).
 NVLINK_EFF = LINK_EFF["nvlink"]
 NETWORK_EFF = LINK_EFF["network"]
@@ -52,8 +57,9 @@ COMM_LATENCY_S = ALPHA_S
 # CPU cost to launch one kernel from eager PyTorch (dispatch + cudaLaunchKernel), ~4-6 us.
 LAUNCH_OVERHEAD_S = 5e-6
 # Kernels launched per op when eager: attention = KV-cache write + attention kernel;
-# fused MoE = routing top-k, align/permute, two grouped GEMMs, activation, combine.
-KERNELS_PER_OP = {"linear": 1, "attention": 2, "moe": 6, "elementwise": 1, "comm": 1}
+# fused MoE = routing top-k, align/permute, two grouped GEMMs, activation, combine;
+# gdn = the recurrent (decode) or chunked (prefill) gated-delta-rule kernel.
+KERNELS_PER_OP = {"linear": 1, "attention": 2, "moe": 6, "elementwise": 1, "gdn": 1, "comm": 1}
 # GPU-side fixed time of one kernel (graph or eager). Source: AIConfigurator's measured vLLM
 # 0.24 GEMM tables (systems/data/{h100,h200}_sxm/gemm/vllm/0.24.0): the smallest bf16 GEMM
 # (m=1, n=k=32) takes 2.4-2.5 us on H200, and mid-size skinny GEMMs fit
@@ -63,9 +69,10 @@ KERNEL_LATENCY_S = 2.5e-6
 # kernel for fp8 / fp4 compute (the same tables: fp8 GEMMs bottom out at 4.5 us = 2 x 2.4).
 # attention: vLLM's FlashAttention-3 path runs the scheduler-metadata kernel, the KV-cache
 # write, the attention kernel and the split-KV combine: 4 (the AIC generation-attention table,
-# vLLM 0.24 fa3, bottoms out at 9.7 us on H200 = 4 x 2.4). comm: 0 (the comm backend's
-# latency term already holds it).
-LATENCY_KERNELS = {"linear": 1, "attention": 4, "elementwise": 1, "comm": 0}
+# vLLM 0.24 fa3, bottoms out at 9.7 us on H200 = 4 x 2.4). gdn: 1 (the delta-rule kernel; a
+# prefill's small prep, state gather / scatter kernels are not counted). comm: 0 (the comm
+# backend's latency term already holds it).
+LATENCY_KERNELS = {"linear": 1, "attention": 4, "elementwise": 1, "gdn": 1, "comm": 0}
 # Fused-MoE kernels by class (``moe_kernel_class``): vLLM's triton fused_moe for bf16 and
 # fp8 (block-scaled) experts, the Marlin WNA16 MoE for int4 weight-only experts and the
 # OAI triton kernel for gpt-oss MXFP4 experts. Both constants below come from AIConfigurator's
@@ -96,7 +103,8 @@ class RooflineCostModel:
 
     Used only where no measured data exists. GEMM/MoE FLOP rate follows the op's
     `compute_dtype` ("fp8" uses `gpu.fp8_flops`, falling back to bf16 if the GPU has
-    none; "fp4" falls back to fp8 then bf16). Attention always runs at the bf16 rate.
+    none; "fp4" falls back to fp8 then bf16). Attention and the gated delta rule (GdnOp)
+    always run at the bf16 rate.
     """
 
     name = "roofline"
@@ -140,6 +148,9 @@ class RooflineCostModel:
                 moe_bytes(op) / (bw * MOE_MEMORY_EFF))
         if isinstance(op, ElementwiseOp):
             return KERNEL_LATENCY_S + op.bytes_moved / (bw * ELEMENTWISE_MEMORY_EFF)
+        if isinstance(op, GdnOp):
+            return LATENCY_KERNELS["gdn"] * KERNEL_LATENCY_S + max(
+                op.flops / (self.gpu.bf16_flops * GDN_COMPUTE_EFF), op.bytes_moved / (bw * GDN_MEMORY_EFF))
         if isinstance(op, CommOp):
             return self.comm_time_s(op)
         raise ValueError(f"RooflineCostModel: unknown op type {type(op).__name__}")

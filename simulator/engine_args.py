@@ -61,6 +61,7 @@ from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.spec_decode import SpecDecodeConfig
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.kv_cache.state import StateKVCacheManager
 from simulator.memory import KVLayout, max_in_flight_tokens
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN,
@@ -448,8 +449,15 @@ class ResolvedEngine:
         Given the budget's ``layout``, a model with sliding-window or chunked (Llama 4) layers
         gets vLLM's hybrid manager, one block table per KV cache group (behind a KV ``connector`` too, as vLLM's
         NixlConnector supports it); speculative decoding behind a connector, or no layout, keeps
-        one full-attention group (README limits)."""
+        one full-attention group (README limits). A Gated DeltaNet model's layout (mamba groups)
+        gets one state block per request and group beside its full-attention table
+        (``StateKVCacheManager``: vLLM's "none" mamba cache mode, prefix caching off)."""
         a = self.args
+        if layout is not None and layout.mamba_blocks_per_request:
+            if a.enable_prefix_caching or connector:
+                raise ValueError(gdn_simulation_error(self.model.name, a.enable_prefix_caching))
+            return StateKVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
+                                       sum(g.kind == "mamba" for g in layout.groups), watermark=a.watermark)
         if layout is not None and layout.local_window and not (connector and a.speculative_config):
             local = "chunked" if layout.attention_chunk_size else "sliding"
             first = local if self.model.is_sliding_layer(0) or self.model.is_chunked_layer(0) else "full"
@@ -509,3 +517,13 @@ class ResolvedEngine:
     @property
     def num_gpus(self) -> int:
         return self.num_engines * self.gpus_per_engine
+
+
+def gdn_simulation_error(model_name: str, prefix_caching: bool) -> str:
+    """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked: with prefix
+    caching (vLLM's "align" mamba cache mode, on by default), or behind a KV connector."""
+    if prefix_caching:
+        return (f"{model_name}: vLLM's \"align\" mamba cache mode (prefix caching, on by default for Gated DeltaNet "
+                "models) is not simulated yet; run it with --no-enable-prefix-caching (vLLM's \"none\" mode)")
+    return (f"{model_name}: Gated DeltaNet state groups behind a KV connector (--architecture pdd / afd) are not "
+            "simulated; use --architecture colocated")

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.kv_cache.state import StateKVCacheManager
 from simulator.memory import max_in_flight_tokens
 from simulator.pipeline import max_concurrent_batches
 from simulator.request import RequestSpec
@@ -26,14 +27,21 @@ from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateResult
 
 BATCH_QUEUE_DEPTH = 2
+STATE = "state"     # a kv_groups entry for a Gated DeltaNet state group (the oracle driver's too)
 MAX_IDLE_STEPS = 10_000
 
 
-def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tuple[int, ...] = ()) -> Scheduler:
+def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tuple[int | str, ...] = ()) -> Scheduler:
     """A scheduler over ``num_gpu_blocks`` blocks; ``kv_groups`` (vLLM's KV cache groups in order,
     0 = full attention, W > 0 = a sliding window of W tokens, -C < 0 = chunked local attention of
-    C-token chunks, as the oracle driver takes them) with a local group gives the hybrid manager,
-    otherwise one full-attention group."""
+    C-token chunks, ``STATE`` = a Gated DeltaNet group's states, as the oracle driver takes them)
+    with a local group gives the hybrid manager, with state groups (and one full-attention group)
+    ``StateKVCacheManager``, otherwise one full-attention group."""
+    if STATE in kv_groups:
+        if sorted(map(str, kv_groups)) != ["0"] + [STATE] * (len(kv_groups) - 1):
+            raise ValueError(f"kv_groups={kv_groups}: state groups go with one full-attention group (0)")
+        return Scheduler(config, StateKVCacheManager(num_gpu_blocks, config.block_size, config.max_model_len,
+                                                     len(kv_groups) - 1, watermark=config.watermark))
     if any(kv_groups):
         chunked = any(w < 0 for w in kv_groups)
         kv = HybridKVCacheManager(

@@ -33,7 +33,7 @@ from simulator.cluster import Admission, Cluster, Role
 from simulator.comm.backend import COMM_MODELS
 from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.dp_group import LockstepRanks
-from simulator.engine_args import AUTO_MAX_MODEL_LEN, EngineArgs, ResolvedEngine
+from simulator.engine_args import AUTO_MAX_MODEL_LEN, EngineArgs, ResolvedEngine, gdn_simulation_error
 from simulator.engine_cpu import MEASURED as MEASURED_ENGINE_CPU, EngineCpu
 from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.memory import MemoryBudget, ProfiledOverheads, kv_budget
@@ -380,9 +380,9 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
-    gdn = load_model_spec(spec.engine.model).gdn_note()
-    if gdn:                  # before any memory check: the budget of these models is right, their steps are not
-        raise ValueError(gdn)
+    gdn = load_model_spec(spec.engine.model).num_linear_attention_layers
+    if gdn and (spec.engine.enable_prefix_caching or spec.architecture != "colocated"):
+        raise ValueError(gdn_simulation_error(spec.engine.model, spec.engine.enable_prefix_caching))
     if spec.sglang is not None:
         from simulator.sglang_run import run_sglang
         return run_sglang(spec)
@@ -399,6 +399,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     args = resolved.args
     memory = build_memory(resolved)
     resolved = fit_max_model_len(resolved, memory)
+    if memory.block_size != resolved.block_size:     # a Gated DeltaNet model's attention block, aligned
+        resolved = dataclasses.replace(resolved, block_size=memory.block_size)
     if args.prefill_schedule_interval != 1 and resolved.lockstep_dp:
         raise ValueError("--prefill-schedule-interval with MoE DP ranks: vLLM coordinates that cadence across the "
                          "DP ranks (its DP prefill throttle), which is not simulated; use it with DP 1 or a dense model")

@@ -281,6 +281,8 @@ class KVCacheManager:
             if (r.kv_num_blocks, r.kv_num_cached_blocks) != (len(blocks), cached):
                 raise AssertionError(f"{r}: kv_num_blocks/kv_num_cached_blocks {r.kv_num_blocks}/"
                                      f"{r.kv_num_cached_blocks} != table {len(blocks)}/{cached}")
-        held = sum(len(b) for b in self.req_to_blocks.values())
-        held += sum(len(b) for _, b in self.deferred_frees)
-        self.pool.check_invariants(held)
+        self.pool.check_invariants(self._num_held_blocks())
+
+    def _num_held_blocks(self) -> int:
+        """Blocks out of the free queue: the requests' tables and the deferred frees."""
+        return sum(len(b) for b in self.req_to_blocks.values()) + sum(len(b) for _, b in self.deferred_frees)

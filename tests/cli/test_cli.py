@@ -249,9 +249,10 @@ def test_disable_hybrid_kv_cache_manager_keeps_one_group_of_every_layer():
     assert "KV cache 8409 blocks x 16 tokens per engine" in res.output
 
 
-def test_memory_plans_a_gated_deltanet_model_and_simulate_refuses_it():
+def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_without_prefix_caching():
     """Qwen3.5: `frontier memory` gives vLLM 0.33's plan (the attention block aligned to the GDN
-    state, per prefix-caching mode); simulate and --engine sglang refuse the model in one line."""
+    state, per prefix-caching mode); simulate runs it in vLLM's "none" mamba mode and refuses, in
+    one line, the "align" mode (prefix caching, on by default), P/D and --engine sglang."""
     base = ["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--gpu", "H200", "-tp", "2", "--max-model-len", "32768"]
     res = runner.invoke(app, base + ["--json"])
     assert res.exit_code == 0, res.output
@@ -263,14 +264,20 @@ def test_memory_plans_a_gated_deltanet_model_and_simulate_refuses_it():
     text = runner.invoke(app, base)
     assert "block size                         1088  tokens (vLLM's attention block aligned to the Gated DeltaNet" \
         in text.output
-    for cmd in (["simulate", "--model", "Qwen/Qwen3.5-35B-A3B", "--num-prompts", "5"],
-                ["simulate", "--model", "Qwen/Qwen3.5-35B-A3B", "--num-prompts", "5", "--architecture", "pdd"]):
-        res = runner.invoke(app, cmd)
-        assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
-            "error: Qwen/Qwen3.5-35B-A3B: its 30 Gated DeltaNet (linear attention) layers are not simulated yet "
-            "(their per-request state groups in the scheduler, their kernels' costs); `frontier memory` plans its KV cache")
+    run = ["simulate", "--model", "Qwen/Qwen3.5-35B-A3B", "--num-prompts", "20", "--max-model-len", "32768"]
+    res = runner.invoke(app, run + ["--no-enable-prefix-caching"])
+    assert res.exit_code == 0, res.output
+    assert "KV cache 245 blocks x 1056 tokens per engine" in res.output.splitlines()[0]
+    for flags, message in (
+            ([], "error: Qwen/Qwen3.5-35B-A3B: vLLM's \"align\" mamba cache mode (prefix caching, on by default for "
+                 "Gated DeltaNet models) is not simulated yet; run it with --no-enable-prefix-caching (vLLM's \"none\" mode)"),
+            (["--no-enable-prefix-caching", "--architecture", "pdd"],
+             "error: Qwen/Qwen3.5-35B-A3B: Gated DeltaNet state groups behind a KV connector (--architecture pdd / "
+             "afd) are not simulated; use --architecture colocated")):
+        res = runner.invoke(app, run + flags)
+        assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == message
     res = runner.invoke(app, ["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--engine", "sglang"])
     assert res.exit_code == 2 and "does not simulate Qwen/Qwen3.5-35B-A3B's Gated DeltaNet layers" in res.output
     models = runner.invoke(app, ["models"]).output
     assert any(line.startswith("Qwen/Qwen3.5-27B") and line.endswith(
-        "frontier memory only (48 Gated DeltaNet layers not simulated)") for line in models.splitlines())
+        "48 Gated DeltaNet layers: simulated with --no-enable-prefix-caching") for line in models.splitlines())

@@ -62,7 +62,10 @@ Hybrid KV cache (``kv_groups``): one KV cache group per entry, in group order, a
 sharing one block pool of ``num_gpu_blocks`` blocks (the engine's uniform-page-size
 grouping, as gpt-oss or Gemma-3 get on a GPU): 0 = full attention
 (``FullAttentionSpec``), W > 0 = sliding window of W tokens (``SlidingWindowSpec``),
--C < 0 = Llama 4's chunked local attention of C-token chunks (``ChunkedLocalAttentionSpec``).
+-C < 0 = Llama 4's chunked local attention of C-token chunks (``ChunkedLocalAttentionSpec``),
+``STATE`` = a Gated DeltaNet group's states (``MambaSpec`` in the "none" mamba cache mode, block
+size max_model_len; prefix caching off, as that mode requires: its scheduler block size is then
+the groups' LCM, which only a KV connector or the "align" mode would read).
 The scheduler only sees the ``KVCacheConfig`` (``_kv_cache_config``): no sliding
 window in the model config is needed, since the scheduler and its KV cache manager
 read none. ``KVCacheConfig.prefix_cache_retention_interval`` is
@@ -87,6 +90,7 @@ to ``request_id``: give zero-padded ids when list order must win ties.
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from collections import deque
 from pathlib import Path
@@ -109,12 +113,13 @@ from vllm.v1.core.kv_cache_coordinator import (
     KVCacheCoordinatorNoPrefixCache,
     UnitaryKVCacheCoordinator,
 )
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.core.single_type_kv_cache_manager import (
     ChunkedLocalAttentionManager,
     FullAttentionManager,
+    MambaManager,
     SlidingWindowManager,
 )
 from vllm.v1.kv_cache_interface import (
@@ -122,12 +127,16 @@ from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 
 OUTPUT_TOKEN_ID = 0
+# a ``kv_groups`` entry for a Gated DeltaNet group: a ``MambaSpec`` in the "none" mamba cache mode
+# (block size max_model_len: one state block per request), as Qwen3.5 without prefix caching
+STATE = "state"
 _UNIQUE_ID_STRIDE = 1_000_003
 _NUM_KV_HEADS = 8
 _HEAD_DIM = 128
@@ -312,14 +321,18 @@ def _build_scheduler(
     vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
     kv_cache_config = _kv_cache_config(
         num_gpu_blocks, block_size, kv_groups, num_speculative_tokens > 0,
-        vllm_config.cache_config.prefix_cache_retention_interval,
+        vllm_config.cache_config.prefix_cache_retention_interval, max_model_len,
     )
     cls = AsyncScheduler if async_scheduling else Scheduler
+    sizes = {}
+    if STATE in kv_groups:      # EngineCore's block sizes of groups that differ (resolve_kv_cache_block_sizes)
+        scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+        sizes = {"block_size": scheduler_block_size, "hash_block_size": hash_block_size}
     scheduler = cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=_NoStructuredOutput(),
-        block_size=block_size,
+        **(sizes or {"block_size": block_size}),
     )
     effective = {
         "max_num_seqs": scheduler.max_num_running_reqs,
@@ -343,7 +356,7 @@ def _build_scheduler(
     }
     if effective != wanted:
         raise RuntimeError(f"vLLM changed the scheduler knobs: asked {wanted}, got {effective}")
-    _check_kv_groups(scheduler, kv_groups or (0,), enable_prefix_caching, num_gpu_blocks, block_size)
+    _check_kv_groups(scheduler, kv_groups or (0,), enable_prefix_caching, num_gpu_blocks, block_size, max_model_len)
     if num_speculative_tokens:
         _check_eagle_kv_cache(scheduler, kv_groups or (0,), enable_prefix_caching, kv_transfer_config is not None)
     return scheduler
@@ -355,6 +368,7 @@ def _kv_cache_config(
     kv_groups: tuple[int, ...],
     is_eagle_group: bool,
     retention_interval: int | None,
+    max_model_len: int = 0,
 ) -> KVCacheConfig:
     """The scheduler's ``KVCacheConfig``: one group per ``kv_groups`` entry (layer
     ``layer{i}``), or the single full-attention group ``layer`` when it is empty.
@@ -368,7 +382,10 @@ def _kv_cache_config(
     draft); with several full-attention groups vLLM would put it in the group
     ``num_full_layers % num_full_groups``, not modelled)."""
 
-    def spec(window: int) -> FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec:
+    def spec(window: int | str) -> FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec | MambaSpec:
+        if window == STATE:     # GDN-like state shapes; the scheduler reads the block size and mode only
+            return MambaSpec(block_size=max_model_len, shapes=((3, 64), (8, 128, 128)),
+                             dtypes=(torch.bfloat16, torch.float32), mamba_cache_mode="none")
         if window == 0:
             return FullAttentionSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
                                      head_size=_HEAD_DIM, dtype=torch.bfloat16)
@@ -405,6 +422,7 @@ def _check_kv_groups(
     enable_prefix_caching: bool,
     num_gpu_blocks: int,
     block_size: int,
+    max_model_len: int = 0,
 ) -> None:
     """The KV cache manager vLLM built has the groups asked for, in order, over one pool."""
     coordinator = scheduler.kv_cache_manager.coordinator
@@ -416,6 +434,8 @@ def _check_kv_groups(
             return -manager.attention_chunk_size
         if type(manager) is FullAttentionManager:
             return 0
+        if type(manager) is MambaManager and manager.mamba_cache_mode == "none":
+            return STATE
         return type(manager).__name__
 
     if not enable_prefix_caching:
@@ -439,9 +459,9 @@ def _check_kv_groups(
         "coordinator": coordinator_cls.__name__,
         "one_pool": True,
         "num_blocks": num_gpu_blocks,
-        "block_sizes": (block_size,) * len(kv_groups),
-        "scheduler_block_size": block_size,
-        "hash_block_size": block_size,
+        "block_sizes": tuple(max_model_len if w == STATE else block_size for w in kv_groups),
+        "scheduler_block_size": math.lcm(block_size, max_model_len) if STATE in kv_groups else block_size,
+        "hash_block_size": math.lcm(block_size, max_model_len) if STATE in kv_groups else block_size,
     }
     if effective != wanted:
         raise RuntimeError(f"vLLM built other KV cache groups: asked {wanted}, got {effective}")
