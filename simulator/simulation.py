@@ -380,8 +380,8 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
-    gdn = load_model_spec(spec.engine.model).num_linear_attention_layers
-    if gdn and (spec.engine.enable_prefix_caching or spec.architecture != "colocated"):
+    if spec.sglang is None and (spec.engine.enable_prefix_caching or spec.architecture != "colocated") \
+            and load_model_spec(spec.engine.model).num_linear_attention_layers:     # (--engine sglang refuses them)
         raise ValueError(gdn_simulation_error(spec.engine.model, spec.engine.enable_prefix_caching))
     if spec.sglang is not None:
         from simulator.sglang_run import run_sglang

@@ -276,8 +276,11 @@ def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_without_prefix
              "afd) are not simulated; use --architecture colocated")):
         res = runner.invoke(app, run + flags)
         assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == message
-    res = runner.invoke(app, ["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--engine", "sglang"])
-    assert res.exit_code == 2 and "does not simulate Qwen/Qwen3.5-35B-A3B's Gated DeltaNet layers" in res.output
+    for cmd in (["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--engine", "sglang"],
+                ["simulate", "--model", "Qwen/Qwen3.5-35B-A3B", "--num-prompts", "5", "--engine", "sglang"]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 2 and "--engine sglang does not simulate Qwen/Qwen3.5-35B-A3B's Gated DeltaNet" \
+            in res.output.strip().splitlines()[-1]
     models = runner.invoke(app, ["models"]).output
     assert any(line.startswith("Qwen/Qwen3.5-27B") and line.endswith(
         "48 Gated DeltaNet layers: simulated with --no-enable-prefix-caching") for line in models.splitlines())

@@ -32,105 +32,29 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.machinery
 import json
 import os
-import sys
-import types
 from pathlib import Path
 from typing import Any
+
+from import_stubs import StubFinder
 
 os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")          # the 0.33 GPU default
 CONFIG_ROOT = ""                                                  # set by the test (a tmp folder)
 
 
-# ---------------------------------------------------------------------------------------------
-# torchvision is not installed in /work/main/.venv, and vLLM's qwen3_5.py imports qwen3_vl.py,
-# which imports transformers' Qwen2-VL / Qwen3-VL image & video processors, which import
-# torchvision at module level. Serve inert stub modules to those imports only (transformers'
-# own "is torchvision available" probes keep seeing it absent), as tests/oracle/sglang_driver.py
-# does for sglang. Nothing here ever calls into a processor.
-# ---------------------------------------------------------------------------------------------
-class _StubValue:
-    def __init__(self, name: str):
-        self._name = name
-
-    def __call__(self, *args, **kwargs):
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]
-        return _StubValue(f"{self._name}()")
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _StubValue(f"{self._name}.{name}")
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-    def __bool__(self):
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-    def __repr__(self):
-        return f"<stub {self._name}>"
-
-
-_STUB_IMPORTERS = ("transformers.models.qwen2_vl.", "transformers.models.qwen3_vl.",
-                   "transformers.models.qwen3_5", "transformers.video_processing_utils",
-                   "transformers.image_processing_backends", "torchvision")
-
-
-def _importer_module() -> str:
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if (not name.startswith(("importlib", "_frozen_importlib")) and frame.f_code.co_filename[:1] != "<"
-                and name != __name__):
-            return name
-        frame = frame.f_back
-    return ""
-
-
-class _TorchvisionStubFinder:
-    @classmethod
-    def find_spec(cls, fullname, path=None, target=None):
-        if fullname.split(".")[0] == "torchvision" and _importer_module().startswith(_STUB_IMPORTERS):
-            return importlib.machinery.ModuleSpec(fullname, cls, is_package=True)
-        return None
-
-    @staticmethod
-    def create_module(spec):
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-        module.__frontier_stub__ = True
-
-        def __getattr__(name: str, _prefix: str = spec.name):
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return _StubValue(f"{_prefix}.{name}")
-
-        module.__getattr__ = __getattr__
-        return module
-
-    @staticmethod
-    def exec_module(module):
-        pass
-
-
-def _install_torchvision_stubs() -> None:
-    try:
-        import torchvision  # noqa: F401  (a real one: nothing to do)
-        return
-    except ImportError:
-        pass
-    if _TorchvisionStubFinder not in sys.meta_path:
-        sys.meta_path.insert(0, _TorchvisionStubFinder)
-
-
-_install_torchvision_stubs()
+# torchvision is not installed with the oracle, and vLLM's qwen3_5.py imports qwen3_vl.py, which
+# imports transformers' Qwen2-VL / Qwen3-VL image and video processors, which import torchvision
+# at module level: stub modules are served to those imports only (transformers' own "is
+# torchvision available" probes keep seeing it absent); nothing here calls a processor.
+_TORCHVISION = StubFinder(("torchvision",), ("transformers.models.qwen2_vl.", "transformers.models.qwen3_vl.",
+                                             "transformers.models.qwen3_5", "transformers.video_processing_utils",
+                                             "transformers.image_processing_backends", "torchvision"),
+                          "__frontier_stub__", nested=True)
+try:
+    import torchvision  # noqa: F401  (a real one: no stubs)
+except ImportError:
+    _TORCHVISION.install()
 
 import torch  # noqa: E402
 

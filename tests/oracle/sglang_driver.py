@@ -124,10 +124,8 @@ iteration numbers only while the system stays busy.
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
-import sys
 import tempfile
 import types
 from array import array
@@ -135,84 +133,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from import_stubs import StubFinder
+
 # ---------------------------------------------------------------------------------
 # GPU-only modules imported at module level on the scheduler's import path.
 # ---------------------------------------------------------------------------------
 
-
-class _StubValue:
-    """What a stub module's attributes are: a decorator that returns what it decorates,
-    a callable/subscriptable placeholder, false-y, and without attributes of its own
-    (so that ``try: triton.runtime.driver...`` probes fail as on a machine without Triton)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]
-        return _StubValue(f"{self._name}()")
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"{self._name}.{name} (stub)")
-
-    def __getitem__(self, key: Any) -> Any:
-        return _StubValue(f"{self._name}[]")
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __iter__(self):
-        return iter(())
-
-    def __repr__(self) -> str:
-        return f"<stub {self._name}>"
-
-
-_STUB_ROOTS = ("triton", "torchvision")
-_STUB_VERSIONS = {"triton": "3.5.0"}
-
-
-def _imported_from_sglang() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if not name.startswith(("importlib", "_frozen_importlib")) and frame.f_code.co_filename[:1] != "<":
-            return name == "sglang" or name.startswith("sglang.")
-        frame = frame.f_back
-    return False
-
-
-class _StubFinder:
-    """Meta-path finder serving stub modules for ``_STUB_ROOTS``, to imports made by
-    sglang's own modules only: torch and transformers probe for these packages and
-    must keep seeing them as absent."""
-
-    @classmethod
-    def find_spec(cls, fullname: str, path: Any = None, target: Any = None):
-        if fullname.split(".")[0] in _STUB_ROOTS and _imported_from_sglang():
-            return importlib.machinery.ModuleSpec(fullname, cls, is_package=True)
-        return None
-
-    @staticmethod
-    def create_module(spec):
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-        module.__sglang_oracle_stub__ = True
-        if spec.name in _STUB_VERSIONS:
-            module.__version__ = _STUB_VERSIONS[spec.name]
-
-        def __getattr__(name: str, _prefix: str = spec.name) -> Any:
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return _StubValue(f"{_prefix}.{name}")
-
-        module.__getattr__ = __getattr__
-        return module
-
-    @staticmethod
-    def exec_module(module) -> None:
-        pass
+_STUBS = StubFinder(("triton", "torchvision"), ("sglang.",), "__sglang_oracle_stub__", {"triton": "3.5.0"})
 
 
 def _install_stubs() -> None:
@@ -227,8 +154,7 @@ def _install_stubs() -> None:
     torch_triton.has_triton_package()
     torch_triton.has_triton()
     del torch
-    if _StubFinder not in sys.meta_path:
-        sys.meta_path.insert(0, _StubFinder)
+    _STUBS.install()
 
 
 _install_stubs()
@@ -248,15 +174,7 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 
-def _drop_stub_modules() -> None:
-    """Forget the stub modules (sglang's modules keep their references), so that a later
-    ``import triton`` outside sglang fails as it would without the stubs."""
-    for name in list(sys.modules):
-        if name.split(".")[0] in _STUB_ROOTS and getattr(sys.modules[name], "__sglang_oracle_stub__", False):
-            del sys.modules[name]
-
-
-_drop_stub_modules()
+_STUBS.drop()
 
 OUTPUT_TOKEN_ID = 0
 
@@ -869,5 +787,5 @@ def run_sglang_scheduler(
                 scheduler.event_loop_normal()
         finally:
             reset_context()
-            _drop_stub_modules()   # the first run imports the model registry
+            _STUBS.drop()   # the first run imports the model registry
     return recorder.steps

@@ -132,21 +132,24 @@ def first_free_blocks_difference(
     return None
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_mirror_matches_vllm(vllm_driver, case: HybridCase) -> None:
+def assert_mirror_matches_vllm(vllm_driver, case) -> None:
+    """The mirror's trace and free blocks per step equal vLLM's for ``case`` (its ``kv_groups``)."""
     from simulator.scheduler_config import SchedulerConfig
     from simulator.scheduler_trace import run_scheduler_only
 
-    requests = make_requests(case)
-    knobs = _knobs(case)
     expected, expected_free = _vllm(vllm_driver, case)
-    actual, actual_free = run_scheduler_only(requests, SchedulerConfig(**knobs), case.num_gpu_blocks,
-                                             kv_groups=case.kv_groups, record_free_blocks=True)
+    actual, actual_free = run_scheduler_only(make_requests(case), SchedulerConfig(**_knobs(case)),
+                                             case.num_gpu_blocks, kv_groups=case.kv_groups, record_free_blocks=True)
     actual, actual_free = _nonempty(actual, actual_free)
     diff = first_difference(expected, actual)
     assert diff is None, f"{case.name}: {diff}"
     diff = first_free_blocks_difference(expected, expected_free, actual_free)
     assert diff is None, f"{case.name}: {diff}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_mirror_matches_vllm(vllm_driver, case: HybridCase) -> None:
+    assert_mirror_matches_vllm(vllm_driver, case)
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if "tight" in c.name])

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from test_hybrid_parity import _nonempty, first_free_blocks_difference
-from test_parity import Case, _knobs, _resumed_requests, first_difference, make_requests
+from test_hybrid_parity import _vllm, assert_mirror_matches_vllm
+from test_parity import Case, _resumed_requests, make_requests
 
 from simulator.scheduler_trace import STATE
 
@@ -45,26 +45,10 @@ CASES = [
 ]
 
 
-def _vllm(vllm_driver, case: StateCase, kv_groups: tuple | None = None):
-    groups = case.kv_groups if kv_groups is None else kv_groups
-    return vllm_driver.run_vllm_scheduler(make_requests(case), num_gpu_blocks=case.num_gpu_blocks,
-                                          kv_groups=groups, record_free_blocks=True, **_knobs(case))
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_mirror_matches_vllm(vllm_driver, case: StateCase) -> None:
-    from simulator.scheduler_config import SchedulerConfig
-    from simulator.scheduler_trace import run_scheduler_only
-
     assert vllm_driver.STATE == STATE
-    expected, expected_free = _vllm(vllm_driver, case)
-    actual, actual_free = run_scheduler_only(make_requests(case), SchedulerConfig(**_knobs(case)),
-                                             case.num_gpu_blocks, kv_groups=case.kv_groups, record_free_blocks=True)
-    actual, actual_free = _nonempty(actual, actual_free)
-    diff = first_difference(expected, actual)
-    assert diff is None, f"{case.name}: {diff}"
-    diff = first_free_blocks_difference(expected, expected_free, actual_free)
-    assert diff is None, f"{case.name}: {diff}"
+    assert_mirror_matches_vllm(vllm_driver, case)
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if "tight" in c.name])
