@@ -65,7 +65,15 @@ grouping, as gpt-oss or Gemma-3 get on a GPU): 0 = full attention
 -C < 0 = Llama 4's chunked local attention of C-token chunks (``ChunkedLocalAttentionSpec``),
 ``STATE`` = a Gated DeltaNet group's states (``MambaSpec`` in the "none" mamba cache mode, block
 size max_model_len; prefix caching off, as that mode requires: its scheduler block size is then
-the groups' LCM, which only a KV connector or the "align" mode would read).
+the groups' LCM, which only a KV connector or the "align" mode would read), ``STATE_ALIGN`` = a
+Gated DeltaNet group as Qwen3.5 gets it on Hopper with prefix caching on (``MambaSpec`` in the
+"align" mamba cache mode, block size ``block_size``, one prefill checkpoint block aligned to
+``block_size``, as FlashInfer's GDN prefill asks; ``_build_scheduler`` sets
+``CacheConfig.mamba_cache_mode = "align"`` and ``mamba_block_size = block_size``, which vLLM's
+hybrid-model hook would set and the tiny Llama config does not trigger). ``STATE_ALIGN`` needs
+prefix caching, no drafter and no KV connector, and mixes only with full attention (0): its
+prefill chunks end on multiples of ``block_size`` unless they end the prefill, and its states are
+prefix-cached at the prompt's last block boundary and at the shared-prefix junction.
 The scheduler only sees the ``KVCacheConfig`` (``_kv_cache_config``): no sliding
 window in the model config is needed, since the scheduler and its KV cache manager
 read none. ``KVCacheConfig.prefix_cache_retention_interval`` is
@@ -137,6 +145,9 @@ OUTPUT_TOKEN_ID = 0
 # a ``kv_groups`` entry for a Gated DeltaNet group: a ``MambaSpec`` in the "none" mamba cache mode
 # (block size max_model_len: one state block per request), as Qwen3.5 without prefix caching
 STATE = "state"
+# a ``kv_groups`` entry for a Gated DeltaNet group in the "align" mamba cache mode (block size
+# block_size, one prefill checkpoint block), as Qwen3.5 with prefix caching on Hopper
+STATE_ALIGN = "state_align"
 _UNIQUE_ID_STRIDE = 1_000_003
 _NUM_KV_HEADS = 8
 _HEAD_DIM = 128
@@ -274,6 +285,8 @@ def _build_scheduler(
     scheduler by ``_check_kv_groups``; with a drafter they need a full-attention group and
     no KV connector, and EAGLE in the KV cache manager is checked by ``_check_eagle_kv_cache``."""
     kv_groups = tuple(kv_groups)
+    if STATE_ALIGN in kv_groups:
+        _check_align_request(kv_groups, enable_prefix_caching, num_speculative_tokens, kv_transfer_config)
     if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups
                                                  or any(w < 0 for w in kv_groups)):
         raise ValueError("kv_groups with a drafter: only without a KV connector, without chunked groups "
@@ -319,13 +332,18 @@ def _build_scheduler(
     # VllmConfig may re-resolve these; the oracle must run exactly what was asked.
     vllm_config.scheduler_config.async_scheduling = async_scheduling
     vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
+    if STATE_ALIGN in kv_groups:
+        # what MambaModelConfig.verify_and_update_config and _align_hybrid_block_size set for a hybrid
+        # model with prefix caching; the scheduler reads mamba_cache_mode (need_mamba_block_aligned_split)
+        vllm_config.cache_config.mamba_cache_mode = "align"
+        vllm_config.cache_config.mamba_block_size = block_size
     kv_cache_config = _kv_cache_config(
         num_gpu_blocks, block_size, kv_groups, num_speculative_tokens > 0,
         vllm_config.cache_config.prefix_cache_retention_interval, max_model_len,
     )
     cls = AsyncScheduler if async_scheduling else Scheduler
     sizes = {}
-    if STATE in kv_groups:      # EngineCore's block sizes of groups that differ (resolve_kv_cache_block_sizes)
+    if STATE in kv_groups or STATE_ALIGN in kv_groups:   # EngineCore's block sizes (resolve_kv_cache_block_sizes)
         scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
         sizes = {"block_size": scheduler_block_size, "hash_block_size": hash_block_size}
     scheduler = cls(
@@ -362,6 +380,23 @@ def _build_scheduler(
     return scheduler
 
 
+def _check_align_request(
+    kv_groups: tuple[int | str, ...],
+    enable_prefix_caching: bool,
+    num_speculative_tokens: int,
+    kv_transfer_config: Any,
+) -> None:
+    """Raise ValueError unless ``kv_groups`` with ``STATE_ALIGN`` is a setup the driver models: prefix
+    caching on (vLLM picks the "align" mode only then), only ``STATE_ALIGN`` and full-attention (0)
+    entries, no drafter and no KV connector (their align-mode paths are not modelled)."""
+    if not enable_prefix_caching:
+        raise ValueError("kv_groups with STATE_ALIGN: the \"align\" mamba cache mode needs enable_prefix_caching=True")
+    if any(w not in (STATE_ALIGN, 0) for w in kv_groups):
+        raise ValueError(f"kv_groups with STATE_ALIGN: only STATE_ALIGN and 0 entries, got {kv_groups}")
+    if num_speculative_tokens or kv_transfer_config is not None:
+        raise ValueError("kv_groups with STATE_ALIGN: no drafter and no KV connector")
+
+
 def _kv_cache_config(
     num_gpu_blocks: int,
     block_size: int,
@@ -386,6 +421,10 @@ def _kv_cache_config(
         if window == STATE:     # GDN-like state shapes; the scheduler reads the block size and mode only
             return MambaSpec(block_size=max_model_len, shapes=((3, 64), (8, 128, 128)),
                              dtypes=(torch.bfloat16, torch.float32), mamba_cache_mode="none")
+        if window == STATE_ALIGN:   # FlashInfer's GDN prefill (SM90): one checkpoint block per prefill
+            return MambaSpec(block_size=block_size, shapes=((3, 64), (8, 128, 128)),
+                             dtypes=(torch.bfloat16, torch.float32), mamba_cache_mode="align",
+                             num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=block_size)
         if window == 0:
             return FullAttentionSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
                                      head_size=_HEAD_DIM, dtype=torch.bfloat16)
@@ -436,6 +475,8 @@ def _check_kv_groups(
             return 0
         if type(manager) is MambaManager and manager.mamba_cache_mode == "none":
             return STATE
+        if type(manager) is MambaManager and manager.mamba_cache_mode == "align":
+            return STATE_ALIGN
         return type(manager).__name__
 
     if not enable_prefix_caching:
@@ -465,6 +506,39 @@ def _check_kv_groups(
     }
     if effective != wanted:
         raise RuntimeError(f"vLLM built other KV cache groups: asked {wanted}, got {effective}")
+    if STATE_ALIGN in kv_groups:
+        _check_align_mode(scheduler, kv_groups, block_size)
+
+
+def _check_align_mode(scheduler: Scheduler, kv_groups: tuple[int | str, ...], block_size: int) -> None:
+    """The "align" mamba cache mode as vLLM resolved it for ``STATE_ALIGN`` groups: block-aligned
+    prefill splits with one checkpoint block aligned to ``block_size``, hits aligned to
+    ``block_size`` (no fine-grained partial hits), prefix-cache retention 0 (mamba states cached
+    only at the prompt's last block boundary and the shared-prefix junction)."""
+    coordinator = scheduler.kv_cache_manager.coordinator
+    mambas = [m for m, w in zip(coordinator.single_type_managers, kv_groups) if w == STATE_ALIGN]
+    effective = {
+        "mamba_cache_mode": scheduler.cache_config.mamba_cache_mode,
+        "need_mamba_block_aligned_split": scheduler.need_mamba_block_aligned_split,
+        "mamba_has_prefill_checkpoint_blocks": scheduler.mamba_has_prefill_checkpoint_blocks,
+        "mamba_prefill_checkpoint_alignment": scheduler.mamba_prefill_checkpoint_alignment,
+        "mamba_partial_cache_hit": scheduler.mamba_partial_cache_hit,
+        "checkpoint_blocks": tuple(m.kv_cache_spec.num_prefill_checkpoint_blocks for m in mambas),
+        "cache_hit_alignment_tokens": tuple(m.cache_hit_alignment_tokens for m in mambas),
+        "retention_interval": coordinator.retention_interval,
+    }
+    wanted = {
+        "mamba_cache_mode": "align",
+        "need_mamba_block_aligned_split": True,
+        "mamba_has_prefill_checkpoint_blocks": True,
+        "mamba_prefill_checkpoint_alignment": block_size,
+        "mamba_partial_cache_hit": False,
+        "checkpoint_blocks": (1,) * len(mambas),
+        "cache_hit_alignment_tokens": (block_size,) * len(mambas),
+        "retention_interval": 0,
+    }
+    if effective != wanted:
+        raise RuntimeError(f"vLLM resolved the align mamba mode differently: asked {wanted}, got {effective}")
 
 
 def _check_eagle_kv_cache(
