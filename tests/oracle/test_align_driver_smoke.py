@@ -2,8 +2,8 @@
 Qwen3.5's KV cache with prefix caching on Hopper (3 GDN groups, then 1 full-attention group, one pool).
 Tiny cases whose step traces, free-block counts and held state blocks are derived by hand from vLLM
 0.33's align mode (the rules below, read in vllm/v1/core and sched/scheduler.py); each is also run
-without the align mode (one
-full-attention group, or ``STATE`` groups without prefix caching) to show that it changes the result.
+without the align mode (one full-attention group, or ``STATE`` groups without prefix caching) to
+show that it changes the result.
 
 Notation: B = 64 (block size; scheduler block, hash block and checkpoint grid all equal B), P = prompt
 length, s / e = a chunk's first / end token, pe = max(P, num_tokens - 1) the prefill end, ⌈x⌉ = cdiv.
