@@ -8,7 +8,7 @@ what the roofline cost model consumes; learned predictors use the raw fields ins
 
 Families (`family` class attribute) match the profile partitions: "linear",
 "attention", "moe", "elementwise", "comm"; and "gdn" (the gated delta rule of Gated DeltaNet
-layers), which no profile times (the roofline prices it).
+layers), which the roofline prices (its constants fitted on AIConfigurator's measured tables).
 """
 
 from __future__ import annotations
@@ -285,19 +285,35 @@ class GdnOp:
         return self.num_value_heads * self.key_head_dim * self.value_head_dim * self.state_bytes_per_elem
 
     @property
-    def flops(self) -> float:
+    def prefill_work(self) -> tuple[float, float]:
+        """(FLOPs, bytes) of the chunked kernel over the prefill sequences (0, 0 without any)."""
         dk, dv = self.key_head_dim, self.value_head_dim
-        prefill = sum(self.prefill_new) * (4.0 * dk * dv + 2.0 * GDN_CHUNK_TOKENS * (dk + dv))
-        recurrent = (self.num_decodes + self.spec_tokens) * 4.0 * dk * dv
-        return self.num_value_heads * (prefill + recurrent)
+        tokens = sum(self.prefill_new)
+        flops = self.num_value_heads * tokens * (4.0 * dk * dv + 2.0 * GDN_CHUNK_TOKENS * (dk + dv))
+        return flops, 2 * len(self.prefill_new) * self.state_bytes + tokens * self._bytes_per_token
+
+    @property
+    def recurrent_work(self) -> tuple[float, float]:
+        """(FLOPs, bytes) of the recurrent kernel over the decodes (and a verify's drafts)."""
+        tokens = self.num_decodes + self.spec_tokens
+        flops = self.num_value_heads * tokens * 4.0 * self.key_head_dim * self.value_head_dim
+        states = 2 * self.num_decodes + self.spec_tokens
+        return flops, states * self.state_bytes + tokens * self._bytes_per_token
+
+    @property
+    def _bytes_per_token(self) -> float:
+        """q, k (nk x dk each), v (nv x dv), g and beta (nv each) read, the output (nv x dv) written."""
+        nk, nv = self.num_key_heads, self.num_value_heads
+        return (2 * nk * self.key_head_dim + 2 * nv * self.value_head_dim + 2 * nv) * self.act_bytes
+
+    @property
+    def flops(self) -> float:
+        return self.prefill_work[0] + self.recurrent_work[0]
 
     @property
     def bytes_moved(self) -> float:
         """States read + written, q/k/v/g/beta in and the output out."""
-        states = 2 * (len(self.prefill_new) + self.num_decodes) + self.spec_tokens
-        nk, nv = self.num_key_heads, self.num_value_heads
-        per_token = (2 * nk * self.key_head_dim + 2 * nv * self.value_head_dim + 2 * nv) * self.act_bytes
-        return states * self.state_bytes + self.num_tokens * per_token
+        return self.prefill_work[1] + self.recurrent_work[1]
 
 
 MOE_A2A_PHASES = ("dispatch", "combine")

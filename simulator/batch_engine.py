@@ -45,8 +45,9 @@ Approximations (stated, to be replaced by measured data / later models):
 - Collectives run over packed groups (ranks fill a node first); larger ones go hierarchical.
 - MLA prefill is priced un-absorbed (MHA on qk_nope+rope / v dims), decode absorbed
   (latent dims); the kv_b up-projection of prefill context is not priced.
-- Gated DeltaNet layers: the gated delta rule (``GdnOp``) is priced by the roofline alone (no
-  profile times it) at attention's efficiencies; a prefill's small kernels around the chunked scan
+- Gated DeltaNet layers: the gated delta rule (``GdnOp``) is priced by the roofline alone, with
+  constants fitted on AIConfigurator's measured vLLM 0.24 GDN tables (``simulator.cost_model``;
+  no profile of ours times it, nor a bundle); a prefill's small kernels around the chunked scan
   (q/k l2norm and gating prep, state gather and scatter) are not counted, nor the full-attention
   layers' q/k norms beyond the fused norm + RoPE + gate kernel.
 """

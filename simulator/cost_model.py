@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from frontier.gpu import GpuSpec
-from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeOp, OpSpec
+from frontier.ops import GDN_CHUNK_TOKENS, AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeOp, OpSpec
 from simulator.comm.analytical import ALPHA_S, LINK_EFF, AnalyticalCommBackend
 from simulator.comm.backend import CommBackend
 from simulator.comm.group import CommGroup
@@ -45,11 +45,20 @@ ATTN_MEMORY_EFF = 0.65
 MOE_MEMORY_EFF = 0.70
 # Small fused norm/rotary/activation kernels get ~60 % of HBM bandwidth.
 ELEMENTWISE_MEMORY_EFF = 0.60
-# The gated delta rule (Gated DeltaNet layers): no measured kernel yet, so taken as attention's
-# factors: the chunked prefill scan runs on tensor cores like FlashAttention, the decode update
-# streams each request's state (gathered by its state index) like paged decode attention.
-GDN_COMPUTE_EFF = ATTN_COMPUTE_EFF
-GDN_MEMORY_EFF = ATTN_MEMORY_EFF
+# The gated delta rule (Gated DeltaNet layers, ``GdnOp``): each kernel's constants fitted on
+# AIConfigurator's measured vLLM 0.24 tables of H100 (systems/data/h100_sxm/linear_attention/vllm/
+# 0.24.0/gdn_perf.parquet, Qwen3.5 shapes; least squares on relative error: `bench/gdn_tables.py
+# --fit h100_sxm`): FlashInfer's chunked prefill scan = 11.1 us + 2.0 us per 64-token chunk of the
+# longest sequence (the scan runs its chunks one after another) + FLOPs / (bf16 peak x 0.30); the
+# packed recurrent decode update = 3.4 us + bytes / (HBM x 1.05) (the count of
+# GdnOp.recurrent_work overstates its traffic by ~5 %). Mean APE on the 2,014 / 197 H100 shapes
+# 22.6 / 15.0 %, on H200's, held out, 22.3 / 13.0 % (attention's factors, used before: 45.6 /
+# 37.8 % and 57.4 / 26.5 %).
+GDN_CHUNKED_LATENCY_S = 11.1e-6
+GDN_CHUNK_STEP_S = 2.0e-6
+GDN_CHUNKED_COMPUTE_EFF = 0.30
+GDN_RECURRENT_LATENCY_S = 3.4e-6
+GDN_RECURRENT_MEMORY_EFF = 1.05
 # Communication constants live with the analytical comm backend (simulator/comm/analytical.py).
 NVLINK_EFF = LINK_EFF["nvlink"]
 NETWORK_EFF = LINK_EFF["network"]
@@ -69,10 +78,9 @@ KERNEL_LATENCY_S = 2.5e-6
 # kernel for fp8 / fp4 compute (the same tables: fp8 GEMMs bottom out at 4.5 us = 2 x 2.4).
 # attention: vLLM's FlashAttention-3 path runs the scheduler-metadata kernel, the KV-cache
 # write, the attention kernel and the split-KV combine: 4 (the AIC generation-attention table,
-# vLLM 0.24 fa3, bottoms out at 9.7 us on H200 = 4 x 2.4). gdn: 1 (the delta-rule kernel; a
-# prefill's small prep, state gather / scatter kernels are not counted). comm: 0 (the comm
-# backend's latency term already holds it).
-LATENCY_KERNELS = {"linear": 1, "attention": 4, "elementwise": 1, "gdn": 1, "comm": 0}
+# vLLM 0.24 fa3, bottoms out at 9.7 us on H200 = 4 x 2.4). comm: 0 (the comm backend's latency
+# term already holds it). (The gated delta rule's fixed times are fitted: GDN_*_LATENCY_S.)
+LATENCY_KERNELS = {"linear": 1, "attention": 4, "elementwise": 1, "comm": 0}
 # Fused-MoE kernels by class (``moe_kernel_class``): vLLM's triton fused_moe for bf16 and
 # fp8 (block-scaled) experts, the Marlin WNA16 MoE for int4 weight-only experts and the
 # OAI triton kernel for gpt-oss MXFP4 experts. Both constants below come from AIConfigurator's
@@ -148,9 +156,14 @@ class RooflineCostModel:
                 moe_bytes(op) / (bw * MOE_MEMORY_EFF))
         if isinstance(op, ElementwiseOp):
             return KERNEL_LATENCY_S + op.bytes_moved / (bw * ELEMENTWISE_MEMORY_EFF)
-        if isinstance(op, GdnOp):
-            return LATENCY_KERNELS["gdn"] * KERNEL_LATENCY_S + max(
-                op.flops / (self.gpu.bf16_flops * GDN_COMPUTE_EFF), op.bytes_moved / (bw * GDN_MEMORY_EFF))
+        if isinstance(op, GdnOp):      # the chunked kernel for the prefills, the recurrent one for the decodes
+            t = 0.0
+            if op.prefill_new:
+                t += (GDN_CHUNKED_LATENCY_S + GDN_CHUNK_STEP_S * -(-max(op.prefill_new) // GDN_CHUNK_TOKENS)
+                      + op.prefill_work[0] / (self.gpu.bf16_flops * GDN_CHUNKED_COMPUTE_EFF))
+            if op.num_decodes:
+                t += GDN_RECURRENT_LATENCY_S + op.recurrent_work[1] / (bw * GDN_RECURRENT_MEMORY_EFF)
+            return t
         if isinstance(op, CommOp):
             return self.comm_time_s(op)
         raise ValueError(f"RooflineCostModel: unknown op type {type(op).__name__}")
