@@ -23,6 +23,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Frontier: simulate LLM serving deployments on a CPU, faithfully to vLLM.")
 
 ENGINE_HELP = "Engine (vllm serve flags)"
+MAMBA_DTYPE_HELP = ("auto, float32, float16 or bfloat16: the conv state of Gated DeltaNet layers (Qwen3.5, Qwen3-Next; "
+                    "auto: the model dtype).")
+MAMBA_SSM_DTYPE_HELP = ("auto, float32, float16 or bfloat16: their temporal state (auto: Qwen3.5's config "
+                        "mamba_ssm_dtype, float32, else --mamba-cache-dtype's).")
 BENCH_HELP = "Workload (vllm bench serve flags)"
 OUT_HELP = "Outputs"
 PDD_HELP = "Prefill/decode disaggregation (--architecture pdd)"
@@ -334,6 +338,8 @@ def simulate(
     num_gpu_blocks_override: Optional[int] = typer.Option(None, rich_help_panel=ENGINE_HELP),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; ignores --gpu-memory-utilization.", rich_help_panel=ENGINE_HELP),
     kv_cache_dtype: Optional[str] = typer.Option(None, help=KV_DTYPE_HELP, rich_help_panel=ENGINE_HELP),
+    mamba_cache_dtype: Optional[str] = typer.Option(None, help=MAMBA_DTYPE_HELP, rich_help_panel=ENGINE_HELP),
+    mamba_ssm_cache_dtype: Optional[str] = typer.Option(None, help=MAMBA_SSM_DTYPE_HELP, rich_help_panel=ENGINE_HELP),
     quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help=QUANT_HELP, rich_help_panel=ENGINE_HELP),
     enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=ENGINE_HELP),
     enable_chunked_prefill: Optional[bool] = typer.Option(None, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="Off: a prompt is scheduled whole or waits, and the defaulted --max-num-batched-tokens is at least --max-model-len (vLLM's rule).", rich_help_panel=ENGINE_HELP),
@@ -729,6 +735,8 @@ def memory(
     num_gpu_blocks_override: Optional[int] = typer.Option(None),
     kv_cache_memory_bytes: Optional[str] = typer.Option(None, help="KV-cache bytes per GPU, as vLLM: 8G = 8 GiB, 8g = 8e9; skips profiling and ignores --gpu-memory-utilization."),
     kv_cache_dtype: str = typer.Option("auto", help=KV_DTYPE_HELP),
+    mamba_cache_dtype: str = typer.Option("auto", help=MAMBA_DTYPE_HELP),
+    mamba_ssm_cache_dtype: str = typer.Option("auto", help=MAMBA_SSM_DTYPE_HELP),
     quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help=QUANT_HELP),
     enforce_eager: bool = typer.Option(False, "--enforce-eager/--no-enforce-eager"),
     disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager", help=HYBRID_KV_HELP),
@@ -782,7 +790,8 @@ def memory(
                   "speculative_config": speculative_config is not None, "vllm_version": vllm_version != "0.33.0",
                   "enable_eplb": enable_eplb, "eplb_config": eplb_config is not None,
                   "performance_mode": performance_mode != "balanced", "async_scheduling": async_scheduling is not None,
-                  "enable_prefix_caching": not enable_prefix_caching}
+                  "enable_prefix_caching": not enable_prefix_caching, "mamba_cache_dtype": mamba_cache_dtype != "auto",
+                  "mamba_ssm_cache_dtype": mamba_ssm_cache_dtype != "auto"}
     foreign = _foreign_flag(engine, [k for k, v in vllm_given.items() if v],
                             [k for k, v in sglang_flags.items() if v is not None])
     if foreign:
@@ -811,6 +820,7 @@ def memory(
             disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, enable_prefix_caching=enable_prefix_caching,
             optimization_level=optimization_level, async_scheduling=async_scheduling,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
+            mamba_cache_dtype=mamba_cache_dtype, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
             all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,
             **spec, kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
         resolved = resolve_engine(args)

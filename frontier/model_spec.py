@@ -107,7 +107,9 @@ class ModelSpec:
     # layer: linear attention whose per-request cache is a fixed-size state (a causal-conv state and
     # a per-head key x value temporal state: vLLM's MambaSpec), not per-token K/V. Their shape:
     # key / value heads and head dims, the conv kernel width, and the temporal state's dtype as the
-    # config names it (`mamba_ssm_dtype`, "" when absent). () = no GDN layer
+    # config names it (`mamba_ssm_dtype`, read for Qwen3.5 only, as vLLM's Qwen3.5 config hook does;
+    # "" = the conv state's dtype), and the conv state's (`mamba_conv_dtype`: "" = the model dtype,
+    # bf16; both set by the engine's --mamba-cache-dtype / --mamba-ssm-cache-dtype). () = no GDN layer
     linear_attention_flags: tuple[bool, ...] = ()
     linear_num_key_heads: int = 0
     linear_num_value_heads: int = 0
@@ -115,6 +117,7 @@ class ModelSpec:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
     mamba_ssm_dtype: str = ""
+    mamba_conv_dtype: str = ""
     # full attention's q projection also yields a per-head output gate (Qwen3-Next / Qwen3.5
     # `attn_output_gate`: q_proj twice as wide)
     attn_output_gate: bool = False
@@ -614,7 +617,8 @@ def _gdn(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
     """A Gated DeltaNet hybrid's ModelSpec fields (config with ``_GDN_DEFAULTS`` applied): its
     layer kinds (``layer_types``, or every ``full_attention_interval``-th layer full, as the
     transformers classes derive them), the GDN shape, the temporal state's dtype as the config
-    names it, and the attention output gate (vLLM: ``getattr(config, "attn_output_gate", True)``)."""
+    names it (Qwen3.5's; vLLM reads no such field for Qwen3-Next) and the attention output gate
+    (vLLM: ``getattr(config, "attn_output_gate", True)``)."""
     types = cfg.get("layer_types")
     if not types:
         every = cfg["full_attention_interval"]
@@ -622,7 +626,7 @@ def _gdn(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
     if not isinstance(types, list) or len(types) != layers or any(t not in _GDN_LAYER_TYPES for t in types):
         raise ValueError(f"{name}: config.json layer_types must list {layers} entries of "
                          f"'linear_attention' / 'full_attention'; got {str(types)[:80]}")
-    ssm_dtype = cfg.get("mamba_ssm_dtype") or ""
+    ssm_dtype = (cfg.get("mamba_ssm_dtype") or "") if cfg["model_type"].startswith("qwen3_5") else ""
     if ssm_dtype not in ("", "float32", "bfloat16", "float16"):
         raise ValueError(f"{name}: config.json mamba_ssm_dtype={ssm_dtype!r}; valid: float32, bfloat16, float16")
     return {"linear_attention_flags": tuple(t == "linear_attention" for t in types),

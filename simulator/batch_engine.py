@@ -804,7 +804,7 @@ class BatchEngine:
         conv = (2 * mdl.linear_num_key_heads * mdl.linear_key_head_dim
                 + mdl.linear_num_value_heads * mdl.linear_value_head_dim) // tp
         rows = num_tokens + (mdl.linear_conv_kernel_dim - 1) * len(new)
-        state = FP32 if mdl.mamba_ssm_dtype == "float32" else BF16
+        state = FP32 if (mdl.mamba_ssm_dtype or mdl.mamba_conv_dtype) == "float32" else BF16   # bytes a state element
         core = GdnOp(prefill, num_recurrent, mdl.linear_num_value_heads // tp, mdl.linear_key_head_dim,
                      mdl.linear_value_head_dim, mdl.linear_num_key_heads // tp, state, ab,
                      num_tokens - prefill_tokens - num_recurrent)

@@ -133,6 +133,11 @@ class EngineArgs:
     num_gpu_blocks_override: int | None = None
     kv_cache_memory_bytes: int | None = None  # KV bytes per GPU; skips profiling, ignores gpu_memory_utilization
     kv_cache_dtype: str = "auto"    # --kv-cache-dtype: auto = the checkpoint's KV scheme, else the model dtype
+    # --mamba-cache-dtype / --mamba-ssm-cache-dtype: a Gated DeltaNet layer's conv state and temporal
+    # state dtypes (auto: the model dtype; the temporal state: the conv state's, or Qwen3.5's config
+    # mamba_ssm_dtype, float32); no effect on other models, as in vLLM
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
     quantization: str | None = None   # --quantization: fp8 = online FP8 of an unquantized checkpoint
     enable_prefix_caching: bool = True
     # --disable-hybrid-kv-cache-manager: sliding-window layers kept as full attention in ONE KV group
@@ -219,6 +224,10 @@ class EngineArgs:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} "
                              "(vLLM's fp8_inc, *_ds_mla and turboquant layouts are not simulated)")
+        for flag, value in (("--mamba-cache-dtype", self.mamba_cache_dtype),
+                            ("--mamba-ssm-cache-dtype", self.mamba_ssm_cache_dtype)):
+            if value not in MAMBA_DTYPES:
+                raise ValueError(f"{flag} {value!r} is not one of {', '.join(MAMBA_DTYPES)}")
         if self.quantization is not None and self.quantization not in ONLINE_QUANTIZATION:
             raise ValueError(f"--quantization {self.quantization!r} is not simulated; valid: "
                              f"{', '.join(ONLINE_QUANTIZATION)} (online quantization of an unquantized checkpoint; "
@@ -366,10 +375,28 @@ class EngineArgs:
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
+        if model.num_linear_attention_layers:
+            model = with_mamba_dtypes(model, self.mamba_cache_dtype, self.mamba_ssm_cache_dtype)
         return ResolvedEngine(
             args=self, model=model, gpu=gpu, parallel=self.parallel(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len, block_size=block_size)
+
+
+MAMBA_DTYPES = ("auto", "float32", "float16", "bfloat16")    # vLLM's MambaDType
+
+
+def with_mamba_dtypes(model: ModelSpec, mamba_cache_dtype: str, mamba_ssm_cache_dtype: str) -> ModelSpec:
+    """A Gated DeltaNet model's state dtypes as vLLM 0.33 resolves them
+    (``MambaStateDtypeCalculator._mamba_state_dtype``): the conv state in ``mamba_cache_dtype``
+    (auto: the model dtype); the temporal state in ``mamba_ssm_cache_dtype``, else (auto) Qwen3.5's
+    config ``mamba_ssm_dtype`` (its config hook sets it), else the conv state's dtype."""
+    conv = "" if mamba_cache_dtype == "auto" else mamba_cache_dtype
+    if mamba_ssm_cache_dtype != "auto":
+        ssm = mamba_ssm_cache_dtype
+    else:
+        ssm = model.mamba_ssm_dtype or conv
+    return replace(model, mamba_conv_dtype=conv, mamba_ssm_dtype=ssm)
 
 
 def served_model(model: ModelSpec, quantization: str | None, kv_cache_dtype: str = "auto", *,

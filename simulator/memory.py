@@ -128,7 +128,7 @@ HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_gr
 GDN_ATTENTION_KERNEL_BLOCK = 16             # FlashAttention 3's kernel block sizes: multiples of 16
 GDN_CHECKPOINT_ALIGNMENT = 64               # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT ("align" mode)
 GDN_SM_VERSION = 90                         # the GPUs whose backends those are (Blackwell picks others)
-BF16_STATE_BYTES = 2                        # conv state (mamba_cache_dtype auto: the bf16 model dtype)
+BF16_STATE_BYTES = 2                        # a state in the bf16 model dtype (mamba_cache_dtype auto)
 GDN_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
@@ -232,16 +232,19 @@ def gdn_state_bytes(model: ModelSpec, tp: int) -> int:
     """One Gated DeltaNet layer's state on one TP rank (vLLM 0.33 MambaSpec's unpadded page,
     ``MambaStateShapeCalculator.gated_delta_net_state_shape``): the conv state, (kernel - 1) x
     conv_dim / tp in the model dtype (bf16), conv_dim = 2 x key heads x key dim + value heads x
-    value dim, and the temporal state, value heads / tp x value dim x key dim in the config's
-    ``mamba_ssm_dtype`` (Qwen3.5: float32, read by vLLM's Qwen3.5 config hook; none named, as
-    Qwen3-Next: the model dtype). ValueError when tp does not divide them (vLLM's ``divide``)."""
+    value dim, and the temporal state, value heads / tp x value dim x key dim in
+    ``mamba_ssm_dtype`` (Qwen3.5's config: float32, read by vLLM's Qwen3.5 config hook; none named,
+    as Qwen3-Next: the conv state's); ``mamba_conv_dtype`` "" is the bf16 model dtype (the engine's
+    --mamba-cache-dtype / --mamba-ssm-cache-dtype set both: ``engine_args.with_mamba_dtypes``).
+    ValueError when tp does not divide them (vLLM's ``divide``)."""
     conv_dim = (2 * model.linear_num_key_heads * model.linear_key_head_dim
                 + model.linear_num_value_heads * model.linear_value_head_dim)
     if conv_dim % tp or model.linear_num_value_heads % tp:
         raise ValueError(f"{model.name}: tensor parallel size {tp} must divide the Gated DeltaNet conv width "
                          f"{conv_dim} and its {model.linear_num_value_heads} value heads (vLLM splits both)")
-    ssm_bytes = GDN_STATE_DTYPE_BYTES.get(model.mamba_ssm_dtype, BF16_STATE_BYTES)
-    conv = (model.linear_conv_kernel_dim - 1) * (conv_dim // tp) * BF16_STATE_BYTES
+    conv_bytes = GDN_STATE_DTYPE_BYTES.get(model.mamba_conv_dtype, BF16_STATE_BYTES)
+    ssm_bytes = GDN_STATE_DTYPE_BYTES.get(model.mamba_ssm_dtype, conv_bytes)
+    conv = (model.linear_conv_kernel_dim - 1) * (conv_dim // tp) * conv_bytes
     temporal = (model.linear_num_value_heads // tp) * model.linear_value_head_dim * model.linear_key_head_dim
     return conv + temporal * ssm_bytes
 

@@ -59,25 +59,40 @@ def planner(tmp_path_factory):
 
 
 def _ours(name: str, tp: int, pp: int, pc: bool, kv_dtype: str, block: int | None, available: int,
-          max_model_len: int, tmp_path):
+          max_model_len: int, tmp_path, **mamba_dtypes: str):
     model = name
     if name == "qwen3-next":
         (tmp_path / "config.json").write_text(json.dumps(QWEN3_NEXT))
         model = str(tmp_path)
     args = EngineArgs(model=model, gpu="H100", tensor_parallel_size=tp, pipeline_parallel_size=pp,
                       enable_prefix_caching=pc, kv_cache_dtype=kv_dtype, block_size=block,
-                      kv_cache_memory_bytes=available, max_model_len=max_model_len, max_num_batched_tokens=8192)
+                      kv_cache_memory_bytes=available, max_model_len=max_model_len, max_num_batched_tokens=8192,
+                      **mamba_dtypes)
     resolved = resolve_engine(args)
     return resolved, build_memory(resolved)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].split('/')[-1]}-tp{c[1]}-pp{c[2]}-"
-                         f"{'align' if c[3] else 'none'}-{c[4]}-block{c[5]}")
+# --mamba-cache-dtype / --mamba-ssm-cache-dtype (the state dtypes; Qwen3.5's temporal state is fp32
+# by its config unless the flag says otherwise, Qwen3-Next's follows the conv state's)
+DTYPE_CASES = [
+    ("Qwen/Qwen3.5-35B-A3B", 1, True, {"mamba_ssm_cache_dtype": "bfloat16"}),
+    ("Qwen/Qwen3.5-35B-A3B", 2, False, {"mamba_ssm_cache_dtype": "float16"}),
+    ("Qwen/Qwen3.5-35B-A3B", 1, True, {"mamba_cache_dtype": "float32"}),
+    ("Qwen/Qwen3.5-27B", 4, True, {"mamba_cache_dtype": "float32", "mamba_ssm_cache_dtype": "bfloat16"}),
+    ("qwen3-next", 1, True, {"mamba_ssm_cache_dtype": "float32"}),
+    ("qwen3-next", 2, False, {"mamba_cache_dtype": "float32"}),
+]
+
+
+@pytest.mark.parametrize("case", CASES + [(n, tp, 1, pc, "auto", None, 40 * GIB, 32768, d) for n, tp, pc, d in DTYPE_CASES],
+                         ids=lambda c: f"{c[0].split('/')[-1]}-tp{c[1]}-pp{c[2]}-{'align' if c[3] else 'none'}-{c[4]}-"
+                         f"block{c[5]}" + "".join(f"-{k}={v}" for k, v in (c[8] if len(c) > 8 else {}).items()))
 def test_gdn_kv_plan_equals_vllms(planner, case, tmp_path):
-    name, tp, pp, pc, kv_dtype, block, available, max_model_len = case
+    name, tp, pp, pc, kv_dtype, block, available, max_model_len = case[:8]
+    dtypes = case[8] if len(case) > 8 else {}
     want = planner.vllm_mamba_plan(QWEN3_NEXT if name == "qwen3-next" else name, tp, pp, available, max_model_len,
-                                   8192, pc, kv_dtype, block)
-    resolved, budget = _ours(name, tp, pp, pc, kv_dtype, block, available, max_model_len, tmp_path)
+                                   8192, pc, kv_dtype, block, **dtypes)
+    resolved, budget = _ours(name, tp, pp, pc, kv_dtype, block, available, max_model_len, tmp_path, **dtypes)
     layout = budget.layout
     assert want["mamba_cache_mode"] == ("align" if pc else "none")
     got = {"block_size": budget.block_size, "mamba_page_bytes_real": layout.mamba_state_bytes,

@@ -343,3 +343,25 @@ def test_gated_deltanet_state_must_split_evenly_over_tp():
     m = dataclasses.replace(_qwen35_35b(), linear_num_value_heads=48, num_attention_heads=32, num_kv_heads=32)
     with pytest.raises(ValueError, match="tensor parallel size 32 must divide the Gated DeltaNet conv width"):
         memory.gdn_state_bytes(m, 32)
+
+
+def test_gated_deltanet_state_dtypes_follow_the_flags_as_vllm_resolves_them():
+    """--mamba-cache-dtype sets the conv state's dtype (auto: bf16), --mamba-ssm-cache-dtype the
+    temporal state's (auto: Qwen3.5's config float32; a model without one, as Qwen3-Next: the conv
+    state's). Qwen3.5-35B-A3B at TP 1: conv 3 x 8,192 elements, temporal 32 x 128 x 128."""
+    from frontier.model_spec import model_spec_from_config
+    from simulator.engine_args import EngineArgs, with_mamba_dtypes
+    m = _qwen35_35b()
+    conv, temporal = 3 * 8192, 32 * 128 * 128
+    cases = {("auto", "auto"): conv * 2 + temporal * 4, ("auto", "bfloat16"): conv * 2 + temporal * 2,
+             ("float32", "auto"): conv * 4 + temporal * 4, ("float32", "float16"): conv * 4 + temporal * 2}
+    for (conv_dtype, ssm_dtype), want in cases.items():
+        assert memory.gdn_state_bytes(with_mamba_dtypes(m, conv_dtype, ssm_dtype), 1) == want
+    nxt = model_spec_from_config({"model_type": "qwen3_next", "hidden_size": 256, "num_hidden_layers": 4,
+                                  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+                                  "intermediate_size": 512, "mamba_ssm_dtype": "float32"}, "next")
+    assert nxt.mamba_ssm_dtype == ""                 # vLLM reads that field for Qwen3.5 only
+    assert memory.gdn_state_bytes(with_mamba_dtypes(nxt, "auto", "auto"), 1) == conv * 2 + temporal * 2
+    assert memory.gdn_state_bytes(with_mamba_dtypes(nxt, "float32", "auto"), 1) == conv * 4 + temporal * 4
+    with pytest.raises(ValueError, match="--mamba-ssm-cache-dtype 'bf16' is not one of auto, float32, float16, bfloat16"):
+        EngineArgs(mamba_ssm_cache_dtype="bf16")
