@@ -208,6 +208,28 @@ class ModelSpec:
         """Whether decoder layer `layer` (0-based) is a Gated DeltaNet layer (no per-token KV)."""
         return bool(self.linear_attention_flags) and self.linear_attention_flags[layer]
 
+    @property
+    def linear_key_dim(self) -> int:
+        """A Gated DeltaNet layer's q (and k) width: key heads x key head dim (all TP ranks)."""
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def linear_value_dim(self) -> int:
+        """A Gated DeltaNet layer's v (and output) width: value heads x value head dim."""
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """The channels of a Gated DeltaNet layer's causal conv1d (and its conv state): q, k and v."""
+        return 2 * self.linear_key_dim + self.linear_value_dim
+
+    @property
+    def mamba_state_elem_bytes(self) -> tuple[int, int]:
+        """(conv state, temporal state) bytes per element: ``mamba_conv_dtype`` ("" = the bf16 model
+        dtype) and ``mamba_ssm_dtype`` ("" = the conv state's), as vLLM resolves them."""
+        conv = MAMBA_DTYPE_BYTES.get(self.mamba_conv_dtype, int(BF16_BYTES))
+        return conv, MAMBA_DTYPE_BYTES.get(self.mamba_ssm_dtype, conv)
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-based) is an MoE layer."""
         if not self.is_moe:
@@ -242,11 +264,10 @@ class ModelSpec:
         depthwise conv1d (conv_dim x kernel), A_log, dt_bias and the gated norm in bf16."""
         q = self.quant.bytes_per_param("linear_attention")
         h = self.hidden_size
-        key_dim = self.linear_num_key_heads * self.linear_key_head_dim
-        value_dim = self.linear_num_value_heads * self.linear_value_head_dim
+        key_dim, value_dim = self.linear_key_dim, self.linear_value_dim
         projections = h * _ceil_div(2 * key_dim + 2 * value_dim + 2 * self.linear_num_value_heads, tp) \
             + _ceil_div(value_dim, tp) * h
-        small = (_ceil_div(2 * key_dim + value_dim, tp) * self.linear_conv_kernel_dim
+        small = (_ceil_div(self.linear_conv_dim, tp) * self.linear_conv_kernel_dim
                  + 2 * _ceil_div(self.linear_num_value_heads, tp) + self.linear_value_head_dim)
         return projections * q + small * BF16_BYTES
 
@@ -328,6 +349,7 @@ class ModelSpec:
 # ---- loading ------------------------------------------------------------------------------
 
 ROUTER_DTYPES = ("bf16", "fp32")
+MAMBA_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}   # a Gated DeltaNet state's element
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text", "minimax_m2",

@@ -528,10 +528,9 @@ class BatchEngine:
         over value_dim / tp (reads the core's output and z, writes the gated output) and out_proj
         (value_dim / tp -> hidden); key_dim = key heads x key head dim, value_dim likewise."""
         mdl, tp, ab, h = self.model, self._tp, self._ab, self.model.hidden_size
-        key_dim = mdl.linear_num_key_heads * mdl.linear_key_head_dim
-        value = mdl.linear_num_value_heads * mdl.linear_value_head_dim // tp
-        return [self._gemm("in_proj_qkvz", m, (2 * key_dim + 2 * mdl.linear_num_value_heads
-                                               * mdl.linear_value_head_dim) // tp, h, "linear_attention"),
+        value = mdl.linear_value_dim // tp
+        return [self._gemm("in_proj_qkvz", m, (2 * mdl.linear_key_dim + 2 * mdl.linear_value_dim) // tp, h,
+                           "linear_attention"),
                 self._gemm("in_proj_ba", m, 2 * mdl.linear_num_value_heads // tp, h, "linear_attention"),
                 ElementwiseOp("gdn_norm", m, value, 3 * value * ab),
                 self._gemm("out_proj", m, h, value, "linear_attention")]
@@ -801,10 +800,9 @@ class BatchEngine:
         prefill = tuple(n for n, c in zip(new, ctx) if n > 1 and not (spec and n <= q and c))
         num_tokens, prefill_tokens = sum(new), sum(prefill)
         num_recurrent = len(new) - len(prefill)
-        conv = (2 * mdl.linear_num_key_heads * mdl.linear_key_head_dim
-                + mdl.linear_num_value_heads * mdl.linear_value_head_dim) // tp
+        conv = mdl.linear_conv_dim // tp
         rows = num_tokens + (mdl.linear_conv_kernel_dim - 1) * len(new)
-        state = FP32 if (mdl.mamba_ssm_dtype or mdl.mamba_conv_dtype) == "float32" else BF16   # bytes a state element
+        state = float(mdl.mamba_state_elem_bytes[1])     # bytes a temporal-state element
         core = GdnOp(prefill, num_recurrent, mdl.linear_num_value_heads // tp, mdl.linear_key_head_dim,
                      mdl.linear_value_head_dim, mdl.linear_num_key_heads // tp, state, ab,
                      num_tokens - prefill_tokens - num_recurrent)

@@ -128,8 +128,6 @@ HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_gr
 GDN_ATTENTION_KERNEL_BLOCK = 16             # FlashAttention 3's kernel block sizes: multiples of 16
 GDN_CHECKPOINT_ALIGNMENT = 64               # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT ("align" mode)
 GDN_SM_VERSION = 90                         # the GPUs whose backends those are (Blackwell picks others)
-BF16_STATE_BYTES = 2                        # a state in the bf16 model dtype (mamba_cache_dtype auto)
-GDN_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
 
@@ -231,19 +229,16 @@ def _worst_stage_layers(model: ModelSpec, parallel: ParallelSpec, groups: list[K
 def gdn_state_bytes(model: ModelSpec, tp: int) -> int:
     """One Gated DeltaNet layer's state on one TP rank (vLLM 0.33 MambaSpec's unpadded page,
     ``MambaStateShapeCalculator.gated_delta_net_state_shape``): the conv state, (kernel - 1) x
-    conv_dim / tp in the model dtype (bf16), conv_dim = 2 x key heads x key dim + value heads x
-    value dim, and the temporal state, value heads / tp x value dim x key dim in
-    ``mamba_ssm_dtype`` (Qwen3.5's config: float32, read by vLLM's Qwen3.5 config hook; none named,
-    as Qwen3-Next: the conv state's); ``mamba_conv_dtype`` "" is the bf16 model dtype (the engine's
+    conv_dim / tp (``ModelSpec.linear_conv_dim``), and the temporal state, value heads / tp x value dim x key dim in
+    ``mamba_ssm_dtype``, the conv state in ``mamba_conv_dtype`` (``ModelSpec.mamba_state_elem_bytes``;
+    Qwen3.5's config: a float32 temporal state, read by vLLM's Qwen3.5 config hook; the engine's
     --mamba-cache-dtype / --mamba-ssm-cache-dtype set both: ``engine_args.with_mamba_dtypes``).
     ValueError when tp does not divide them (vLLM's ``divide``)."""
-    conv_dim = (2 * model.linear_num_key_heads * model.linear_key_head_dim
-                + model.linear_num_value_heads * model.linear_value_head_dim)
+    conv_dim = model.linear_conv_dim
     if conv_dim % tp or model.linear_num_value_heads % tp:
         raise ValueError(f"{model.name}: tensor parallel size {tp} must divide the Gated DeltaNet conv width "
                          f"{conv_dim} and its {model.linear_num_value_heads} value heads (vLLM splits both)")
-    conv_bytes = GDN_STATE_DTYPE_BYTES.get(model.mamba_conv_dtype, BF16_STATE_BYTES)
-    ssm_bytes = GDN_STATE_DTYPE_BYTES.get(model.mamba_ssm_dtype, conv_bytes)
+    conv_bytes, ssm_bytes = model.mamba_state_elem_bytes
     conv = (model.linear_conv_kernel_dim - 1) * (conv_dim // tp) * conv_bytes
     temporal = (model.linear_num_value_heads // tp) * model.linear_value_head_dim * model.linear_key_head_dim
     return conv + temporal * ssm_bytes
@@ -433,8 +428,8 @@ def activation_peak_bytes(model: ModelSpec, parallel: ParallelSpec, num_tokens: 
         qkv = (heads * (2 if model.attn_output_gate else 1) + 2 * kv) * model.head_dim
     widest = qkv
     if model.num_linear_attention_layers:          # Gated DeltaNet in_proj_qkvz + in_proj_ba outputs
-        widest = max(widest, -(-(2 * model.linear_num_key_heads * model.linear_key_head_dim
-                                 + 2 * model.linear_num_value_heads * (model.linear_value_head_dim + 1)) // tp))
+        widest = max(widest, -(-(2 * model.linear_key_dim + 2 * model.linear_value_dim
+                                 + 2 * model.linear_num_value_heads) // tp))
     if model.intermediate_size and model.num_moe_layers < model.num_layers:
         widest = max(widest, 3 * -(-model.intermediate_size // tp))            # gate_up (2I) + act (I)
     if model.is_moe:
