@@ -62,6 +62,7 @@ from simulator.spec_decode import SpecDecodeConfig
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.kv_cache.state import StateKVCacheManager
+from simulator.kv_cache.state_align import AlignStateKVCacheManager
 from simulator.memory import KVLayout, max_in_flight_tokens
 from simulator.scheduler_config import SchedulerConfig
 from simulator.vllm_version import (ASYNC_BY_DEFAULT, BATCHED_DP_MOE, BUDGET_FROM_SEQS_X_LEN,
@@ -477,14 +478,20 @@ class ResolvedEngine:
         gets vLLM's hybrid manager, one block table per KV cache group (behind a KV ``connector`` too, as vLLM's
         NixlConnector supports it); speculative decoding behind a connector, or no layout, keeps
         one full-attention group (README limits). A Gated DeltaNet model's layout (mamba groups)
-        gets one state block per request and group beside its full-attention table
-        (``StateKVCacheManager``: vLLM's "none" mamba cache mode, prefix caching off)."""
+        gets its state blocks beside its full-attention table: with prefix caching vLLM's "align"
+        mamba cache mode (``AlignStateKVCacheManager``: states at block boundaries, block-aligned
+        prefill chunks), without it the "none" mode (``StateKVCacheManager``: one state block per
+        request and group)."""
         a = self.args
         if layout is not None and layout.mamba_blocks_per_request:
-            if a.enable_prefix_caching or connector:
-                raise ValueError(gdn_simulation_error(self.model.name, a.enable_prefix_caching))
-            return StateKVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
-                                       sum(g.kind == "mamba" for g in layout.groups), watermark=a.watermark)
+            if why := gdn_simulation_error(a, connector):
+                raise ValueError(why)
+            groups = sum(g.kind == "mamba" for g in layout.groups)
+            if a.enable_prefix_caching:
+                return AlignStateKVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len, groups,
+                                                watermark=a.watermark)
+            return StateKVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len, groups,
+                                       watermark=a.watermark)
         if layout is not None and layout.local_window and not (connector and a.speculative_config):
             local = "chunked" if layout.attention_chunk_size else "sliding"
             first = local if self.model.is_sliding_layer(0) or self.model.is_chunked_layer(0) else "full"
@@ -546,11 +553,15 @@ class ResolvedEngine:
         return self.num_engines * self.gpus_per_engine
 
 
-def gdn_simulation_error(model_name: str, prefix_caching: bool) -> str:
-    """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked: with prefix
-    caching (vLLM's "align" mamba cache mode, on by default), or behind a KV connector."""
-    if prefix_caching:
-        return (f"{model_name}: vLLM's \"align\" mamba cache mode (prefix caching, on by default for Gated DeltaNet "
-                "models) is not simulated yet; run it with --no-enable-prefix-caching (vLLM's \"none\" mode)")
-    return (f"{model_name}: Gated DeltaNet state groups behind a KV connector (--architecture pdd / afd) are not "
-            "simulated; use --architecture colocated")
+def gdn_simulation_error(args: EngineArgs, connector: bool) -> str | None:
+    """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked, or None:
+    behind a KV connector, or with prefix caching (vLLM's "align" mamba cache mode) but chunked
+    prefill off, which vLLM refuses at start-up ("Chunked prefill is required for Mamba prefix
+    caching")."""
+    if connector:
+        return (f"{args.model}: Gated DeltaNet state groups behind a KV connector (--architecture pdd / afd) are not "
+                "simulated; use --architecture colocated")
+    if args.enable_prefix_caching and not args.enable_chunked_prefill:
+        return (f"{args.model}: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its \"align\" mamba "
+                "cache mode) and would not start; drop --no-enable-chunked-prefill or add --no-enable-prefix-caching")
+    return None

@@ -178,6 +178,12 @@ class Scheduler:
         self._decode_stagger = pp if pp > 1 and config.async_scheduling else 0
         self._priority = config.policy == "priority"
         self._debug = config.debug_checks
+        # Gated DeltaNet state groups in vLLM's "align" mode: prefill chunks end on block
+        # boundaries (kv.split_chunk, vLLM _mamba_block_aligned_split, with the budget or the
+        # configured long-prefill threshold as its per-chunk cap)
+        self._split = kv.split_chunk if kv.aligned_prefill else None
+        thr = config.long_prefill_token_threshold
+        self._max_prefill = min(config.max_num_batched_tokens, thr) if thr > 0 else config.max_num_batched_tokens
         if kv_role not in (None, "producer", "consumer"):
             raise ValueError(f"kv_role={kv_role!r}; valid: None, 'producer', 'consumer'")
         self.kv_role = kv_role
@@ -488,6 +494,8 @@ class Scheduler:
                 self.check_invariants(out)
             return out
         st = _StepState(self.config.max_num_batched_tokens)
+        if self._split is not None:
+            self.kv.new_step_starts()
         interval = self._prefill_interval
         if interval > 1:        # hold prefill until the interval since the last prefill step has passed
             st.defer_prefills = (not self._prefill_capacity_bound
@@ -578,6 +586,7 @@ class Scheduler:
         stagger = self._decode_stagger
         bs, held_map, pool = kv.block_size, kv.req_to_blocks, kv.pool
         allocate_running = None if kv.inline_allocation else kv.allocate_running   # sliding-window groups
+        split = self._split
         free_queue, caching = pool.free_queue, kv.enable_caching
         add_req, add_id, add_num, add_ctx = st.reqs.append, st.ids.append, st.num_sched.append, st.ctx.append
         # Fused _update_after_schedule: while every request scheduled so far took the fast path
@@ -645,6 +654,8 @@ class Scheduler:
                 n = budget
             if n > max_len - c - 1:
                 n = max_len - c - 1
+            if split is not None and n > 0:
+                n = split(r, c, n, self._max_prefill)
             if n == 0:
                 i += 1
                 continue
@@ -859,6 +870,10 @@ class Scheduler:
             n = self._admission_tokens(r, hit, thr, st.token_budget, pad)
             if n is None:
                 break
+            if self._split is not None:
+                n = self._split(r, hit, n, self._max_prefill)
+                if n == 0:
+                    break       # no block-aligned chunk fits: admission ends for the step
             blocks = kv.allocate_slots(
                 r, n, hit, hit_blocks, num_lookahead_tokens=self._lookahead,
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl, has_scheduled_reqs=bool(running))

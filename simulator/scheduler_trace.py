@@ -20,6 +20,7 @@ from collections.abc import Callable
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.kv_cache.state import StateKVCacheManager
+from simulator.kv_cache.state_align import AlignStateKVCacheManager
 from simulator.memory import max_in_flight_tokens
 from simulator.pipeline import max_concurrent_batches
 from simulator.request import RequestSpec
@@ -28,6 +29,7 @@ from simulator.scheduler_config import SchedulerConfig, SchedulerOutput, UpdateR
 
 BATCH_QUEUE_DEPTH = 2
 STATE = "state"     # a kv_groups entry for a Gated DeltaNet state group (the oracle driver's too)
+STATE_ALIGN = "state_align"     # the same in vLLM's "align" mamba cache mode (prefix caching on)
 MAX_IDLE_STEPS = 10_000
 
 
@@ -36,7 +38,15 @@ def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tupl
     0 = full attention, W > 0 = a sliding window of W tokens, -C < 0 = chunked local attention of
     C-token chunks, ``STATE`` = a Gated DeltaNet group's states, as the oracle driver takes them)
     with a local group gives the hybrid manager, with state groups (and one full-attention group)
-    ``StateKVCacheManager``, otherwise one full-attention group."""
+    ``StateKVCacheManager``, with ``STATE_ALIGN`` groups (prefix caching on) ``AlignStateKVCacheManager``,
+    otherwise one full-attention group."""
+    if STATE_ALIGN in kv_groups:
+        if sorted(map(str, kv_groups)) != ["0"] + [STATE_ALIGN] * (len(kv_groups) - 1):
+            raise ValueError(f"kv_groups={kv_groups}: state groups go with one full-attention group (0)")
+        if not config.enable_prefix_caching:
+            raise ValueError("kv_groups with STATE_ALIGN: the \"align\" mamba cache mode needs prefix caching")
+        return Scheduler(config, AlignStateKVCacheManager(num_gpu_blocks, config.block_size, config.max_model_len,
+                                                          len(kv_groups) - 1, watermark=config.watermark))
     if STATE in kv_groups:
         if sorted(map(str, kv_groups)) != ["0"] + [STATE] * (len(kv_groups) - 1):
             raise ValueError(f"kv_groups={kv_groups}: state groups go with one full-attention group (0)")

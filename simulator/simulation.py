@@ -380,9 +380,11 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
-    if spec.sglang is None and (spec.engine.enable_prefix_caching or spec.architecture != "colocated") \
-            and load_model_spec(spec.engine.model).num_linear_attention_layers:     # (--engine sglang refuses them)
-        raise ValueError(gdn_simulation_error(spec.engine.model, spec.engine.enable_prefix_caching))
+    args = spec.engine
+    if spec.sglang is None and (spec.architecture != "colocated" or args.enable_prefix_caching
+                                and not args.enable_chunked_prefill) \
+            and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
+        raise ValueError(gdn_simulation_error(args, spec.architecture != "colocated"))
     if spec.sglang is not None:
         from simulator.sglang_run import run_sglang
         return run_sglang(spec)

@@ -50,6 +50,7 @@ class KVCacheManager:
     """
 
     inline_allocation = True    # one full-attention group: the scheduler may allocate inline
+    aligned_prefill = False     # True: the scheduler cuts prefill chunks with split_chunk (GDN align mode)
 
     def __init__(
         self,

@@ -249,10 +249,11 @@ def test_disable_hybrid_kv_cache_manager_keeps_one_group_of_every_layer():
     assert "KV cache 8409 blocks x 16 tokens per engine" in res.output
 
 
-def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_without_prefix_caching():
+def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_in_both_mamba_modes():
     """Qwen3.5: `frontier memory` gives vLLM 0.33's plan (the attention block aligned to the GDN
-    state, per prefix-caching mode); simulate runs it in vLLM's "none" mamba mode and refuses, in
-    one line, the "align" mode (prefix caching, on by default), P/D and --engine sglang."""
+    state, per prefix-caching mode); simulate runs it in vLLM's "none" mamba mode and its "align"
+    mode (prefix caching, on by default) and refuses, in one line, the align mode without chunked
+    prefill (vLLM would not start), P/D and --engine sglang."""
     base = ["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--gpu", "H200", "-tp", "2", "--max-model-len", "32768"]
     res = runner.invoke(app, base + ["--json"])
     assert res.exit_code == 0, res.output
@@ -268,9 +269,14 @@ def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_without_prefix
     res = runner.invoke(app, run + ["--no-enable-prefix-caching"])
     assert res.exit_code == 0, res.output
     assert "KV cache 245 blocks x 1056 tokens per engine" in res.output.splitlines()[0]
+    res = runner.invoke(app, run)       # prefix caching on: vLLM's "align" mamba cache mode
+    assert res.exit_code == 0, res.output
+    assert "KV cache 238 blocks x 1088 tokens per engine" in res.output.splitlines()[0]
     for flags, message in (
-            ([], "error: Qwen/Qwen3.5-35B-A3B: vLLM's \"align\" mamba cache mode (prefix caching, on by default for "
-                 "Gated DeltaNet models) is not simulated yet; run it with --no-enable-prefix-caching (vLLM's \"none\" mode)"),
+            (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768"],
+             "error: Qwen/Qwen3.5-35B-A3B: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its "
+             "\"align\" mamba cache mode) and would not start; drop --no-enable-chunked-prefill or add "
+             "--no-enable-prefix-caching"),
             (["--no-enable-prefix-caching", "--architecture", "pdd"],
              "error: Qwen/Qwen3.5-35B-A3B: Gated DeltaNet state groups behind a KV connector (--architecture pdd / "
              "afd) are not simulated; use --architecture colocated")):
@@ -283,4 +289,4 @@ def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_without_prefix
             in res.output.strip().splitlines()[-1]
     models = runner.invoke(app, ["models"]).output
     assert any(line.startswith("Qwen/Qwen3.5-27B") and line.endswith(
-        "48 Gated DeltaNet layers: simulated with --no-enable-prefix-caching") for line in models.splitlines())
+        "48 Gated DeltaNet layers") for line in models.splitlines())

@@ -19,10 +19,12 @@ from simulator.control_plane import PddSpec, RoleLayout
 from simulator.engine_args import EngineArgs
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
+from simulator.kv_cache.state_align import AlignStateKVCacheManager
 from simulator.memory import max_in_flight_tokens
 from simulator.request import RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import SchedulerConfig
+from simulator.scheduler_trace import STATE_ALIGN
 from simulator.simulation import SimulationSpec, run_simulation
 from simulator.workload import WorkloadSpec
 
@@ -34,7 +36,12 @@ FIELDS = ("status", "num_computed_tokens", "num_output_tokens", "num_output_plac
 
 def _kv_state(s: Scheduler) -> tuple:
     pool = s.kv.pool
-    tables = [dict(t) for t in s.kv.tables] if isinstance(s.kv, HybridKVCacheManager) else dict(s.kv.req_to_blocks)
+    if isinstance(s.kv, HybridKVCacheManager):
+        tables = [dict(t) for t in s.kv.tables]
+    elif isinstance(s.kv, AlignStateKVCacheManager):
+        tables = [dict(t) for t in s.kv.state_tables] + [dict(s.kv.req_to_blocks), dict(s.kv.retired)]
+    else:
+        tables = dict(s.kv.req_to_blocks)
     return (tables, pool.free_queue.order(), list(pool.ref_cnt), dict(pool.cached),
             list(pool.block_hash), list(s.kv.deferred_frees))
 
@@ -50,7 +57,9 @@ def _drive(seed: int, lazy: bool, *, async_scheduling: bool, caching: bool, chun
     cfg = SchedulerConfig(max_num_seqs=rng.choice([4, 8, 64]), max_num_batched_tokens=budget,
                           max_model_len=max_len, long_prefill_token_threshold=rng.choice([0, 0, 48]),
                           async_scheduling=async_scheduling, enable_chunked_prefill=chunked)
-    if kv_groups:
+    if STATE_ALIGN in kv_groups:
+        kv = AlignStateKVCacheManager(num_blocks, 16, max_len, len(kv_groups) - 1)
+    elif kv_groups:
         kv = HybridKVCacheManager(num_blocks, 16, max_len, tuple(abs(w) for w in kv_groups),
                                   max_in_flight_tokens(budget, 1, async_scheduling), enable_prefix_caching=caching,
                                   chunked=any(w < 0 for w in kv_groups))
@@ -152,6 +161,21 @@ def test_lazy_hybrid_scheduler_equals_exact_step_for_step(case, kv_groups, seed)
     exact = _drive(seed, False, num_blocks=num_blocks, steps=500, kv_groups=kv_groups, **case)
     lazy = _drive(seed, True, num_blocks=num_blocks, steps=500, kv_groups=kv_groups, **case)
     assert_same_run(exact, lazy)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_lazy_align_state_scheduler_equals_exact(seed, async_scheduling):
+    """Gated DeltaNet groups in vLLM's "align" mode (prefix caching): a lazy decode takes its
+    state blocks and frees the one behind it at the steps the per-request path does."""
+    groups = (STATE_ALIGN,) * 3 + (0,)
+    num_blocks = random.Random(seed).choice([40, 60, 400])      # small pools preempt
+    case = dict(async_scheduling=async_scheduling, caching=True, chunked=True, kv_groups=groups)
+    exact = _drive(seed, False, num_blocks=num_blocks, steps=600, **case)
+    lazy = _drive(seed, True, num_blocks=num_blocks, steps=600, **case)
+    assert_same_run(exact, lazy)
+    assert any(p for entry in exact[0] if entry[0] == "out" for p in entry[1].preempted_request_ids) \
+        or num_blocks == 400, "a small pool that never preempts"
 
 
 @pytest.mark.parametrize("seed", range(4))
