@@ -373,6 +373,14 @@ class EngineArgs:
             raise ValueError(f"--speculative-config mtp with {model.num_mtp_layers} MTP layers and "
                              f"{spec.num_speculative_tokens} drafts runs vLLM's multi-module MTP, which is not "
                              "simulated; use num_speculative_tokens 1")
+        if spec is not None and model.num_linear_attention_layers:
+            if spec.method != "mtp":
+                raise ValueError(f"--speculative-config method {spec.method!r} with {model.name}'s Gated DeltaNet layers "
+                                 "is not simulated; use its own MTP layer (method mtp)")
+            if self.pipeline_parallel_size > 1:
+                raise ValueError(f"--speculative-config with pipeline parallelism on {model.name}'s Gated DeltaNet "
+                                 "layers is not simulated (vLLM's KV plan of the MTP layer on the last stage is not "
+                                 "modelled); use --pipeline-parallel-size 1")
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
@@ -489,9 +497,9 @@ class ResolvedEngine:
             groups = sum(g.kind == "mamba" for g in layout.groups)
             if a.enable_prefix_caching:
                 return AlignStateKVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len, groups,
-                                                watermark=a.watermark)
+                                                watermark=a.watermark, num_speculative_blocks=self.num_spec_tokens)
             return StateKVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len, groups,
-                                       watermark=a.watermark)
+                                       watermark=a.watermark, num_speculative_blocks=self.num_spec_tokens)
         if layout is not None and layout.local_window and not (connector and a.speculative_config):
             local = "chunked" if layout.attention_chunk_size else "sliding"
             first = local if self.model.is_sliding_layer(0) or self.model.is_chunked_layer(0) else "full"

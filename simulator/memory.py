@@ -188,7 +188,7 @@ def _hybrid_groups(full: list[int], local: list[int], kind: str) -> list[KVGroup
 
 
 def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid: bool = True,
-              prefix_caching: bool = True) -> KVLayout:
+              prefix_caching: bool = True, num_spec_tokens: int = 0) -> KVLayout:
     """vLLM's KV groups and pool bytes per block for `model` on one rank (worst pp stage).
     ``hybrid=False`` (``--disable-hybrid-kv-cache-manager``, or what vLLM disables it for):
     sliding-window and chunked layers are kept as full attention, one group of every layer
@@ -197,7 +197,7 @@ def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid:
     if block_size <= 0:
         raise ValueError(f"block_size={block_size} must be > 0")
     if model.num_linear_attention_layers:
-        return gdn_layout(model, parallel, block_size, prefix_caching)
+        return gdn_layout(model, parallel, block_size, prefix_caching, num_spec_tokens)
     per_token = model.kv_bytes_per_token_per_layer(parallel.tp)
     page = int(per_token * block_size)
     if page != per_token * block_size:
@@ -226,10 +226,11 @@ def _worst_stage_layers(model: ModelSpec, parallel: ParallelSpec, groups: list[K
     return worst
 
 
-def gdn_state_bytes(model: ModelSpec, tp: int) -> int:
+def gdn_state_bytes(model: ModelSpec, tp: int, num_spec_tokens: int = 0) -> int:
     """One Gated DeltaNet layer's state on one TP rank (vLLM 0.33 MambaSpec's unpadded page,
-    ``MambaStateShapeCalculator.gated_delta_net_state_shape``): the conv state, (kernel - 1) x
-    conv_dim / tp (``ModelSpec.linear_conv_dim``), and the temporal state, value heads / tp x value dim x key dim in
+    ``MambaStateShapeCalculator.gated_delta_net_state_shape``): the conv state, (kernel - 1 +
+    num_spec_tokens: a drafter's tokens are verified through it) x conv_dim / tp
+    (``ModelSpec.linear_conv_dim``), and the temporal state, value heads / tp x value dim x key dim in
     ``mamba_ssm_dtype``, the conv state in ``mamba_conv_dtype`` (``ModelSpec.mamba_state_elem_bytes``;
     Qwen3.5's config: a float32 temporal state, read by vLLM's Qwen3.5 config hook; the engine's
     --mamba-cache-dtype / --mamba-ssm-cache-dtype set both: ``engine_args.with_mamba_dtypes``).
@@ -239,12 +240,13 @@ def gdn_state_bytes(model: ModelSpec, tp: int) -> int:
         raise ValueError(f"{model.name}: tensor parallel size {tp} must divide the Gated DeltaNet conv width "
                          f"{conv_dim} and its {model.linear_num_value_heads} value heads (vLLM splits both)")
     conv_bytes, ssm_bytes = model.mamba_state_elem_bytes
-    conv = (model.linear_conv_kernel_dim - 1) * (conv_dim // tp) * conv_bytes
+    conv = (model.linear_conv_kernel_dim - 1 + num_spec_tokens) * (conv_dim // tp) * conv_bytes
     temporal = (model.linear_num_value_heads // tp) * model.linear_value_head_dim * model.linear_key_head_dim
     return conv + temporal * ssm_bytes
 
 
-def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix_caching: bool) -> KVLayout:
+def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix_caching: bool,
+               num_spec_tokens: int = 0) -> KVLayout:
     """vLLM 0.33's KV plan of a Gated DeltaNet hybrid on Hopper (``Platform._align_hybrid_block_size``,
     then the planner's uniform-page grouping; module docstring). The attention block grows to the
     smallest multiple A of tokens whose attention page holds one layer's state: A = max(16,
@@ -253,9 +255,11 @@ def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix
     tokens); the state is padded to that page. The GDN and attention layers form groups of
     equal size (``_hybrid_groups``: Qwen3.5, one full layer in four, gives 3 "mamba" + 1 "full"
     groups) in one pool; a request holds ceil(len / block) attention blocks and, per mamba
-    group, 2 state blocks + 1 prefill checkpoint ("align") or 1 ("none")."""
+    group, 2 state blocks + 1 prefill checkpoint ("align") or 1 ("none"), each + k speculative
+    blocks with an MTP drafter of k = ``num_spec_tokens`` drafts (its layer, already in
+    ``model``: ``spec_decode.with_draft_layer``, joins the full-attention layers)."""
     per_token = int(model.kv_bytes_per_token_per_layer(parallel.tp))
-    state = gdn_state_bytes(model, parallel.tp)
+    state = gdn_state_bytes(model, parallel.tp, num_spec_tokens)
     unit = max(GDN_ATTENTION_KERNEL_BLOCK, block_size)
     if prefix_caching:
         unit = math.lcm(unit, GDN_CHECKPOINT_ALIGNMENT)
@@ -266,10 +270,11 @@ def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix
     gdn = [i for i in range(model.num_layers) if model.is_linear_attention_layer(i)]
     groups = _hybrid_groups(full, gdn, "mamba") if full else [KVGroup("mamba", tuple(gdn))]
     return KVLayout(block, page, tuple(groups), _worst_stage_layers(model, parallel, groups) * page,
-                    mamba_state_bytes=state, mamba_blocks_per_request=3 if prefix_caching else 1)
+                    mamba_state_bytes=state,
+                    mamba_blocks_per_request=(3 if prefix_caching else 1) + num_spec_tokens)
 
 
-def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int], num_spec_tokens: int,
+def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int],
                     hybrid_kv_cache_manager: bool) -> None:
     """ValueError (one line) for a Gated DeltaNet model's KV plan that ``gdn_layout`` does not model."""
     why = None
@@ -278,8 +283,6 @@ def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int
                "where vLLM runs FlashAttention 3 and FlashInfer's GDN prefill")
     elif vllm_version != SEMANTICS:
         why = f"--vllm-version {vllm_version[0]}.{vllm_version[1]}: the plan is vLLM {SEMANTICS[0]}.{SEMANTICS[1]}'s"
-    elif num_spec_tokens:
-        why = "a drafter's layers and speculative state blocks are not modelled (--speculative-config)"
     elif not hybrid_kv_cache_manager:
         why = "vLLM keeps these layers' states only with its hybrid KV cache manager (--disable-hybrid-kv-cache-manager)"
     if why:
@@ -485,8 +488,9 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     also turns it off for chunked local attention (Llama 4) with an EAGLE drafter
     (``num_spec_tokens``) and, by default, before 0.14 (``CHUNKED_LOCAL_HYBRID``).
     ``prefix_caching``: sets a Gated DeltaNet model's layout (``gdn_layout``), planned as vLLM
-    0.33 plans it on sm_90 GPUs only (ValueError otherwise, and with a drafter or the hybrid
-    manager disabled); the block size of the budget is then the aligned one.
+    0.33 plans it on sm_90 GPUs only (ValueError otherwise, and with the hybrid manager
+    disabled), an MTP drafter's ``num_spec_tokens`` speculative state blocks included; the block
+    size of the budget is then the aligned one.
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -503,7 +507,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     if kv_cache_memory_bytes is not None and kv_cache_memory_bytes <= 0:
         raise ValueError(f"kv_cache_memory_bytes={kv_cache_memory_bytes} must be > 0 bytes")
     if model.num_linear_attention_layers:
-        _check_gdn_plan(model, gpu, vllm_version, num_spec_tokens, hybrid_kv_cache_manager)
+        _check_gdn_plan(model, gpu, vllm_version, hybrid_kv_cache_manager)
     profiled = profiled or ProfiledOverheads()
     requested = gpu.memory_bytes * gpu_memory_utilization
     if vllm_version >= REQUEST_CEIL:
@@ -543,7 +547,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
         graph_src = PROFILED if first is not None else ESTIMATED
     hybrid = hybrid_kv_cache_manager and not (model.attention_chunk_size and (
         num_spec_tokens or vllm_version < CHUNKED_LOCAL_HYBRID))
-    layout = kv_layout(model, parallel, block_size, hybrid, prefix_caching)
+    layout = kv_layout(model, parallel, block_size, hybrid, prefix_caching, num_spec_tokens)
     block_size, bytes_per_block = layout.block_size, layout.bytes_per_block
     if kv_cache_memory_bytes is not None:
         available = kv_cache_memory_bytes

@@ -790,6 +790,8 @@ class Scheduler:
             if 0 < thr < n:
                 n = thr
             n = min(n, st.token_budget, max_len - c - 1)
+            if self._split is not None and n > 0:
+                n = self._split(r, c, n, self._max_prefill)
             if n == 0:
                 i += 1
                 continue

@@ -46,12 +46,14 @@ def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tupl
         if not config.enable_prefix_caching:
             raise ValueError("kv_groups with STATE_ALIGN: the \"align\" mamba cache mode needs prefix caching")
         return Scheduler(config, AlignStateKVCacheManager(num_gpu_blocks, config.block_size, config.max_model_len,
-                                                          len(kv_groups) - 1, watermark=config.watermark))
+                                                          len(kv_groups) - 1, watermark=config.watermark,
+                                                          num_speculative_blocks=config.num_speculative_tokens))
     if STATE in kv_groups:
         if sorted(map(str, kv_groups)) != ["0"] + [STATE] * (len(kv_groups) - 1):
             raise ValueError(f"kv_groups={kv_groups}: state groups go with one full-attention group (0)")
         return Scheduler(config, StateKVCacheManager(num_gpu_blocks, config.block_size, config.max_model_len,
-                                                     len(kv_groups) - 1, watermark=config.watermark))
+                                                     len(kv_groups) - 1, watermark=config.watermark,
+                                                     num_speculative_blocks=config.num_speculative_tokens))
     if any(kv_groups):
         chunked = any(w < 0 for w in kv_groups)
         kv = HybridKVCacheManager(

@@ -66,19 +66,28 @@ class AlignStateKVCacheManager(KVCacheManager):
     num_state_groups: vLLM's mamba KV cache groups (Qwen3.5: 3).
     checkpoint_blocks: whether the GDN prefill kernel exports a mid-prefill state (FlashInfer's
         on Hopper: one checkpoint block per group; False = Triton's, none).
+    num_speculative_blocks: k, the drafts of a drafter (MTP): each GDN table ends in k more
+        blocks (a verify writes the state after each draft), the running state is the entry
+        k from the end, and when a chunk moves the state past them they are moved to the
+        table's end (vLLM ``_relocate_speculative_block``); a request's first allocation may take
+        k more blocks.
     """
 
     inline_allocation = False       # the scheduler calls allocate_running / grow_running
     aligned_prefill = True          # the scheduler cuts prefill chunks with split_chunk
 
     def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int, num_state_groups: int,
-                 checkpoint_blocks: bool = True, watermark: float = 0.0) -> None:
+                 checkpoint_blocks: bool = True, watermark: float = 0.0, num_speculative_blocks: int = 0) -> None:
         super().__init__(num_gpu_blocks, block_size, max_model_len, enable_prefix_caching=True,
                          watermark=watermark)
         if num_state_groups < 1:
             raise ValueError(f"num_state_groups={num_state_groups}; must be >= 1")
+        if num_speculative_blocks < 0:
+            raise ValueError(f"num_speculative_blocks={num_speculative_blocks}; must be >= 0")
         self.num_state_groups = num_state_groups
         self.checkpoint_blocks = checkpoint_blocks
+        self.spec_blocks = num_speculative_blocks
+        self.allocated: set[str] = set()            # vLLM _allocated_block_reqs (one for all groups)
         self.full_group = num_state_groups          # the group id its hashes are keyed with
         self.state_tables: list[dict[str, list[int]]] = [{} for _ in range(num_state_groups)]
         self.state_cached: list[dict[str, int]] = [{} for _ in range(num_state_groups)]
@@ -156,7 +165,8 @@ class AlignStateKVCacheManager(KVCacheManager):
             return False
         idx = cdiv(end, bs) - 2
         table = self.state_tables[0].get(rid, ())
-        return idx >= 0 and (idx >= len(table) or table[idx] == self.pool.null_block)
+        return idx >= 0 and (idx >= len(table) or table[idx] == self.pool.null_block
+                             or rid in self.allocated and idx >= len(table) - self.spec_blocks)
 
     def _to_allocate(self, rid: str, slots: int, main: int, hits: tuple[list[int], ...], computed: int,
                      prefill_end: int) -> tuple[int, bool]:
@@ -170,11 +180,12 @@ class AlignStateKVCacheManager(KVCacheManager):
             return pool.num_gpu_blocks + 1, False
         ck = self._checkpoint(rid, computed, main, prefill_end)
         need = 0
-        required = cdiv(main, bs)
+        required = cdiv(main, bs) + self.spec_blocks
+        cap = 1 + ck + (0 if rid in self.allocated else self.spec_blocks)
         for g, hit in enumerate(state_hits):
             new = required - len(hit) - len(self.state_tables[g].get(rid, ()))
             if new > 0:
-                need += min(new, 1 + ck)
+                need += min(new, cap)
             need += sum(1 for b in hit if b != null and ref[b] == 0)
         hit = hits[-1]
         need += max(cdiv(slots, bs) - len(hit) - len(self.req_to_blocks.get(rid, ())), 0)
@@ -230,8 +241,8 @@ class AlignStateKVCacheManager(KVCacheManager):
         """vLLM ``KVCacheManager.allocate_slots`` over the GDN groups and the full group (no KV
         connector, no drafter). Returns the new blocks of all groups, None if they do not fit
         (or the same-step refusal)."""
-        if num_external_computed_tokens or delay_cache_blocks or reserved_blocks or num_lookahead_tokens:
-            raise ValueError("a KV connector or a drafter with Gated DeltaNet state groups is not simulated")
+        if num_external_computed_tokens or delay_cache_blocks or reserved_blocks:
+            raise ValueError("a KV connector with Gated DeltaNet state groups is not simulated")
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         rid = request.request_id
@@ -247,7 +258,7 @@ class AlignStateKVCacheManager(KVCacheManager):
             if self._to_allocate(rid, full, full, hits, total, prefill_end)[0] + watermark > self.pool.num_free_blocks:
                 return None
         main = total + num_new_tokens
-        slots = min(main, self.max_model_len)
+        slots = min(main + num_lookahead_tokens, self.max_model_len)
         self._remove_skipped(rid, max(0, total - request.num_in_flight_tokens))
         need, ck = self._to_allocate(rid, slots, main, hits, request.num_computed_tokens + num_new_computed_tokens,
                                      prefill_end)
@@ -266,18 +277,29 @@ class AlignStateKVCacheManager(KVCacheManager):
             table.extend(hits[-1])
             self.num_cached_block[rid] = request.kv_num_cached_blocks = len(table)
         new: list[int] = []
-        required = cdiv(main, bs)
+        k = self.spec_blocks
+        required = cdiv(main, bs) + k
+        state_idx = required - k - 1            # the running state's entry once allocated
+        allocated = rid in self.allocated
         for g in range(groups):                 # allocate_new_blocks, group by group
             table = self.state_tables[g][rid]
             if required <= len(table) and not ck:
                 continue
-            if len(table) < required - 1:
-                table.extend([null] * (required - 1 - ck - len(table)))
+            prev = len(table)
+            if prev < state_idx:
+                table.extend([null] * (state_idx - ck - prev))
+            if allocated:                       # _relocate_speculative_block: to the table's end
+                for i in range(prev - k, prev):
+                    if i >= state_idx - ck:
+                        break
+                    table.append(table[i])
+                    table[i] = null
             n = required - len(table)
             if n > 0:
                 got = pool.get_new_blocks(n)
                 table.extend(got)
                 new += got
+        self.allocated.add(rid)
         table = self.req_to_blocks[rid]
         n = cdiv(slots, bs) - len(table)
         if n > 0:
@@ -365,6 +387,7 @@ class AlignStateKVCacheManager(KVCacheManager):
         self.num_cached_block.pop(rid, None)
         self.retired.pop(rid, None)
         self.junction.pop(rid, None)
+        self.allocated.discard(rid)
         request.kv_num_blocks = request.kv_num_cached_blocks = request.kv_free_at = 0
         return tables
 

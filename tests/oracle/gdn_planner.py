@@ -218,7 +218,7 @@ def _spec_kind(spec) -> str:
 def build_vllm_config(cfg: dict, tp: int, pp: int, max_model_len: int, max_num_batched_tokens: int,
                       prefix_caching: bool, kv_cache_dtype: str = "auto", user_block_size: int | None = None,
                       mamba_cache_dtype: str = "auto", mamba_ssm_cache_dtype: str = "auto",
-                      max_num_seqs: int = 256):
+                      max_num_seqs: int = 256, num_speculative_tokens: int = 0):
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
 
@@ -228,7 +228,15 @@ def build_vllm_config(cfg: dict, tp: int, pp: int, max_model_len: int, max_num_b
                         mamba_cache_dtype=mamba_cache_dtype, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
     if user_block_size is not None:
         cache_kwargs["block_size"] = user_block_size
+    speculative_config = None
+    if num_speculative_tokens:      # the checkpoint's MTP layers (vLLM resolves method "mtp" to qwen3_5_mtp)
+        from vllm.config import SpeculativeConfig
+
+        speculative_config = SpeculativeConfig(
+            method="mtp", num_speculative_tokens=num_speculative_tokens, target_model_config=model_config,
+            target_parallel_config=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp))
     config = VllmConfig(
+        speculative_config=speculative_config,
         model_config=model_config,
         scheduler_config=SchedulerConfig(max_model_len=max_model_len, is_encoder_decoder=False,
                                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -252,12 +260,17 @@ def build_vllm_config(cfg: dict, tp: int, pp: int, max_model_len: int, max_num_b
 def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available_bytes: int, max_model_len: int,
                     max_num_batched_tokens: int, prefix_caching: bool, kv_cache_dtype: str = "auto",
                     user_block_size: int | None = None, *, gpu_sm: int = 90, gdn_prefill_backend: str = "auto",
-                    mamba_cache_dtype: str = "auto", mamba_ssm_cache_dtype: str = "auto") -> dict[str, Any]:
+                    mamba_cache_dtype: str = "auto", mamba_ssm_cache_dtype: str = "auto",
+                    num_speculative_tokens: int = 0) -> dict[str, Any]:
     """vLLM 0.33's KV-cache plan for one deployment of a Qwen3.5 / Qwen3-Next model on SM90.
 
     ``available_bytes``: what ``determine_available_memory`` returns per rank (the same for every
-    rank). Returns the aligned block sizes, page sizes, groups, num_blocks and the logged
-    capacity; raises vLLM's ValueError where vLLM would refuse to start.
+    rank). ``num_speculative_tokens`` > 0: the checkpoint's MTP drafter (``--speculative-config``
+    method "mtp"): its full-attention layers (``Qwen3_5MultiTokenPredictor``, prefix
+    ``mtp.layers.i``, built as the target's full-attention layers) join the last pp stage, and
+    the GDN specs hold that many speculative blocks. Returns the aligned block sizes, page sizes,
+    groups, num_blocks and the logged capacity; raises vLLM's ValueError where vLLM would refuse
+    to start.
     """
     from vllm.model_executor.models import ModelRegistry
     from vllm.platforms.interface import Platform
@@ -273,7 +286,8 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
         raise NotImplementedError("only SM90 (Hopper: FLASH_ATTN/FA3 for the attention layers) is modelled")
     cfg = load_config(config_name_or_dict)
     config = build_vllm_config(cfg, tp, pp, max_model_len, max_num_batched_tokens, prefix_caching,
-                               kv_cache_dtype, user_block_size, mamba_cache_dtype, mamba_ssm_cache_dtype)
+                               kv_cache_dtype, user_block_size, mamba_cache_dtype, mamba_ssm_cache_dtype,
+                               num_speculative_tokens=num_speculative_tokens)
     cache_config = config.cache_config
     text = config.model_config.hf_text_config
     layer_types = list(text.layer_types)
@@ -294,6 +308,10 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
                 layers[name] = _attention_layer(config, name, FlashAttentionBackend)
             else:
                 raise ValueError(f"layer {i}: unknown layer type {layer_types[i]!r}")
+        if num_speculative_tokens and indices.stop == num_layers:      # the drafter runs on the last stage
+            for j in range(getattr(text, "mtp_num_hidden_layers", 1)):
+                name = f"mtp.layers.{j}.self_attn.attn"
+                layers[name] = _attention_layer(config, name, FlashAttentionBackend)
         return layers
 
     stages = stage_layer_indices(num_layers, pp)

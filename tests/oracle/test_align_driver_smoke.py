@@ -121,7 +121,6 @@ def test_align_groups_are_checked(vllm_driver):
     (("state_align", "state", 0), {}, "only STATE_ALIGN and 0"),
     (("state_align", 128, 0), {}, "only STATE_ALIGN and 0"),
     (("state_align", -64, 0), {}, "only STATE_ALIGN and 0"),
-    (("state_align", 0), {"num_speculative_tokens": 1}, "no drafter"),
 ])
 def test_align_setups_not_modelled_are_refused(vllm_driver, kv_groups, knobs, match):
     assert vllm_driver.STATE_ALIGN == "state_align"

@@ -12,6 +12,7 @@ import pytest
 
 from simulator.engine_args import EngineArgs
 from simulator.simulation import build_memory, resolve_engine
+from simulator.spec_decode import spec_config_from_vllm
 
 pytestmark = pytest.mark.oracle
 
@@ -59,15 +60,17 @@ def planner(tmp_path_factory):
 
 
 def _ours(name: str, tp: int, pp: int, pc: bool, kv_dtype: str, block: int | None, available: int,
-          max_model_len: int, tmp_path, **mamba_dtypes: str):
+          max_model_len: int, tmp_path, num_speculative_tokens: int = 0, **mamba_dtypes: str):
     model = name
     if name == "qwen3-next":
         (tmp_path / "config.json").write_text(json.dumps(QWEN3_NEXT))
         model = str(tmp_path)
+    spec = (spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": num_speculative_tokens}, [0.7])
+            if num_speculative_tokens else None)
     args = EngineArgs(model=model, gpu="H100", tensor_parallel_size=tp, pipeline_parallel_size=pp,
                       enable_prefix_caching=pc, kv_cache_dtype=kv_dtype, block_size=block,
                       kv_cache_memory_bytes=available, max_model_len=max_model_len, max_num_batched_tokens=8192,
-                      **mamba_dtypes)
+                      speculative_config=spec, **mamba_dtypes)
     resolved = resolve_engine(args)
     return resolved, build_memory(resolved)
 
@@ -107,6 +110,35 @@ def test_gdn_kv_plan_equals_vllms(planner, case, tmp_path):
     if pp == 1:
         assert sorted((g.kind, len(g.layers)) for g in layout.groups) == kinds
     assert budget.start_error(max_model_len) is None
+
+
+# the checkpoint's MTP layer as drafter (--speculative-config method mtp, k drafts): its full-attention
+# layer joins the full group (11 layers: the groups are padded to 11), each GDN group holds k more
+# state blocks per request, and the conv state k more rows (35B-A3B without prefix caching: block 1,072)
+MTP_CASES = [
+    ("Qwen/Qwen3.5-35B-A3B", 1, 1, True, 2),
+    ("Qwen/Qwen3.5-35B-A3B", 1, 1, False, 2),
+    ("Qwen/Qwen3.5-35B-A3B", 2, 1, True, 1),
+    ("Qwen/Qwen3.5-27B", 2, 1, False, 3),
+    ("Qwen/Qwen3.5-397B-A17B", 8, 1, True, 2),
+]
+
+
+@pytest.mark.parametrize("case", MTP_CASES, ids=lambda c: f"{c[0].split('/')[-1]}-tp{c[1]}-pp{c[2]}-"
+                         f"{'align' if c[3] else 'none'}-mtp{c[4]}")
+def test_gdn_kv_plan_with_an_mtp_drafter_equals_vllms(planner, case, tmp_path):
+    name, tp, pp, pc, k = case
+    want = planner.vllm_mamba_plan(name, tp, pp, 40 * GIB, 32768, 8192, pc, num_speculative_tokens=k)
+    _, budget = _ours(name, tp, pp, pc, "auto", None, 40 * GIB, 32768, tmp_path, num_speculative_tokens=k)
+    layout = budget.layout
+    got = {"block_size": budget.block_size, "mamba_page_bytes_real": layout.mamba_state_bytes,
+           "attn_page_bytes": layout.page_bytes, "bytes_per_block": budget.bytes_per_block,
+           "num_blocks": budget.num_gpu_blocks, "mamba_num_speculative_blocks": layout.mamba_blocks_per_request
+           - (3 if pc else 1), "blocks_per_request": layout.blocks_per_request(32768, budget.max_in_flight_tokens),
+           "logged_tokens": budget.logged_kv_cache_tokens(32768), "max_concurrency": budget.max_concurrency(32768)}
+    assert got == {k: want[k] for k in got}
+    assert sorted((g.kind, len(g.layers)) for g in layout.groups) == sorted(
+        (("full" if g["kind"] == "full_attention" else g["kind"]), g["layers"]) for g in want["groups"])
 
 
 def test_a_pool_too_small_for_one_request_is_refused_by_both(planner, tmp_path):

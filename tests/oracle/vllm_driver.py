@@ -288,7 +288,7 @@ def _build_scheduler(
     if STATE_ALIGN in kv_groups:
         _check_align_request(kv_groups, enable_prefix_caching, num_speculative_tokens, kv_transfer_config)
     if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups
-                                                 or any(w < 0 for w in kv_groups)):
+                                                 or any(isinstance(w, int) and w < 0 for w in kv_groups)):
         raise ValueError("kv_groups with a drafter: only without a KV connector, without chunked groups "
                          "(vLLM disables the hybrid manager there) and with a full-attention group (0), "
                          "which the draft layer joins")
@@ -339,7 +339,7 @@ def _build_scheduler(
         vllm_config.cache_config.mamba_block_size = block_size
     kv_cache_config = _kv_cache_config(
         num_gpu_blocks, block_size, kv_groups, num_speculative_tokens > 0,
-        vllm_config.cache_config.prefix_cache_retention_interval, max_model_len,
+        vllm_config.cache_config.prefix_cache_retention_interval, max_model_len, num_speculative_tokens,
     )
     cls = AsyncScheduler if async_scheduling else Scheduler
     sizes = {}
@@ -388,13 +388,13 @@ def _check_align_request(
 ) -> None:
     """Raise ValueError unless ``kv_groups`` with ``STATE_ALIGN`` is a setup the driver models: prefix
     caching on (vLLM picks the "align" mode only then), only ``STATE_ALIGN`` and full-attention (0)
-    entries, no drafter and no KV connector (their align-mode paths are not modelled)."""
+    entries, no KV connector (its align-mode paths are not modelled)."""
     if not enable_prefix_caching:
         raise ValueError("kv_groups with STATE_ALIGN: the \"align\" mamba cache mode needs enable_prefix_caching=True")
     if any(w not in (STATE_ALIGN, 0) for w in kv_groups):
         raise ValueError(f"kv_groups with STATE_ALIGN: only STATE_ALIGN and 0 entries, got {kv_groups}")
-    if num_speculative_tokens or kv_transfer_config is not None:
-        raise ValueError("kv_groups with STATE_ALIGN: no drafter and no KV connector")
+    if kv_transfer_config is not None:
+        raise ValueError("kv_groups with STATE_ALIGN: no KV connector")
 
 
 def _kv_cache_config(
@@ -404,6 +404,7 @@ def _kv_cache_config(
     is_eagle_group: bool,
     retention_interval: int | None,
     max_model_len: int = 0,
+    num_speculative_tokens: int = 0,
 ) -> KVCacheConfig:
     """The scheduler's ``KVCacheConfig``: one group per ``kv_groups`` entry (layer
     ``layer{i}``), or the single full-attention group ``layer`` when it is empty.
@@ -415,16 +416,20 @@ def _kv_cache_config(
     ``draft_layer`` joins the first full-attention group, which is flagged (gpt-oss + EAGLE-3:
     12 sliding + 12 full + 1 draft layers are padded to groups (sliding x13, full x13 incl. the
     draft); with several full-attention groups vLLM would put it in the group
-    ``num_full_layers % num_full_groups``, not modelled)."""
+    ``num_full_layers % num_full_groups``, not modelled). A mamba group's spec holds
+    ``num_speculative_tokens`` speculative state blocks per request (``MambaBase.get_kv_cache_spec``
+    with a drafter)."""
 
     def spec(window: int | str) -> FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec | MambaSpec:
         if window == STATE:     # GDN-like state shapes; the scheduler reads the block size and mode only
             return MambaSpec(block_size=max_model_len, shapes=((3, 64), (8, 128, 128)),
-                             dtypes=(torch.bfloat16, torch.float32), mamba_cache_mode="none")
+                             dtypes=(torch.bfloat16, torch.float32), mamba_cache_mode="none",
+                             num_speculative_blocks=num_speculative_tokens)
         if window == STATE_ALIGN:   # FlashInfer's GDN prefill (SM90): one checkpoint block per prefill
             return MambaSpec(block_size=block_size, shapes=((3, 64), (8, 128, 128)),
                              dtypes=(torch.bfloat16, torch.float32), mamba_cache_mode="align",
-                             num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=block_size)
+                             num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=block_size,
+                             num_speculative_blocks=num_speculative_tokens)
         if window == 0:
             return FullAttentionSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
                                      head_size=_HEAD_DIM, dtype=torch.bfloat16)

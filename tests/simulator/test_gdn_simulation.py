@@ -4,12 +4,17 @@ service holds one state block per GDN group beside its attention blocks; and wit
 (vLLM's default, its "align" mode): states kept at block boundaries, hits on them."""
 
 import dataclasses
+import re
 from collections import Counter
+
+import pytest
 
 from simulator.engine_args import EngineArgs
 from simulator.kv_cache.state import StateKVCacheManager
 from simulator.kv_cache.state_align import AlignStateKVCacheManager
+from simulator.request import Request, RequestSpec
 from simulator.simulation import SimulationSpec, build_memory, resolve_engine, run_simulation
+from simulator.spec_decode import spec_config_from_vllm
 from simulator.workload import WorkloadSpec
 
 
@@ -65,3 +70,36 @@ def test_prefix_caching_runs_the_align_mode_with_hits_on_kept_states():
     # first prompt whole, the junction chunk, then the other prompts' 2,324 uncached tokens
     assert Counter(n for n in steps["num_tokens"] if n > 1) == {4500: 1, 2176: 1, 2324: 39}
     assert (max(steps["num_reqs"]), max(steps["kv_blocks_used"])) == (1, 14)
+
+
+def test_an_mtp_drafter_adds_speculative_state_blocks_in_both_modes():
+    """--speculative-config method mtp (the checkpoint's MTP layer, 2 drafts): the layer joins the
+    full-attention group (11 layers), the conv state holds 2 more rows (2,179,072 bytes a layer:
+    1,072-token blocks without prefix caching, 1,088 with), and each GDN group holds 2 more state
+    blocks a request. A 2,000-token prompt's first slots (2 attention blocks): with prefix caching
+    4 a group (state, prefill checkpoint, 2 speculative), without 3 (state, 2 speculative)."""
+    spec = spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": 2}, [0.8, 0.6])
+    for caching, block, per_group in ((True, 1088, 4), (False, 1072, 3)):
+        args = EngineArgs(model="Qwen/Qwen3.5-35B-A3B", gpu="H100", max_model_len=8192, enable_prefix_caching=caching,
+                          num_gpu_blocks_override=40, speculative_config=spec)
+        resolved = resolve_engine(args)
+        memory = build_memory(resolved)
+        layout = memory.layout
+        assert (memory.block_size, layout.mamba_state_bytes, layout.mamba_blocks_per_request) == \
+            (block, 2_179_072, 5 if caching else 3)
+        assert sorted((g.kind, len(g.layers)) for g in layout.groups) == [("full", 11)] + [("mamba", 10)] * 3
+        resolved = dataclasses.replace(resolved, block_size=memory.block_size)
+        kv = resolved.kv_cache_manager(memory.num_gpu_blocks, layout)
+        request = Request.from_spec(RequestSpec("a", 0.0, 2000, 10), block)
+        assert len(kv.allocate_slots(request, 2000, num_lookahead_tokens=2)) == 3 * per_group + 2
+        result = run_simulation(SimulationSpec(engine=args, workload=WorkloadSpec(
+            dataset_name="random", num_prompts=40, request_rate=100.0, random_input_len=2000, random_output_len=200,
+            seed=1), debug=True))
+        assert result.summary["completed"] == 40 and result.resolved.block_size == block
+    for flags, message in (({"speculative_config": spec_config_from_vllm({"method": "eagle3", "num_speculative_tokens": 2},
+                                                                          [0.8])},
+                            "method 'eagle3' with Qwen/Qwen3.5-35B-A3B's Gated DeltaNet layers is not simulated"),
+                           ({"speculative_config": spec, "pipeline_parallel_size": 2},
+                            "--speculative-config with pipeline parallelism on Qwen/Qwen3.5-35B-A3B's Gated DeltaNet")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            resolve_engine(EngineArgs(model="Qwen/Qwen3.5-35B-A3B", gpu="H100", max_model_len=8192, **flags))

@@ -328,7 +328,6 @@ def test_gated_deltanet_budget_uses_the_aligned_block():
 @pytest.mark.parametrize("kw,match", [
     (dict(gpu_sm=100), "B200 is sm_100; the plan is modelled on sm_90 GPUs"),
     (dict(vllm_version=(0, 20)), "--vllm-version 0.20: the plan is vLLM 0.33's"),
-    (dict(num_spec_tokens=1), "a drafter's layers and speculative state blocks are not modelled"),
     (dict(hybrid_kv_cache_manager=False), "only with its hybrid KV cache manager"),
 ])
 def test_gated_deltanet_plans_outside_the_modelled_ones_are_one_line_errors(kw, match):
