@@ -29,6 +29,12 @@ Mapping of op specs onto the schema (the rules the simulator relies on):
   given). An op the batch engine builds for a profiled balanced shape therefore features
   exactly as that AIC row (tested).
 - CommOp: kind -> op_name, bytes -> message_bytes, group_size -> num_gpus.
+- GdnOp of one kernel (``GdnOp.kernel_parts`` splits a mixed one): prefills -> op_name "chunked",
+  batch_size = sequences, seq_len = the longest one's new tokens (the chunked scan's sequential
+  depth; a uniform row's only length), num_tokens = their sum; decodes -> "recurrent",
+  batch_size = decodes, num_tokens = decodes + a verify's drafts, seq_len = ceil(num_tokens /
+  batch_size) (1 for plain decodes, as every measured row); heads and head dims per rank;
+  state_dtype from the state's bytes per element (4 -> fp32, 2 -> bf16).
 - ElementwiseOp: the name picks the profiled kernel (ELEMENTWISE_KINDS: input/post norm ->
   fused_add_rms_norm, final/MLA norms -> rms_norm, rotary -> rotary_embedding, *_act ->
   silu_and_mul; other names, e.g. embedding and sampler, keep their name and so have no
@@ -45,18 +51,19 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from frontier.ops import AttentionOp, CommOp, ElementwiseOp, GemmOp, MoeOp
+from frontier.ops import GDN_CHUNK_TOKENS, AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeOp
 from frontier.power_law_routing import power_law_loads
 
 Canon = dict[str, np.ndarray]
 
 # Bump when any canonical column, feature or reference formula changes: bundles record it,
 # cached auto bundles of another version are refitted and load_bundle refuses them.
-FEATURES_VERSION = 9       # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
+FEATURES_VERSION = 10      # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
                            # per dtype; 5: MoE power-law load statistics; 6: 20-tree GEMM forest;
                            # 7: MoE ratio target on a roofline fitted per MoE dtype (moe_roofline);
                            # 8: attention ratio target on a fitted roofline; 9: attention back on the
-                           # nominal reference (v8's fitted one worsened the end-to-end bench; attention.py)
+                           # nominal reference (v8's fitted one worsened the end-to-end bench; attention.py);
+                           # 10: the gdn family (Gated DeltaNet's gated delta rule)
 SMS = 132.0                 # streaming multiprocessors of an H100/H200 SXM (shapes the wave features)
 RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
 _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,
@@ -80,13 +87,15 @@ CANON_COLUMNS: dict[str, tuple[str, ...]] = {
             "var_tokens_per_expert"),
     "comm": ("op_name", "message_bytes", "num_gpus", "link"),
     "elementwise": ("op_name", "num_tokens", "hidden_size", "dtype"),
+    "gdn": ("op_name", "batch_size", "seq_len", "num_tokens", "num_k_heads", "num_v_heads", "head_k_dim",
+            "head_v_dim", "state_dtype"),
 }
 # The columns that name a sub-model (the kernel family changes with them).
 SUBMODEL_KEY = {"linear": "dtype", "attention": "kv_dtype", "moe": "moe_dtype", "comm": "op_name",
-                "elementwise": "op_name"}
+                "elementwise": "op_name", "gdn": "op_name"}
 # The token axis of each family (what the token-count-only baseline regresses on).
 TOKENS = {"linear": "m", "attention": "num_tokens", "moe": "num_tokens", "comm": "message_bytes",
-          "elementwise": "num_tokens"}
+          "elementwise": "num_tokens", "gdn": "num_tokens"}
 # Elementwise kernels: tensor passes over the [tokens, width] rows (reads + writes), and the
 # profiled kernel a simulator ElementwiseOp name stands for (names ending "_act": silu_and_mul).
 ELEMENTWISE_PASSES = {"rms_norm": 2, "fused_add_rms_norm": 4, "rotary_embedding": 2, "silu_and_mul": 3,
@@ -290,11 +299,28 @@ def canon_row_from_op(op) -> tuple[str, dict[str, object]]:
     if isinstance(op, CommOp):
         return "comm", {"op_name": op.kind, "message_bytes": op.bytes, "num_gpus": op.group_size,
                         "link": op.link}
+    if isinstance(op, GdnOp):
+        return "gdn", gdn_canon_row(op)
     if isinstance(op, ElementwiseOp):
         kind = "silu_and_mul" if op.name.endswith("_act") else ELEMENTWISE_KINDS.get(op.name, op.name)
         width = max(1, round(op.bytes_per_token / (ELEMENTWISE_PASSES.get(kind, 2) * 2.0)))
         return "elementwise", {"op_name": kind, "num_tokens": op.tokens, "hidden_size": width, "dtype": "bf16"}
     raise ValueError(f"no learned predictor family for {type(op).__name__}; price it with the roofline")
+
+
+def gdn_canon_row(op: GdnOp) -> dict[str, object]:
+    """One canonical gdn row of a one-kernel GdnOp (module docstring; ValueError for a mixed one)."""
+    if op.prefill_new and op.num_decodes:
+        raise ValueError("a GdnOp with prefills and decodes runs two kernels; price its kernel_parts()")
+    state = "fp32" if op.state_bytes_per_elem >= 4 else "bf16"
+    heads = {"num_k_heads": op.num_key_heads, "num_v_heads": op.num_value_heads, "head_k_dim": op.key_head_dim,
+             "head_v_dim": op.value_head_dim, "state_dtype": state}
+    if op.prefill_new:
+        return {"op_name": "chunked", "batch_size": len(op.prefill_new), "seq_len": max(op.prefill_new),
+                "num_tokens": sum(op.prefill_new), **heads}
+    tokens = op.num_decodes + op.spec_tokens
+    return {"op_name": "recurrent", "batch_size": op.num_decodes, "seq_len": -(-tokens // op.num_decodes),
+            "num_tokens": tokens, **heads}
 
 
 def canon_from_records(records: Sequence[dict], family: str) -> Canon:
@@ -332,6 +358,8 @@ FEATURE_NAMES: dict[str, tuple[str, ...]] = {
             "lg_weight_bytes", "lg_max_expert_flops", "lg_tp", "lg_ep", "lg_mean_load",
             "lg_blocks16", "lg_blocks64", "lg_blocks128", "lg_max_blocks64"),
     "comm": ("lg_bytes", "num_gpus", "op_code", "link_code", "lg_bus_bytes"),
+    "gdn": ("lg_batch", "lg_seq_len", "lg_tokens", "lg_k_heads", "lg_v_heads", "lg_head_k", "lg_head_v",
+            "state_bytes", "lg_chunks", "lg_flops", "lg_state_bytes", "lg_act_bytes", "lg_ctas"),
     "elementwise": ("lg_tokens", "lg_width", "lg_bytes", "dtype_bytes"),
 }
 
@@ -339,7 +367,7 @@ FEATURE_NAMES: dict[str, tuple[str, ...]] = {
 def featurize(canon: Canon, family: str) -> np.ndarray:
     """Model matrix (rows x FEATURE_NAMES[family]) of a canonical table."""
     return {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm,
-            "elementwise": _elementwise}[family](canon)
+            "elementwise": _elementwise, "gdn": _gdn}[family](canon)
 
 
 def _f(canon: Canon, name: str) -> np.ndarray:
@@ -441,6 +469,30 @@ def _elementwise(c: Canon) -> np.ndarray:
     return np.column_stack([_lg(c["num_tokens"]), _lg(c["hidden_size"]), _lg(nbytes), eb])
 
 
+def gdn_work(c: Canon) -> tuple[np.ndarray, ...]:
+    """(FLOPs, state bytes, activation bytes, chunks of the longest sequence) of gdn rows, as
+    ``GdnOp.prefill_work`` / ``recurrent_work`` count them (activations at 2 bytes): the chunked
+    kernel reads and writes each sequence's state once; the recurrent one reads it once and
+    writes it after every token (a plain decode: once)."""
+    b, tok, nk, nv = _f(c, "batch_size"), _f(c, "num_tokens"), _f(c, "num_k_heads"), _f(c, "num_v_heads")
+    dk, dv = _f(c, "head_k_dim"), _f(c, "head_v_dim")
+    chunked = np.asarray(c["op_name"]).astype(str) == "chunked"
+    flops = nv * tok * (4 * dk * dv + np.where(chunked, 2.0 * GDN_CHUNK_TOKENS * (dk + dv), 0.0))
+    state = nv * dk * dv * dtype_bytes(c["state_dtype"])
+    state_bytes = np.where(chunked, 2 * b, b + tok) * state
+    act_bytes = tok * (2 * nk * dk + 2 * nv * dv + 2 * nv) * 2.0
+    chunks = np.where(chunked, np.ceil(_f(c, "seq_len") / GDN_CHUNK_TOKENS), 1.0)
+    return flops, state_bytes, act_bytes, chunks
+
+
+def _gdn(c: Canon) -> np.ndarray:
+    flops, state_bytes, act_bytes, chunks = gdn_work(c)
+    b, nv = _f(c, "batch_size"), _f(c, "num_v_heads")
+    return np.column_stack([_lg(b), _lg(c["seq_len"]), _lg(c["num_tokens"]), _lg(c["num_k_heads"]), _lg(nv),
+                            _lg(c["head_k_dim"]), _lg(c["head_v_dim"]), dtype_bytes(c["state_dtype"]), _lg(chunks),
+                            _lg(flops), _lg(state_bytes), _lg(act_bytes), _lg(b * nv)])
+
+
 def tokens_of(canon: Canon, family: str) -> np.ndarray:
     """The token-count axis of a family (m, tokens in the batch, tokens into MoE, message bytes)."""
     if family == "attention":
@@ -503,6 +555,9 @@ def reference_s(canon: Canon, family: str) -> np.ndarray:
                 + (3 * hid * inter * active * wbytes + pairs * (2 * hid + 3 * inter) * 2) / _REF_BW + _REF_FIXED_S)
     if family == "elementwise":
         return _elementwise_bytes(canon)[1] / _REF_BW + _REF_FIXED_S
+    if family == "gdn":
+        flops, state_bytes, act_bytes, chunks = gdn_work(canon)
+        return flops / _REF_FLOPS + (state_bytes + act_bytes) / _REF_BW + chunks * _REF_FIXED_S
     nbytes, g = _f(canon, "message_bytes"), _f(canon, "num_gpus")
     ops = np.array([str(o) for o in canon["op_name"]])
     bus = np.where(ops == "all_reduce", 2 * (g - 1) / g, (g - 1) / g) * nbytes

@@ -13,6 +13,7 @@ layers), which the roofline prices (its constants fitted on AIConfigurator's mea
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
@@ -278,6 +279,13 @@ class GdnOp:
     @property
     def num_tokens(self) -> int:
         return sum(self.prefill_new) + self.num_decodes + self.spec_tokens
+
+    def kernel_parts(self) -> tuple[GdnOp, ...]:
+        """The op as one op per kernel: its chunked prefill part and its recurrent part (they run
+        one after the other); itself when it has one kind of sequence."""
+        if not self.prefill_new or not self.num_decodes:
+            return (self,)
+        return (dataclasses.replace(self, num_decodes=0, spec_tokens=0), dataclasses.replace(self, prefill_new=()))
 
     @property
     def state_bytes(self) -> float:

@@ -35,7 +35,7 @@ from frontier.ops import MOE_A2A_OPS
 # not bump the version; bundles refuse any other version, and a bump would orphan them all.
 SCHEMA_VERSION = 1
 
-FAMILIES = ("linear", "attention", "moe", "elementwise", "comm", "memory")
+FAMILIES = ("linear", "attention", "moe", "elementwise", "comm", "gdn", "memory")
 TIMING_MODES = ("kernel", "launch")  # kernel: CUDA-graph replay / kernel-only; launch: eager, launch-inclusive
 SOURCES = ("aiconfigurator", "vidur", "frontier-profiler")
 DTYPES = ("fp32", "fp16", "bf16", "fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4",
@@ -46,6 +46,7 @@ ATTENTION_OPS = ("context", "generation", "mixed")
 ELEMENTWISE_OPS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "kv_cache_write")
 COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p") + MOE_A2A_OPS
 LINKS = ("nvlink", "network", "pcie")
+GDN_OPS = ("chunked", "recurrent")   # the gated delta rule's prefill (chunked) and decode (recurrent) kernels
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 
@@ -113,6 +114,14 @@ FAMILY_COLUMNS: dict[str, pa.Schema] = {
         ("op_name", _S), ("message_bytes", _I), ("num_gpus", _I), ("dtype", _S), ("link", _S),
         ("num_tokens", _I), ("hidden_size", _I), ("topk", _I), ("num_experts", _I),
     ]),
+    # The gated delta rule of one Gated DeltaNet layer on one rank (vLLM's chunked prefill kernel,
+    # or the recurrent decode update): batch_size sequences of seq_len new tokens each (the longest,
+    # for a batch of unequal ones), num_tokens in all; heads already divided by TP; state_dtype:
+    # the temporal state's (Qwen3.5: fp32). The causal conv1d before it is not a row.
+    "gdn": pa.schema([
+        ("op_name", _S), ("batch_size", _I), ("seq_len", _I), ("num_tokens", _I), ("num_k_heads", _I),
+        ("num_v_heads", _I), ("head_k_dim", _I), ("head_v_dim", _I), ("state_dtype", _S),
+    ]),
     "memory": pa.schema([
         ("model", _S), ("tp", _I), ("pp", _I), ("ep", _I), ("max_num_batched_tokens", _I),
         ("weights_bytes", _I), ("torch_peak_increase_bytes", _I), ("non_torch_bytes", _I),
@@ -126,6 +135,7 @@ _ENUMS: dict[str, dict[str, tuple[str, ...]]] = {
     "moe": {"moe_dtype": DTYPES},
     "elementwise": {"op_name": ELEMENTWISE_OPS, "dtype": DTYPES},
     "comm": {"op_name": COMM_OPS, "link": LINKS},
+    "gdn": {"op_name": GDN_OPS, "state_dtype": DTYPES},
     "memory": {},
 }
 
@@ -296,6 +306,8 @@ OPERATOR_MINIMUM: dict[str, dict[str, float]] = {
             "moe_tp_size": 1, "moe_ep_size": 1},
     "elementwise": {"num_tokens": 1, "hidden_size": 1},
     "comm": {"message_bytes": 1, "num_gpus": 1},
+    "gdn": {"batch_size": 1, "seq_len": 1, "num_tokens": 1, "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 1,
+            "head_v_dim": 1},
 }
 OPERATOR_OPTIONAL_MINIMUM: dict[str, dict[str, float]] = {
     "attention": {"prefill_ctx_max": 0, "window_size": 0},
@@ -303,7 +315,7 @@ OPERATOR_OPTIONAL_MINIMUM: dict[str, dict[str, float]] = {
 }
 OPERATOR_ENUMS: dict[str, tuple[str, ...]] = {
     "linear": ("dtype",), "attention": ("kv_dtype",), "moe": ("moe_dtype",),
-    "elementwise": ("op_name", "dtype"), "comm": ("op_name", "link"),
+    "elementwise": ("op_name", "dtype"), "comm": ("op_name", "link"), "gdn": ("op_name", "state_dtype"),
 }
 
 

@@ -1,7 +1,8 @@
 """Calibrated operator costs: a bundle's per-family predictors behind the ``CostModel`` protocol.
 
-``PredictorCostModel`` prices GEMMs (family ``linear``), attention, MoE and elementwise
-ops (norms, RoPE, activation) with the predictors of a calibration bundle
+``PredictorCostModel`` prices GEMMs (family ``linear``), attention, MoE, elementwise
+ops (norms, RoPE, activation) and Gated DeltaNet's gated delta rule (``gdn``: a mixed op's
+chunked and recurrent kernels priced apart and summed) with the predictors of a calibration bundle
 (``calibration.bundle.load_bundle``; the simulator only queries, it never fits).
 Everything the bundle cannot price goes to the roofline model and is counted, never
 silently mixed in:
@@ -56,12 +57,12 @@ from frontier.ops import GemmOp, OpSpec
 from simulator.comm.backend import make_comm_backend
 from simulator.cost_model import CostModel, RooflineCostModel
 
-PREDICTED_FAMILIES = ("linear", "attention", "moe", "elementwise")
+PREDICTED_FAMILIES = ("linear", "attention", "moe", "elementwise", "gdn")
 FP8_BLOCK_AS = "fp8"   # the GEMM sub-model block-scaled fp8 GEMMs are priced from (see above)
 
 
 class PredictorCostModel:
-    """Bundle predictors for linear/attention/MoE/elementwise ops; roofline (+ comm model) for the rest."""
+    """Bundle predictors for linear/attention/MoE/elementwise/GDN ops; roofline (+ comm model) for the rest."""
 
     def __init__(self, bundle, fallback: RooflineCostModel) -> None:
         self.bundle = bundle
@@ -94,7 +95,11 @@ class PredictorCostModel:
                 continue
             if family == "linear" and self.fp8_block_as_fp8:
                 op = as_per_tensor_fp8(op)
-            t, oor = predictor.price_op(op, timing_mode)
+            if family == "gdn":     # no per-op query path: ops priced by value (memoized), kernel by kernel
+                priced = predictor.price_ops(op.kernel_parts(), timing_mode)
+                t, oor = sum(p for p, _ in priced), any(o for _, o in priced)
+            else:
+                t, oor = predictor.price_op(op, timing_mode)
             if math.isnan(t) or t <= 0.0:
                 rest.append(i)
                 continue

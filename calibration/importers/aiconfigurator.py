@@ -23,6 +23,12 @@ and a frontier catalogue entry:
   AIC's latency is in microseconds there. Plus SGLang's wide-EP DeepEP tables
   (``comm/sglang/<v>/wideep_deepep_{ll,normal}_perf``; 1-8 nodes on H100 / H200) as rows of
   framework "sglang", which scale the vLLM tables across nodes (``simulator.comm.moe_a2a``).
+* gdn       <- ``linear_attention/vllm/<v>/gdn_perf``: the gated delta rule of Qwen3.5's Gated
+  DeltaNet layers, FlashInfer's chunked prefill kernel (``chunk_gated_delta_rule_flashinfer``,
+  phase context: op "chunked") and the packed recurrent decode (phase generation: op
+  "recurrent"), batch_size sequences of seq_len tokens, heads per rank; state_dtype fp32
+  (Qwen3.5's ``mamba_ssm_dtype``, the models the tables name). The causal conv1d rows of the
+  same table are not imported (the roofline prices the conv1d).
 
 Timings: AIC replays CUDA graphs and records the mean of the replays (ms); it is stored
 as ``latency_s_median`` (seconds), p10/p90/num_samples null, timing_mode "kernel". The
@@ -43,7 +49,7 @@ from calibration.importers.rows import DTYPE_BYTES, ImportReport, add, finish, w
 from frontier import profile_schema as ps
 from frontier.gpu import get_gpu, intra_node_link
 
-FAMILIES = ("linear", "attention", "moe", "comm")
+FAMILIES = ("linear", "attention", "moe", "comm", "gdn")
 _COMM_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
              "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
 # Latent dims of the models in the MLA module tables (from their HF config.json).
@@ -357,9 +363,30 @@ def _sglang_deepep_frames(systems: Path, aic_gpu: str, gpu: str, link: str) -> l
     return frames
 
 
+# AIC GDN kernel -> the gdn family's op_name (the conv1d kernels of the table are not imported)
+_GDN_KERNELS = {"chunk_gated_delta_rule_flashinfer": "chunked",
+                "fused_recurrent_gated_delta_rule_packed_decode": "recurrent"}
+
+
+def _gdn(systems, aic_gpu, gpu, vdir, skipped):
+    if not any((systems / "data" / aic_gpu / "linear_attention" / "vllm").glob("*/gdn_perf.parquet")):
+        skipped.append(f"{aic_gpu}: no linear_attention/vllm/*/gdn_perf table")
+        return []
+    got = _read(systems, aic_gpu, f"linear_attention/vllm/{vdir}/gdn_perf.parquet", skipped)
+    if got is None:
+        return []
+    d, table = got
+    d = d[d["kernel_source"].isin(list(_GDN_KERNELS))]
+    out = pd.DataFrame({"op_name": d["kernel_source"].map(_GDN_KERNELS), "batch_size": d["batch_size"],
+                        "seq_len": d["seq_len"], "num_tokens": d["num_tokens"], "num_k_heads": d["num_k_heads"],
+                        "num_v_heads": d["num_v_heads"], "head_k_dim": d["head_k_dim"],
+                        "head_v_dim": d["head_v_dim"], "state_dtype": "fp32", "latency_s_median": _ms_to_s(d)})
+    return [finish(out, "gdn", timing_mode="kernel", backend="vllm", **_provenance(d, gpu, table, "vllm", vdir))]
+
+
 def _system_yaml(systems: Path, aic_gpu: str) -> dict:
     path = systems / f"{aic_gpu}.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
-_FAMILY_READERS = {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm}
+_FAMILY_READERS = {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm, "gdn": _gdn}
