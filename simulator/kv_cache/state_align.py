@@ -17,7 +17,8 @@ For a chunk of tokens [s, e) of a request (``processed`` p = computed tokens not
                       the state block at ceil(e / B) - 1
 
 so a running request holds one state block per group, two while a chunk crosses into a new block,
-three in a checkpointed chunk. Prefix caching (retention interval 0): full attention registers
+three in a checkpointed chunk; with a drafter of k drafts (MTP) k speculative blocks more, at the
+table's end (``num_speculative_blocks``). Prefix caching (retention interval 0): full attention registers
 every full block; a GDN group registers only the state at the prompt's replay boundary
 floor((prompt - 1) / B) x B and at the request's shared-prefix junction. A hit is the full group's
 run of cached blocks from the left (FA_hit, at most tokens - 1), then the rightmost boundary within
@@ -28,9 +29,9 @@ prefill chunks to block boundaries (``split_chunk``, vLLM ``_mamba_block_aligned
 
 vLLM's partial-tail re-keying (``_cache_partial_tail_block``) changes nothing here: without
 ``--prefix-match-unit`` every checkpoint it would key is already keyed by the mask above, and a
-transient checkpoint (a resumed request's, past its prompt) was never keyed. Not mirrored:
-speculative decoding (its speculative state blocks), KV connectors, ``--prefix-match-unit``,
-other retention intervals (``engine_args`` refuses them with a GDN model).
+transient checkpoint (a resumed request's, past its prompt) was never keyed. Not mirrored: KV
+connectors (refused), and vLLM's ``--prefix-match-unit`` and other retention intervals (flags
+Frontier does not take).
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ class AlignStateKVCacheManager(KVCacheManager):
     """Per-group block tables (GDN groups first, as Qwen3.5's layer 0 is a GDN layer, then the
     full-attention group) over one ``BlockPool`` with prefix caching on.
 
-    num_state_groups: vLLM's mamba KV cache groups (Qwen3.5: 3).
-    checkpoint_blocks: whether the GDN prefill kernel exports a mid-prefill state (FlashInfer's
-        on Hopper: one checkpoint block per group; False = Triton's, none).
+    num_state_groups: vLLM's mamba KV cache groups (Qwen3.5: 3), each with one prefill
+        checkpoint block (FlashInfer's GDN prefill, which vLLM runs on Hopper, exports a
+        mid-prefill state; Triton's, which exports none, is not modelled).
     num_speculative_blocks: k, the drafts of a drafter (MTP): each GDN table ends in k more
         blocks (a verify writes the state after each draft), the running state is the entry
         k from the end, and when a chunk moves the state past them they are moved to the
@@ -77,7 +78,7 @@ class AlignStateKVCacheManager(KVCacheManager):
     aligned_prefill = True          # the scheduler cuts prefill chunks with split_chunk
 
     def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int, num_state_groups: int,
-                 checkpoint_blocks: bool = True, watermark: float = 0.0, num_speculative_blocks: int = 0) -> None:
+                 watermark: float = 0.0, num_speculative_blocks: int = 0) -> None:
         super().__init__(num_gpu_blocks, block_size, max_model_len, enable_prefix_caching=True,
                          watermark=watermark)
         if num_state_groups < 1:
@@ -85,7 +86,6 @@ class AlignStateKVCacheManager(KVCacheManager):
         if num_speculative_blocks < 0:
             raise ValueError(f"num_speculative_blocks={num_speculative_blocks}; must be >= 0")
         self.num_state_groups = num_state_groups
-        self.checkpoint_blocks = checkpoint_blocks
         self.spec_blocks = num_speculative_blocks
         self.allocated: set[str] = set()            # vLLM _allocated_block_reqs (one for all groups)
         self.full_group = num_state_groups          # the group id its hashes are keyed with
@@ -103,9 +103,10 @@ class AlignStateKVCacheManager(KVCacheManager):
     def split_chunk(self, request: Request, start: int, num_new_tokens: int, max_prefill_tokens: int) -> int:
         """vLLM ``Scheduler._mamba_block_aligned_split``: the tokens of a prefill chunk from
         ``start`` once cut to a block boundary (unless it is the prefill's last chunk), at the
-        last cacheable boundary (Triton prefill only) and at the shared-prefix junction; 0 = the
-        request gets no tokens this step. ``max_prefill_tokens``: the token budget, or the
-        configured long-prefill threshold when set (a block wider than it advances sub-block)."""
+        last cacheable boundary (binds only for chunks a checkpoint cannot serve) and at the
+        shared-prefix junction; 0 = the request gets no tokens this step. ``max_prefill_tokens``: the token budget, or the
+        configured long-prefill threshold when set (a block wider than it advances sub-block).
+        (A padded speculative-decoding admission is never cut: its start, a hit, is on a block.)"""
         tokens = request.num_tokens
         prefill_end = max(request.prompt_len, tokens - 1)
         if start >= prefill_end:
@@ -113,8 +114,7 @@ class AlignStateKVCacheManager(KVCacheManager):
         bs = self.block_size
         last = checkpoint_position(tokens, bs)
         end = start + num_new_tokens
-        internal = (self.checkpoint_blocks and end >= prefill_end
-                    and checkpoint_valid(start, end, checkpoint_position(prefill_end, bs), bs))
+        internal = end >= prefill_end and checkpoint_valid(start, end, checkpoint_position(prefill_end, bs), bs)
         if internal:
             last = 0
         if end < prefill_end:
@@ -158,7 +158,7 @@ class AlignStateKVCacheManager(KVCacheManager):
     # ------------------------------------------------------------------ allocation
     def _checkpoint(self, rid: str, start: int, end: int, prefill_end: int) -> bool:
         """vLLM ``_needs_internal_checkpoint`` (the chunk [start, end) takes a checkpoint block)."""
-        if not self.checkpoint_blocks or end < prefill_end:
+        if end < prefill_end:
             return False
         bs = self.block_size
         if not checkpoint_valid(start, end, checkpoint_position(end, bs), bs):
