@@ -28,7 +28,7 @@ cdiv(min(W - 1 + in_flight, L), block) + 1 (sliding window W; SlidingWindowSpec
 `max_admission_blocks_per_request`), with in_flight = max_num_batched_tokens * concurrent
 batches (pp + 1 with async scheduling on model runner V2, the GPU default; pp without).
 
-Gated DeltaNet hybrids (Qwen3.5, Qwen3-Next; `gdn_layout`, vLLM 0.33 on sm_90): each GDN layer
+Gated DeltaNet hybrids (Qwen3.5, Qwen3-Next; `gdn_layout`, vLLM 0.33 on sm_90 and sm_100): each GDN layer
 reports a MambaSpec whose page is its per-request state (conv + temporal, `gdn_state_bytes`), and
 `Platform._align_hybrid_block_size` (platforms/interface.py) grows the attention block to
 A * ceil(state / (A * attention bytes per token)), A = max(16, --block-size), lcm'd with 64 when
@@ -123,11 +123,14 @@ SAMPLER_FP32_COPIES = 3                     # fp32 logits, probs, and a sorted/s
 CUDA_GRAPH_BYTES_PER_LAYER = 64 * 1024      # graph node/exec state per captured layer per size (~2 MiB / 32 layers)
 MIN_GRAPH_BYTES = MIB                       # vLLM floors the per-graph estimate at 1 MiB
 HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_groups_uniform_page_size
-# Gated DeltaNet hybrids (``gdn_layout``), vLLM 0.33 on sm_90 (platforms/interface.py
-# _align_hybrid_block_size; v1/attention/backends/flash_attn.py, gdn_attn.py)
-GDN_ATTENTION_KERNEL_BLOCK = 16             # FlashAttention 3's kernel block sizes: multiples of 16
+# Gated DeltaNet hybrids (``gdn_layout``), vLLM 0.33 (platforms/interface.py
+# _align_hybrid_block_size; v1/attention/backends/flash_attn.py, flashinfer.py, gdn_attn.py)
+GDN_ATTENTION_KERNEL_BLOCK = 16             # the smallest kernel block of FlashAttention 3 (sm_90) and FlashInfer (sm_100)
 GDN_CHECKPOINT_ALIGNMENT = 64               # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT ("align" mode)
-GDN_SM_VERSION = 90                         # the GPUs whose backends those are (Blackwell picks others)
+# The GPUs whose backends those are: FlashAttention 3 on sm_90, FlashInfer (picked first) on the
+# sm_100 family, and FlashInfer's GDN prefill on both (on sm_100 from a CUDA 13 build: vLLM 0.33's
+# PyPI wheel is one); others pick other backends (FA2 / Triton GDN prefill), not modelled.
+GDN_SM_VERSIONS = (90, 100, 103)
 
 PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
 
@@ -278,9 +281,10 @@ def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int
                     hybrid_kv_cache_manager: bool) -> None:
     """ValueError (one line) for a Gated DeltaNet model's KV plan that ``gdn_layout`` does not model."""
     why = None
-    if gpu.sm_version != GDN_SM_VERSION:
-        why = (f"{gpu.name} is sm_{gpu.sm_version}; the plan is modelled on sm_90 GPUs (H100, H200, H20, H800), "
-               "where vLLM runs FlashAttention 3 and FlashInfer's GDN prefill")
+    if gpu.sm_version not in GDN_SM_VERSIONS:
+        why = (f"{gpu.name} is sm_{gpu.sm_version}; the plan is modelled on sm_90 GPUs (H100, H200, H20, H800) "
+               "and the sm_100 family (B200, B300, GB200, GB300), where vLLM runs FlashAttention 3 or FlashInfer "
+               "and FlashInfer's GDN prefill")
     elif vllm_version != SEMANTICS:
         why = f"--vllm-version {vllm_version[0]}.{vllm_version[1]}: the plan is vLLM {SEMANTICS[0]}.{SEMANTICS[1]}'s"
     elif not hybrid_kv_cache_manager:
@@ -488,7 +492,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     also turns it off for chunked local attention (Llama 4) with an EAGLE drafter
     (``num_spec_tokens``) and, by default, before 0.14 (``CHUNKED_LOCAL_HYBRID``).
     ``prefix_caching``: sets a Gated DeltaNet model's layout (``gdn_layout``), planned as vLLM
-    0.33 plans it on sm_90 GPUs only (ValueError otherwise, and with the hybrid manager
+    0.33 plans it on sm_90 and sm_100-family GPUs only (ValueError otherwise, and with the hybrid manager
     disabled), an MTP drafter's ``num_spec_tokens`` speculative state blocks included; the block
     size of the budget is then the aligned one.
 

@@ -55,6 +55,15 @@ try:
     import torchvision  # noqa: F401  (a real one: no stubs)
 except ImportError:
     _TORCHVISION.install()
+# FlashInfer (the attention backend vLLM picks on Blackwell) is not installed with the oracle
+# either: its backend module imports kernel wrappers at module level, which the plan never
+# calls; stub modules are served to that module and vLLM's FlashInfer utilities only.
+_FLASHINFER = StubFinder(("flashinfer",), ("vllm.v1.attention.backends.flashinfer", "vllm.utils.flashinfer"),
+                         "__frontier_stub__", nested=True)
+try:
+    import flashinfer  # noqa: F401  (a real one: no stubs)
+except ImportError:
+    _FLASHINFER.install()
 
 import torch  # noqa: E402
 
@@ -202,6 +211,24 @@ def _forward_context(vllm_config, layers: dict):
         ctx.update(saved)
 
 
+@contextlib.contextmanager
+def _flashinfer_on_blackwell():
+    """FlashInfer's backend module as on an SM100-family GPU with its TRT-LLM kernels (what
+    ``FlashInferBackend.get_supported_kernel_block_sizes`` asks: the page sizes from 128 up that
+    only trtllm-gen serves are advertised there, beside 16, 32 and 64)."""
+    import vllm.v1.attention.backends.flashinfer as fi
+
+    platform, trtllm = fi.current_platform, fi.can_use_trtllm_attention
+    family = platform.is_device_capability_family
+    platform.is_device_capability_family = lambda capability, *a, **k: capability == 100
+    fi.can_use_trtllm_attention = lambda num_qo_heads, num_kv_heads, *a, **k: num_qo_heads % num_kv_heads == 0
+    try:
+        yield
+    finally:
+        platform.is_device_capability_family = family
+        fi.can_use_trtllm_attention = trtllm
+
+
 def _spec_kind(spec) -> str:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
@@ -261,20 +288,45 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
                     max_num_batched_tokens: int, prefix_caching: bool, kv_cache_dtype: str = "auto",
                     user_block_size: int | None = None, *, gpu_sm: int = 90, gdn_prefill_backend: str = "auto",
                     mamba_cache_dtype: str = "auto", mamba_ssm_cache_dtype: str = "auto",
-                    num_speculative_tokens: int = 0) -> dict[str, Any]:
-    """vLLM 0.33's KV-cache plan for one deployment of a Qwen3.5 / Qwen3-Next model on SM90.
+                    num_speculative_tokens: int = 0, cuda_runtime_major: int = 13) -> dict[str, Any]:
+    """vLLM 0.33's KV-cache plan for one deployment of a Qwen3.5 / Qwen3-Next model.
 
     ``available_bytes``: what ``determine_available_memory`` returns per rank (the same for every
     rank). ``num_speculative_tokens`` > 0: the checkpoint's MTP drafter (``--speculative-config``
     method "mtp"): its full-attention layers (``Qwen3_5MultiTokenPredictor``, prefix
     ``mtp.layers.i``, built as the target's full-attention layers) join the last pp stage, and
-    the GDN specs hold that many speculative blocks. Returns the aligned block sizes, page sizes,
-    groups, num_blocks and the logged capacity; raises vLLM's ValueError where vLLM would refuse
-    to start.
+    the GDN specs hold that many speculative blocks. ``gpu_sm``: 90 (Hopper) or the SM100 family
+    (100 / 103: Blackwell); ``cuda_runtime_major``: the build's CUDA (vLLM 0.33's PyPI wheel is a
+    CUDA 13 build: it requires nvidia-cutlass-dsl[cu13]), which decides Blackwell's GDN prefill
+    kernel. Returns the aligned block sizes, page sizes, groups, num_blocks and the logged
+    capacity; raises vLLM's ValueError where vLLM would refuse to start.
     """
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    from vllm.v1.attention.backends.flashinfer import FlashInferBackend
+
+    # The attention backend vLLM's CUDA platform picks for Qwen3.5's full-attention layers (head
+    # size 256, bf16, causal; platforms/cuda.py _get_backend_priorities): FLASH_ATTN (FA3) on
+    # Hopper, FLASHINFER first on the SM100 family (Blackwell: B200 / B300 / GB200 / GB300)
+    if gpu_sm == 90:
+        backend, device = FlashAttentionBackend, contextlib.nullcontext()
+    elif gpu_sm // 10 == 10:
+        backend, device = FlashInferBackend, _flashinfer_on_blackwell()
+    else:
+        raise NotImplementedError("only SM90 (FLASH_ATTN) and the SM100 family (FLASHINFER) are modelled")
+    cfg = load_config(config_name_or_dict)
+    config = build_vllm_config(cfg, tp, pp, max_model_len, max_num_batched_tokens, prefix_caching,
+                               kv_cache_dtype, user_block_size, mamba_cache_dtype, mamba_ssm_cache_dtype,
+                               num_speculative_tokens=num_speculative_tokens)
+    with device:
+        return _plan(cfg, config, backend, tp, pp, available_bytes, prefix_caching, kv_cache_dtype, user_block_size,
+                     gpu_sm, gdn_prefill_backend, num_speculative_tokens, cuda_runtime_major)
+
+
+def _plan(cfg, config, backend, tp, pp, available_bytes, prefix_caching, kv_cache_dtype, user_block_size,
+          gpu_sm, gdn_prefill_backend, num_speculative_tokens, cuda_runtime_major) -> dict[str, Any]:
+    """``vllm_mamba_plan`` once the config and the attention backend are chosen."""
     from vllm.model_executor.models import ModelRegistry
     from vllm.platforms.interface import Platform
-    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
     from vllm.v1.attention.selector import get_mamba_attn_backend
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
@@ -282,18 +334,13 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
     from vllm.v1.kv_cache_interface import MambaSpec
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-    if gpu_sm != 90:
-        raise NotImplementedError("only SM90 (Hopper: FLASH_ATTN/FA3 for the attention layers) is modelled")
-    cfg = load_config(config_name_or_dict)
-    config = build_vllm_config(cfg, tp, pp, max_model_len, max_num_batched_tokens, prefix_caching,
-                               kv_cache_dtype, user_block_size, mamba_cache_dtype, mamba_ssm_cache_dtype,
-                               num_speculative_tokens=num_speculative_tokens)
     cache_config = config.cache_config
     text = config.model_config.hf_text_config
     layer_types = list(text.layer_types)
     num_layers = text.num_hidden_layers
     assert len(layer_types) == num_layers
-    prefill_backend = gdn_prefill_backend_on_cuda(gpu_sm, text.linear_key_head_dim, requested=gdn_prefill_backend)
+    prefill_backend = gdn_prefill_backend_on_cuda(gpu_sm, text.linear_key_head_dim, cuda_runtime_major,
+                                                  requested=gdn_prefill_backend)
     # Layer names as the checkpoint's module tree registers them (not used by the numbers).
     root = "language_model.model.layers" if hasattr(config.model_config.hf_config, "text_config") else "model.layers"
 
@@ -305,13 +352,13 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
                 layers[name] = _gdn_layer(config, name, prefill_backend)
             elif layer_types[i] == "full_attention":
                 name = f"{root}.{i}.self_attn.attn"
-                layers[name] = _attention_layer(config, name, FlashAttentionBackend)
+                layers[name] = _attention_layer(config, name, backend)
             else:
                 raise ValueError(f"layer {i}: unknown layer type {layer_types[i]!r}")
         if num_speculative_tokens and indices.stop == num_layers:      # the drafter runs on the last stage
             for j in range(getattr(text, "mtp_num_hidden_layers", 1)):
                 name = f"mtp.layers.{j}.self_attn.attn"
-                layers[name] = _attention_layer(config, name, FlashAttentionBackend)
+                layers[name] = _attention_layer(config, name, backend)
         return layers
 
     stages = stage_layer_indices(num_layers, pp)
@@ -338,7 +385,7 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
     all_specs = [s for stage in specs for s in stage.values()]
     layout = resolve_kv_cache_layout(
         config, [[m.name for m in get_supported_kv_cache_layouts(
-            [FlashAttentionBackend, get_mamba_attn_backend(text_mamba_type(all_specs))])]], all_specs)
+            [backend, get_mamba_attn_backend(text_mamba_type(all_specs))])]], all_specs)
 
     groups = get_global_kv_cache_groups(config, specs)
     configs = get_kv_cache_configs(config, specs, [available_bytes] * len(specs), groups)

@@ -42,6 +42,11 @@ class StubValue:
     def __mro_entries__(self, bases: tuple) -> tuple:
         return (object,)
 
+    def __or__(self, other: Any) -> Any:     # a union in an annotation evaluated at import
+        return StubValue(f"{self._name} | ...", self._nested)
+
+    __ror__ = __or__
+
     def __bool__(self) -> bool:
         return False
 

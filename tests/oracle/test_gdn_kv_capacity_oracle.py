@@ -141,6 +141,34 @@ def test_gdn_kv_plan_with_an_mtp_drafter_equals_vllms(planner, case, tmp_path):
         (("full" if g["kind"] == "full_attention" else g["kind"]), g["layers"]) for g in want["groups"])
 
 
+# Blackwell (the sm_100 family): vLLM picks FlashInfer for the attention layers (smallest kernel
+# block 16, as FlashAttention 3's; page sizes from 128 up advertised with TRT-LLM's kernels) and,
+# in its CUDA 13 build, FlashInfer's GDN prefill: the planner run as there gives the same plan
+BLACKWELL_CASES = [
+    ("Qwen/Qwen3.5-35B-A3B", "B200", 100, 1, True, 0),
+    ("Qwen/Qwen3.5-35B-A3B", "B300", 103, 2, False, 0),
+    ("Qwen/Qwen3.5-397B-A17B", "B200", 100, 8, True, 2),
+    ("Qwen/Qwen3.5-122B-A10B", "GB300", 103, 4, True, 0),
+]
+
+
+@pytest.mark.parametrize("case", BLACKWELL_CASES, ids=lambda c: f"{c[0].split('/')[-1]}-{c[1]}-tp{c[3]}-"
+                         f"{'align' if c[4] else 'none'}-mtp{c[5]}")
+def test_gdn_kv_plan_on_blackwell_equals_vllms(planner, case, tmp_path):
+    name, gpu, sm, tp, pc, k = case
+    want = planner.vllm_mamba_plan(name, tp, 1, 40 * GIB, 32768, 8192, pc, gpu_sm=sm, num_speculative_tokens=k)
+    assert want["gdn_prefill_backend"] == "flashinfer"
+    spec = spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": k}, [0.7]) if k else None
+    args = EngineArgs(model=name, gpu=gpu, tensor_parallel_size=tp, enable_prefix_caching=pc,
+                      kv_cache_memory_bytes=40 * GIB, max_model_len=32768, max_num_batched_tokens=8192,
+                      speculative_config=spec)
+    budget = build_memory(resolve_engine(args))
+    got = {"block_size": budget.block_size, "attn_page_bytes": budget.layout.page_bytes,
+           "bytes_per_block": budget.bytes_per_block, "num_blocks": budget.num_gpu_blocks,
+           "logged_tokens": budget.logged_kv_cache_tokens(32768), "max_concurrency": budget.max_concurrency(32768)}
+    assert got == {k: want[k] for k in got}
+
+
 def test_a_pool_too_small_for_one_request_is_refused_by_both(planner, tmp_path):
     """Qwen3.5-122B-A10B TP 2 at 262,144 tokens with ~3 GiB: vLLM's planner refuses to start, and
     so does ours (one request needs 125 attention blocks of 2,112 tokens + 3 x 3 state blocks, 134,

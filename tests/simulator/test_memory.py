@@ -326,14 +326,14 @@ def test_gated_deltanet_budget_uses_the_aligned_block():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(gpu_sm=100), "B200 is sm_100; the plan is modelled on sm_90 GPUs"),
+    (dict(gpu_sm=89), "L40S is sm_89; the plan is modelled on sm_90 GPUs"),
     (dict(vllm_version=(0, 20)), "--vllm-version 0.20: the plan is vLLM 0.33's"),
     (dict(hybrid_kv_cache_manager=False), "only with its hybrid KV cache manager"),
 ])
 def test_gated_deltanet_plans_outside_the_modelled_ones_are_one_line_errors(kw, match):
     gpu = H100
     if kw.pop("gpu_sm", None):
-        gpu = dataclasses.replace(H100, name="B200", sm_version=100)
+        gpu = dataclasses.replace(H100, name="L40S", sm_version=89)
     with pytest.raises(ValueError, match=match):
         kv_budget(_qwen35_35b(), ParallelSpec(), gpu, max_num_batched_tokens=8192, max_num_seqs=256, **kw)
 
