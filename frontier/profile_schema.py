@@ -380,6 +380,12 @@ def _contradictions(n: pd.DataFrame, family: str) -> list[tuple[pd.Series, Calla
         checks += [(n["topk"] > n["num_experts"], lambda r: f"topk={r['topk']} > num_experts={r['num_experts']}"),
                    (n["moe_ep_size"] > n["num_experts"],
                     lambda r: f"moe_ep_size={r['moe_ep_size']} > num_experts={r['num_experts']}")]
+    if family == "gdn" and {"batch_size", "seq_len", "num_tokens"} <= set(n.columns):
+        # batch_size sequences of at most seq_len tokens, one of them seq_len long
+        b, s, t = n["batch_size"], n["seq_len"], n["num_tokens"]
+        checks.append(((t > b * s) | (t < s + b - 1),
+                       lambda r: f"num_tokens={r['num_tokens']} outside [seq_len + batch_size - 1, batch_size x seq_len] = "
+                                 f"[{r['seq_len'] + r['batch_size'] - 1}, {r['batch_size'] * r['seq_len']}]"))
     if family != "attention" or not set(OPERATOR_MINIMUM["attention"]) <= set(n.columns):
         return checks
     npre, ndec = n["num_prefill"], n["num_decode"]

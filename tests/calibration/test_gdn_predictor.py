@@ -84,3 +84,33 @@ def test_cost_model_prices_gdn_ops_from_the_bundle(gdn_pred):
     assert (model.num_predicted, model.num_out_of_range, model.num_fallback) == (3, 0, 0)
     model.op_times_s([GdnOp((), 24, 32, 128, 128, 16, spec_tokens=48)], "kernel")
     assert (model.num_predicted, model.num_out_of_range) == (4, 1)
+
+
+def test_calibrate_and_predict_gdn_rows_from_the_cli(tmp_path):
+    """`frontier calibrate` on gdn profiles writes a bundle with the family (held-out error in the
+    manifest); `frontier predict` prices gdn operator rows and refuses a self-contradicting one."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from frontier.cli import app
+
+    profiles, bundle = tmp_path / "profiles", tmp_path / "h100.joblib"
+    import_aiconfigurator(AIC, profiles, gpus=["h100_sxm"], families=["gdn"])
+    runner = CliRunner()
+    res = runner.invoke(app, ["calibrate", "--profiles", str(profiles), "--gpu", "H100-SXM", "--out", str(bundle)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(runner.invoke(app, ["evaluate", "--bundle", str(bundle), "--json"]).output)
+    assert set(report["families"]) == {"gdn"} and report["families"]["gdn"]["rows"] == 909
+    header = "family,op_name,batch_size,seq_len,num_tokens,num_k_heads,num_v_heads,head_k_dim,head_v_dim,state_dtype\n"
+    ops = tmp_path / "ops.csv"
+    ops.write_text(header + "gdn,chunked,4,2048,8192,16,32,128,128,fp32\ngdn,recurrent,64,1,64,16,32,128,128,fp32\n")
+    res = runner.invoke(app, ["predict", "--bundle", str(bundle), "--input", str(ops)])
+    assert res.exit_code == 0, res.output
+    rows = [line.split(",") for line in res.output.strip().splitlines()[1:]]
+    assert [r[-1] for r in rows] == ["False", "False"] and all(float(r[-2]) > 0 for r in rows)
+    ops.write_text(header + "gdn,chunked,4,2048,9000,16,32,128,128,fp32\n")
+    res = runner.invoke(app, ["predict", "--bundle", str(bundle), "--input", str(ops)])
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
+        f"error: {ops} line 2: gdn row has num_tokens=9000 outside [seq_len + batch_size - 1, batch_size x seq_len] "
+        "= [2051, 8192]")
