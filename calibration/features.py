@@ -29,12 +29,14 @@ Mapping of op specs onto the schema (the rules the simulator relies on):
   given). An op the batch engine builds for a profiled balanced shape therefore features
   exactly as that AIC row (tested).
 - CommOp: kind -> op_name, bytes -> message_bytes, group_size -> num_gpus.
-- GdnOp of one kernel (``GdnOp.kernel_parts`` splits a mixed one): prefills -> op_name "chunked",
-  batch_size = sequences, seq_len = the longest one's new tokens (the chunked scan's sequential
-  depth; a uniform row's only length), num_tokens = their sum; decodes -> "recurrent",
-  batch_size = decodes, num_tokens = decodes + a verify's drafts, seq_len = ceil(num_tokens /
-  batch_size) (1 for plain decodes, as every measured row); heads and head dims per rank;
-  state_dtype from the state's bytes per element (4 -> fp32, 2 -> bf16).
+- GdnOp of one kernel (``GdnOp.kernel_parts`` splits a mixed one): prefills -> op_name "chunked"
+  (the delta rule) or "conv1d", batch_size = sequences, seq_len = the longest one's new tokens
+  (the chunked scan's sequential depth; a uniform row's only length), num_tokens = their sum;
+  decodes -> "recurrent" or "conv1d_update", batch_size = decodes, num_tokens = decodes + a
+  verify's drafts, seq_len = ceil(num_tokens / batch_size) (1 for plain decodes, as every
+  measured row); heads and head dims per rank; state_dtype: the delta rule's state from its
+  bytes per element (4 -> fp32, 2 -> bf16), the conv state's from the activations'; d_conv =
+  the conv window.
 - ElementwiseOp: the name picks the profiled kernel (ELEMENTWISE_KINDS: input/post norm ->
   fused_add_rms_norm, final/MLA norms -> rms_norm, rotary -> rotary_embedding, *_act ->
   silu_and_mul; other names, e.g. embedding and sampler, keep their name and so have no
@@ -58,12 +60,12 @@ Canon = dict[str, np.ndarray]
 
 # Bump when any canonical column, feature or reference formula changes: bundles record it,
 # cached auto bundles of another version are refitted and load_bundle refuses them.
-FEATURES_VERSION = 10      # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
+FEATURES_VERSION = 11      # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
                            # per dtype; 5: MoE power-law load statistics; 6: 20-tree GEMM forest;
                            # 7: MoE ratio target on a roofline fitted per MoE dtype (moe_roofline);
                            # 8: attention ratio target on a fitted roofline; 9: attention back on the
                            # nominal reference (v8's fitted one worsened the end-to-end bench; attention.py);
-                           # 10: the gdn family (Gated DeltaNet's gated delta rule)
+                           # 10: the gdn family (Gated DeltaNet's gated delta rule); 11: its conv1d kernels
 SMS = 132.0                 # streaming multiprocessors of an H100/H200 SXM (shapes the wave features)
 RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
 _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,
@@ -88,7 +90,7 @@ CANON_COLUMNS: dict[str, tuple[str, ...]] = {
     "comm": ("op_name", "message_bytes", "num_gpus", "link"),
     "elementwise": ("op_name", "num_tokens", "hidden_size", "dtype"),
     "gdn": ("op_name", "batch_size", "seq_len", "num_tokens", "num_k_heads", "num_v_heads", "head_k_dim",
-            "head_v_dim", "state_dtype"),
+            "head_v_dim", "state_dtype", "d_conv"),
 }
 # The columns that name a sub-model (the kernel family changes with them).
 SUBMODEL_KEY = {"linear": "dtype", "attention": "kv_dtype", "moe": "moe_dtype", "comm": "op_name",
@@ -312,15 +314,16 @@ def gdn_canon_row(op: GdnOp) -> dict[str, object]:
     """One canonical gdn row of a one-kernel GdnOp (module docstring; ValueError for a mixed one)."""
     if op.prefill_new and op.num_decodes:
         raise ValueError("a GdnOp with prefills and decodes runs two kernels; price its kernel_parts()")
-    state = "fp32" if op.state_bytes_per_elem >= 4 else "bf16"
+    conv = op.kernel == "conv1d"
+    state = "fp32" if (op.act_bytes if conv else op.state_bytes_per_elem) >= 4 else "bf16"
     heads = {"num_k_heads": op.num_key_heads, "num_v_heads": op.num_value_heads, "head_k_dim": op.key_head_dim,
-             "head_v_dim": op.value_head_dim, "state_dtype": state}
+             "head_v_dim": op.value_head_dim, "state_dtype": state, "d_conv": op.conv_kernel}
     if op.prefill_new:
-        return {"op_name": "chunked", "batch_size": len(op.prefill_new), "seq_len": max(op.prefill_new),
-                "num_tokens": sum(op.prefill_new), **heads}
+        return {"op_name": "conv1d" if conv else "chunked", "batch_size": len(op.prefill_new),
+                "seq_len": max(op.prefill_new), "num_tokens": sum(op.prefill_new), **heads}
     tokens = op.num_decodes + op.spec_tokens
-    return {"op_name": "recurrent", "batch_size": op.num_decodes, "seq_len": -(-tokens // op.num_decodes),
-            "num_tokens": tokens, **heads}
+    return {"op_name": "conv1d_update" if conv else "recurrent", "batch_size": op.num_decodes,
+            "seq_len": -(-tokens // op.num_decodes), "num_tokens": tokens, **heads}
 
 
 def canon_from_records(records: Sequence[dict], family: str) -> Canon:
@@ -359,7 +362,7 @@ FEATURE_NAMES: dict[str, tuple[str, ...]] = {
             "lg_blocks16", "lg_blocks64", "lg_blocks128", "lg_max_blocks64"),
     "comm": ("lg_bytes", "num_gpus", "op_code", "link_code", "lg_bus_bytes"),
     "gdn": ("lg_batch", "lg_seq_len", "lg_tokens", "lg_k_heads", "lg_v_heads", "lg_head_k", "lg_head_v",
-            "state_bytes", "lg_chunks", "lg_flops", "lg_state_bytes", "lg_act_bytes", "lg_ctas"),
+            "state_bytes", "lg_chunks", "lg_flops", "lg_state_bytes", "lg_act_bytes", "lg_ctas", "d_conv"),
     "elementwise": ("lg_tokens", "lg_width", "lg_bytes", "dtype_bytes"),
 }
 
@@ -471,16 +474,20 @@ def _elementwise(c: Canon) -> np.ndarray:
 
 def gdn_work(c: Canon) -> tuple[np.ndarray, ...]:
     """(FLOPs, state bytes, activation bytes, chunks of the longest sequence) of gdn rows, as
-    ``GdnOp.prefill_work`` / ``recurrent_work`` count them (activations at 2 bytes): the chunked
-    kernel reads and writes each sequence's state once; the recurrent one reads it once and
-    writes it after every token (a plain decode: once)."""
+    ``GdnOp`` counts them (activations at 2 bytes): the chunked kernel reads and writes each
+    sequence's state once; the recurrent one reads it once and writes it after every token (a
+    plain decode: once); the conv1d kernels read and write each token's conv_dim channels and
+    each sequence's d_conv - 1 state rows (``GdnOp.conv_work``; 2 x d_conv FLOPs a channel)."""
     b, tok, nk, nv = _f(c, "batch_size"), _f(c, "num_tokens"), _f(c, "num_k_heads"), _f(c, "num_v_heads")
-    dk, dv = _f(c, "head_k_dim"), _f(c, "head_v_dim")
-    chunked = np.asarray(c["op_name"]).astype(str) == "chunked"
-    flops = nv * tok * (4 * dk * dv + np.where(chunked, 2.0 * GDN_CHUNK_TOKENS * (dk + dv), 0.0))
-    state = nv * dk * dv * dtype_bytes(c["state_dtype"])
-    state_bytes = np.where(chunked, 2 * b, b + tok) * state
-    act_bytes = tok * (2 * nk * dk + 2 * nv * dv + 2 * nv) * 2.0
+    dk, dv, k = _f(c, "head_k_dim"), _f(c, "head_v_dim"), _f(c, "d_conv")
+    op = np.asarray(c["op_name"]).astype(str)
+    chunked, conv = op == "chunked", (op == "conv1d") | (op == "conv1d_update")
+    conv_dim = 2 * nk * dk + nv * dv
+    flops = np.where(conv, 2 * k * conv_dim * tok,
+                     nv * tok * (4 * dk * dv + np.where(chunked, 2.0 * GDN_CHUNK_TOKENS * (dk + dv), 0.0)))
+    state = np.where(conv, (k - 1) * conv_dim, nv * dk * dv) * dtype_bytes(c["state_dtype"])
+    state_bytes = np.where(chunked | conv, 2 * b, b + tok) * state
+    act_bytes = tok * np.where(conv, 2 * conv_dim, 2 * nk * dk + 2 * nv * dv + 2 * nv) * 2.0
     chunks = np.where(chunked, np.ceil(_f(c, "seq_len") / GDN_CHUNK_TOKENS), 1.0)
     return flops, state_bytes, act_bytes, chunks
 
@@ -490,7 +497,7 @@ def _gdn(c: Canon) -> np.ndarray:
     b, nv = _f(c, "batch_size"), _f(c, "num_v_heads")
     return np.column_stack([_lg(b), _lg(c["seq_len"]), _lg(c["num_tokens"]), _lg(c["num_k_heads"]), _lg(nv),
                             _lg(c["head_k_dim"]), _lg(c["head_v_dim"]), dtype_bytes(c["state_dtype"]), _lg(chunks),
-                            _lg(flops), _lg(state_bytes), _lg(act_bytes), _lg(b * nv)])
+                            _lg(flops), _lg(state_bytes), _lg(act_bytes), _lg(b * nv), _f(c, "d_conv")])
 
 
 def tokens_of(canon: Canon, family: str) -> np.ndarray:

@@ -236,11 +236,18 @@ class ElementwiseOp:
         return self.tokens * self.bytes_per_token
 
 
+GDN_KERNELS = ("delta_rule", "conv1d")
+
+
 @dataclass(frozen=True)
 class GdnOp:
-    """The gated delta rule of one Gated DeltaNet layer on one rank over a (possibly mixed) batch
-    (vLLM's ``qwen_gdn_attention_core`` after its conv1d: the chunked scan for prefill sequences,
-    the recurrent update for decodes). Shapes per rank: ``num_value_heads`` (nv) and
+    """One of the two batch-shaped kernels of a Gated DeltaNet layer on one rank over a (possibly
+    mixed) batch, ``kernel``: "delta_rule", the gated delta rule (vLLM's ``qwen_gdn_attention_core``
+    after its conv1d: the chunked scan for prefill sequences, the recurrent update for decodes), or
+    "conv1d", the causal conv1d before it (``causal_conv1d_fn`` for prefills, ``causal_conv1d_update``
+    for decodes) over the conv_dim = 2 x nk x dk + nv x dv channels with a ``conv_kernel``-wide
+    window: it reads and writes each token's channels and each sequence's conv state of
+    conv_kernel - 1 rows at ``act_bytes``, 2 x conv_kernel FLOPs a channel and token. Shapes per rank: ``num_value_heads`` (nv) and
     ``num_key_heads`` (nk) already divided by TP, head dims ``key_head_dim`` (dk) and
     ``value_head_dim`` (dv); each sequence's temporal state is nv x dk x dv elements of
     ``state_bytes_per_elem`` (4 for Qwen3.5's fp32 ``mamba_ssm_dtype``).
@@ -267,11 +274,16 @@ class GdnOp:
     state_bytes_per_elem: float = 4.0
     act_bytes: float = 2.0
     spec_tokens: int = 0
+    kernel: str = "delta_rule"
+    conv_kernel: int = 4
 
     def __post_init__(self) -> None:
         _check_positive("GdnOp", num_value_heads=self.num_value_heads, key_head_dim=self.key_head_dim,
                         value_head_dim=self.value_head_dim, num_key_heads=self.num_key_heads,
-                        state_bytes_per_elem=self.state_bytes_per_elem, act_bytes=self.act_bytes)
+                        state_bytes_per_elem=self.state_bytes_per_elem, act_bytes=self.act_bytes,
+                        conv_kernel=self.conv_kernel)
+        if self.kernel not in GDN_KERNELS:
+            raise ValueError(f"GdnOp: kernel={self.kernel!r}; valid: {', '.join(GDN_KERNELS)}")
         if self.num_decodes < 0 or self.spec_tokens < 0 or (self.prefill_new and min(self.prefill_new) < 1):
             raise ValueError(f"GdnOp: num_decodes={self.num_decodes} and spec_tokens={self.spec_tokens} must be "
                              f">= 0 and every prefill_new >= 1")
@@ -281,8 +293,9 @@ class GdnOp:
         return sum(self.prefill_new) + self.num_decodes + self.spec_tokens
 
     def kernel_parts(self) -> tuple[GdnOp, ...]:
-        """The op as one op per kernel: its chunked prefill part and its recurrent part (they run
-        one after the other); itself when it has one kind of sequence."""
+        """The op as one op per kernel: its prefill part and its decode part (the chunked and the
+        recurrent kernels, or the two conv1d ones: they run one after the other); itself when it
+        has one kind of sequence."""
         if not self.prefill_new or not self.num_decodes:
             return (self,)
         return (dataclasses.replace(self, num_decodes=0, spec_tokens=0), dataclasses.replace(self, prefill_new=()))
@@ -315,12 +328,29 @@ class GdnOp:
         return (2 * nk * self.key_head_dim + 2 * nv * self.value_head_dim + 2 * nv) * self.act_bytes
 
     @property
+    def conv_dim(self) -> int:
+        """The conv1d's channels on this rank: q and k (nk x dk each) and v (nv x dv)."""
+        return 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_work(self) -> tuple[float, float]:
+        """(FLOPs, bytes) of the conv1d: every token's channels and every sequence's conv state
+        (conv_kernel - 1 rows) read and written."""
+        rows = self.num_tokens + (self.conv_kernel - 1) * (len(self.prefill_new) + self.num_decodes)
+        return 2.0 * self.conv_kernel * self.conv_dim * self.num_tokens, rows * 2.0 * self.conv_dim * self.act_bytes
+
+    @property
     def flops(self) -> float:
+        if self.kernel == "conv1d":
+            return self.conv_work[0]
         return self.prefill_work[0] + self.recurrent_work[0]
 
     @property
     def bytes_moved(self) -> float:
-        """States read + written, q/k/v/g/beta in and the output out."""
+        """The delta rule: states read + written, q/k/v/g/beta in and the output out; the conv1d:
+        ``conv_work``."""
+        if self.kernel == "conv1d":
+            return self.conv_work[1]
         return self.prefill_work[1] + self.recurrent_work[1]
 
 

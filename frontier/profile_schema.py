@@ -46,7 +46,8 @@ ATTENTION_OPS = ("context", "generation", "mixed")
 ELEMENTWISE_OPS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "kv_cache_write")
 COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p") + MOE_A2A_OPS
 LINKS = ("nvlink", "network", "pcie")
-GDN_OPS = ("chunked", "recurrent")   # the gated delta rule's prefill (chunked) and decode (recurrent) kernels
+# the gated delta rule's prefill (chunked) and decode (recurrent) kernels, the causal conv1d's (conv1d, conv1d_update)
+GDN_OPS = ("chunked", "recurrent", "conv1d", "conv1d_update")
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 
@@ -114,13 +115,15 @@ FAMILY_COLUMNS: dict[str, pa.Schema] = {
         ("op_name", _S), ("message_bytes", _I), ("num_gpus", _I), ("dtype", _S), ("link", _S),
         ("num_tokens", _I), ("hidden_size", _I), ("topk", _I), ("num_experts", _I),
     ]),
-    # The gated delta rule of one Gated DeltaNet layer on one rank (vLLM's chunked prefill kernel,
-    # or the recurrent decode update): batch_size sequences of seq_len new tokens each (the longest,
-    # for a batch of unequal ones), num_tokens in all; heads already divided by TP; state_dtype:
-    # the temporal state's (Qwen3.5: fp32). The causal conv1d before it is not a row.
+    # A batch-shaped kernel of one Gated DeltaNet layer on one rank: the gated delta rule (vLLM's
+    # chunked prefill scan, or the recurrent decode update) or the causal conv1d before it (its
+    # prefill and decode kernels); batch_size sequences of seq_len new tokens each (the longest, for
+    # a batch of unequal ones), num_tokens in all; heads already divided by TP; state_dtype: the
+    # kernel's state (the delta rule's temporal state: fp32 for Qwen3.5; the conv state: bf16);
+    # d_conv: the conv1d's window.
     "gdn": pa.schema([
         ("op_name", _S), ("batch_size", _I), ("seq_len", _I), ("num_tokens", _I), ("num_k_heads", _I),
-        ("num_v_heads", _I), ("head_k_dim", _I), ("head_v_dim", _I), ("state_dtype", _S),
+        ("num_v_heads", _I), ("head_k_dim", _I), ("head_v_dim", _I), ("state_dtype", _S), ("d_conv", _I),
     ]),
     "memory": pa.schema([
         ("model", _S), ("tp", _I), ("pp", _I), ("ep", _I), ("max_num_batched_tokens", _I),
@@ -307,7 +310,7 @@ OPERATOR_MINIMUM: dict[str, dict[str, float]] = {
     "elementwise": {"num_tokens": 1, "hidden_size": 1},
     "comm": {"message_bytes": 1, "num_gpus": 1},
     "gdn": {"batch_size": 1, "seq_len": 1, "num_tokens": 1, "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 1,
-            "head_v_dim": 1},
+            "head_v_dim": 1, "d_conv": 1},
 }
 OPERATOR_OPTIONAL_MINIMUM: dict[str, dict[str, float]] = {
     "attention": {"prefill_ctx_max": 0, "window_size": 0},

@@ -787,9 +787,9 @@ class BatchEngine:
         tokens each on ``ctx`` context tokens ([] without GDN layers): the causal conv1d and the
         gated delta rule (``GdnOp``), per rank.
 
-        conv1d: an ElementwiseOp over the conv_dim / tp channels (conv_dim = 2 x key_dim +
-        value_dim) of T + (K - 1) x S rows read and written: the step's T tokens and each of its
-        S sequences' conv state of K - 1 rows (K = conv kernel width). The recurrent kernel runs
+        conv1d: a ``GdnOp`` of kernel "conv1d" over the conv_dim / tp channels (conv_dim = 2 x
+        key_dim + value_dim) of T + (K - 1) x S rows read and written: the step's T tokens and each
+        of its S sequences' conv state of K - 1 rows (K = conv kernel width). The recurrent kernel runs
         the decodes (1 new token) and, with speculative decoding, the verifies (up to 1 + k tokens
         on a context, as ``_attention_for``): a verify's drafts are ``GdnOp.spec_tokens``; the
         other requests run the chunked prefill."""
@@ -800,13 +800,12 @@ class BatchEngine:
         prefill = tuple(n for n, c in zip(new, ctx) if n > 1 and not (spec and n <= q and c))
         num_tokens, prefill_tokens = sum(new), sum(prefill)
         num_recurrent = len(new) - len(prefill)
-        conv = mdl.linear_conv_dim // tp
-        rows = num_tokens + (mdl.linear_conv_kernel_dim - 1) * len(new)
         state = float(mdl.mamba_state_elem_bytes[1])     # bytes a temporal-state element
         core = GdnOp(prefill, num_recurrent, mdl.linear_num_value_heads // tp, mdl.linear_key_head_dim,
                      mdl.linear_value_head_dim, mdl.linear_num_key_heads // tp, state, ab,
                      num_tokens - prefill_tokens - num_recurrent)
-        return [(ElementwiseOp("gdn_conv1d", rows, conv, 2 * conv * ab), n_layers), (core, n_layers)]
+        conv = replace(core, kernel="conv1d", conv_kernel=mdl.linear_conv_kernel_dim)
+        return [(conv, n_layers), (core, n_layers)]
 
     def _gdn_time_s(self, new: tuple[int, ...], ctx: tuple[int, ...], timing: str) -> float:
         """The Gated DeltaNet layers' cores (``gdn_ops``; seconds, all layers)."""

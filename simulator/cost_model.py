@@ -67,7 +67,7 @@ COMM_LATENCY_S = ALPHA_S
 LAUNCH_OVERHEAD_S = 5e-6
 # Kernels launched per op when eager: attention = KV-cache write + attention kernel;
 # fused MoE = routing top-k, align/permute, two grouped GEMMs, activation, combine;
-# gdn = the recurrent (decode) or chunked (prefill) gated-delta-rule kernel.
+# gdn = the recurrent (decode) or chunked (prefill) gated-delta-rule kernel, or the causal conv1d.
 KERNELS_PER_OP = {"linear": 1, "attention": 2, "moe": 6, "elementwise": 1, "gdn": 1, "comm": 1}
 # GPU-side fixed time of one kernel (graph or eager). Source: AIConfigurator's measured vLLM
 # 0.24 GEMM tables (systems/data/{h100,h200}_sxm/gemm/vllm/0.24.0): the smallest bf16 GEMM
@@ -155,6 +155,8 @@ class RooflineCostModel:
                 op.flops / (self._flops_rate[op.compute_dtype] * MOE_COMPUTE_EFF[kind]),
                 moe_bytes(op) / (bw * MOE_MEMORY_EFF))
         if isinstance(op, ElementwiseOp):
+            return KERNEL_LATENCY_S + op.bytes_moved / (bw * ELEMENTWISE_MEMORY_EFF)
+        if isinstance(op, GdnOp) and op.kernel == "conv1d":    # memory-bound, as an elementwise kernel
             return KERNEL_LATENCY_S + op.bytes_moved / (bw * ELEMENTWISE_MEMORY_EFF)
         if isinstance(op, GdnOp):      # the chunked kernel for the prefills, the recurrent one for the decodes
             t = 0.0

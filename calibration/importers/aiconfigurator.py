@@ -23,12 +23,12 @@ and a frontier catalogue entry:
   AIC's latency is in microseconds there. Plus SGLang's wide-EP DeepEP tables
   (``comm/sglang/<v>/wideep_deepep_{ll,normal}_perf``; 1-8 nodes on H100 / H200) as rows of
   framework "sglang", which scale the vLLM tables across nodes (``simulator.comm.moe_a2a``).
-* gdn       <- ``linear_attention/vllm/<v>/gdn_perf``: the gated delta rule of Qwen3.5's Gated
-  DeltaNet layers, FlashInfer's chunked prefill kernel (``chunk_gated_delta_rule_flashinfer``,
-  phase context: op "chunked") and the packed recurrent decode (phase generation: op
-  "recurrent"), batch_size sequences of seq_len tokens, heads per rank; state_dtype fp32
-  (Qwen3.5's ``mamba_ssm_dtype``, the models the tables name). The causal conv1d rows of the
-  same table are not imported (the roofline prices the conv1d).
+* gdn       <- ``linear_attention/vllm/<v>/gdn_perf``: the batch-shaped kernels of Qwen3.5's
+  Gated DeltaNet layers, the gated delta rule (FlashInfer's chunked prefill scan
+  ``chunk_gated_delta_rule_flashinfer``: op "chunked"; the packed recurrent decode: "recurrent";
+  state_dtype fp32, Qwen3.5's ``mamba_ssm_dtype``) and the causal conv1d before it
+  (``causal_conv1d_fn``: "conv1d"; ``causal_conv1d_update``: "conv1d_update"; a bf16 conv state),
+  batch_size sequences of seq_len tokens, heads per rank, the conv window d_conv.
 
 Timings: AIC replays CUDA graphs and records the mean of the replays (ms); it is stored
 as ``latency_s_median`` (seconds), p10/p90/num_samples null, timing_mode "kernel". The
@@ -363,9 +363,11 @@ def _sglang_deepep_frames(systems: Path, aic_gpu: str, gpu: str, link: str) -> l
     return frames
 
 
-# AIC GDN kernel -> the gdn family's op_name (the conv1d kernels of the table are not imported)
+# AIC GDN kernel -> the gdn family's op_name
 _GDN_KERNELS = {"chunk_gated_delta_rule_flashinfer": "chunked",
-                "fused_recurrent_gated_delta_rule_packed_decode": "recurrent"}
+                "fused_recurrent_gated_delta_rule_packed_decode": "recurrent",
+                "causal_conv1d_fn": "conv1d", "causal_conv1d_update": "conv1d_update"}
+_GDN_STATE_DTYPE = {"chunked": "fp32", "recurrent": "fp32", "conv1d": "bf16", "conv1d_update": "bf16"}
 
 
 def _gdn(systems, aic_gpu, gpu, vdir, skipped):
@@ -377,10 +379,12 @@ def _gdn(systems, aic_gpu, gpu, vdir, skipped):
         return []
     d, table = got
     d = d[d["kernel_source"].isin(list(_GDN_KERNELS))]
-    out = pd.DataFrame({"op_name": d["kernel_source"].map(_GDN_KERNELS), "batch_size": d["batch_size"],
+    op = d["kernel_source"].map(_GDN_KERNELS)
+    out = pd.DataFrame({"op_name": op, "batch_size": d["batch_size"],
                         "seq_len": d["seq_len"], "num_tokens": d["num_tokens"], "num_k_heads": d["num_k_heads"],
                         "num_v_heads": d["num_v_heads"], "head_k_dim": d["head_k_dim"],
-                        "head_v_dim": d["head_v_dim"], "state_dtype": "fp32", "latency_s_median": _ms_to_s(d)})
+                        "head_v_dim": d["head_v_dim"], "state_dtype": op.map(_GDN_STATE_DTYPE),
+                        "d_conv": d["d_conv"], "latency_s_median": _ms_to_s(d)})
     return [finish(out, "gdn", timing_mode="kernel", backend="vllm", **_provenance(d, gpu, table, "vllm", vdir))]
 
 

@@ -28,9 +28,9 @@ def test_h200_row_counts(h200):
     # moe 49896; comm = custom all-reduce 138 + DeepEP dispatch / combine 324 + nccl 2.26.2
     # (h200_sxm.yaml nccl_version) 1008 + SGLang's DeepEP 1554 (0.5.12: LL 176 + normal at 20 SMs
     # 414, 0.5.6.post2: 95 + 92; two phases each); gdn = FlashInfer's chunked scan 4144 + the
-    # recurrent decode 405 (the table's 4551 conv1d rows left out).
+    # recurrent decode 405 + the causal conv1d's prefill 4144 and decode 407 kernels.
     assert report.rows == {"linear": 107225, "attention": 122770, "moe": 49896, "comm": 1470 + 1554,
-                           "gdn": 4144 + 405}
+                           "gdn": 4144 + 405 + 4144 + 407}
     assert report.rows_by_gpu == {"H200": report.rows}
     assert report.skipped == ()
     assert (out / "family=linear" / "gpu=H200" / "part-0.parquet").exists()
@@ -272,12 +272,14 @@ def test_h200_gdn_rows(h200):
     32 value heads per rank, timed 0.111555 ms for Qwen3.5-4B's layer (three models share it)."""
     _, out = h200
     df = read_profiles(out, "gdn", "H200")
-    assert df.groupby("op_name").size().to_dict() == {"chunked": 4144, "recurrent": 405}
+    assert df.groupby("op_name").size().to_dict() == {"chunked": 4144, "conv1d": 4144, "conv1d_update": 407,
+                                                      "recurrent": 405}
     row = df[(df.op_name == "chunked") & (df.batch_size == 4) & (df.seq_len == 2048) & (df.num_k_heads == 16)
              & (df.num_v_heads == 32)].sort_values("latency_s_median").iloc[0]
-    assert (row.num_tokens, row.head_k_dim, row.head_v_dim, row.state_dtype, row.timing_mode) == \
-        (8192, 128, 128, "fp32", "kernel")
+    assert (row.num_tokens, row.head_k_dim, row.head_v_dim, row.state_dtype, row.d_conv, row.timing_mode) == \
+        (8192, 128, 128, "fp32", 4, "kernel")
     assert row.latency_s_median == pytest.approx(0.111555e-3, rel=1e-5)
     assert (row.kernel_source, row.framework_version, row.source_table) == \
         ("chunk_gated_delta_rule_flashinfer", "0.24.0", "data/h200_sxm/linear_attention/vllm/0.24.0/gdn_perf.parquet")
     assert set(df[df.op_name == "recurrent"].seq_len) == {1}
+    assert set(df[df.op_name.str.startswith("conv1d")].state_dtype) == {"bf16"}

@@ -9,7 +9,7 @@ from calibration.bundle import load_bundle, save_bundle
 from calibration.predictors import make_predictor
 from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
-from frontier.ops import AttentionOp, ElementwiseOp, GdnOp
+from frontier.ops import AttentionOp, GdnOp
 from frontier.parallel import ParallelSpec
 from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.cost_model import RooflineCostModel
@@ -107,9 +107,11 @@ def test_prefill_step_layer_counts():
     # the batch-dependent part: attention x 10 layers, the GDN cores x 30
     batch = BatchShape((8192,), (0,))
     assert e.attention_ops(batch) == [(AttentionOp((8192,), (0,), (), 16, 2, 256, 2.0, 2.0), 10)]
-    assert e.gdn_ops(batch.new_tokens, batch.context_lens) == [
-        (ElementwiseOp("gdn_conv1d", 8192 + 3, 8192, 2 * 8192 * 2.0), 30),
-        (GdnOp((8192,), 0, 32, 128, 128, 16, 4.0, 2.0), 30)]
+    (conv, _), rule = e.gdn_ops(batch.new_tokens, batch.context_lens)
+    assert rule == (GdnOp((8192,), 0, 32, 128, 128, 16, 4.0, 2.0), 30)
+    assert conv == GdnOp((8192,), 0, 32, 128, 128, 16, 4.0, 2.0, kernel="conv1d", conv_kernel=4)
+    # the conv1d: 8,192 channels of the tokens and the sequence's 3 conv-state rows, read and written
+    assert (conv.conv_dim, conv.bytes_moved) == (8192, (8192 + 3) * 2 * 8192 * 2.0)
 
 
 def test_tp2_gdn_shapes():
@@ -117,15 +119,17 @@ def test_tp2_gdn_shapes():
     ops = {getattr(op, "name", type(op).__name__): op for op, _ in e.layer_ops(16)}
     assert [(ops[k].n, ops[k].k) for k in ("qkv_proj", "in_proj_qkvz", "in_proj_ba", "out_proj")] == [
         (4608, 2048), (6144, 2048), (32, 2048), (2048, 2048)]
-    assert e.gdn_ops((1, 5), (10, 0)) == [(ElementwiseOp("gdn_conv1d", 6 + 2 * 3, 4096, 2 * 4096 * 2.0), 30),
-                                          (GdnOp((5,), 1, 16, 128, 128, 8, 4.0, 2.0), 30)]
+    assert e.gdn_ops((1, 5), (10, 0)) == [
+        (GdnOp((5,), 1, 16, 128, 128, 8, 4.0, 2.0, kernel="conv1d"), 30), (GdnOp((5,), 1, 16, 128, 128, 8, 4.0, 2.0), 30)]
+    assert e.gdn_ops((1, 5), (10, 0))[0][0].bytes_moved == (6 + 2 * 3) * 2 * 4096 * 2.0
 
 
 def test_decode_steps_pay_the_gdn_state_traffic():
     e = engine()
     new, ctx = (1,) * 64, (1000,) * 64
-    assert e.gdn_ops(new, ctx) == [(ElementwiseOp("gdn_conv1d", 4 * 64, 8192, 32768.0), 30),
+    assert e.gdn_ops(new, ctx) == [(GdnOp((), 64, 32, 128, 128, 16, 4.0, 2.0, kernel="conv1d"), 30),
                                    (GdnOp((), 64, 32, 128, 128, 16, 4.0, 2.0), 30)]
+    assert e.gdn_ops(new, ctx)[0][0].bytes_moved == 4 * 64 * 32768.0
     # per layer: conv 256 rows x 32,768 B; delta rule 270,016,512 B (test_roofline_prices_gdn_op)
     conv = 2.5e-6 + 256 * 32768 / BW_ELEM
     rule = REC_S + 270_016_512 / BW_REC
@@ -205,4 +209,5 @@ def test_spec_decode_verifies_run_the_recurrent_kernel():
     e = BatchEngine(QWEN35, ParallelSpec(), H100, RooflineCostModel(H100), cg, spec=SpecDecodeConfig("mtp", 3, (0.7,)))
     # two verifies of 1 + 3 tokens on a context, a 4-token prompt (no context: a prefill), a decode
     (conv, _), (core, n) = e.gdn_ops((4, 4, 4, 1), (100, 200, 0, 300))
-    assert (n, core.prefill_new, core.num_decodes, core.spec_tokens, conv.tokens) == (30, (4,), 3, 6, 13 + 4 * 3)
+    assert (n, core.prefill_new, core.num_decodes, core.spec_tokens, conv.num_tokens) == (30, (4,), 3, 6, 13)
+    assert conv.bytes_moved == (13 + 4 * 3) * 2 * 8192 * 2.0     # + 3 conv-state rows a sequence
