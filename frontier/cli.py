@@ -479,6 +479,10 @@ def simulate(
         typer.echo(f"note: {note}")
     if "spec_num_drafts" in result.summary:
         typer.echo(_spec_decoding(result.summary, r.args.speculative_config))
+    if "prefix_cache_queries" in result.summary:
+        s = result.summary
+        typer.echo(f"prefix cache: hit rate {100 * s['prefix_cache_hit_rate']:.1f} % ({s['prefix_cache_hits']:,} of "
+                   f"{s['prefix_cache_queries']:,} prompt tokens looked up, vLLM's prefix_cache_hits / queries)")
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)

@@ -370,6 +370,16 @@ def fit_max_model_len(resolved: ResolvedEngine, memory: MemoryBudget) -> Resolve
     return dataclasses.replace(resolved, max_model_len=fit)
 
 
+def prefix_cache_summary(schedulers: list[Scheduler]) -> dict[str, float]:
+    """vLLM's prefix-cache counters over every engine (``vllm:prefix_cache_queries`` / ``_hits``:
+    the prompt tokens of each admission and the tokens its lookup hit, preempted requests'
+    re-admissions apart, as vLLM counts them) and their ratio (0 without queries)."""
+    queries = sum(s.kv.stats.queries for s in schedulers)
+    hits = sum(s.kv.stats.hits for s in schedulers)
+    return {"prefix_cache_queries": queries, "prefix_cache_hits": hits,
+            "prefix_cache_hit_rate": hits / queries if queries else 0.0}
+
+
 def resolve_engine(args: EngineArgs) -> ResolvedEngine:
     model = load_model_spec(args.model)
     gpu = get_gpu(args.gpu)
@@ -455,6 +465,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     summary["pricing_notes"] = pricing_notes([engine])
     if args.speculative_config is not None:
         summary.update(schedulers_stats(schedulers, resolved.num_spec_tokens))
+    if args.enable_prefix_caching:
+        summary.update(prefix_cache_summary(schedulers))
     engines = {Role.COLOCATED.value: resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,

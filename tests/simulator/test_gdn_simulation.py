@@ -65,6 +65,9 @@ def test_prefix_caching_runs_the_align_mode_with_hits_on_kept_states():
                                            seed=1), debug=True))
     assert result.summary["completed"] == 40 and result.resolved.block_size == 1088
     assert Counter(r.num_prefix_hit_tokens for r in result.records) == {2176: 38, 0: 2}
+    # vLLM's counters: every admission's prompt tokens looked up, the hit ones
+    assert (result.summary["prefix_cache_queries"], result.summary["prefix_cache_hits"]) == (40 * 4500, 38 * 2176)
+    assert result.summary["prefix_cache_hit_rate"] == 38 * 2176 / (40 * 4500)
     steps = result.trace.steps_table().to_pydict()
     # one request at a time (a 4,500-token prompt holds up to 14 of the 15 usable blocks): the
     # first prompt whole, the junction chunk, then the other prompts' 2,324 uncached tokens
