@@ -244,10 +244,11 @@ class GdnOp:
     """One of the two batch-shaped kernels of a Gated DeltaNet layer on one rank over a (possibly
     mixed) batch, ``kernel``: "delta_rule", the gated delta rule (vLLM's ``qwen_gdn_attention_core``
     after its conv1d: the chunked scan for prefill sequences, the recurrent update for decodes), or
-    "conv1d", the causal conv1d before it (``causal_conv1d_fn`` for prefills, ``causal_conv1d_update``
-    for decodes) over the conv_dim = 2 x nk x dk + nv x dv channels with a ``conv_kernel``-wide
-    window: it reads and writes each token's channels and each sequence's conv state of
-    conv_kernel - 1 rows at ``act_bytes``, 2 x conv_kernel FLOPs a channel and token. Shapes per rank: ``num_value_heads`` (nv) and
+    "conv1d", the causal conv1d before it (``causal_conv1d_fn`` for prefills,
+    ``causal_conv1d_update`` for decodes) over the conv_dim = 2 x nk x dk + nv x dv channels with a
+    ``conv_kernel``-wide window: it reads and writes each token's channels and each sequence's conv
+    state of conv_kernel - 1 rows at ``act_bytes``, 2 x conv_kernel FLOPs a channel and token.
+    Shapes per rank: ``num_value_heads`` (nv) and
     ``num_key_heads`` (nk) already divided by TP, head dims ``key_head_dim`` (dk) and
     ``value_head_dim`` (dv); each sequence's temporal state is nv x dk x dv elements of
     ``state_bytes_per_elem`` (4 for Qwen3.5's fp32 ``mamba_ssm_dtype``).

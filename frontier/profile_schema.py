@@ -387,8 +387,9 @@ def _contradictions(n: pd.DataFrame, family: str) -> list[tuple[pd.Series, Calla
         # batch_size sequences of at most seq_len tokens, one of them seq_len long
         b, s, t = n["batch_size"], n["seq_len"], n["num_tokens"]
         checks.append(((t > b * s) | (t < s + b - 1),
-                       lambda r: f"num_tokens={r['num_tokens']} outside [seq_len + batch_size - 1, batch_size x seq_len] = "
-                                 f"[{r['seq_len'] + r['batch_size'] - 1}, {r['batch_size'] * r['seq_len']}]"))
+                       lambda r: f"num_tokens={r['num_tokens']} outside [seq_len + batch_size - 1, "
+                                 f"batch_size x seq_len] = [{r['seq_len'] + r['batch_size'] - 1}, "
+                                 f"{r['batch_size'] * r['seq_len']}]"))
     if family != "attention" or not set(OPERATOR_MINIMUM["attention"]) <= set(n.columns):
         return checks
     npre, ndec = n["num_prefill"], n["num_decode"]

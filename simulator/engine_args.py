@@ -375,8 +375,8 @@ class EngineArgs:
                              "simulated; use num_speculative_tokens 1")
         if spec is not None and model.num_linear_attention_layers:
             if spec.method != "mtp":
-                raise ValueError(f"--speculative-config method {spec.method!r} with {model.name}'s Gated DeltaNet layers "
-                                 "is not simulated; use its own MTP layer (method mtp)")
+                raise ValueError(f"--speculative-config method {spec.method!r} with {model.name}'s Gated DeltaNet "
+                                 "layers is not simulated; use its own MTP layer (method mtp)")
             if self.pipeline_parallel_size > 1:
                 raise ValueError(f"--speculative-config with pipeline parallelism on {model.name}'s Gated DeltaNet "
                                  "layers is not simulated (vLLM's KV plan of the MTP layer on the last stage is not "

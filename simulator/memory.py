@@ -125,7 +125,7 @@ MIN_GRAPH_BYTES = MIB                       # vLLM floors the per-graph estimate
 HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_groups_uniform_page_size
 # Gated DeltaNet hybrids (``gdn_layout``), vLLM 0.33 (platforms/interface.py
 # _align_hybrid_block_size; v1/attention/backends/flash_attn.py, flashinfer.py, gdn_attn.py)
-GDN_ATTENTION_KERNEL_BLOCK = 16             # the smallest kernel block of FlashAttention 3 (sm_90) and FlashInfer (sm_100)
+GDN_ATTENTION_KERNEL_BLOCK = 16             # the smallest kernel block of FA3 (sm_90) and FlashInfer (sm_100)
 GDN_CHECKPOINT_ALIGNMENT = 64               # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT ("align" mode)
 # The GPUs whose backends those are: FlashAttention 3 on sm_90, FlashInfer (picked first) on the
 # sm_100 family, and FlashInfer's GDN prefill on both (on sm_100 from a CUDA 13 build: vLLM 0.33's
@@ -250,8 +250,9 @@ def gdn_state_bytes(model: ModelSpec, tp: int, num_spec_tokens: int = 0) -> int:
 
 def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix_caching: bool,
                num_spec_tokens: int = 0) -> KVLayout:
-    """vLLM 0.33's KV plan of a Gated DeltaNet hybrid on Hopper (``Platform._align_hybrid_block_size``,
-    then the planner's uniform-page grouping; module docstring). The attention block grows to the
+    """vLLM 0.33's KV plan of a Gated DeltaNet hybrid on Hopper and Blackwell (``GDN_SM_VERSIONS``:
+    the same plan; ``Platform._align_hybrid_block_size``, then the planner's uniform-page
+    grouping; module docstring). The attention block grows to the
     smallest multiple A of tokens whose attention page holds one layer's state: A = max(16,
     --block-size) (FlashAttention 3's kernel block multiple), and with prefix caching (vLLM's
     "align" mamba mode, its default) lcm(A, 64) (FlashInfer's GDN prefill emits states every 64
@@ -492,9 +493,9 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     also turns it off for chunked local attention (Llama 4) with an EAGLE drafter
     (``num_spec_tokens``) and, by default, before 0.14 (``CHUNKED_LOCAL_HYBRID``).
     ``prefix_caching``: sets a Gated DeltaNet model's layout (``gdn_layout``), planned as vLLM
-    0.33 plans it on sm_90 and sm_100-family GPUs only (ValueError otherwise, and with the hybrid manager
-    disabled), an MTP drafter's ``num_spec_tokens`` speculative state blocks included; the block
-    size of the budget is then the aligned one.
+    0.33 plans it on sm_90 and sm_100-family GPUs only (ValueError otherwise, and with the hybrid
+    manager disabled), an MTP drafter's ``num_spec_tokens`` speculative state blocks included; the
+    block size of the budget is then the aligned one.
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV

@@ -104,9 +104,10 @@ class AlignStateKVCacheManager(KVCacheManager):
         """vLLM ``Scheduler._mamba_block_aligned_split``: the tokens of a prefill chunk from
         ``start`` once cut to a block boundary (unless it is the prefill's last chunk), at the
         last cacheable boundary (binds only for chunks a checkpoint cannot serve) and at the
-        shared-prefix junction; 0 = the request gets no tokens this step. ``max_prefill_tokens``: the token budget, or the
-        configured long-prefill threshold when set (a block wider than it advances sub-block).
-        (A padded speculative-decoding admission is never cut: its start, a hit, is on a block.)"""
+        shared-prefix junction; 0 = the request gets no tokens this step. ``max_prefill_tokens``:
+        the token budget, or the configured long-prefill threshold when set (a block wider than it
+        advances sub-block). A padded speculative-decoding admission is never cut (its start, a
+        hit, is on a block), so vLLM's un-padding of a cut one has no counterpart here."""
         tokens = request.num_tokens
         prefill_end = max(request.prompt_len, tokens - 1)
         if start >= prefill_end:
