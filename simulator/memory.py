@@ -35,9 +35,10 @@ A * ceil(state / (A * attention bytes per token)), A = max(16, --block-size), lc
 prefix caching is on (the "align" mamba mode: FlashInfer's GDN prefill checkpoints every 64
 tokens); the state is padded to the attention page. The groups are the uniform-page grouping
 above (Qwen3.5: 1 full + 3 mamba groups of L / 4 layers); a request's blocks are ceil(L / block)
-for the full group and, per mamba group, 2 + 1 prefill checkpoint (align) or 1 (none)
-(MambaSpec.max_memory_usage_bytes / page). Checked against vLLM's own code on the CPU
-(tests/oracle/test_gdn_kv_capacity_oracle.py).
+for the full group and, per mamba group, 2 + 1 prefill checkpoint (align) or 1 (none), + k
+with an MTP drafter of k drafts, whose layer joins the full group and whose tokens add k rows to
+the conv state (MambaSpec.max_memory_usage_bytes / page). The same plan on the sm_100 family.
+Checked against vLLM's own code on the CPU (tests/oracle/test_gdn_kv_capacity_oracle.py).
 
 The simulator's KV manager gets vLLM's pool (num_blocks). An engine of a model with
 sliding-window layers charges every group as vLLM does (`simulator.kv_cache.hybrid`, one block
