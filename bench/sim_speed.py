@@ -34,6 +34,13 @@ CASES = [
     # sliding-window layers: the hybrid KV manager (a table per group, per-step slots, no lazy decode)
     ("gpt-oss-120b-h200-rate20", EngineArgs(model="openai/gpt-oss-120b", gpu="H200"),
      dict(dataset_name="random", request_rate=20.0)),
+    # Gated DeltaNet hybrid (Qwen3.5) with prefix caching: vLLM's "align" mamba mode (per-group state
+    # tables, block-aligned prefill chunks; lazy decode visits at block crossings), then without
+    ("qwen3.5-35b-h100-rate20-align", EngineArgs(model="Qwen/Qwen3.5-35B-A3B", gpu="H100", max_model_len=32768),
+     dict(dataset_name="random", request_rate=20.0)),
+    ("qwen3.5-35b-h100-rate20-none", EngineArgs(model="Qwen/Qwen3.5-35B-A3B", gpu="H100", max_model_len=32768,
+                                                    enable_prefix_caching=False),
+     dict(dataset_name="random", request_rate=20.0)),
     # SGLang's scheduler mirror (--engine sglang): its radix cache keeps every finished request
     # until a prefill or decode needs the slots; the second case caps the pool so most steps evict
     ("sglang-llama8b-h100-rate20", EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),
