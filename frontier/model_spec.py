@@ -19,6 +19,13 @@ Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank
   out_proj split by tp (the quantization part "linear_attention"), the conv1d, A_log, dt_bias and
   the gated norm in bf16; full-attention layers with `attn_output_gate` have a q_proj twice as
   wide. Their per-request state is not KV per token (simulator/memory.py `gdn_layout`).
+- A multimodal checkpoint's vision tower is on the first pp stage (vLLM builds towers there only)
+  where the config names it: Qwen3.5's ViT (Qwen3-VL's: patch embedding, position embedding, blocks
+  of LayerNorms, fused qkv, proj and a GELU MLP, the patch merger), its linear weights and the
+  column-parallel biases split by tp (vLLM's default `mm_encoder_tp_mode` "weights"), the rest
+  replicated, in bf16 (`vision_params_*`; 446,571,248 parameters for Qwen3.5's, transformers'
+  count). Other vision towers are not counted (`vision_encoder_note`); nor is vLLM's multimodal
+  memory profiling. `--language-model-only` drops the tower, as vLLM does.
 - KV cache: `kv_bytes_per_token_per_rank` counts every attention layer of the worst pp stage (the bytes
   a token's K/V occupy if every layer keeps it). MLA stores (kv_lora_rank + qk_rope_head_dim)
   elements per token per layer on every TP rank. How vLLM groups full and sliding-window layers
@@ -103,6 +110,10 @@ class ModelSpec:
     # catalogue's Llama 4 configs were trimmed of theirs): vLLM loads a vision encoder
     # whose weights, and the multimodal profiling, the memory model does not count (text only)
     has_vision_encoder: bool = False
+    # its vision tower's parameters (Qwen3.5's counted; 0 for a tower of another kind, not counted):
+    # those vLLM splits by TP (linear weights, column-parallel biases) and those every rank holds
+    vision_params_sharded: int = 0
+    vision_params_replicated: int = 0
     # Gated DeltaNet layers (Qwen3.5 / Qwen3-Next `layer_types` "linear_attention"), True per GDN
     # layer: linear attention whose per-request cache is a fixed-size state (a causal-conv state and
     # a per-head key x value temporal state: vLLM's MambaSpec), not per-token K/V. Their shape:
@@ -302,7 +313,7 @@ class ModelSpec:
             start += n
             first, last = i == 0, i == parallel.pp - 1
             if first:
-                total += vocab_shard  # embed_tokens
+                total += vocab_shard + self.vision_bytes_per_rank(parallel.tp)  # embed_tokens (+ a vision tower)
             if last:
                 total += self.hidden_size * BF16_BYTES  # final norm
                 if not (self.tie_word_embeddings and first):
@@ -326,10 +337,17 @@ class ModelSpec:
             start += n
         return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
 
+    def vision_bytes_per_rank(self, tp: int) -> int:
+        """Bytes of the vision tower on one rank of the first pp stage (bf16; module docstring)."""
+        return int(round((self.vision_params_sharded / tp + self.vision_params_replicated) * BF16_BYTES))
+
     def vision_encoder_note(self) -> str | None:
         """A one-line note for a multimodal checkpoint: what the simulator leaves out (None otherwise)."""
         if not self.has_vision_encoder:
             return None
+        if self.vision_params_sharded:
+            return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights are counted "
+                    "(--language-model-only drops them, as vLLM does), vLLM's multimodal memory profiling is not")
         return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights and "
                 "vLLM's multimodal memory profiling are not counted, so the KV budget is that much larger "
                 "than vLLM's")
@@ -543,9 +561,32 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
         **_gdn(cfg, layers, name) if gdn else {},
         has_vision_encoder=isinstance(top.get("vision_config"), dict) or arch.endswith("ForConditionalGeneration"),
+        **_vision_params(top.get("vision_config")),
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )
+
+
+def _vision_params(vc) -> dict[str, int]:
+    """``vision_params_sharded`` / ``_replicated`` of a vision_config vLLM builds as Qwen3-VL's ViT
+    (Qwen3.5: ``Qwen3_VisionTransformer``; model_type qwen3_5 / qwen3_5_moe): per block fused qkv
+    (QKVParallelLinear) and the MLP's fc1 (column-parallel) with their biases, proj and fc2
+    (row-parallel: weights split, biases replicated), two LayerNorms; the patch embedding (Conv3d)
+    and position embedding replicated; the patch merger (and each deepstack merger, whose norm
+    spans the merged width) a LayerNorm, fc1 (column-parallel) and fc2 (row-parallel). {} for other
+    towers (not counted)."""
+    if not isinstance(vc, dict) or vc.get("model_type") not in ("qwen3_5", "qwen3_5_moe"):
+        return {}
+    h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["depth"])
+    out, merge = int(vc["out_hidden_size"]), int(vc.get("spatial_merge_size", 2)) ** 2
+    patch = int(vc.get("in_channels", 3)) * int(vc.get("temporal_patch_size", 2)) * int(vc["patch_size"]) ** 2
+    wide = h * merge
+    sharded = depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h)
+    replicated = depth * (h + h + 4 * h) + patch * h + h + int(vc.get("num_position_embeddings", 2304)) * h
+    for norm in [h] + [wide] * len(vc.get("deepstack_visual_indexes") or ()):    # the merger(s)
+        sharded += wide * wide + wide + wide * out
+        replicated += 2 * norm + out
+    return {"vision_params_sharded": sharded, "vision_params_replicated": replicated}
 
 
 # config.json fields read as whole numbers, with their least valid value when set (0 / null /

@@ -144,6 +144,9 @@ class EngineArgs:
     # --disable-hybrid-kv-cache-manager: sliding-window layers kept as full attention in ONE KV group
     # (vLLM's unify_hybrid_kv_cache_specs: every layer in a block, no out-of-window frees)
     disable_hybrid_kv_cache_manager: bool = False
+    # --language-model-only: a multimodal checkpoint served without its vision tower (vLLM skips
+    # building it: no weights, no multimodal profiling)
+    language_model_only: bool = False
     enable_chunked_prefill: bool = True   # --enable-chunked-prefill / --no-enable-chunked-prefill
     long_prefill_token_threshold: int = 0
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
@@ -177,7 +180,7 @@ class EngineArgs:
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
         for name in ("enable_expert_parallel", "enable_eplb", "enable_prefix_caching", "enable_chunked_prefill",
-                     "disable_hybrid_kv_cache_manager",
+                     "disable_hybrid_kv_cache_manager", "language_model_only",
                      "long_prefill_token_threshold_adaptive", "scheduler_reserve_full_isl", "enforce_eager",
                      "async_scheduling"):
             value = getattr(self, name)
@@ -386,6 +389,8 @@ class EngineArgs:
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
         if model.num_linear_attention_layers:
             model = with_mamba_dtypes(model, self.mamba_cache_dtype, self.mamba_ssm_cache_dtype)
+        if self.language_model_only:
+            model = replace(model, has_vision_encoder=False, vision_params_sharded=0, vision_params_replicated=0)
         return ResolvedEngine(
             args=self, model=model, gpu=gpu, parallel=self.parallel(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

@@ -404,8 +404,17 @@ def test_qwen3_5_gated_deltanet_layers_and_weights():
     # 27,262,976. MoE: 256 experts 3*2048*512 = 805,306,368 + shared 3,145,728 + router 524,288 =
     # 808,976,384; norms 4,096. 30 GDN layers 842,698,944 each + 10 full 836,243,456 each, untied
     # embed and lm_head 2*248,320*2048, final norm 2,048: 34,660,523,648 params (transformers'
-    # Qwen3_5MoeForCausalLM: 34,660,610,688, the 87,040 more being the shared-expert gates and q/k norms)
-    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * 34_660_523_648
+    # Qwen3_5MoeForCausalLM: 34,660,610,688, the 87,040 more being the shared-expert gates and q/k norms);
+    # + the vision tower on the first stage: 446,571,248 params (transformers' Qwen3_5MoeVisionModel),
+    # 441,955,440 of them split by TP (27 blocks of qkv 3,984,768 with its bias, proj 1,327,104, fc1
+    # 4,962,512 with its bias, fc2 4,958,208; the merger's fc1 21,238,272 with its bias, fc2
+    # 9,437,184) and 4,615,808 replicated (the blocks' norms and row-parallel biases 27 x 6,912, the
+    # patch embedding 1,770,624, the position embedding 2,654,208, the merger's norm and fc2 bias 4,352)
+    assert (m.vision_params_sharded, m.vision_params_replicated) == (441_955_440, 4_615_808)
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * (34_660_523_648 + 446_571_248)
+    assert m.vision_bytes_per_rank(4) == 2 * (441_955_440 // 4 + 4_615_808)
+    assert dataclasses.replace(m, vision_params_sharded=0, vision_params_replicated=0).weight_bytes_per_rank(
+        ParallelSpec()) == 2 * 34_660_523_648
     # KV per token: the 10 full-attention layers only (2 KV heads of 256; one per rank at TP 2)
     assert m.kv_bytes_per_token_per_rank(ParallelSpec()) == 10 * 2 * 2 * 256 * 2
     assert m.kv_bytes_per_token_per_rank(ParallelSpec(tp=2)) == 10 * 2 * 1 * 256 * 2

@@ -321,8 +321,9 @@ def test_gated_deltanet_budget_uses_the_aligned_block():
     b = budget(model=m, kv_cache_memory_bytes=40 << 30, max_model_len=32768)
     assert (b.block_size, b.num_gpu_blocks, b.kv_cache_tokens) == (1088, (40 << 30) // (10 * 2_228_224),
                                                                    int(1927 / 40 * 32768))
-    # every weight of a GDN layer is in the budget (30 GDN layers of 33,718,464 params, see test_model_spec)
-    assert b.weights_bytes == 2 * 34_660_523_648
+    # every weight of a GDN layer is in the budget (30 GDN layers of 33,718,464 params, see test_model_spec),
+    # and the vision tower's 446,571,248
+    assert b.weights_bytes == 2 * (34_660_523_648 + 446_571_248)
 
 
 @pytest.mark.parametrize("kw,match", [

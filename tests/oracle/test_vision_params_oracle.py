@@ -1,0 +1,26 @@
+"""A multimodal checkpoint's vision tower: our parameter count of Qwen3.5's ViT (``ModelSpec``'s
+``vision_params_sharded + vision_params_replicated``) against transformers' own vision model built
+from the same vision_config (on the meta device: shapes only), for every Qwen3.5 in the catalogue."""
+
+from __future__ import annotations
+
+import pytest
+
+from frontier.model_spec import _catalogue_lookup, load_model_spec
+
+pytestmark = pytest.mark.oracle
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-122B-A10B",
+                                  "Qwen/Qwen3.5-397B-A17B"])
+def test_qwen3_5_vision_tower_params_equal_transformers(name):
+    torch = pytest.importorskip("torch")
+    from transformers.models.qwen3_5_moe import configuration_qwen3_5_moe as C
+    from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as M
+
+    config, _ = _catalogue_lookup(name)
+    with torch.device("meta"):
+        tower = M.Qwen3_5MoeVisionModel(C.Qwen3_5MoeVisionConfig(**config["vision_config"]))
+    want = sum(p.numel() for p in tower.parameters())
+    m = load_model_spec(name)
+    assert m.vision_params_sharded + m.vision_params_replicated == want
