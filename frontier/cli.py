@@ -118,7 +118,7 @@ def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
 CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
            "--max-num-batched-tokens are dropped. Default: vLLM's list.")
 HUMAN_INT_HELP = "Tokens; as vLLM: 8k = 8,000, 8K = 8,192."
-LM_ONLY_HELP = ("As vllm serve's: a multimodal checkpoint (Qwen3.5) served without its vision encoder, whose weights "
+LM_ONLY_HELP = ("As vllm serve's: a multimodal checkpoint (Qwen3.5, Gemma 3) served without its vision encoder, whose weights "
                 "are otherwise counted in the KV budget.")
 HYBRID_KV_HELP = ("As vllm serve's: a model's sliding-window layers keep their KV as full attention, one KV "
                   "group of every layer (no blocks freed outside the window; the pool's blocks span every layer).")

@@ -20,12 +20,13 @@ Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank
   the gated norm in bf16; full-attention layers with `attn_output_gate` have a q_proj twice as
   wide. Their per-request state is not KV per token (simulator/memory.py `gdn_layout`).
 - A multimodal checkpoint's vision tower is on the first pp stage (vLLM builds towers there only)
-  where the config names it: Qwen3.5's ViT (Qwen3-VL's: patch embedding, position embedding, blocks
-  of LayerNorms, fused qkv, proj and a GELU MLP, the patch merger), its linear weights and the
-  column-parallel biases split by tp (vLLM's default `mm_encoder_tp_mode` "weights"), the rest
-  replicated, in bf16 (`vision_params_*`; 446,571,248 parameters for Qwen3.5's, transformers'
-  count). Other vision towers are not counted (`vision_encoder_note`); nor is vLLM's multimodal
-  memory profiling. `--language-model-only` drops the tower, as vLLM does.
+  where the config names one vLLM builds as Qwen3-VL's ViT (Qwen3.5: patch embedding, position
+  embedding, blocks of LayerNorms, fused qkv, proj and a GELU MLP, the patch merger) or SigLIP's
+  (Gemma 3, with its multimodal projector): linear weights and column-parallel biases split by tp
+  (vLLM's default `mm_encoder_tp_mode` "weights"), the rest replicated, in bf16 (`vision_params_*`;
+  446,571,248 parameters for Qwen3.5's, 419.8-423.1 M for Gemma 3's, transformers' counts). Other
+  vision towers are not counted (`vision_encoder_note`); nor is vLLM's multimodal memory
+  profiling. `--language-model-only` drops the tower, as vLLM does.
 - KV cache: `kv_bytes_per_token_per_rank` counts every attention layer of the worst pp stage (the bytes
   a token's K/V occupy if every layer keeps it). MLA stores (kv_lora_rank + qk_rope_head_dim)
   elements per token per layer on every TP rank. How vLLM groups full and sliding-window layers
@@ -110,7 +111,7 @@ class ModelSpec:
     # catalogue's Llama 4 configs were trimmed of theirs): vLLM loads a vision encoder
     # whose weights, and the multimodal profiling, the memory model does not count (text only)
     has_vision_encoder: bool = False
-    # its vision tower's parameters (Qwen3.5's counted; 0 for a tower of another kind, not counted):
+    # its vision tower's parameters (Qwen3.5's and Gemma 3's counted; 0 for another kind, not counted):
     # those vLLM splits by TP (linear weights, column-parallel biases) and those every rank holds
     vision_params_sharded: int = 0
     vision_params_replicated: int = 0
@@ -561,20 +562,30 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
         **_gdn(cfg, layers, name) if gdn else {},
         has_vision_encoder=isinstance(top.get("vision_config"), dict) or arch.endswith("ForConditionalGeneration"),
-        **_vision_params(top.get("vision_config")),
+        **_vision_params(top.get("vision_config"), hidden),
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )
 
 
-def _vision_params(vc) -> dict[str, int]:
+def _vision_params(vc, text_hidden: int) -> dict[str, int]:
     """``vision_params_sharded`` / ``_replicated`` of a vision_config vLLM builds as Qwen3-VL's ViT
-    (Qwen3.5: ``Qwen3_VisionTransformer``; model_type qwen3_5 / qwen3_5_moe): per block fused qkv
-    (QKVParallelLinear) and the MLP's fc1 (column-parallel) with their biases, proj and fc2
-    (row-parallel: weights split, biases replicated), two LayerNorms; the patch embedding (Conv3d)
-    and position embedding replicated; the patch merger (and each deepstack merger, whose norm
-    spans the merged width) a LayerNorm, fc1 (column-parallel) and fc2 (row-parallel). {} for other
-    towers (not counted)."""
+    (Qwen3.5: ``Qwen3_VisionTransformer``; model_type qwen3_5 / qwen3_5_moe) or SigLIP's (Gemma 3:
+    ``SiglipVisionModel`` and ``Gemma3MultiModalProjector``). Per block fused qkv
+    (QKVParallelLinear) and the MLP's fc1 (column-parallel) with their biases, the output projection
+    and fc2 (row-parallel: weights split, biases replicated), two LayerNorms; the patch and position
+    embeddings replicated. Qwen3.5: the patch merger (and each deepstack merger, whose norm spans
+    the merged width) a LayerNorm, fc1 (column-parallel) and fc2 (row-parallel). Gemma 3: SigLIP's
+    post-LayerNorm and the projector (a vision x text matrix and an RMSNorm), replicated. {} for
+    other towers (not counted)."""
+    if isinstance(vc, dict) and vc.get("model_type") == "siglip_vision_model":
+        h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["num_hidden_layers"])
+        patch = int(vc.get("num_channels", 3)) * int(vc["patch_size"]) ** 2
+        positions = (int(vc["image_size"]) // int(vc["patch_size"])) ** 2
+        sharded = depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h)
+        replicated = (depth * (4 * h + h + h) + patch * h + h + positions * h + 2 * h
+                      + h * text_hidden + h)
+        return {"vision_params_sharded": sharded, "vision_params_replicated": replicated}
     if not isinstance(vc, dict) or vc.get("model_type") not in ("qwen3_5", "qwen3_5_moe"):
         return {}
     h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["depth"])

@@ -278,8 +278,9 @@ def test_gemma_3_27b_sandwich_norms_tied_embeddings_and_layer_types():
     # per layer: q, o 5376*32*128 = 22,020,096 each, k, v 5376*16*128 = 11,010,048 each -> 66,060,288;
     # MLP 3*5376*21504 = 346,816,512; four norms 4*5376. Vocab 262208 = 4097*64 (no padding), tied:
     # embed 262208*5376 = 1,409,630,208 once. 62*412,876,800 + 62*21,504 + 1,409,630,208 + 5376
-    # = 27,009,330,432 params (the published 27B without the ~0.4B SigLIP vision tower)
-    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * 27_009_330_432
+    # = 27,009,330,432 params (the published 27B without the ~0.4B SigLIP vision tower); + that tower
+    # and the multimodal projector, 423,060,336 (test_vision_params_oracle: transformers' count)
+    assert m.weight_bytes_per_rank(ParallelSpec()) == 2 * (27_009_330_432 + 423_060_336)
 
 
 def test_gemma_defaults_and_derived_layer_types():
