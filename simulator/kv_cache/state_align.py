@@ -240,8 +240,9 @@ class AlignStateKVCacheManager(KVCacheManager):
         reserved_blocks: int = 0,
     ) -> list[int] | None:
         """vLLM ``KVCacheManager.allocate_slots`` over the GDN groups and the full group (no KV
-        connector, no drafter). Returns the new blocks of all groups, None if they do not fit
-        (or the same-step refusal)."""
+        connector; a drafter's ``num_lookahead_tokens`` take slots in the full group only, as
+        vLLM's align mode ignores them for the states). Returns the new blocks of all groups,
+        None if they do not fit (or the same-step refusal)."""
         if num_external_computed_tokens or delay_cache_blocks or reserved_blocks:
             raise ValueError("a KV connector with Gated DeltaNet state groups is not simulated")
         if num_new_tokens == 0 and num_new_computed_tokens == 0:

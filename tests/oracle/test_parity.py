@@ -146,7 +146,7 @@ def _knobs(case: Case) -> dict:
         max_num_seqs=case.max_num_seqs,
         max_num_batched_tokens=case.max_num_batched_tokens,
         max_model_len=case.max_model_len,
-        block_size=BLOCK_SIZE,
+        block_size=getattr(case, "block_size", BLOCK_SIZE),     # a case may name its own
         enable_prefix_caching=case.enable_prefix_caching,
         long_prefill_token_threshold=case.long_prefill_token_threshold,
         policy=case.policy,

@@ -95,6 +95,11 @@ def _preempted(trace: list[dict[str, tuple[int, int]]]) -> set[str]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_spec_hybrid_mirror_matches_vllm(vllm_driver, case: HybridSpecCase) -> None:
+    assert_spec_mirror_matches_vllm(vllm_driver, case)
+
+
+def assert_spec_mirror_matches_vllm(vllm_driver, case: HybridSpecCase) -> None:
+    """The mirror's trace and free blocks per step equal vLLM's for ``case`` (its ``kv_groups``)."""
     from simulator.scheduler_config import SchedulerConfig
     from simulator.scheduler_trace import run_spec_scheduler_only
 

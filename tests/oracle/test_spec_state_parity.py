@@ -19,13 +19,9 @@ EAGLE drafter's layer in the full-attention group) with Qwen3.5's groups. Both s
 from __future__ import annotations
 
 import pytest
-from test_hybrid_parity import first_free_blocks_difference
-from test_parity import _knobs, first_difference
-from test_spec_hybrid_parity import HybridSpecCase, _preempted, _vllm, make_requests
-from test_spec_parity import ACCEPTANCE
+from test_spec_hybrid_parity import HybridSpecCase, _preempted, _vllm, assert_spec_mirror_matches_vllm
 
-from simulator.scheduler_config import SchedulerConfig
-from simulator.scheduler_trace import STATE, STATE_ALIGN, run_spec_scheduler_only
+from simulator.scheduler_trace import STATE, STATE_ALIGN
 
 NONE = (STATE, STATE, STATE, 0)
 ALIGN = (STATE_ALIGN, STATE_ALIGN, STATE_ALIGN, 0)
@@ -55,15 +51,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_spec_state_mirror_matches_vllm(vllm_driver, case: HybridSpecCase) -> None:
-    expected, expected_free = _vllm(vllm_driver, case)
-    config = SchedulerConfig(**_knobs(case), num_speculative_tokens=case.k, num_lookahead_tokens=case.k)
-    actual, actual_free = run_spec_scheduler_only(make_requests(case), config, case.num_gpu_blocks,
-                                                  ACCEPTANCE[case.acceptance], kv_groups=case.kv_groups,
-                                                  record_free_blocks=True)
-    diff = first_difference(expected, actual)
-    assert diff is None, f"{case.name}: {diff}"
-    diff = first_free_blocks_difference(expected, expected_free, actual_free)
-    assert diff is None, f"{case.name}: {diff}"
+    assert_spec_mirror_matches_vllm(vllm_driver, case)
 
 
 def test_cases_exercise_what_they_name(vllm_driver) -> None:

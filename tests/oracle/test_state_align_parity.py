@@ -17,11 +17,10 @@ import dataclasses
 from dataclasses import dataclass
 
 import pytest
-from test_hybrid_parity import _nonempty, first_free_blocks_difference
-from test_parity import Case, _knobs, _resumed_requests, first_difference, make_requests
+from test_hybrid_parity import _vllm, assert_mirror_matches_vllm
+from test_parity import Case, _resumed_requests, make_requests
 
-from simulator.scheduler_config import SchedulerConfig
-from simulator.scheduler_trace import STATE, STATE_ALIGN, run_scheduler_only
+from simulator.scheduler_trace import STATE, STATE_ALIGN
 
 QWEN35_ALIGN = (STATE_ALIGN, STATE_ALIGN, STATE_ALIGN, 0)
 
@@ -61,28 +60,10 @@ CASES = [
 ]
 
 
-def _case_knobs(case: AlignCase) -> dict:
-    return {**_knobs(case), "block_size": case.block_size}
-
-
-def _vllm(vllm_driver, case: AlignCase, **overrides):
-    knobs = {**_case_knobs(case), **overrides}
-    groups = knobs.pop("kv_groups", case.kv_groups)
-    return vllm_driver.run_vllm_scheduler(make_requests(case), num_gpu_blocks=case.num_gpu_blocks,
-                                          kv_groups=groups, record_free_blocks=True, **knobs)
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_mirror_matches_vllm(vllm_driver, case: AlignCase) -> None:
     assert vllm_driver.STATE_ALIGN == STATE_ALIGN
-    expected, expected_free = _vllm(vllm_driver, case)
-    actual, actual_free = run_scheduler_only(make_requests(case), SchedulerConfig(**_case_knobs(case)),
-                                             case.num_gpu_blocks, kv_groups=case.kv_groups, record_free_blocks=True)
-    actual, actual_free = _nonempty(actual, actual_free)
-    diff = first_difference(expected, actual)
-    assert diff is None, f"{case.name}: {diff}"
-    diff = first_free_blocks_difference(expected, expected_free, actual_free)
-    assert diff is None, f"{case.name}: {diff}"
+    assert_mirror_matches_vllm(vllm_driver, case)
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if "tight" in c.name or "shared" in c.name])
