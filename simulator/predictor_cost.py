@@ -1,8 +1,9 @@
 """Calibrated operator costs: a bundle's per-family predictors behind the ``CostModel`` protocol.
 
 ``PredictorCostModel`` prices GEMMs (family ``linear``), attention, MoE, elementwise
-ops (norms, RoPE, activation) and Gated DeltaNet's gated delta rule (``gdn``: a mixed op's
-chunked and recurrent kernels priced apart and summed) with the predictors of a calibration bundle
+ops (norms, RoPE, activation) and Gated DeltaNet's kernels (``gdn``: the gated delta rule and the
+conv1d, a mixed batch's prefill and decode kernels priced apart and summed; a bundle without the
+kernel's sub-model leaves the op to the roofline) with the predictors of a calibration bundle
 (``calibration.bundle.load_bundle``; the simulator only queries, it never fits).
 Everything the bundle cannot price goes to the roofline model and is counted, never
 silently mixed in:
