@@ -129,9 +129,10 @@ HYBRID_GROUP_SIZE_RATIO = 1.5               # kv_cache_planning._get_kv_cache_gr
 GDN_ATTENTION_KERNEL_BLOCK = 16             # the smallest kernel block of FA3 (sm_90) and FlashInfer (sm_100)
 GDN_CHECKPOINT_ALIGNMENT = 64               # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT ("align" mode)
 # The GPUs whose backends those are: FlashAttention 3 on sm_90, FlashInfer (picked first) on the
-# sm_100 family, and FlashInfer's GDN prefill on both (on sm_100 from a CUDA 13 build: vLLM 0.33's
-# PyPI wheel is one); others pick other backends (FA2 / Triton GDN prefill), not modelled.
-GDN_SM_VERSIONS = (90, 100, 103)
+# sm_100 family, FlashAttention 2 on sm_120 (blocks of multiples of 16 everywhere), and FlashInfer's
+# GDN prefill on all (beyond sm_90 from a CUDA 13 build: vLLM 0.33's PyPI wheel is one); sm_80 /
+# sm_89 run Triton's GDN prefill (no checkpoint), not modelled.
+GDN_SM_VERSIONS = (90, 100, 103, 120)
 
 PROFILED, ESTIMATED, MODEL = "profiled", "estimated", "model"
 
@@ -284,9 +285,9 @@ def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int
     """ValueError (one line) for a Gated DeltaNet model's KV plan that ``gdn_layout`` does not model."""
     why = None
     if gpu.sm_version not in GDN_SM_VERSIONS:
-        why = (f"{gpu.name} is sm_{gpu.sm_version}; the plan is modelled on sm_90 GPUs (H100, H200, H20, H800) "
-               "and the sm_100 family (B200, B300, GB200, GB300), where vLLM runs FlashAttention 3 or FlashInfer "
-               "and FlashInfer's GDN prefill")
+        why = (f"{gpu.name} is sm_{gpu.sm_version}; the plan is modelled on sm_90 GPUs (H100, H200, H20, H800), "
+               "the sm_100 family (B200, B300, GB200, GB300) and sm_120 (RTX PRO 6000), where vLLM runs "
+               "FlashInfer's GDN prefill (sm_80 / sm_89: Triton's)")
     elif vllm_version != SEMANTICS:
         why = f"--vllm-version {vllm_version[0]}.{vllm_version[1]}: the plan is vLLM {SEMANTICS[0]}.{SEMANTICS[1]}'s"
     elif not hybrid_kv_cache_manager:

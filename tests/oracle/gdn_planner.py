@@ -295,8 +295,8 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
     rank). ``num_speculative_tokens`` > 0: the checkpoint's MTP drafter (``--speculative-config``
     method "mtp"): its full-attention layers (``Qwen3_5MultiTokenPredictor``, prefix
     ``mtp.layers.i``, built as the target's full-attention layers) join the last pp stage, and
-    the GDN specs hold that many speculative blocks. ``gpu_sm``: 90 (Hopper) or the SM100 family
-    (100 / 103: Blackwell); ``cuda_runtime_major``: the build's CUDA (vLLM 0.33's PyPI wheel is a
+    the GDN specs hold that many speculative blocks. ``gpu_sm``: 90 (Hopper), the SM100 family
+    (100 / 103: Blackwell) or 120 (RTX PRO 6000); ``cuda_runtime_major``: the build's CUDA (vLLM 0.33's PyPI wheel is a
     CUDA 13 build: it requires nvidia-cutlass-dsl[cu13]), which decides Blackwell's GDN prefill
     kernel. Returns the aligned block sizes, page sizes, groups, num_blocks and the logged
     capacity; raises vLLM's ValueError where vLLM would refuse to start.
@@ -305,14 +305,16 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
     from vllm.v1.attention.backends.flashinfer import FlashInferBackend
 
     # The attention backend vLLM's CUDA platform picks for Qwen3.5's full-attention layers (head
-    # size 256, bf16, causal; platforms/cuda.py _get_backend_priorities): FLASH_ATTN (FA3) on
-    # Hopper, FLASHINFER first on the SM100 family (Blackwell: B200 / B300 / GB200 / GB300)
-    if gpu_sm == 90:
+    # size 256, bf16, causal; platforms/cuda.py _get_backend_priorities): FLASH_ATTN on Hopper (FA3)
+    # and on the SM120 family (FA2: its kernel blocks are multiples of 16 there too; FA4's hd256
+    # block is for capabilities 10 / 11 only), FLASHINFER first on the SM100 family (Blackwell:
+    # B200 / B300 / GB200 / GB300)
+    if gpu_sm == 90 or gpu_sm // 10 == 12:
         backend, device = FlashAttentionBackend, contextlib.nullcontext()
     elif gpu_sm // 10 == 10:
         backend, device = FlashInferBackend, _flashinfer_on_blackwell()
     else:
-        raise NotImplementedError("only SM90 (FLASH_ATTN) and the SM100 family (FLASHINFER) are modelled")
+        raise NotImplementedError("only SM90, the SM100 family (FLASHINFER) and SM120 (FLASH_ATTN) are modelled")
     cfg = load_config(config_name_or_dict)
     config = build_vllm_config(cfg, tp, pp, max_model_len, max_num_batched_tokens, prefix_caching,
                                kv_cache_dtype, user_block_size, mamba_cache_dtype, mamba_ssm_cache_dtype,

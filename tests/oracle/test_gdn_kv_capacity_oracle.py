@@ -143,12 +143,14 @@ def test_gdn_kv_plan_with_an_mtp_drafter_equals_vllms(planner, case, tmp_path):
 
 # Blackwell (the sm_100 family): vLLM picks FlashInfer for the attention layers (smallest kernel
 # block 16, as FlashAttention 3's; page sizes from 128 up advertised with TRT-LLM's kernels) and,
-# in its CUDA 13 build, FlashInfer's GDN prefill: the planner run as there gives the same plan
+# in its CUDA 13 build, FlashInfer's GDN prefill: the planner run as there gives the same plan;
+# sm_120 (RTX PRO 6000): FlashAttention 2 (blocks of multiples of 16) and FlashInfer's GDN prefill
 BLACKWELL_CASES = [
     ("Qwen/Qwen3.5-35B-A3B", "B200", 100, 1, True, 0),
     ("Qwen/Qwen3.5-35B-A3B", "B300", 103, 2, False, 0),
     ("Qwen/Qwen3.5-397B-A17B", "B200", 100, 8, True, 2),
     ("Qwen/Qwen3.5-122B-A10B", "GB300", 103, 4, True, 0),
+    ("Qwen/Qwen3.5-27B", "RTX-PRO-6000-Server", 120, 1, True, 1),
 ]
 
 
@@ -157,7 +159,7 @@ BLACKWELL_CASES = [
 def test_gdn_kv_plan_on_blackwell_equals_vllms(planner, case, tmp_path):
     name, gpu, sm, tp, pc, k = case
     want = planner.vllm_mamba_plan(name, tp, 1, 40 * GIB, 32768, 8192, pc, gpu_sm=sm, num_speculative_tokens=k)
-    assert want["gdn_prefill_backend"] == "flashinfer"
+    assert want["gdn_prefill_backend"] == "flashinfer"     # (the planner's reproduction of vLLM's choice)
     spec = spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": k}, [0.7]) if k else None
     args = EngineArgs(model=name, gpu=gpu, tensor_parallel_size=tp, enable_prefix_caching=pc,
                       kv_cache_memory_bytes=40 * GIB, max_model_len=32768, max_num_batched_tokens=8192,
