@@ -484,7 +484,8 @@ def simulate(
         typer.echo(_spec_decoding(result.summary, r.args.speculative_config))
     if "prefix_cache_queries" in result.summary:
         s = result.summary
-        typer.echo(f"prefix cache: hit rate {100 * s['prefix_cache_hit_rate']:.1f} % ({s['prefix_cache_hits']:,} of "
+        scope = f" ({s['prefix_cache_scope']})" if "prefix_cache_scope" in s else ""
+        typer.echo(f"prefix cache{scope}: hit rate {100 * s['prefix_cache_hit_rate']:.1f} % ({s['prefix_cache_hits']:,} of "
                    f"{s['prefix_cache_queries']:,} prompt tokens looked up, vLLM's prefix_cache_hits / queries)")
     if result.failed:
         first = next(iter(result.failed.items()))

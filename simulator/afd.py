@@ -718,7 +718,7 @@ def run_afd(spec):
     from simulator.events import EventLoop
     from simulator.kv_transfer import SharedLinkTransfers
     from simulator.moe_routing import make_router as make_moe_router
-    from simulator.pd_proxy import PDProxy, _engine_factory
+    from simulator.pd_proxy import PDProxy, _engine_factory, prefill_prefix_cache
     from simulator.role_stats import role_summary
     from simulator.simulation import SimulationResult, run_client
     from simulator.trace import BatchTrace
@@ -805,6 +805,7 @@ def run_afd(spec):
     summary.update(afd_summary(prefill, attention, ffn_side, engines_made, records, duration_s, afd.lanes,
                                _group_steps(trace, engines_made)))
     _add_trace_columns(trace, engines_made)
+    summary.update(prefill_prefix_cache(prefill))
     if engines_made:
         summary.update(cost_model_stats(engines_made[0].attn.cost_model))
     summary["pricing_notes"] = pricing_notes(e for pair in engines_made[:1] for e in (pair.attn, pair.ffn))

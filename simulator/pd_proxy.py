@@ -46,7 +46,8 @@ from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
 from simulator.spec_decode import schedulers_stats
-from simulator.simulation import BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, run_client
+from simulator.simulation import (BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, prefix_cache_summary,
+                                  run_client)
 from simulator.trace import BatchTrace
 from simulator.workload import generate_requests
 
@@ -55,6 +56,17 @@ def _num_ranks(cluster: Cluster) -> int:
     """DP ranks per replica: a lockstep group's size, 1 for an engine of its own."""
     sched = cluster.replicas[0].scheduler
     return len(sched.ranks) if isinstance(sched, LockstepRanks) else 1
+
+
+def prefill_prefix_cache(prefill) -> dict:
+    """The prefill role's prefix cache counters (vLLM's prefix_cache_hits / queries summed over its
+    engines and DP ranks) with prefix_cache_scope "prefill role", or {} without prefix caching.
+    Only prefill engines look prompts up; the decode side allocates the pulled KV."""
+    if not prefill.resolved.args.enable_prefix_caching:
+        return {}
+    ranks = [s for r in prefill.cluster.replicas
+             for s in (r.scheduler.ranks if isinstance(r.scheduler, LockstepRanks) else [r.scheduler])]
+    return {**prefix_cache_summary(ranks), "prefix_cache_scope": "prefill role"}
 
 
 def _rank_of(replica: Replica, request_id: str) -> int:
@@ -204,6 +216,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     summary["pricing_notes"] = pricing_notes(role.cluster.replicas[0].engine for role in roles)
     if decode.resolved.args.speculative_config is not None:     # the decode role verifies the drafts
         summary.update(schedulers_stats([r.scheduler for r in decode.cluster.replicas], decode.resolved.num_spec_tokens))
+    summary.update(prefill_prefix_cache(prefill))
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.DECODE.value: decode.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,

@@ -144,6 +144,8 @@ def test_afd_run_completes_every_request_with_role_outputs():
     assert (s["num_prefill_gpus"], s["num_attention_gpus"], s["num_ffn_gpus"], s["num_gpus"]) == (1, 4, 4, 9)
     assert 0 < s["attention_busy_fraction"] < 1 and 0 < s["ffn_busy_fraction"] < 1
     assert s["afd_transfer_s"] > 0 and s["mean_tpot_ms"] > 0
+    # the prefill role looks every prompt up (random prompts: no hits)
+    assert (s["prefix_cache_queries"], s["prefix_cache_hits"], s["prefix_cache_scope"]) == (48 * 256, 0, "prefill role")
     steps = res.trace.steps_table().to_pydict()
     assert set(steps["role"]) == {"P", "A"}
     a_rows = [i for i, r in enumerate(steps["role"]) if r == "A"]

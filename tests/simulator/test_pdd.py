@@ -277,6 +277,26 @@ def test_each_role_has_its_own_batch_limits():
     assert [role.resolved.args.max_num_seqs for role in default.roles] == [None, None]   # the main flags'
 
 
+def test_prefill_role_reports_its_prefix_cache_hits():
+    """8 prompts of a shared 256-token prefix and 300 random tokens, alternating over two prefill
+    engines: each engine's first prompt misses, its other three hit the prefix's 16 blocks; the
+    decode role's allocations (the pulled KV) are not lookups."""
+    pdd = PddSpec(RoleLayout("prefill", replicas=2), RoleLayout("decode"))
+    workload = WorkloadSpec(num_prompts=8, random_input_len=300, random_output_len=8, random_prefix_len=256,
+                            request_rate=10.0, seed=1)
+    result = run_simulation(SimulationSpec(engine=EngineArgs(**SMALL, enable_prefix_caching=True),
+                                           workload=workload, architecture="pdd", pdd=pdd, debug=True))
+    s = result.summary
+    assert (s["prefix_cache_queries"], s["prefix_cache_hits"], s["prefix_cache_scope"]) == (8 * 556, 6 * 256,
+                                                                                            "prefill role")
+    assert s["prefix_cache_hit_rate"] == 6 * 256 / (8 * 556)
+    assert sorted((r.prefill_replica, r.num_prefix_hit_tokens) for r in result.records) == [
+        (0, 0), (0, 256), (0, 256), (0, 256), (1, 0), (1, 256), (1, 256), (1, 256)]
+    off = run_simulation(SimulationSpec(engine=EngineArgs(**SMALL, enable_prefix_caching=False),
+                                        workload=workload, architecture="pdd", pdd=pdd, debug=True))
+    assert "prefix_cache_queries" not in off.summary
+
+
 @pytest.mark.parametrize("pdd, engine, message", [
     (PddSpec(RoleLayout("prefill", gpu="X100")), {}, "prefill role: unknown GPU 'X100'"),
     (PddSpec(decode=RoleLayout("decode", max_num_seqs=300, max_num_batched_tokens=200)), {},
