@@ -68,10 +68,10 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
 
 
 # Scenario keys whose values may be richer than the flag's text: a YAML list of capture sizes, a
-# mapping for --compilation-config, and --vllm-version, whose number (0.20 read as 0.2) gets its
+# mapping for --compilation-config or --limit-mm-per-prompt, and --vllm-version, whose number (0.20 read as 0.2) gets its
 # own message downstream.
 _UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version",
-                          "speculative_config", "spec_acceptance_rate", "cuda_graph_bs")
+                          "speculative_config", "spec_acceptance_rate", "cuda_graph_bs", "limit_mm_per_prompt")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:
@@ -118,8 +118,13 @@ def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
 CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
            "--max-num-batched-tokens are dropped. Default: vLLM's list.")
 HUMAN_INT_HELP = "Tokens; as vLLM: 8k = 8,000, 8K = 8,192."
-LM_ONLY_HELP = ("As vllm serve's: a multimodal checkpoint (Qwen3.5, Gemma 3) served without its vision encoder, whose weights "
-                "are otherwise counted in the KV budget.")
+LM_ONLY_HELP = ("As vllm serve's: a multimodal checkpoint (Qwen3-VL, Qwen3.5, Gemma 3, Kimi-K2.5) served without its "
+                "vision encoder, whose weights are otherwise counted in the KV budget.")
+MM_LIMIT_HELP = ("As vllm serve's, JSON: input items per prompt by modality, e.g. '{\"image\": 0, \"video\": 0}'; "
+                 "0 for every modality of the vision tower (Kimi-K2.5's: vision_chunk) drops it, as "
+                 "--language-model-only does. Requests are text-only either way.")
+MM_TP_HELP = ("As vllm serve's: weights (default) splits the vision tower's linear weights by TP, data keeps the "
+              "whole tower on every rank.")
 HYBRID_KV_HELP = ("As vllm serve's: a model's sliding-window layers keep their KV as full attention, one KV "
                   "group of every layer (no blocks freed outside the window; the pool's blocks span every layer).")
 MAX_MODEL_LEN_HELP = ("Tokens (8k = 8,000, 8K = 8,192), or auto / -1 (vLLM 0.14+): the longest a request can be "
@@ -356,6 +361,8 @@ def simulate(
     enforce_eager: Optional[bool] = typer.Option(None, "--enforce-eager/--no-enforce-eager", rich_help_panel=ENGINE_HELP),
     disable_hybrid_kv_cache_manager: Optional[bool] = typer.Option(None, "--disable-hybrid-kv-cache-manager", help=HYBRID_KV_HELP, rich_help_panel=ENGINE_HELP),
     language_model_only: Optional[bool] = typer.Option(None, "--language-model-only", help=LM_ONLY_HELP, rich_help_panel=ENGINE_HELP),
+    limit_mm_per_prompt: Optional[str] = typer.Option(None, "--limit-mm-per-prompt", help=MM_LIMIT_HELP, rich_help_panel=ENGINE_HELP),
+    mm_encoder_tp_mode: Optional[str] = typer.Option(None, "--mm-encoder-tp-mode", help=MM_TP_HELP, rich_help_panel=ENGINE_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's, 512 or 1024 on B200/B300).", rich_help_panel=ENGINE_HELP),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP, rich_help_panel=ENGINE_HELP),
@@ -749,6 +756,8 @@ def memory(
     enforce_eager: bool = typer.Option(False, "--enforce-eager/--no-enforce-eager"),
     disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager", help=HYBRID_KV_HELP),
     language_model_only: bool = typer.Option(False, "--language-model-only", help=LM_ONLY_HELP),
+    limit_mm_per_prompt: Optional[str] = typer.Option(None, "--limit-mm-per-prompt", help=MM_LIMIT_HELP),
+    mm_encoder_tp_mode: str = typer.Option("weights", "--mm-encoder-tp-mode", help=MM_TP_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's)."),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP),
@@ -793,7 +802,8 @@ def memory(
                   "num_gpu_blocks_override": num_gpu_blocks_override is not None,
                   "kv_cache_memory_bytes": kv_cache_memory_bytes is not None, "enforce_eager": enforce_eager,
                   "disable_hybrid_kv_cache_manager": disable_hybrid_kv_cache_manager,
-                  "language_model_only": language_model_only,
+                  "language_model_only": language_model_only, "limit_mm_per_prompt": limit_mm_per_prompt is not None,
+                  "mm_encoder_tp_mode": mm_encoder_tp_mode != "weights",
                   "cudagraph_capture_sizes": cudagraph_capture_sizes is not None,
                   "max_cudagraph_capture_size": max_cudagraph_capture_size is not None,
                   "compilation_config": compilation_config is not None, "predictor_bundle": predictor_bundle is not None,
@@ -828,7 +838,8 @@ def memory(
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
             num_gpu_blocks_override=num_gpu_blocks_override, enforce_eager=enforce_eager,
             disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, enable_prefix_caching=enable_prefix_caching,
-            language_model_only=language_model_only, optimization_level=optimization_level, async_scheduling=async_scheduling,
+            language_model_only=language_model_only, limit_mm_per_prompt=limit_mm_per_prompt or (),
+            mm_encoder_tp_mode=mm_encoder_tp_mode, optimization_level=optimization_level, async_scheduling=async_scheduling,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
             mamba_cache_dtype=mamba_cache_dtype, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
             all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,

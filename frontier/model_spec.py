@@ -20,13 +20,15 @@ Memory accounting (what `weight_bytes_per_rank` and `kv_bytes_per_token_per_rank
   the gated norm in bf16; full-attention layers with `attn_output_gate` have a q_proj twice as
   wide. Their per-request state is not KV per token (simulator/memory.py `gdn_layout`).
 - A multimodal checkpoint's vision tower is on the first pp stage (vLLM builds towers there only)
-  where the config names one vLLM builds as Qwen3-VL's ViT (Qwen3.5: patch embedding, position
-  embedding, blocks of LayerNorms, fused qkv, proj and a GELU MLP, the patch merger) or SigLIP's
-  (Gemma 3, with its multimodal projector): linear weights and column-parallel biases split by tp
-  (vLLM's default `mm_encoder_tp_mode` "weights"), the rest replicated, in bf16 (`vision_params_*`;
-  446,571,248 parameters for Qwen3.5's, 419.8-423.1 M for Gemma 3's, transformers' counts). Other
-  vision towers are not counted (`vision_encoder_note`); nor is vLLM's multimodal memory
-  profiling. `--language-model-only` drops the tower, as vLLM does.
+  where the config names one vLLM builds as Qwen3-VL's ViT (Qwen3-VL, Qwen3.5: patch embedding,
+  position embedding, blocks of LayerNorms, fused qkv, proj and a GELU MLP, the patch merger and
+  Qwen3-VL's deepstack mergers), SigLIP's (Gemma 3, with its multimodal projector) or MoonViT
+  (Kimi-K2.5, with its patch-merger projector): linear weights and column-parallel biases split by
+  tp (vLLM's default `mm_encoder_tp_mode` "weights"; Kimi's tower whole where tp does not divide its
+  heads), the rest replicated, in bf16 (`vision_params_*`; 446,571,248 parameters for Qwen3.5's,
+  534.0-576.4 M for Qwen3-VL's, 419.8-423.1 M for Gemma 3's, 471,143,920 for Kimi-K2.5's,
+  transformers' counts). Other vision towers (Llama 4's) are not counted (`vision_encoder_note`);
+  nor is vLLM's multimodal memory profiling. `--language-model-only` drops the tower, as vLLM does.
 - KV cache: `kv_bytes_per_token_per_rank` counts every attention layer of the worst pp stage (the bytes
   a token's K/V occupy if every layer keeps it). MLA stores (kv_lora_rank + qk_rope_head_dim)
   elements per token per layer on every TP rank. How vLLM groups full and sliding-window layers
@@ -108,13 +110,21 @@ class ModelSpec:
     # 2nd); () = the num_dense_layers dense layers first (DeepSeek's first_k_dense_replace)
     moe_layer_flags: tuple[bool, ...] = ()
     # a multimodal checkpoint (a vision_config, or an architecture "...ForConditionalGeneration"; the
-    # catalogue's Llama 4 configs were trimmed of theirs): vLLM loads a vision encoder
-    # whose weights, and the multimodal profiling, the memory model does not count (text only)
+    # catalogue's Llama 4 configs were trimmed of theirs): vLLM loads a vision encoder, whose
+    # weights the memory model counts where it knows the tower (vision_params_*), and whose
+    # multimodal profiling it does not (requests are text only)
     has_vision_encoder: bool = False
-    # its vision tower's parameters (Qwen3.5's and Gemma 3's counted; 0 for another kind, not counted):
-    # those vLLM splits by TP (linear weights, column-parallel biases) and those every rank holds
+    # its vision tower's parameters (Qwen3-VL / Qwen3.5's, Gemma 3's and Kimi-K2.5's counted; 0 for
+    # another kind, not counted): those vLLM splits by TP (linear weights, column-parallel biases)
+    # and those every rank holds
     vision_params_sharded: int = 0
     vision_params_replicated: int = 0
+    # a tower vLLM runs data-parallel (every rank holds it whole) when TP does not divide its
+    # attention heads (Kimi-K2.5's MoonViT: `is_vit_use_data_parallel(num_heads)`); 0: always split
+    vision_num_heads: int = 0
+    # the modalities its tower serves (vLLM's ``_mark_tower_model``: Qwen's image and video, Gemma 3's
+    # image, Kimi-K2.5's vision_chunk); --limit-mm-per-prompt 0 for all of them drops the tower
+    vision_modalities: tuple[str, ...] = ()
     # Gated DeltaNet layers (Qwen3.5 / Qwen3-Next `layer_types` "linear_attention"), True per GDN
     # layer: linear attention whose per-request cache is a fixed-size state (a causal-conv state and
     # a per-head key x value temporal state: vLLM's MambaSpec), not per-token K/V. Their shape:
@@ -340,13 +350,15 @@ class ModelSpec:
 
     def vision_bytes_per_rank(self, tp: int) -> int:
         """Bytes of the vision tower on one rank of the first pp stage (bf16; module docstring)."""
+        if self.vision_num_heads and self.vision_num_heads % tp:     # vLLM falls back to a replicated tower
+            return (self.vision_params_sharded + self.vision_params_replicated) * BF16_BYTES
         return int(round((self.vision_params_sharded / tp + self.vision_params_replicated) * BF16_BYTES))
 
     def vision_encoder_note(self) -> str | None:
         """A one-line note for a multimodal checkpoint: what the simulator leaves out (None otherwise)."""
         if not self.has_vision_encoder:
             return None
-        if self.vision_params_sharded:
+        if self.vision_params_sharded or self.vision_params_replicated:
             return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights are counted "
                     "(--language-model-only drops them, as vLLM does), vLLM's multimodal memory profiling is not")
         return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights and "
@@ -562,22 +574,47 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
         **_gdn(cfg, layers, name) if gdn else {},
         has_vision_encoder=isinstance(top.get("vision_config"), dict) or arch.endswith("ForConditionalGeneration"),
-        **_vision_params(top.get("vision_config"), hidden),
+        **_vision_params(top, hidden),
         tp_wide_qk_norm=model_type == "minimax_m2",
         router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
     )
 
 
-def _vision_params(vc, text_hidden: int) -> dict[str, int]:
-    """``vision_params_sharded`` / ``_replicated`` of a vision_config vLLM builds as Qwen3-VL's ViT
-    (Qwen3.5: ``Qwen3_VisionTransformer``; model_type qwen3_5 / qwen3_5_moe) or SigLIP's (Gemma 3:
-    ``SiglipVisionModel`` and ``Gemma3MultiModalProjector``). Per block fused qkv
-    (QKVParallelLinear) and the MLP's fc1 (column-parallel) with their biases, the output projection
-    and fc2 (row-parallel: weights split, biases replicated), two LayerNorms; the patch and position
-    embeddings replicated. Qwen3.5: the patch merger (and each deepstack merger, whose norm spans
-    the merged width) a LayerNorm, fc1 (column-parallel) and fc2 (row-parallel). Gemma 3: SigLIP's
-    post-LayerNorm and the projector (a vision x text matrix and an RMSNorm), replicated. {} for
-    other towers (not counted)."""
+# vision_config model types vLLM builds as Qwen3-VL's ViT (``Qwen3_VisionTransformer``): Qwen3-VL's,
+# Qwen3.5's, and the names NVIDIA's Qwen3.5 / Qwen3.6 checkpoints give the same tower
+_QWEN_VIT_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen3_5_vision", "qwen3_5_moe_vision")
+# transformers 5.20's Kimi_K25VisionConfig defaults, which vLLM 0.33 takes for the hub's old-schema
+# vision_config (its vt_* / init_pos_emb_* keys are not that class's fields; the values agree)
+_KIMI_VIT_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27,
+                      "num_attention_heads": 16, "patch_size": 14, "pos_emb_height": 64, "pos_emb_width": 64,
+                      "merge_kernel_size": (2, 2)}
+
+
+def _vision_params(top: dict[str, Any], text_hidden: int) -> dict[str, Any]:
+    """``vision_params_sharded`` / ``_replicated`` (``vision_num_heads``, ``vision_modalities``) of the
+    vision tower vLLM builds for a multimodal config: Qwen3-VL's ViT (Qwen3-VL, Qwen3.5:
+    ``Qwen3_VisionTransformer``), SigLIP's (Gemma 3: ``SiglipVisionModel`` and
+    ``Gemma3MultiModalProjector``) or MoonViT (Kimi-K2.5: ``MoonViT3dPretrainedModel`` and
+    ``KimiK25MultiModalProjector``). Per block fused qkv (QKVParallelLinear) and the MLP's fc1
+    (column-parallel) with their biases, the output projection and fc2 (row-parallel: weights split,
+    biases replicated), two LayerNorms; the patch and position embeddings replicated. Qwen: the
+    patch merger (and each deepstack merger, whose norm spans the merged width) a LayerNorm, fc1
+    (column-parallel) and fc2 (row-parallel). Gemma 3: SigLIP's post-LayerNorm and the projector (a
+    vision x text matrix and an RMSNorm), replicated. Kimi: a final LayerNorm, the projector
+    (LayerNorm, two ReplicatedLinear layers with biases over the 2x2-merged width), replicated; the
+    tower whole on every rank when TP does not divide its heads. {} for other towers (not
+    counted)."""
+    vc = top.get("vision_config")
+    if top.get("model_type") == "kimi_k25" and isinstance(vc, dict):
+        k = {**_KIMI_VIT_DEFAULTS, **{key: vc[key] for key in _KIMI_VIT_DEFAULTS if vc.get(key) is not None}}
+        h, inter, depth = int(k["hidden_size"]), int(k["intermediate_size"]), int(k["num_hidden_layers"])
+        wide = h * int(k["merge_kernel_size"][0]) * int(k["merge_kernel_size"][1])
+        sharded = depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h)
+        replicated = (depth * (4 * h + h + h) + 3 * int(k["patch_size"]) ** 2 * h + h
+                      + int(k["pos_emb_height"]) * int(k["pos_emb_width"]) * h + 2 * h
+                      + 2 * h + wide * wide + wide + wide * text_hidden + text_hidden)
+        return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
+                "vision_num_heads": int(k["num_attention_heads"]), "vision_modalities": ("vision_chunk",)}
     if isinstance(vc, dict) and vc.get("model_type") == "siglip_vision_model":
         h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["num_hidden_layers"])
         patch = int(vc.get("num_channels", 3)) * int(vc["patch_size"]) ** 2
@@ -585,8 +622,9 @@ def _vision_params(vc, text_hidden: int) -> dict[str, int]:
         sharded = depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h)
         replicated = (depth * (4 * h + h + h) + patch * h + h + positions * h + 2 * h
                       + h * text_hidden + h)
-        return {"vision_params_sharded": sharded, "vision_params_replicated": replicated}
-    if not isinstance(vc, dict) or vc.get("model_type") not in ("qwen3_5", "qwen3_5_moe"):
+        return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
+                "vision_modalities": ("image",)}
+    if not isinstance(vc, dict) or vc.get("model_type") not in _QWEN_VIT_TYPES:
         return {}
     h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["depth"])
     out, merge = int(vc["out_hidden_size"]), int(vc.get("spatial_merge_size", 2)) ** 2
@@ -597,7 +635,8 @@ def _vision_params(vc, text_hidden: int) -> dict[str, int]:
     for norm in [h] + [wide] * len(vc.get("deepstack_visual_indexes") or ()):    # the merger(s)
         sharded += wide * wide + wide + wide * out
         replicated += 2 * norm + out
-    return {"vision_params_sharded": sharded, "vision_params_replicated": replicated}
+    return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
+            "vision_modalities": ("image", "video")}
 
 
 # config.json fields read as whole numbers, with their least valid value when set (0 / null /

@@ -51,6 +51,8 @@ Kimi-K3, Nemotron-H, Qwen3.5, MiniMax-M3) are model types the simulator refuses.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, fields, replace
 
 from frontier.gpu import GpuSpec
@@ -147,6 +149,14 @@ class EngineArgs:
     # --language-model-only: a multimodal checkpoint served without its vision tower (vLLM skips
     # building it: no weights, no multimodal profiling)
     language_model_only: bool = False
+    # --limit-mm-per-prompt: input items a prompt may carry per modality, as (modality, count) pairs
+    # (vLLM's JSON '{"image": 0, "video": 0}' or a scenario file's mapping); a vision tower whose
+    # every modality is limited to 0 is not built, as with --language-model-only (vLLM's
+    # ``_mark_tower_model``); other counts change nothing simulated (text-only requests)
+    limit_mm_per_prompt: tuple[tuple[str, int], ...] = ()
+    # --mm-encoder-tp-mode: "weights" splits the vision tower's linear weights by TP (vLLM's
+    # default), "data" keeps the whole tower on every rank
+    mm_encoder_tp_mode: str = "weights"
     enable_chunked_prefill: bool = True   # --enable-chunked-prefill / --no-enable-chunked-prefill
     long_prefill_token_threshold: int = 0
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
@@ -187,6 +197,10 @@ class EngineArgs:
             if not isinstance(value, bool) and not (value is None and name in ("async_scheduling",
                                                                                 "scheduler_reserve_full_isl")):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
+        object.__setattr__(self, "limit_mm_per_prompt", mm_limits(self.limit_mm_per_prompt))
+        if self.mm_encoder_tp_mode not in MM_ENCODER_TP_MODES:
+            raise ValueError(f"--mm-encoder-tp-mode {self.mm_encoder_tp_mode!r} is not one of "
+                             f"{', '.join(MM_ENCODER_TP_MODES)}")
         if self.max_model_len == AUTO_MAX_MODEL_LEN:
             if self.vllm_release < MAX_MODEL_LEN_AUTO:
                 raise ValueError(f"--max-model-len auto (-1) came with vLLM 0.14; --vllm-version {self.vllm_version} "
@@ -389,8 +403,13 @@ class EngineArgs:
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
         if model.num_linear_attention_layers:
             model = with_mamba_dtypes(model, self.mamba_cache_dtype, self.mamba_ssm_cache_dtype)
-        if self.language_model_only:
+        limits = dict(self.limit_mm_per_prompt)
+        if self.language_model_only or (model.vision_modalities
+                                        and all(limits.get(m, 1) == 0 for m in model.vision_modalities)):
             model = replace(model, has_vision_encoder=False, vision_params_sharded=0, vision_params_replicated=0)
+        elif self.mm_encoder_tp_mode == "data" and model.vision_params_sharded:     # every rank the whole tower
+            model = replace(model, vision_params_sharded=0, vision_num_heads=0,
+                            vision_params_replicated=model.vision_params_sharded + model.vision_params_replicated)
         return ResolvedEngine(
             args=self, model=model, gpu=gpu, parallel=self.parallel(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -578,3 +597,32 @@ def gdn_simulation_error(args: EngineArgs, connector: bool) -> str | None:
         return (f"{args.model}: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its \"align\" mamba "
                 "cache mode) and would not start; drop --no-enable-chunked-prefill or add --no-enable-prefix-caching")
     return None
+
+
+MM_ENCODER_TP_MODES = ("weights", "data")
+
+
+def mm_limits(value) -> tuple[tuple[str, int], ...]:
+    """--limit-mm-per-prompt as sorted (modality, count) pairs, from vLLM's JSON text, a mapping (a
+    scenario file's) or pairs; a modality's value may be its count or vLLM's {"count": N, ...}
+    (the dummy-input sizes beside it are not used). ValueError (one line) for anything else."""
+    raw = value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"--limit-mm-per-prompt {raw!r} is not JSON; give e.g. "
+                             "'{\"image\": 0, \"video\": 0}'") from None
+    if isinstance(value, (tuple, list)) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in value):
+        value = dict(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"--limit-mm-per-prompt {raw!r} must map modalities to counts, e.g. "
+                         "'{\"image\": 0, \"video\": 0}'")
+    out = []
+    for modality, count in value.items():
+        if isinstance(count, dict):
+            count = count.get("count", 999)
+        if not isinstance(modality, str) or isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"--limit-mm-per-prompt {modality!r}: {count!r}; counts are integers >= 0")
+        out.append((modality, count))
+    return tuple(sorted(out))

@@ -294,3 +294,22 @@ def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_in_both_mamba_
     models = runner.invoke(app, ["models"]).output
     assert any(line.startswith("Qwen/Qwen3.5-27B") and line.endswith(
         "48 Gated DeltaNet layers") for line in models.splitlines())
+
+
+def test_multimodal_flags_in_memory_simulate_and_a_scenario_file(tmp_path):
+    """--limit-mm-per-prompt (JSON on the command line, a mapping in a scenario file) and
+    --mm-encoder-tp-mode reach the KV budget; bad values are refused in one line."""
+    base = ["memory", "--model", "Qwen/Qwen3-VL-8B-Instruct", "--gpu", "H100", "-tp", "2", "--json"]
+    tokens = {flags: json.loads(runner.invoke(app, base + list(flags)).output)["kv_cache_tokens"]
+              for flags in ((), ("--limit-mm-per-prompt", '{"image": 0, "video": 0}'), ("--mm-encoder-tp-mode", "data"))}
+    assert list(tokens.values()) == [899_520, 907_408, 891_776]
+    cfg = tmp_path / "vl.yaml"
+    cfg.write_text("model: Qwen/Qwen3-VL-8B-Instruct\ngpu: H100\nlimit_mm_per_prompt:\n  image: 0\n  video: 0\n")
+    res = runner.invoke(app, ["simulate", "--config", str(cfg), "--num-prompts", "3"])
+    assert res.exit_code == 0, res.output
+    assert "KV cache 25263 blocks x 16 tokens per engine" in res.output.splitlines()[0]
+    assert "multimodal checkpoint" not in res.output
+    for cmd in (base, ["simulate", "--model", "Qwen/Qwen3-VL-8B-Instruct", "--num-prompts", "3"]):
+        res = runner.invoke(app, cmd + ["--limit-mm-per-prompt", "image=0"])
+        assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
+            "error: --limit-mm-per-prompt 'image=0' is not JSON; give e.g. '{\"image\": 0, \"video\": 0}'")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from frontier.model_spec import catalogue_names, load_model_spec, model_spec_from_config, pp_partition
+from frontier.model_spec import _catalogue_lookup, catalogue_names, load_model_spec, model_spec_from_config, pp_partition
 from frontier.parallel import ParallelSpec
 from frontier.quant import QuantSpec
 
@@ -386,6 +386,8 @@ def test_multimodal_checkpoints_say_their_vision_encoder_is_not_counted():
                  "Qwen/Qwen3-VL-8B-Instruct"):
         note = load_model_spec(name).vision_encoder_note()
         assert note.startswith(f"{name} is a multimodal checkpoint run text-only"), name
+        counted = "meta-llama" not in name
+        assert ("weights are counted" in note) == counted and ("weights and" in note) != counted, name
     for name in ("google/gemma-3-1b-it", "meta-llama/Llama-3.1-8B", "openai/gpt-oss-120b"):
         assert load_model_spec(name).vision_encoder_note() is None, name
 
@@ -455,3 +457,32 @@ def test_bad_gated_deltanet_layouts_are_one_line_errors(extra, match):
            "num_key_value_heads": 2, "vocab_size": 1000, "intermediate_size": 512, **extra}
     with pytest.raises(ValueError, match=match):
         model_spec_from_config(cfg, "q35")
+
+
+def test_kimi_k25_vision_tower_splits_by_tp_unless_tp_leaves_heads_over():
+    """MoonViT (hidden 1152, MLP 4304, 27 blocks, 16 heads): per block qkv 3,981,312 + 3,456 bias,
+    wo 1,327,104, fc0 4,958,208 + 4,304 bias, fc1 4,958,208 split by TP (411,279,984 in all);
+    replicated the blocks' two LayerNorms and row-parallel biases 27 x 6,912, the patch conv
+    3*14*14*1152 + 1,152, the 64 x 64 position grid 4,718,592, the final LayerNorm 2,304 and the
+    projector (LayerNorm 2,304, 4608 x 4608 + 4,608, 4608 x 7168 + 7,168): 59,863,936."""
+    m = load_model_spec("moonshotai/Kimi-K2.5")
+    assert (m.vision_params_sharded, m.vision_params_replicated, m.vision_num_heads) == (411_279_984, 59_863_936, 16)
+    assert m.vision_bytes_per_rank(8) == int(round(2 * (411_279_984 / 8 + 59_863_936)))
+    assert m.vision_bytes_per_rank(32) == 2 * (411_279_984 + 59_863_936)      # 16 heads over 32 ranks: whole
+    # the old-schema vision keys (vt_*) are not what vLLM reads: transformers' defaults, the same values
+    cfg, _ = _catalogue_lookup("moonshotai/Kimi-K2.5")
+    odd = {**cfg, "vision_config": {**cfg["vision_config"], "vt_hidden_size": 2048}}
+    assert model_spec_from_config(odd, "k").vision_params_sharded == 411_279_984
+
+
+def test_qwen3_vl_vision_tower_has_deepstack_mergers():
+    """Qwen3-VL-8B's ViT (hidden 1152, MLP 4304, 27 blocks; merger width 4 x 1152 = 4608, out 4096):
+    Qwen3.5's tower plus three deepstack mergers, each fc1 4608 x 4608 + 4,608 and fc2 4608 x 4096
+    split (40,112,640), its LayerNorm over the merged width 9,216 and fc2 bias 4,096 replicated."""
+    m = load_model_spec("Qwen/Qwen3-VL-8B-Instruct")
+    merger = 4608 * 4608 + 4608 + 4608 * 4096
+    blocks = 27 * (3 * 1152 * 1152 + 3 * 1152 + 1152 * 1152 + 2 * 1152 * 4304 + 4304)
+    assert m.vision_params_sharded == blocks + 4 * merger == 571_730_544
+    assert m.vision_params_replicated == (27 * 6 * 1152 + 3 * 2 * 16 * 16 * 1152 + 1152 + 2304 * 1152
+                                          + 2 * 1152 + 4096 + 3 * (2 * 4608 + 4096)) == 4_657_792
+    assert m.vision_num_heads == 0

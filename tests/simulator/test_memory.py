@@ -365,3 +365,41 @@ def test_gated_deltanet_state_dtypes_follow_the_flags_as_vllm_resolves_them():
     assert memory.gdn_state_bytes(with_mamba_dtypes(nxt, "float32", "auto"), 1) == conv * 4 + temporal * 4
     with pytest.raises(ValueError, match="--mamba-ssm-cache-dtype 'bf16' is not one of auto, float32, float16, bfloat16"):
         EngineArgs(mamba_ssm_cache_dtype="bf16")
+
+
+def test_multimodal_flags_drop_or_replicate_the_vision_tower():
+    """--limit-mm-per-prompt drops a tower only when every modality it serves is limited to 0
+    (Qwen3-VL's image and video, Kimi-K2.5's vision_chunk), as --language-model-only does;
+    --mm-encoder-tp-mode data puts the whole tower on every rank."""
+    from simulator.engine_args import EngineArgs, mm_limits
+    from simulator.simulation import resolve_engine
+
+    def weights(**kw):
+        return resolve_engine(EngineArgs(gpu="H100", tensor_parallel_size=2, **kw)).model
+
+    vl = "Qwen/Qwen3-VL-8B-Instruct"
+    base = weights(model=vl)
+    sharded, replicated = 571_730_544, 4_657_792          # test_model_spec: Qwen3-VL-8B's ViT
+    assert (base.vision_params_sharded, base.vision_params_replicated) == (sharded, replicated)
+    for limits in ('{"image": 0, "video": 0}', {"image": {"count": 0}, "video": 0}, (("video", 0), ("image", 0))):
+        m = weights(model=vl, limit_mm_per_prompt=limits)
+        assert (m.vision_params_sharded, m.vision_params_replicated, m.has_vision_encoder) == (0, 0, False)
+        assert m.vision_encoder_note() is None
+    assert weights(model=vl, limit_mm_per_prompt='{"image": 0}') == base      # videos still served
+    data = weights(model=vl, mm_encoder_tp_mode="data")
+    assert (data.vision_params_sharded, data.vision_params_replicated) == (0, sharded + replicated)
+    p = ParallelSpec(tp=2)
+    assert data.weight_bytes_per_rank(p) - base.weight_bytes_per_rank(p) == 2 * (sharded - sharded // 2)   # bf16
+    assert "weights are counted" in data.vision_encoder_note()
+    kimi = "moonshotai/Kimi-K2.5"
+    assert weights(model=kimi, limit_mm_per_prompt='{"image": 0, "video": 0}').vision_params_sharded == 411_279_984
+    assert weights(model=kimi, limit_mm_per_prompt='{"vision_chunk": 0}').vision_params_sharded == 0
+    assert mm_limits('{"video": 1, "image": 2}') == (("image", 2), ("video", 1))
+    for bad, message in (("image=0", "--limit-mm-per-prompt 'image=0' is not JSON"),
+                         ('{"image": -1}', "--limit-mm-per-prompt 'image': -1; counts are integers >= 0"),
+                         ('{"image": true}', "'image': True; counts are integers >= 0"),
+                         ("[1]", "--limit-mm-per-prompt '[1]' must map modalities to counts")):
+        with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            mm_limits(bad)
+    with pytest.raises(ValueError, match="--mm-encoder-tp-mode 'dp' is not one of weights, data"):
+        EngineArgs(mm_encoder_tp_mode="dp")
