@@ -5,10 +5,10 @@
 
 Selects the rows of AIConfigurator's ``silicon_sample.csv`` with backend == sglang and mode agg,
 maps each with ``bench/silicon_e2e.py``'s row mapping (model, precision -> served checkpoint,
-lengths, concurrency, harness), skips what the SGLang mirror does not simulate (attention DP,
-expert parallelism, PP; models the catalogue lacks or refuses) and simulates the rest as SGLang
-0.5.23 servers (``--engine sglang``; the runs used 0.5.1-0.5.10, whose schedulers are taken as
-0.5.23's):
+lengths, concurrency, harness; a row's moe_tp x moe_ep over its tp_size GPUs as SGLang's --ep-size),
+skips what the SGLang mirror does not simulate (attention DP, PP; models the catalogue lacks or
+refuses) and simulates the rest as SGLang 0.5.23 servers (``--engine sglang``; the runs used
+0.5.1-0.5.10, whose schedulers are taken as 0.5.23's):
 
 * "aic" rows (AIC's own gap-analysis runs): AIConfigurator's benchmark launch rules for SGLang
   (``generator/rule_plugin/benchmark/sglang.rule``): ``--max-running-requests batch_size``,
@@ -50,19 +50,32 @@ def load_sglang_rows(systems: tuple[str, ...]) -> list[dict[str, str]]:
                 and r["system"] in systems]
 
 
+def _sglang_ep(row: dict[str, str]) -> tuple[dict[str, str], int]:
+    """(the row with its MoE layout as the TP layout, SGLang's --ep-size): a row of tp_size GPUs
+    whose moe_tp x moe_ep spans them (moe_ep > 1, no attention DP) is SGLang's expert parallelism,
+    moe_tp = tp / ep included (a layout vLLM lacks, so silicon_e2e's mapping would skip it)."""
+    def num(key: str) -> int:
+        return int(float(row.get(key) or 0) or 0)
+    tp, dp, moe_tp, moe_ep = num("tp_size"), num("attention_dp_size") or 1, num("moe_tp_size"), num("moe_ep_size")
+    if moe_ep > 1 and dp == 1 and moe_tp * moe_ep == tp:
+        return dict(row, moe_tp_size=str(tp), moe_ep_size="1"), moe_ep
+    return row, 1
+
+
 def map_sglang_row(row: dict[str, str]) -> tuple[E.Deployment, dict[str, Any]] | E.Skip:
     """(Deployment, SglangArgs keywords) of a row, or Skip."""
+    row, ep = _sglang_ep(row)
     dep = E.map_row(dict(row, model_path=SAME_CONFIG.get(row["model_path"], row["model_path"])),
                     aic_runs="vllm-defaults")
     if isinstance(dep, E.Skip):
         return dep
     if dep.dp > 1 or dep.pp > 1 or dep.enable_expert_parallel:
-        return E.Skip(dep.row_id, dep.model_path, dep.system, "attention DP / EP / PP not simulated for SGLang",
+        return E.Skip(dep.row_id, dep.model_path, dep.system, "attention DP / PP not simulated for SGLang",
                       f"tp={dep.tp} dp={dep.dp} pp={dep.pp} ep={dep.enable_expert_parallel}")
-    flags: dict[str, Any] = {}
+    flags: dict[str, Any] = {"ep_size": ep} if ep > 1 else {}
     if dep.harness == "aic":
         c, bs = dep.concurrency, dep.batch_size
-        flags = dict(max_running_requests=bs, max_prefill_tokens=dep.isl + AIC_EXTRA_TOKENS, enable_mixed_chunk=True,
+        flags |= dict(max_running_requests=bs, max_prefill_tokens=dep.isl + AIC_EXTRA_TOKENS, enable_mixed_chunk=True,
                      cuda_graph_bs=tuple(range(1, bs + 1)))
         prompts = E.AIC_REQUESTS_PER_SLOT * c
         dep = replace(dep, bench_prompts=prompts, num_prompts=E.num_prompts_for(c, dep.osl, prompts))

@@ -46,6 +46,7 @@ VLLM_TO_SGLANG = {"max_num_seqs": "--max-running-requests", "max_num_batched_tok
                   "enable_prefix_caching": "--disable-radix-cache", "enable_chunked_prefill": "--chunked-prefill-size -1",
                   "async_scheduling": "--disable-overlap-schedule", "enforce_eager": "--disable-cuda-graph",
                   "scheduling_policy": "--schedule-policy", "block_size": "--page-size",
+                  "enable_expert_parallel": "--ep-size",
                   "max_cudagraph_capture_size": "--cuda-graph-max-bs", "cudagraph_capture_sizes": "--cuda-graph-max-bs"}
 AFD_KEYS = ("attention_tp", "attention_dp", "attention_replicas", "attention_gpu",
             "ffn_tp", "ffn_ep", "ffn_replicas", "ffn_gpu", "afd_lanes", "afd_link_bandwidth")
@@ -115,6 +116,8 @@ def _resolve_bundle(value: Optional[str], gpu: Optional[str]) -> Optional[str]:
     return str(ensure_bundle(gpu or EngineArgs().gpu, log=lambda m: typer.echo(m, err=True)))
 
 
+EP_SIZE_HELP = ("SGLang's expert parallelism of an MoE model: its experts over this many of the TP group's ranks, "
+                "each expert split over TP / ep-size (default 1: experts tensor-parallel).")
 CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
            "--max-num-batched-tokens are dropped. Default: vLLM's list.")
 HUMAN_INT_HELP = "Tokens; as vLLM: 8k = 8,000, 8K = 8,192."
@@ -416,6 +419,7 @@ def simulate(
     cuda_graph_bs: Optional[str] = typer.Option(None, "--cuda-graph-bs", help="Decode batch sizes to capture, comma-separated (default: SGLang's grid up to --cuda-graph-max-bs).", rich_help_panel=SGLANG_HELP),
     cuda_graph_max_bs: Optional[int] = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode graph (default by GPU memory and TP: 256 on H100/H200 below TP4, 512 from TP4).", rich_help_panel=SGLANG_HELP),
     page_size: Optional[int] = typer.Option(None, "--page-size", help="KV page size in tokens (default: the default attention backend's, 64 on B200/GB200/B300 for models without MLA, else 1).", rich_help_panel=SGLANG_HELP),
+    ep_size: Optional[int] = typer.Option(None, "--ep-size", "--expert-parallel-size", "--ep", help=EP_SIZE_HELP, rich_help_panel=SGLANG_HELP),
     disable_ignore_eos: Optional[bool] = typer.Option(None, "--disable-ignore-eos/--no-disable-ignore-eos", help="As sglang.bench_serving's flag: send requests without ignore_eos, so SGLang reserves the running requests' remaining tokens at its new_token_ratio (default: ignore_eos, bench_serving's; outputs still end at their lengths).", rich_help_panel=SGLANG_HELP),
     architecture: Optional[str] = typer.Option(None, help="colocated (default), pdd (prefill/decode disaggregated, NixlConnector) or afd (attention/FFN disaggregated decode).", rich_help_panel=PDD_HELP),
     prefill_tp: Optional[int] = typer.Option(None, help="Prefill role TP (default: --tensor-parallel-size).", rich_help_panel=PDD_HELP),
@@ -602,7 +606,8 @@ def _sglang_layout(result) -> str:
     chunk = "no chunking" if c.chunked_prefill_size == -1 else f"chunked_prefill_size {c.chunked_prefill_size}"
     dp = r.args.data_parallel_size
     return (f"Simulated {r.model.name} on {s['num_gpus']} x {r.gpu.name} with SGLang 0.5.23 ({r.args.num_replicas} "
-            f"server(s) of {f'DP{dp} x ' if dp > 1 else ''}TP{r.parallel.tp}); token pool {c.max_total_tokens} tokens (mem_fraction_static "
+            f"server(s) of {f'DP{dp} x ' if dp > 1 else ''}TP{r.parallel.tp}"
+            f"{f' (MoE EP{r.parallel.ep} x TP{r.parallel.moe_tp})' if r.parallel.ep > 1 else ''}); token pool {c.max_total_tokens} tokens (mem_fraction_static "
             f"{lay.mem_fraction_static}, page size {c.page_size}), max_running_requests {c.max_running_requests}, "
             f"{chunk}, {graphs}, "
             f"{'overlap' if not c.disable_overlap_schedule else 'normal'} scheduler; busy "
@@ -780,6 +785,7 @@ def memory(
     page_size: Optional[int] = typer.Option(None, "--page-size", help="SGLang (default: the default attention backend's).", rich_help_panel=SGLANG_HELP),
     cuda_graph_max_bs: Optional[int] = typer.Option(None, "--cuda-graph-max-bs", help="SGLang (default by GPU memory and TP).", rich_help_panel=SGLANG_HELP),
     disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph/--no-disable-cuda-graph", help="SGLang: no graph memory reserved.", rich_help_panel=SGLANG_HELP),
+    ep_size: Optional[int] = typer.Option(None, "--ep-size", "--expert-parallel-size", "--ep", help=EP_SIZE_HELP, rich_help_panel=SGLANG_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object for machines."),
 ) -> None:
     """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's),
@@ -791,7 +797,7 @@ def memory(
     sglang_flags = dict(mem_fraction_static=mem_fraction_static, chunked_prefill_size=chunked_prefill_size,
                         max_running_requests=max_running_requests, max_total_tokens=max_total_tokens,
                         context_length=context_length, page_size=page_size, cuda_graph_max_bs=cuda_graph_max_bs,
-                        disable_cuda_graph=disable_cuda_graph or None)
+                        disable_cuda_graph=disable_cuda_graph or None, ep_size=ep_size)
     if engine not in ENGINES:
         _fail(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
     vllm_given = {"pipeline_parallel_size": pipeline_parallel_size != 1, "data_parallel_size": data_parallel_size != 1,
@@ -916,18 +922,18 @@ def _sglang_memory(model: str, gpu: str, tp: int, kv_cache_dtype: str, quantizat
     """``frontier memory --engine sglang``: SGLang 0.5.23's start-up sizing of one TP group."""
     from simulator.engine_args import EngineArgs
     from simulator.sglang_layout import SglangArgs, resolve_sglang
-    from simulator.simulation import resolve_engine
+    from simulator.sglang_run import sglang_resolved
     try:
-        resolved = resolve_engine(EngineArgs(model=model, gpu=gpu, tensor_parallel_size=tp,
-                                             kv_cache_dtype=kv_cache_dtype, quantization=quantization))
-        lay = resolve_sglang(SglangArgs(**{k: v for k, v in flags.items() if v is not None}), resolved.model,
-                             resolved.parallel, resolved.gpu)
+        args = SglangArgs(**{k: v for k, v in flags.items() if v is not None})
+        resolved = sglang_resolved(EngineArgs(model=model, gpu=gpu, tensor_parallel_size=tp,
+                                              kv_cache_dtype=kv_cache_dtype, quantization=quantization), args)
+        lay = resolve_sglang(args, resolved.model, resolved.parallel, resolved.gpu)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
         return
     gib, c = 1 << 30, lay.config
     report = {"model": resolved.model.name, "gpu": resolved.gpu.name, "tensor_parallel_size": tp,
-              "engine": "sglang 0.5.23", "total_gib": resolved.gpu.memory_bytes / gib,
+              "ep_size": resolved.parallel.ep, "engine": "sglang 0.5.23", "total_gib": resolved.gpu.memory_bytes / gib,
               "free_at_start_gib": lay.pre_load_free_bytes / gib, "mem_fraction_static": lay.mem_fraction_static,
               "weights_gib": lay.weight_bytes / gib, "kv_bytes_per_token": lay.kv_bytes_per_token,
               "kv_cache_gib": c.max_total_tokens * lay.kv_bytes_per_token / gib,
@@ -938,7 +944,8 @@ def _sglang_memory(model: str, gpu: str, tp: int, kv_cache_dtype: str, quantizat
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
-    typer.echo(f"{report['model']} on {report['gpu']} (TP{tp}), per GPU, SGLang 0.5.23 start-up:")
+    moe = f", MoE EP{resolved.parallel.ep} x TP{resolved.parallel.moe_tp}" if resolved.parallel.ep > 1 else ""
+    typer.echo(f"{report['model']} on {report['gpu']} (TP{tp}{moe}), per GPU, SGLang 0.5.23 start-up:")
     for key in ("total_gib", "free_at_start_gib", "weights_gib", "kv_cache_gib"):
         typer.echo(f"  {key[:-4].replace('_', ' '):<28} {report[key]:>10.2f} GiB"
                    + ("  (estimate: the GPU's memory less CUDA context and communicators)" if key == "free_at_start_gib"

@@ -121,8 +121,9 @@ class ParallelSpec:
         if self.pp > model.num_layers:
             raise ValueError(f"pp={self.pp} exceeds num_layers={model.num_layers} of {model.name}")
 
-    def block_split_error(self, model: ModelSpec) -> str | None:
-        """Why vLLM refuses to split ``model``'s block-scaled weights this way (a rank's share of
+    def block_split_error(self, model: ModelSpec, engine: str = "vllm") -> str | None:
+        """Why vLLM (``engine`` "sglang": SGLang, the same rule in ``moe_ep_setup.py`` and its fp8
+        linear method) refuses to split ``model``'s block-scaled weights this way (a rank's share of
         the routed experts' or the dense MLP's intermediate width is not whole blocks), or None."""
         block = model.quant.weight_block_size
         if block is None:
@@ -136,8 +137,14 @@ class ParallelSpec:
         for what, width, split in widths:
             share = width // split
             if share % block[0] or (split > 1 and share % block[1]):
+                if engine == "sglang":
+                    hint = (" (use a larger --ep-size, which keeps each expert whole over tp / ep-size ranks, or a "
+                            "smaller tensor parallel size)" if "experts" in what else
+                            " (use a smaller tensor parallel size)")
+                else:
+                    hint = (" (use --enable-expert-parallel, which keeps every expert whole, or a smaller "
+                            "tensor parallel size)" if "experts" in what else " (use a smaller tensor parallel size)")
                 return (f"{model.name}: the {what} {width} / {split} ranks = {share} is not a multiple of the "
-                        f"weight quantization block {block[0]}x{block[1]}; vLLM refuses this layout"
-                        + (" (use --enable-expert-parallel, which keeps every expert whole, or a smaller "
-                           "tensor parallel size)" if "experts" in what else " (use a smaller tensor parallel size)"))
+                        f"weight quantization block {block[0]}x{block[1]}; "
+                        f"{'SGLang' if engine == 'sglang' else 'vLLM'} refuses this layout{hint}")
         return None

@@ -21,8 +21,9 @@ server's default); ``resolve_sglang`` derives, as 0.5.23 does:
 
 The memory free before the weights load is not in any source: it is the GPU's memory minus the
 CUDA context and the communicators, estimated here (``PRE_LOAD_USED_*``; not measured). The
-weights are ``ModelSpec.weight_bytes_per_rank``. Simulated: TP only (one engine per TP group,
-``--dp-size`` 1, no PP, no expert or attention DP), models without sliding-window layers. The page
+weights are ``ModelSpec.weight_bytes_per_rank``. Simulated: one engine per TP group (``--dp-size``
+groups are separate engines; no PP, no attention DP), whose MoE layers run SGLang's expert
+parallelism with ``--ep-size`` (``sglang_parallel``), models without sliding-window layers. The page
 size is ``--page-size`` or the default attention backend's (``get_default_attn_backend``,
 ``_mla_backend_page_constraints``): 64 for models without MLA on the sm_100 family (B200, GB200,
 B300: trtllm_mha), else 1 (FA3 on Hopper, FlashInfer / Triton elsewhere, MLA on the sm_100 family:
@@ -74,11 +75,12 @@ class SglangArgs:
     cuda_graph_max_bs: int | None = None
     cuda_graph_bs: tuple[int, ...] | None = None    # --cuda-graph-bs: the decode batch sizes captured
     page_size: int | None = None
+    ep_size: int | None = None          # --ep-size (--expert-parallel-size, --ep): None = 1
     disable_ignore_eos: bool = False    # sglang.bench_serving's flag: requests sent without ignore_eos
 
     def __post_init__(self) -> None:
         for name in ("max_prefill_tokens", "max_running_requests", "max_total_tokens", "context_length",
-                     "cuda_graph_max_bs"):
+                     "cuda_graph_max_bs", "ep_size"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"--{name.replace('_', '-')} {value!r}; must be a positive integer")
@@ -126,12 +128,35 @@ def _by_memory(gpu_mib: float, tp: int) -> tuple[int, int]:
     return 16384, 512
 
 
+def sglang_parallel(args: SglangArgs, model: ModelSpec, tp: int) -> ParallelSpec:
+    """One SGLang TP group's layout: attention over ``tp`` ranks, an MoE model's experts over
+    ep = ``--ep-size`` ranks of expert parallelism, each expert split over moe_tp = tp / ep
+    (``moe_ep_setup.py``: moe_tp_size = tp_size // ep_size; the default all-to-all backend "none":
+    every rank keeps every token, the MoE output all-reduced as with TP). --ep-size is moot for a
+    dense model (ep 1). ValueError (one line) where SGLang would not start (the model's heads,
+    experts or block-scaled widths do not split so)."""
+    from frontier.parallel import ParallelSpec
+    ep = args.ep_size or 1
+    if ep > 1 and model.is_moe:
+        if tp % ep:
+            raise ValueError(f"--ep-size {ep} must divide the tensor parallel size {tp} (SGLang: tp_size must be "
+                             "divisible by ep_size)")
+        if model.num_experts % ep:
+            raise ValueError(f"--ep-size {ep} must divide {model.name}'s {model.num_experts} experts")
+    parallel = ParallelSpec(tp=tp, ep=ep if model.is_moe else 1)
+    block = parallel.block_split_error(model, "sglang")
+    if block is not None:
+        raise ValueError(block)
+    parallel.check_model(model)
+    return parallel
+
+
 def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> SglangLayout:
     """SGLang's start-up derivations for one engine of ``parallel.tp`` GPUs (see the module docstring).
     ValueError (one line) for layouts it does not simulate or a model that does not fit."""
-    if parallel.pp != 1 or parallel.dp != 1 or parallel.ep != 1:
-        raise ValueError(f"--engine sglang simulates one tensor-parallel group here (pp {parallel.pp}, dp {parallel.dp}, "
-                         f"ep {parallel.ep} given); DP groups are separate engines (--data-parallel-size)")
+    if parallel.pp != 1 or parallel.dp != 1:
+        raise ValueError(f"--engine sglang simulates one tensor-parallel group here (pp {parallel.pp}, dp {parallel.dp} "
+                         "given); DP groups are separate engines (--data-parallel-size)")
     if model.sliding_window:
         raise ValueError(f"--engine sglang does not simulate {model.name}'s sliding-window layers (SGLang keeps them "
                          "in a separate SWA pool); use --engine vllm")

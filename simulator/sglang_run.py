@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from frontier.gpu import get_gpu
+from frontier.model_spec import load_model_spec
 from simulator.batch_engine import BatchEngine, pricing_notes
 from simulator.cluster import Cluster, Role
 from simulator.events import EventLoop
@@ -22,18 +24,29 @@ from simulator.moe_routing import make_router
 from simulator.predictor_cost import cost_model_stats, make_cost_model
 from simulator.replica import Replica
 from simulator.role_stats import role_summary
-from simulator.sglang_layout import SGLANG_VERSION, SglangLayout, resolve_sglang
+from simulator.sglang_layout import SGLANG_VERSION, SglangLayout, resolve_sglang, sglang_parallel
 from simulator.sglang_scheduler import SglangScheduler
 from simulator.trace import BatchTrace
 from simulator.workload import generate_requests
 
 if TYPE_CHECKING:
+    from simulator.engine_args import EngineArgs, ResolvedEngine
+    from simulator.sglang_layout import SglangArgs
     from simulator.simulation import SimulationResult, SimulationSpec
+
+
+def sglang_resolved(args: EngineArgs, sglang: SglangArgs) -> ResolvedEngine:
+    """One SGLang TP group's model, GPU and layout: the shared flags resolved as for vLLM (the
+    served model's quantization, KV dtype) with SGLang's layout (``sglang_parallel``: --ep-size)
+    checked instead of vLLM's; ``args`` kept whole (its --data-parallel-size counts TP groups)."""
+    resolved = dataclasses.replace(args, data_parallel_size=1).resolve(load_model_spec(args.model), get_gpu(args.gpu))
+    return dataclasses.replace(resolved, args=args, parallel=sglang_parallel(sglang, resolved.model,
+                                                                             resolved.parallel.tp))
 
 
 def run_sglang(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` (``spec.sglang`` set) to completion."""
-    from simulator.simulation import BenchmarkClient, SimulationResult, resolve_engine, run_client
+    from simulator.simulation import BenchmarkClient, SimulationResult, run_client
     if spec.architecture != "colocated":
         raise ValueError(f"--engine sglang simulates co-located servers; --architecture {spec.architecture} is vLLM's here")
     args = spec.engine
@@ -48,8 +61,7 @@ def run_sglang(spec: SimulationSpec) -> SimulationResult:
     if dp > 1 and args.num_replicas > 1 and args.router != "round_robin":
         raise ValueError(f"--router {args.router} over servers of --data-parallel-size {dp}: SGLang deals each server's "
                          "requests round robin over its DP workers, which is simulated only under --router round_robin")
-    resolved = resolve_engine(dataclasses.replace(args, data_parallel_size=1))
-    resolved = dataclasses.replace(resolved, args=args)
+    resolved = sglang_resolved(args, spec.sglang)
     layout = resolve_sglang(spec.sglang, resolved.model, resolved.parallel, resolved.gpu)
     engines_n = args.num_replicas * dp
     spec.check_num_gpus([("colocated", resolved.parallel.tp * engines_n)])

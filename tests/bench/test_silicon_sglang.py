@@ -23,11 +23,18 @@ def test_aic_rows_take_aics_sglang_benchmark_launch():
                          enable_mixed_chunk=True, cuda_graph_bs=tuple(range(1, dep.batch_size + 1)))
 
 
-def test_expert_parallel_rows_are_skipped_with_their_reason():
+def test_expert_parallel_rows_map_to_sglangs_ep_size():
+    """A row's moe_tp x moe_ep over its tp_size GPUs is SGLang's --ep-size (moe_tp = tp / ep), which
+    silicon_e2e's vLLM mapping skips as a mixed grid."""
     bench = load_bench("silicon_sglang")
-    rows = bench.load_sglang_rows(("b200_sxm",))
-    reasons = {bench.map_sglang_row(r).reason for r in rows if isinstance(bench.map_sglang_row(r), bench.E.Skip)}
-    assert "mixed MoE TPxEP grid not expressible in vLLM/Frontier" in reasons
+    rows = [r for r in bench.load_sglang_rows(("b200_sxm",)) if r["model_path"] == "deepseek-ai/DeepSeek-R1"
+            and r["precision"] == "fp8" and r["moe_ep_size"] not in ("", "1", "1.0")]
+    assert rows and all(float(r["moe_tp_size"]) * float(r["moe_ep_size"]) == float(r["tp_size"]) for r in rows)
+    dep, flags = bench.map_sglang_row(rows[0])
+    assert (dep.tp, dep.enable_expert_parallel, flags["ep_size"]) == (64, False, 8)
+    assert isinstance(bench.E.map_row(rows[0]), bench.E.Skip)
+    same = dict(rows[0], moe_tp_size="", moe_ep_size="")
+    assert "ep_size" not in bench.map_sglang_row(same)[1]
 
 
 def test_one_row_runs_and_reports(capsys):

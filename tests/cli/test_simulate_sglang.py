@@ -74,6 +74,10 @@ def test_disable_ignore_eos_reserves_at_the_ratio_and_retracts(tmp_path):
      "error: --async-scheduling is a vLLM flag, not simulated with --engine sglang; SGLang's is --disable-overlap-schedule"),
     (["--engine", "sglang", "-pp", "2"], "error: --pipeline-parallel-size is a vLLM flag, not simulated with --engine sglang"),
     (["--chunked-prefill-size", "4096"], "error: --chunked-prefill-size is an SGLang flag; add --engine sglang"),
+    (["--ep-size", "2"], "error: --ep-size is an SGLang flag; add --engine sglang"),
+    (["--engine", "sglang", "--enable-expert-parallel"],
+     "error: --enable-expert-parallel is a vLLM flag, not simulated with --engine sglang; SGLang's is --ep-size"),
+    (["--engine", "sglang", "--ep-size", "0"], "error: --ep-size 0; must be a positive integer"),
     (["--engine", "trt"], "error: --engine 'trt' is not one of vllm, sglang"),
     (["--engine", "sglang", "--schedule-policy", "dfs-weight"],
      "error: --schedule-policy 'dfs-weight' is not simulated; valid: fcfs, lof, lpm"),
@@ -137,3 +141,27 @@ def test_dp_size_runs_that_many_tp_groups_round_robin(tmp_path):
     assert summary["num_gpus"] == 2 and summary["completed"] == 40
     bad = runner.invoke(app, BASE + ["--engine", "sglang", "-dp", "2", "--num-replicas", "2", "--router", "least_loaded"])
     assert bad.exit_code == 2 and "simulated only under --router round_robin" in bad.output
+
+
+def test_expert_parallel_sglang_run(tmp_path):
+    """--ep-size 4 on a TP-4 group of Qwen3-30B-A3B (128 experts): each rank holds 32 whole experts
+    (MoE TP 1), so the token pool is the TP layout's (the same bytes per rank), the MoE kernels
+    differ; the start-up line names the MoE layout."""
+    run = ["simulate", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "-tp", "4", "--num-prompts", "20",
+           "--random-input-len", "600", "--random-output-len", "20", "--engine", "sglang"]
+    summaries = []
+    for i, flags in enumerate(([], ["--ep-size", "4"])):
+        res = runner.invoke(app, run + flags + ["--output-dir", str(tmp_path / str(i))])
+        assert res.exit_code == 0, res.output
+        summaries.append(json.loads((tmp_path / str(i) / "summary.json").read_text()))
+    tp, ep = summaries
+    assert tp["sglang_max_total_num_tokens"] == ep["sglang_max_total_num_tokens"]
+    assert tp["mean_tpot_ms"] != ep["mean_tpot_ms"] and ep["completed"] == 20
+    line = runner.invoke(app, run + ["--ep", "2"]).output.splitlines()[0]
+    assert "(1 server(s) of TP4 (MoE EP2 x TP2)); token pool" in line
+    mem = runner.invoke(app, ["memory", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "-tp", "4", "--engine",
+                              "sglang", "--ep-size", "4"]).output
+    assert mem.startswith("Qwen/Qwen3-30B-A3B on H100-SXM (TP4, MoE EP4 x TP1), per GPU, SGLang 0.5.23 start-up:")
+    res = runner.invoke(app, run + ["--ep-size", "3"])
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
+        "error: --ep-size 3 must divide the tensor parallel size 4 (SGLang: tp_size must be divisible by ep_size)")

@@ -6,7 +6,7 @@ from frontier.gpu import get_gpu
 from frontier.model_spec import load_model_spec
 from frontier.parallel import ParallelSpec
 from simulator.sglang_graphs import SglangGraphs, decode_capture_sizes, prefill_capture_sizes
-from simulator.sglang_layout import PRE_LOAD_USED_TP1, SglangArgs, resolve_sglang
+from simulator.sglang_layout import PRE_LOAD_USED_TP1, SglangArgs, resolve_sglang, sglang_parallel
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 
@@ -101,3 +101,32 @@ def test_page_size_follows_the_default_attention_backend():
     assert layout("B200", model="deepseek-ai/DeepSeek-V3", tp=8).config.page_size == 1   # MLA: FlashInfer
     assert layout("H100", page_size=16).config.page_size == 16
     assert layout("H100", page_size=16, max_total_tokens=1000).config.max_total_tokens == 992
+
+
+def test_expert_parallel_layout():
+    """--ep-size: an MoE model's experts over ep ranks, each split over tp / ep (SGLang's
+    moe_tp_size); moot for a dense model; the weights per rank, hence the pool, are the TP layout's."""
+    v3 = load_model_spec("deepseek-ai/DeepSeek-V3")
+    assert sglang_parallel(SglangArgs(ep_size=8), v3, 8) == ParallelSpec(tp=8, ep=8)
+    four = sglang_parallel(SglangArgs(ep_size=4), v3, 8)
+    assert (four.ep, four.moe_tp, four.local_experts(256)) == (4, 2, 64)
+    assert sglang_parallel(SglangArgs(), v3, 8) == ParallelSpec(tp=8)
+    assert sglang_parallel(SglangArgs(ep_size=8), load_model_spec(LLAMA_8B), 8) == ParallelSpec(tp=8)
+    pools = {ep: resolve_sglang(SglangArgs(ep_size=ep), v3, sglang_parallel(SglangArgs(ep_size=ep), v3, 8),
+                                get_gpu("H200")).config.max_total_tokens for ep in (1, 4, 8)}
+    assert pools[1] == pools[4] == pools[8]
+    with pytest.raises(ValueError, match="--ep-size 16 must divide the tensor parallel size 8"):
+        sglang_parallel(SglangArgs(ep_size=16), v3, 8)
+    with pytest.raises(ValueError, match="--ep-size 16 must divide mistralai/Mixtral-8x7B-v0.1's 8 experts"):
+        sglang_parallel(SglangArgs(ep_size=16), load_model_spec("mistralai/Mixtral-8x7B-v0.1"), 16)
+
+
+def test_block_scaled_experts_split_as_sglang_allows():
+    """Qwen3-235B-A22B-FP8 (128 x 128 blocks, experts 1536 wide) on TP 8: 1536 / 8 = 192 is not whole
+    blocks, which SGLang refuses (moe_ep_setup.py); --ep-size 4 splits each expert over 2 ranks
+    (768, six blocks) and starts."""
+    q = load_model_spec("Qwen/Qwen3-235B-A22B-FP8")
+    with pytest.raises(ValueError, match=r"1536 / 8 ranks = 192 is not a multiple of the weight quantization block "
+                                         r"128x128; SGLang refuses this layout \(use a larger --ep-size"):
+        sglang_parallel(SglangArgs(), q, 8)
+    assert sglang_parallel(SglangArgs(ep_size=4), q, 8).moe_tp == 2
