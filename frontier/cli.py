@@ -39,7 +39,7 @@ ENGINES = ("vllm", "sglang")
 # vLLM flags that --engine sglang takes as they are; every other vLLM engine flag is refused there,
 # with SGLang's own flag for the same setting where it has one (VLLM_TO_SGLANG).
 SGLANG_SHARED_KEYS = ("model", "gpu", "tensor_parallel_size", "data_parallel_size", "num_replicas", "router",
-                      "kv_cache_dtype", "quantization")
+                      "kv_cache_dtype", "quantization", "language_model_only")
 VLLM_TO_SGLANG = {"max_num_seqs": "--max-running-requests", "max_num_batched_tokens": "--chunked-prefill-size",
                   "max_model_len": "--context-length", "gpu_memory_utilization": "--mem-fraction-static",
                   "kv_cache_memory_bytes": "--max-total-tokens", "num_gpu_blocks_override": "--max-total-tokens",
@@ -121,8 +121,8 @@ EP_SIZE_HELP = ("SGLang's expert parallelism of an MoE model: its experts over t
 CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
            "--max-num-batched-tokens are dropped. Default: vLLM's list.")
 HUMAN_INT_HELP = "Tokens; as vLLM: 8k = 8,000, 8K = 8,192."
-LM_ONLY_HELP = ("As vllm serve's: a multimodal checkpoint (Qwen3-VL, Qwen3.5, Gemma 3, Kimi-K2.5) served without its "
-                "vision encoder, whose weights are otherwise counted in the KV budget.")
+LM_ONLY_HELP = ("As vllm serve's (and SGLang's, for Qwen3-VL / Qwen3.5): a multimodal checkpoint (Qwen3-VL, Qwen3.5, "
+                "Gemma 3, Kimi-K2.5) served without its vision encoder, whose weights are otherwise counted in the KV budget.")
 MM_LIMIT_HELP = ("As vllm serve's, JSON: input items per prompt by modality, e.g. '{\"image\": 0, \"video\": 0}'; "
                  "0 for every modality of the vision tower (Kimi-K2.5's: vision_chunk) drops it, as "
                  "--language-model-only does. Requests are text-only either way.")
@@ -808,7 +808,7 @@ def memory(
                   "num_gpu_blocks_override": num_gpu_blocks_override is not None,
                   "kv_cache_memory_bytes": kv_cache_memory_bytes is not None, "enforce_eager": enforce_eager,
                   "disable_hybrid_kv_cache_manager": disable_hybrid_kv_cache_manager,
-                  "language_model_only": language_model_only, "limit_mm_per_prompt": limit_mm_per_prompt is not None,
+                  "limit_mm_per_prompt": limit_mm_per_prompt is not None,
                   "mm_encoder_tp_mode": mm_encoder_tp_mode != "weights",
                   "cudagraph_capture_sizes": cudagraph_capture_sizes is not None,
                   "max_cudagraph_capture_size": max_cudagraph_capture_size is not None,
@@ -823,7 +823,8 @@ def memory(
     if foreign:
         _fail(foreign)
     if engine == "sglang":
-        _sglang_memory(model, gpu, tensor_parallel_size, kv_cache_dtype, quantization, sglang_flags, as_json)
+        _sglang_memory(model, gpu, tensor_parallel_size, kv_cache_dtype, quantization, language_model_only,
+                       sglang_flags, as_json)
         return
     try:
         cg = {"cudagraph_capture_sizes": _int_list(cudagraph_capture_sizes, "--cudagraph-capture-sizes"),
@@ -918,15 +919,15 @@ def memory(
 
 
 def _sglang_memory(model: str, gpu: str, tp: int, kv_cache_dtype: str, quantization: str | None,
-                   flags: dict[str, Any], as_json: bool) -> None:
+                   language_model_only: bool, flags: dict[str, Any], as_json: bool) -> None:
     """``frontier memory --engine sglang``: SGLang 0.5.23's start-up sizing of one TP group."""
     from simulator.engine_args import EngineArgs
     from simulator.sglang_layout import SglangArgs, resolve_sglang
     from simulator.sglang_run import sglang_resolved
     try:
         args = SglangArgs(**{k: v for k, v in flags.items() if v is not None})
-        resolved = sglang_resolved(EngineArgs(model=model, gpu=gpu, tensor_parallel_size=tp,
-                                              kv_cache_dtype=kv_cache_dtype, quantization=quantization), args)
+        resolved = sglang_resolved(EngineArgs(model=model, gpu=gpu, tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype,
+                                              quantization=quantization, language_model_only=language_model_only), args)
         lay = resolve_sglang(args, resolved.model, resolved.parallel, resolved.gpu)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))

@@ -360,7 +360,7 @@ class ModelSpec:
             return None
         if self.vision_params_sharded or self.vision_params_replicated:
             return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights are counted "
-                    "(--language-model-only drops them, as vLLM does), vLLM's multimodal memory profiling is not")
+                    "(--language-model-only drops them, as the engines do), vLLM's multimodal memory profiling is not")
         return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights and "
                 "vLLM's multimodal memory profiling are not counted, so the KV budget is that much larger "
                 "than vLLM's")

@@ -37,9 +37,14 @@ if TYPE_CHECKING:
 
 def sglang_resolved(args: EngineArgs, sglang: SglangArgs) -> ResolvedEngine:
     """One SGLang TP group's model, GPU and layout: the shared flags resolved as for vLLM (the
-    served model's quantization, KV dtype) with SGLang's layout (``sglang_parallel``: --ep-size)
-    checked instead of vLLM's; ``args`` kept whole (its --data-parallel-size counts TP groups)."""
-    resolved = dataclasses.replace(args, data_parallel_size=1).resolve(load_model_spec(args.model), get_gpu(args.gpu))
+    served model's quantization, KV dtype, --language-model-only, which SGLang honours for the
+    Qwen ViT's checkpoints) with SGLang's layout (``sglang_parallel``: --ep-size) checked instead of
+    vLLM's; ``args`` kept whole (its --data-parallel-size counts TP groups)."""
+    model = load_model_spec(args.model)
+    if args.language_model_only and model.vision_modalities != ("image", "video"):
+        raise ValueError(f"--language-model-only: SGLang 0.5.23 skips the vision tower of Qwen3-VL and Qwen3.5 "
+                         f"checkpoints only (models/qwen3_vl.py, qwen3_5.py), not {model.name}'s")
+    resolved = dataclasses.replace(args, data_parallel_size=1).resolve(model, get_gpu(args.gpu))
     return dataclasses.replace(resolved, args=args, parallel=sglang_parallel(sglang, resolved.model,
                                                                              resolved.parallel.tp))
 

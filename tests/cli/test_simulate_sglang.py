@@ -165,3 +165,17 @@ def test_expert_parallel_sglang_run(tmp_path):
     res = runner.invoke(app, run + ["--ep-size", "3"])
     assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
         "error: --ep-size 3 must divide the tensor parallel size 4 (SGLang: tp_size must be divisible by ep_size)")
+
+
+def test_language_model_only_for_sglang():
+    """SGLang 0.5.23's --language-model-only skips the Qwen ViT (Qwen3-VL, Qwen3.5); other towers
+    are refused in one line."""
+    base = ["memory", "--engine", "sglang", "--model", "Qwen/Qwen3-VL-8B-Instruct", "--gpu", "H100", "--json"]
+    full, lm = (json.loads(runner.invoke(app, base + flags).output) for flags in ([], ["--language-model-only"]))
+    assert round((full["weights_gib"] - lm["weights_gib"]) * (1 << 30)) == 2 * (571_730_544 + 4_657_792)
+    assert lm["max_total_num_tokens"] > full["max_total_num_tokens"]
+    res = runner.invoke(app, ["simulate", "--engine", "sglang", "--model", "google/gemma-3-4b-it", "--num-prompts", "3",
+                              "--language-model-only"])
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
+        "error: --language-model-only: SGLang 0.5.23 skips the vision tower of Qwen3-VL and Qwen3.5 checkpoints only "
+        "(models/qwen3_vl.py, qwen3_5.py), not google/gemma-3-4b-it's")
