@@ -72,7 +72,7 @@ _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 
                 "int4_wo": 0.5, "nvfp4": 0.5, "mxfp4": 0.5, "w4a16_mxfp4": 0.5, "w4a8_mxfp4_mxfp8": 0.5}
 # MoeOp.quant_method (frontier.quant.METHODS) -> the moe_dtype of AIC's vLLM moe_perf rows
 MOE_DTYPES = {"none": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "mxfp4": "w4a16_mxfp4",
-              "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
+              "nvfp4": "nvfp4", "int4_wo": "int4_wo", "nvfp4_w4a16": "int4_wo"}
 COMM_OP_CODES = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3, "p2p": 4}
 LINK_CODES = {"nvlink": 0, "pcie": 1, "network": 2}
 

@@ -1012,7 +1012,7 @@ def models() -> None:
         experts = f"{m.num_experts} experts top-{m.num_experts_per_tok}" if m.is_moe else "dense"
         only = f"  {m.num_linear_attention_layers} Gated DeltaNet layers" if m.num_linear_attention_layers else ""
         typer.echo(f"{name:<52} {m.architecture:<32} {m.num_layers:>3} layers  {experts:<20} "
-                   f"weights {m.quant.method}{only}")
+                   f"weights {m.quant.label}{only}")
 
 
 @app.command("import-profiles")

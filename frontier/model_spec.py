@@ -45,7 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from frontier.quant import BF16_BYTES, QuantSpec, parse_quantization
+from frontier.quant import BF16_BYTES, LM_HEAD, QuantSpec, parse_quantization
 from frontier.text_file import read_json
 
 if TYPE_CHECKING:
@@ -327,8 +327,8 @@ class ModelSpec:
                 total += vocab_shard + self.vision_bytes_per_rank(parallel.tp)  # embed_tokens (+ a vision tower)
             if last:
                 total += self.hidden_size * BF16_BYTES  # final norm
-                if not (self.tie_word_embeddings and first):
-                    total += vocab_shard  # lm_head (a separate copy unless tied on the same stage)
+                if not (self.tie_word_embeddings and first):   # lm_head: a separate copy unless tied on the same stage
+                    total += vocab_shard / BF16_BYTES * self.quant.bytes_per_param(LM_HEAD)
             stages.append(total)
         return int(round(max(stages)))
 

@@ -11,10 +11,15 @@ Bytes per weight element include the scale overhead of each format:
 | nvfp4     | 4            | one fp8 E4M3 per 16 elements (+1 fp32/t) | 0.5 + 1/16 = 0.5625      |
 | int4_wo   | 4            | bf16 scale per group g (+ packed 4-bit   | 0.5 + 2/g (symmetric)    |
 |           |              | zero point for AWQ/GPTQ)                 | 0.5 + 2.5/g (awq/gptq)   |
+| nvfp4_w4a16 | 4          | as nvfp4; bf16 activations (FP4 Marlin)  | 0.5 + 1/16 = 0.5625      |
 
-Embeddings, the LM head, norms and MoE routers are never quantized here (bf16,
-2 bytes); `quantized_parts` says which of the big weight groups use
-`weight_bytes_per_param` (see `PARTS`; "linear_attention": Gated DeltaNet layers' projections).
+Embeddings, norms and MoE routers are never quantized here (bf16, 2 bytes), nor the LM head
+but in a mixed-precision checkpoint that lists it; `quantized_parts` says which of the big
+weight groups use `weight_bytes_per_param` (see `PARTS`; "linear_attention": Gated DeltaNet
+layers' projections). A modelopt MIXED_PRECISION checkpoint (``quantized_layers``: an algorithm
+per layer, as vLLM's ``ModelOptMixedPrecisionConfig`` reads it; NVIDIA's Qwen3.6 NVFP4: FP8
+attention and GDN projections, W4A16 NVFP4 MLPs, experts and LM head) has one format per part:
+``method`` is the experts' (else the dense MLP's), ``part_methods`` the others'.
 """
 
 from __future__ import annotations
@@ -23,9 +28,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-METHODS = ("none", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4_wo")
+METHODS = ("none", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4_wo", "nvfp4_w4a16")
 PARTS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "linear_attention")
+LM_HEAD = "lm_head"     # a weight group only a mixed-precision checkpoint quantizes (part_methods)
 BF16_BYTES = 2.0
+# bytes per element of the formats a mixed-precision checkpoint names per layer
+METHOD_BYTES = {"none": BF16_BYTES, "fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "nvfp4_w4a16": 0.5 + 1.0 / 16}
+# modelopt MIXED_PRECISION quant_algo -> method
+MIXED_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4_w4a16"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,8 @@ class QuantSpec:
     quantized_parts: which of PARTS are stored at weight_bytes_per_param; the rest stay bf16.
     weight_block_size: (block_n, block_k) of block-scaled weights (fp8_block), None otherwise;
         vLLM needs every tensor-parallel shard to hold whole blocks (ParallelSpec.check_model).
+    part_methods: (part, method) of a mixed-precision checkpoint's parts (PARTS or LM_HEAD) stored
+        in another format than ``method``, at METHOD_BYTES of it.
     """
 
     method: str = "none"
@@ -47,6 +59,7 @@ class QuantSpec:
     activation_bytes: float = BF16_BYTES
     quantized_parts: tuple[str, ...] = field(default=PARTS)
     weight_block_size: tuple[int, int] | None = None
+    part_methods: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -57,12 +70,35 @@ class QuantSpec:
         bad = [p for p in self.quantized_parts if p not in PARTS]
         if bad:
             raise ValueError(f"QuantSpec.quantized_parts has unknown parts {bad}; valid: {PARTS}")
+        bad = [(p, m) for p, m in self.part_methods if p not in PARTS + (LM_HEAD,) or m not in METHOD_BYTES]
+        if bad:
+            raise ValueError(f"QuantSpec.part_methods has unknown entries {bad}; parts {PARTS + (LM_HEAD,)}, "
+                             f"methods {tuple(METHOD_BYTES)}")
+
+    def method_of(self, part: str) -> str:
+        """The format `part` (one of PARTS, or LM_HEAD) is stored in: "none" when unquantized."""
+        for p, m in self.part_methods:
+            if p == part:
+                return m
+        return self.method if part in self.quantized_parts else "none"
 
     def bytes_per_param(self, part: str) -> float:
-        """Bytes per weight element of `part` (one of PARTS)."""
-        if part not in PARTS:
-            raise ValueError(f"unknown weight part {part!r}; valid: {PARTS}")
+        """Bytes per weight element of `part` (one of PARTS, or LM_HEAD)."""
+        if part not in PARTS and part != LM_HEAD:
+            raise ValueError(f"unknown weight part {part!r}; valid: {PARTS + (LM_HEAD,)}")
+        for p, m in self.part_methods:
+            if p == part:
+                return METHOD_BYTES[m]
         return self.weight_bytes_per_param if part in self.quantized_parts else BF16_BYTES
+
+    @property
+    def label(self) -> str:
+        """The method, or for a mixed-precision checkpoint each part's format."""
+        if not self.part_methods:
+            return self.method
+        parts = [(p, self.method) for p in self.quantized_parts] + list(self.part_methods)
+        parts.sort(key=lambda pm: (PARTS + (LM_HEAD,)).index(pm[0]))
+        return "mixed (" + ", ".join(f"{p} {m}" for p, m in parts) + ")"
 
     @classmethod
     def from_method(cls, method: str, kv_cache_dtype: str = "auto", group_size: int = 128) -> QuantSpec:
@@ -76,6 +112,7 @@ class QuantSpec:
             "mxfp4": 0.5 + 1.0 / 32,
             "nvfp4": 0.5 + 1.0 / 16,
             "int4_wo": 0.5 + 2.0 / group_size,
+            "nvfp4_w4a16": 0.5 + 1.0 / 16,
         }
         if method not in per_param:
             raise ValueError(f"quantization method {method!r} is not one of {METHODS}")
@@ -120,7 +157,8 @@ def parse_quantization(config: dict[str, Any] | None, hf_quant: dict[str, Any] |
 def _from_hf_quant(hf_quant: dict[str, Any]) -> dict[str, Any]:
     q = hf_quant.get("quantization", hf_quant)
     return {"quant_method": "modelopt", "quant_algo": q.get("quant_algo"), "group_size": q.get("group_size"),
-            "kv_cache_scheme": q.get("kv_cache_quant_algo"), "ignore": q.get("exclude_modules", [])}
+            "kv_cache_scheme": q.get("kv_cache_quant_algo"), "ignore": q.get("exclude_modules", []),
+            "quantized_layers": q.get("quantized_layers")}
 
 
 def _fp8(config: dict[str, Any]) -> QuantSpec:
@@ -137,8 +175,10 @@ def _fp8_block(block: Sequence[int], kv_bytes: float, parts: tuple[str, ...]) ->
 
 
 def _grouped(config: dict[str, Any]) -> QuantSpec:
-    """modelopt (quant_algo FP8/NVFP4) or compressed-tensors (config_groups.*.weights)."""
+    """modelopt (quant_algo FP8/NVFP4, MIXED_PRECISION) or compressed-tensors (config_groups.*.weights)."""
     algo = str(config.get("quant_algo") or "").upper()
+    if algo == "MIXED_PRECISION":
+        return _mixed(config)
     weights = {}
     for group in (config.get("config_groups") or {}).values():
         weights = group.get("weights") or {}
@@ -156,6 +196,53 @@ def _grouped(config: dict[str, Any]) -> QuantSpec:
         zero = 0.0 if weights.get("symmetric", True) else 0.5  # packed 4-bit zero point per group
         return QuantSpec("int4_wo", 0.5 + (2.0 + zero) / group_size, kv, quantized_parts=parts)
     raise ValueError(f"unsupported {config.get('quant_method')} scheme quant_algo={algo or None} num_bits={bits} type={wtype}")
+
+
+def _layer_part(name: str) -> str | None:
+    """The weight group (PARTS or LM_HEAD) a checkpoint layer name belongs to, None for others
+    (an MTP or vision layer: not the text model's groups)."""
+    if name == LM_HEAD or name.endswith("." + LM_HEAD):
+        return LM_HEAD
+    if "mtp" in name.split(".")[0] or "visual" in name or "vision" in name:
+        return None
+    if "linear_attn" in name:
+        return "linear_attention"
+    if re.search(r"self_attn|\.attn\.|\.attention\.", name):
+        return "attention"
+    if "shared_expert" in name:
+        return "shared_experts"
+    if re.search(r"\.experts\b", name):
+        return "routed_experts"
+    if re.search(r"\.mlp\.(gate|up|down|gate_up)_proj$", name):
+        return "dense_mlp"
+    return None
+
+
+def _mixed(config: dict[str, Any]) -> QuantSpec:
+    """A modelopt MIXED_PRECISION checkpoint: ``quantized_layers`` maps each layer to its
+    quant_algo (FP8, NVFP4 or W4A16_NVFP4 here); a part's layers must share one, the parts no
+    layer names stay bf16. ValueError (one line) otherwise."""
+    layers = config.get("quantized_layers") or {}
+    if not isinstance(layers, dict) or not layers:
+        raise ValueError("modelopt MIXED_PRECISION without quantized_layers: no per-layer formats to read")
+    algos: dict[str, set[str]] = {}
+    for name, recipe in layers.items():
+        algo = str((recipe or {}).get("quant_algo") or "").upper()
+        if algo not in MIXED_ALGOS:
+            raise ValueError(f"MIXED_PRECISION quant_algo {algo!r} of {name} is not simulated; valid: "
+                             f"{', '.join(MIXED_ALGOS)}")
+        part = _layer_part(str(name))
+        if part is not None:
+            algos.setdefault(part, set()).add(MIXED_ALGOS[algo])
+    mixed = sorted((p, sorted(m)) for p, m in algos.items() if len(m) > 1)
+    if mixed:
+        raise ValueError(f"MIXED_PRECISION: the {mixed[0][0]} layers use {', '.join(mixed[0][1])}; one format "
+                         "per weight group is simulated")
+    methods = {p: m.pop() for p, m in algos.items()}
+    primary = methods.get("routed_experts") or methods.get("dense_mlp") or next(iter(methods.values()), "none")
+    parts = tuple(p for p in PARTS if methods.get(p) == primary)
+    others = tuple((p, m) for p, m in methods.items() if m != primary or p == LM_HEAD)
+    return QuantSpec(primary, METHOD_BYTES[primary], _kv_bytes(config), quantized_parts=parts, part_methods=others)
 
 
 def _kv_bytes(config: dict[str, Any]) -> float:

@@ -64,7 +64,7 @@ import numpy as np
 
 from frontier.ops import ElementwiseOp, MoeOp
 from frontier.parallel import ParallelSpec
-from simulator.batch_engine import (BF16, BatchEngine, BatchShape, StepCost, _cdiv, min_graph_mode, quant_compute_dtype,
+from simulator.batch_engine import (BatchEngine, BatchShape, StepCost, _cdiv, min_graph_mode, quant_compute_dtype,
                                     mode_timings, pricing_notes)
 from simulator.cluster import Cluster, Role
 from simulator.dp_group import LockstepRanks
@@ -600,10 +600,11 @@ class AfdEngine:
             n_e, topk = mdl.num_experts, mdl.num_experts_per_tok
             local = _cdiv(n_e, ep)
             wb = mdl.quant.bytes_per_param("routed_experts")
-            dtype = quant_compute_dtype(mdl.quant.method, wb, e.gpu.sm_version)
+            method = mdl.quant.method_of("routed_experts")
+            dtype = quant_compute_dtype(method, wb, e.gpu.sm_version)
             inter = _cdiv(mdl.moe_intermediate_size, tp)
             # the F replica's sharding and weight format: which profiled kernel row prices the op
-            shard = {"moe_tp": tp, "moe_ep": ep, "quant_method": mdl.quant.method if wb < BF16 else "none"}
+            shard = {"moe_tp": tp, "moe_ep": ep, "quant_method": method}
             router = e.moe_router
             if router is None or router.balanced:
                 pairs = max(_cdiv(m * topk * local, n_e), 1)

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from frontier.gpu import is_sm100_family
 from frontier.ops import MOE_A2A_PHASES, AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeA2a, MoeOp
+from frontier.quant import LM_HEAD
 from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
@@ -273,7 +274,8 @@ class BatchEngine:
         self._draft_cache: dict[tuple[int, str], float] = {}
         self._draft_head_cache: dict[int, float] = {}
         # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
-        note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method, parallel.moe_tp, parallel.ep)
+        note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method_of("routed_experts"), parallel.moe_tp,
+                                parallel.ep)
                 if model.num_moe_layers and model.quant.bytes_per_param("routed_experts") < BF16 else None)
         chunks = (moe_dp_chunk_note(vllm_version, all2all_backend, parallel.dp, parallel.ep)
                   if model.num_moe_layers else None)
@@ -484,7 +486,8 @@ class BatchEngine:
     def _gemm(self, name: str, m: int, n: int, k: int, part: str | None) -> GemmOp:
         q = self.model.quant
         wb = q.bytes_per_param(part) if part else BF16
-        return GemmOp(name, m, n, k, wb, self._ab, quant_compute_dtype(q.method, wb, self.gpu.sm_version))
+        return GemmOp(name, m, n, k, wb, self._ab, quant_compute_dtype(q.method_of(part) if part else "none", wb,
+                                                                       self.gpu.sm_version))
 
     def _attn_gemms(self, m: int, heads: int) -> list[object]:
         """A full-attention layer's ops but attention over m tokens. With an output gate
@@ -548,10 +551,11 @@ class BatchEngine:
         slots = e + par.redundant_experts   # the layer's expert weight sets (EPLB adds replicas)
         tokens = m * par.dp if moe_tokens is None else moe_tokens   # DP ranks' tokens gathered to the experts
         wb = mdl.quant.bytes_per_param("routed_experts")
-        dtype = quant_compute_dtype(mdl.quant.method, wb, self.gpu.sm_version)
+        method = mdl.quant.method_of("routed_experts")
+        dtype = quant_compute_dtype(method, wb, self.gpu.sm_version)
         inter = _cdiv(mdl.moe_intermediate_size, par.moe_tp)
         # the layer's sharding and weight format: which profiled kernel row prices the op
-        shard = {"moe_tp": par.moe_tp, "moe_ep": par.ep, "quant_method": mdl.quant.method if wb < BF16 else "none"}
+        shard = {"moe_tp": par.moe_tp, "moe_ep": par.ep, "quant_method": method}
         router = self.moe_router
         if router is None or router.balanced:   # every rank holds ceil(pairs / ep) pairs
             pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
@@ -660,7 +664,7 @@ class BatchEngine:
         mdl, ab = self.model, self._ab
         vocab = _cdiv(vocab_size, VOCAB_PADDING) * VOCAB_PADDING
         ops: list[tuple[object, int]] = [
-            (GemmOp("lm_head", rows, _cdiv(vocab, self._tp), mdl.hidden_size, BF16, ab), 1),
+            (self._gemm("lm_head", rows, _cdiv(vocab, self._tp), mdl.hidden_size, LM_HEAD), 1),
             (ElementwiseOp("sampler", rows, vocab_size, SAMPLER_FP32_PASSES * 4 * vocab_size), 1)]
         if self._tp > 1:   # logits gathered to rank 0
             ops.append((self._comm("all_gather", rows * vocab * ab, self._tp), 1))

@@ -441,7 +441,7 @@ def served_model(model: ModelSpec, quantization: str | None, kv_cache_dtype: str
     if quantization is not None:
         if model.quant.method != "none":
             raise ValueError(f"--quantization {quantization} needs an unquantized checkpoint; {model.name} is "
-                             f"already quantized ({model.quant.method}): drop the flag, vLLM serves the "
+                             f"already quantized ({model.quant.label}): drop the flag, vLLM serves the "
                              "checkpoint's own scheme")
         online = parse_quantization(ONLINE_QUANTIZATION[quantization])
         model = replace(model, quant=replace(online, kv_bytes_per_elem=model.quant.kv_bytes_per_elem))

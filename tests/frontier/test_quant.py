@@ -1,8 +1,10 @@
 """QuantSpec parsing: bytes per param incl. scales, KV dtype, which parts are quantized."""
 
+import dataclasses
+
 import pytest
 
-from frontier.quant import PARTS, QuantSpec, kv_bytes_for_dtype, parse_quantization
+from frontier.quant import LM_HEAD, PARTS, QuantSpec, kv_bytes_for_dtype, parse_quantization
 
 
 def test_no_config_is_bf16():
@@ -74,3 +76,55 @@ def test_from_method_and_kv_dtype():
         QuantSpec(method="int2")
     with pytest.raises(ValueError, match="unknown parts"):
         QuantSpec(quantized_parts=("embeddings",))
+
+
+def test_modelopt_mixed_precision_one_format_per_part():
+    """modelopt MIXED_PRECISION (vLLM's ModelOptMixedPrecisionConfig): each layer's quant_algo; a
+    part takes its layers' format, the experts' (else the dense MLP's) is the method, parts no
+    layer names stay bf16, the LM head is quantized only when listed."""
+    layers = {"model.language_model.layers.0.linear_attn.in_proj_qkv": {"quant_algo": "FP8"},
+              "model.language_model.layers.3.self_attn.q_proj": {"quant_algo": "FP8"},
+              "model.language_model.layers.0.mlp.experts": {"quant_algo": "W4A16_NVFP4", "group_size": 16},
+              "model.language_model.layers.0.mlp.shared_expert.gate_proj": {"quant_algo": "W4A16_NVFP4"},
+              "mtp.layers.0.mlp.experts": {"quant_algo": "FP8"},
+              "lm_head": {"quant_algo": "W4A16_NVFP4", "group_size": 16}}
+    cfg = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": layers,
+           "kv_cache_scheme": {"num_bits": 8, "type": "float"}}
+    q = parse_quantization(cfg)
+    assert (q.method, q.weight_bytes_per_param, q.kv_bytes_per_elem) == ("nvfp4_w4a16", 0.5625, 1.0)
+    assert q.quantized_parts == ("shared_experts", "routed_experts")
+    assert [q.bytes_per_param(p) for p in PARTS + (LM_HEAD,)] == [1.0, 2.0, 0.5625, 0.5625, 1.0, 0.5625]
+    assert [q.method_of(p) for p in ("attention", "dense_mlp", "linear_attention", LM_HEAD)] == [
+        "fp8", "none", "fp8", "nvfp4_w4a16"]
+    assert q.label == ("mixed (attention fp8, shared_experts nvfp4_w4a16, routed_experts nvfp4_w4a16, "
+                       "linear_attention fp8, lm_head nvfp4_w4a16)")
+    # the legacy hf_quant_config.json carries the same per-layer table
+    legacy = {"quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8",
+                               "quantized_layers": layers}}
+    assert parse_quantization(None, legacy) == q
+    assert parse_quantization({"quant_method": "fp8"}).bytes_per_param(LM_HEAD) == 2.0
+    for bad, message in (({"x.layers.0.self_attn.q_proj": {"quant_algo": "MXFP8"}},
+                          "MIXED_PRECISION quant_algo 'MXFP8' of x.layers.0.self_attn.q_proj is not simulated; "
+                          "valid: FP8, NVFP4, W4A16_NVFP4"),
+                         ({"x.layers.0.self_attn.q_proj": {"quant_algo": "FP8"},
+                           "x.layers.1.self_attn.q_proj": {"quant_algo": "NVFP4"}},
+                          "MIXED_PRECISION: the attention layers use fp8, nvfp4; one format per weight group"),
+                         ({}, "modelopt MIXED_PRECISION without quantized_layers")):
+        with pytest.raises(ValueError, match=message):
+            parse_quantization({**cfg, "quantized_layers": bad})
+
+
+def test_nvidia_qwen3_6_nvfp4_checkpoints_are_mixed_precision():
+    """NVIDIA's Qwen3.6 NVFP4 checkpoints: FP8 attention and Gated DeltaNet projections, W4A16 NVFP4
+    MLP / experts / LM head (they were read as FP8 throughout: 34.1 GiB for 35B-A3B, now 20.2)."""
+    from frontier.model_spec import load_model_spec
+    from frontier.parallel import ParallelSpec
+    m = load_model_spec("nvidia/Qwen3.6-35B-A3B-NVFP4")
+    assert m.quant.method == "nvfp4_w4a16" and m.quant.method_of("attention") == "fp8"
+    assert m.quant.method_of("linear_attention") == "fp8" and m.quant.bytes_per_param(LM_HEAD) == 0.5625
+    head = 248_320 * 2048 * (2.0 - 0.5625)      # the untied LM head, 248,320 rows of 2,048
+    plain_head = dataclasses.replace(m, quant=dataclasses.replace(
+        m.quant, part_methods=tuple(pm for pm in m.quant.part_methods if pm[0] != LM_HEAD)))
+    assert plain_head.weight_bytes_per_rank(ParallelSpec()) - m.weight_bytes_per_rank(ParallelSpec()) == round(head)
+    dense = load_model_spec("nvidia/Qwen3.6-27B-NVFP4").quant
+    assert (dense.method, dense.quantized_parts, dense.kv_bytes_per_elem) == ("nvfp4_w4a16", ("dense_mlp",), 1.0)

@@ -135,3 +135,25 @@ def test_quantized_math_needs_the_gpus_tensor_cores():
          for wb, dt in ((1.0, "bf16"), (2.0, "bf16"), (1.0, "fp8")) for m in (1, 8192)}
     assert t[(1.0, "bf16", 1)] < 0.6 * t[(2.0, "bf16", 1)] and t[(1.0, "bf16", 8192)] == t[(2.0, "bf16", 8192)]
     assert t[(1.0, "fp8", 1)] - t[(1.0, "bf16", 1)] == pytest.approx(2.5e-6)
+
+
+def test_mixed_precision_checkpoint_prices_each_part_in_its_format():
+    """nvidia/Qwen3.6-35B-A3B-NVFP4 (modelopt MIXED_PRECISION): FP8 attention projections run FP8
+    math (the fp8 GEMM table), the W4A16 NVFP4 experts and LM head bf16 math on 4-bit weights (FP4
+    Marlin: the int4_wo tables, the measured weight-only 4-bit kernels), on Hopper and Blackwell."""
+    from calibration.features import gemm_dtype, moe_canon_row
+    from simulator.batch_engine import BatchShape
+    for gpu in ("H100", "B200"):
+        r = resolve_engine(EngineArgs(model="nvidia/Qwen3.6-35B-A3B-NVFP4", gpu=gpu, max_model_len=4096,
+                                      enable_prefix_caching=False))
+        eng = BatchEngine(r.model, r.parallel, r.gpu, RooflineCostModel(r.gpu), r.cudagraph_config())
+        ops = {getattr(op, "name", op.family): op for op, _ in eng.layer_ops(64)}
+        qkv, moe = ops["qkv_proj"], ops["moe"]
+        assert (qkv.weight_bytes_per_param, qkv.compute_dtype, gemm_dtype(qkv)) == (1.0, "fp8", "fp8")
+        assert (moe.weight_bytes_per_param, moe.compute_dtype, moe.quant_method) == (0.5625, "bf16", "nvfp4_w4a16")
+        assert moe_canon_row(moe)["moe_dtype"] == "int4_wo"
+        logits = []
+        eng.cost_model.op_times_s = lambda o, mode, f=eng.cost_model.op_times_s: logits.extend(o) or f(o, mode)
+        eng.step_cost(BatchShape((8,), (0,)))
+        head = next(op for op in logits if getattr(op, "name", "") == "lm_head")
+        assert (head.weight_bytes_per_param, head.compute_dtype, gemm_dtype(head)) == (0.5625, "bf16", "int4_wo")
