@@ -14,8 +14,10 @@ server's default); ``resolve_sglang`` derives, as 0.5.23 does:
   reserve (2 x decode max_bs, + 8 per prefill graph, 1536 for MLA models) MiB, at least 10240 MiB
   on GPUs above 60 GiB;
 * the token pool (``mem_cache/kv_cache_configurator.py::_profile_available_bytes``): the memory
-  free after the weights load minus (1 - mem_fraction_static) x the memory free before it, divided
-  by the KV bytes of one token on one rank (every layer's K and V); ``--max-total-tokens`` caps it;
+  free after the weights load minus (1 - mem_fraction_static) x the memory free before it (and
+  for a multimodal model the ``SGLANG_VLM_CACHE_SIZE_MB`` embedding cache, 100 MiB:
+  ``mm_runtime_reservation_gb`` with the default CPU feature transport), divided by the KV bytes
+  of one token on one rank (every layer's K and V); ``--max-total-tokens`` caps it;
 * ``max_running_requests`` (``resolve_max_num_reqs``): min(clamp(int(tokens / context_len x 512),
   2048, 4096), tokens // 2), or min(the flag, tokens // 2).
 
@@ -54,6 +56,7 @@ TRTLLM_MHA_PAGE_SIZE = 64               # _mla_backend_page_constraints: trtllm_
 MLA_GRAPH_RESERVE_MIB = 1.5 * 1024
 PREFILL_GRAPH_RESERVE_MIB = 8           # non-torch memory per prefill graph
 DECODE_GRAPH_RESERVE_MIB = 2            # per decode batch size of max_bs
+VLM_CACHE_MIB = 100                     # SGLANG_VLM_CACHE_SIZE_MB: a multimodal model's embedding cache
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,8 @@ def resolve_sglang(args: SglangArgs, model: ModelSpec, parallel: ParallelSpec, g
         mfs = round((gpu_mib - reserved) / gpu_mib, 3)
     pre_load = gpu.memory_bytes - (PRE_LOAD_USED_MULTI if parallel.tp > 1 else PRE_LOAD_USED_TP1)
     weights = model.weight_bytes_per_rank(parallel)
-    kv_bytes = pre_load - weights - pre_load * (1 - mfs)
+    mm_reserve = VLM_CACHE_MIB * MIB if model.has_vision_encoder else 0    # not with --language-model-only
+    kv_bytes = pre_load - weights - pre_load * (1 - mfs) - mm_reserve
     per_token = model.kv_bytes_per_token_per_rank(parallel)
     tokens = int(kv_bytes // per_token) if kv_bytes > 0 else 0
     if args.max_total_tokens is not None:

@@ -130,3 +130,16 @@ def test_block_scaled_experts_split_as_sglang_allows():
                                          r"128x128; SGLang refuses this layout \(use a larger --ep-size"):
         sglang_parallel(SglangArgs(), q, 8)
     assert sglang_parallel(SglangArgs(ep_size=4), q, 8).moe_tp == 2
+
+
+def test_multimodal_model_reserves_the_vlm_embedding_cache():
+    """SGLang 0.5.23 takes SGLANG_VLM_CACHE_SIZE_MB (100 MiB) of a multimodal model's KV budget
+    (mm_runtime_reservation_gb, CPU feature transport): Qwen3-VL-8B's 147,456-byte tokens, 711 of them."""
+    import dataclasses
+    vl = load_model_spec("Qwen/Qwen3-VL-8B-Instruct")
+    text = dataclasses.replace(vl, has_vision_encoder=False)
+    per_token = vl.kv_bytes_per_token_per_rank(ParallelSpec())
+    assert per_token == 147_456
+    pools = [resolve_sglang(SglangArgs(), m, ParallelSpec(), get_gpu("H100")).config.max_total_tokens
+             for m in (text, vl)]
+    assert pools[0] - pools[1] in (100 * (1 << 20) // per_token, 100 * (1 << 20) // per_token + 1)
