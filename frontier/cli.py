@@ -868,6 +868,7 @@ def memory(
         "total_gib": resolved.gpu.memory_bytes / gib,
         "requested_gib": budget.requested_bytes / gib,
         "weights_gib": budget.weights_bytes / gib,
+        "vision_encoder_gib": resolved.model.vision_bytes_per_rank(tensor_parallel_size) / gib,   # first PP stage
         "activation_gib": budget.activation_bytes / gib,
         "non_torch_gib": budget.non_torch_bytes / gib,
         "cuda_graph_gib": budget.cuda_graph_bytes / gib,
@@ -899,6 +900,8 @@ def memory(
                 "cuda_graph_gib", "kv_cache_gib"):
         source = report["sources"].get(key[:-4], "given" if key == "kv_cache_gib" and args.kv_cache_memory_bytes else "")
         typer.echo(f"  {key[:-4].replace('_', ' '):<28} {report[key]:>10.2f} GiB" + (f"  ({source})" if source else ""))
+        if key == "weights_gib" and report["vision_encoder_gib"] and pipeline_parallel_size == 1:
+            typer.echo(f"    {'of which vision encoder':<26} {report['vision_encoder_gib']:>10.2f} GiB")
     typer.echo(f"  {'num_gpu_blocks':<28} {report['num_gpu_blocks']:>10}  "
                f"({report['bytes_per_block']} bytes per block, KV {report['kv_bytes_per_elem']:g} byte(s) per element; groups "
                f"{', '.join(f'{n} {kind}' for kind, n in report['kv_cache_groups'])} layers)")

@@ -303,6 +303,10 @@ def test_multimodal_flags_in_memory_simulate_and_a_scenario_file(tmp_path):
     tokens = {flags: json.loads(runner.invoke(app, base + list(flags)).output)["kv_cache_tokens"]
               for flags in ((), ("--limit-mm-per-prompt", '{"image": 0, "video": 0}'), ("--mm-encoder-tp-mode", "data"))}
     assert list(tokens.values()) == [899_520, 907_408, 891_776]
+    vision = {flags: json.loads(runner.invoke(app, base + list(flags)).output)["vision_encoder_gib"] * (1 << 30)
+              for flags in ((), ("--mm-encoder-tp-mode", "data"), ("--language-model-only",))}
+    assert list(vision.values()) == [2 * (571_730_544 // 2 + 4_657_792), 2 * (571_730_544 + 4_657_792), 0]
+    assert "    of which vision encoder          0.54 GiB" in runner.invoke(app, base[:-1]).output.splitlines()
     cfg = tmp_path / "vl.yaml"
     cfg.write_text("model: Qwen/Qwen3-VL-8B-Instruct\ngpu: H100\nlimit_mm_per_prompt:\n  image: 0\n  video: 0\n")
     res = runner.invoke(app, ["simulate", "--config", str(cfg), "--num-prompts", "3"])
