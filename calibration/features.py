@@ -23,7 +23,8 @@ Mapping of op specs onto the schema (the rules the simulator relies on):
   rows are written: num_experts = the global count, moe_tp_size = op.moe_tp, moe_ep_size =
   op.moe_ep (None: num_experts / num_local_experts), inter_size = the unsharded width
   (op.inter x moe_tp; features divide by moe_tp again). moe_dtype from op.quant_method
-  (MOE_DTYPES: mxfp4 -> w4a16_mxfp4, the weight-only kernel gpt-oss runs); without one, from
+  (MOE_DTYPES: mxfp4 -> w4a16_mxfp4, the weight-only kernel gpt-oss runs; nvfp4_w4a16, vLLM's
+  FP4 Marlin, which no table times -> int4_wo, the measured 4-bit Marlin kernel); without one, from
   the compute dtype as for GEMMs (fp8 -> fp8_block with block scales, fp4 -> nvfp4, else
   bf16). Routed pairs and the load statistics come from the op (tokens_per_expert when
   given). An op the batch engine builds for a profiled balanced shape therefore features
