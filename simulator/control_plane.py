@@ -38,6 +38,9 @@ replicated, one P rank serves each D rank. Either way the busiest GPU moves
 and the worst PP stage are inside ``ModelSpec.kv_bytes_per_token_per_rank``), so
 that is the size priced per transfer. With vLLM's hybrid KV groups on D (a model with
 sliding-window layers), the sliding-window layers move only the tokens of the window's blocks.
+A Gated DeltaNet model (Qwen3.5, without prefix caching) moves its full-attention layers' KV of
+all but the prompt's last token (NixlConnector's one-token backoff, ``simulator.scheduler``) and
+each GDN layer's state once a request (``KvPull.state_bytes``, the larger side's shard).
 """
 
 from __future__ import annotations
@@ -157,10 +160,12 @@ class KvPull:
     window: int = 0
     block_size: int = 16
     chunked: bool = False       # the local layers attend within chunks of `window` tokens (Llama 4)
+    state_bytes: int = 0        # a request's Gated DeltaNet states (every GDN layer's conv + temporal state)
 
     def num_bytes(self, hit: int, total: int) -> int:
-        """Bytes of a pull of tokens [hit, total) (D's local prefix hit is not pulled)."""
-        n = (total - hit) * self.full_bytes_per_token
+        """Bytes of a pull of tokens [hit, total) (D's local prefix hit is not pulled), and of the
+        request's Gated DeltaNet states (NixlConnector reads each GDN group's state block)."""
+        n = (total - hit) * self.full_bytes_per_token + self.state_bytes
         if self.window:
             start = skipped_tokens(total, self.window, self.chunked) // self.block_size * self.block_size
             n += max(0, total - max(hit, start)) * self.sliding_bytes_per_token
@@ -175,7 +180,8 @@ def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> Kv
               and decode.resolved.args.speculative_config is None)
     if not hybrid:
         return KvPull(max(model.kv_bytes_per_token_per_rank(prefill.resolved.parallel),
-                          model.kv_bytes_per_token_per_rank(decode.resolved.parallel)))
+                          model.kv_bytes_per_token_per_rank(decode.resolved.parallel)),
+                      state_bytes=max(_state_bytes(model, prefill), _state_bytes(model, decode)))
 
     def split(parallel: ParallelSpec) -> tuple[int, int]:
         """(full, sliding) bytes per token of the worst pp stage's layers on one rank."""
@@ -189,6 +195,19 @@ def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> Kv
     p, d = split(prefill.resolved.parallel), split(decode.resolved.parallel)
     return KvPull(max(p[0], d[0]), max(p[1], d[1]), layout.local_window, layout.block_size,
                   layout.attention_chunk_size > 0)
+
+
+def _state_bytes(model: ModelSpec, role: CompiledRole) -> int:
+    """One request's Gated DeltaNet states on one rank of the role's worst pp stage (its GDN layers x
+    ``KVLayout.mamba_state_bytes``, the conv + temporal state of a layer's TP shard); 0 without."""
+    layout = role.memory.layout
+    if layout is None or not layout.mamba_state_bytes:
+        return 0
+    worst, start = 0, 0
+    for n in pp_partition(model.num_layers, role.resolved.parallel.pp):
+        worst = max(worst, sum(model.is_linear_attention_layer(i) for i in range(start, start + n)))
+        start += n
+    return worst * layout.mamba_state_bytes
 
 
 def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: BatchTrace,
@@ -206,6 +225,8 @@ def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: B
         resolved = resolve_engine(args)
         memory = build_memory(resolved)
         resolved = fit_max_model_len(resolved, memory)
+        if memory.block_size != resolved.block_size:     # a Gated DeltaNet model's attention block, aligned
+            resolved = replace(resolved, block_size=memory.block_size)
         sched_config = resolved.scheduler_config(debug=debug)
     except ValueError as exc:
         raise ValueError(f"{layout.name} role: {exc}") from None

@@ -516,7 +516,7 @@ class ResolvedEngine:
         request and group)."""
         a = self.args
         if layout is not None and layout.mamba_blocks_per_request:
-            if why := gdn_simulation_error(a, connector):
+            if why := gdn_simulation_error(a, "pdd" if connector else "colocated"):
                 raise ValueError(why)
             groups = sum(g.kind == "mamba" for g in layout.groups)
             if a.enable_prefix_caching:
@@ -585,13 +585,20 @@ class ResolvedEngine:
         return self.num_engines * self.gpus_per_engine
 
 
-def gdn_simulation_error(args: EngineArgs, connector: bool) -> str | None:
+def gdn_simulation_error(args: EngineArgs, architecture: str = "colocated") -> str | None:
     """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked, or None:
-    behind a KV connector, or with prefix caching (vLLM's "align" mamba cache mode) but chunked
-    prefill off, which vLLM refuses at start-up ("Chunked prefill is required for Mamba prefix
-    caching")."""
-    if connector:
-        return (f"{args.model}: Gated DeltaNet state groups behind a KV connector (--architecture pdd / afd) are not "
+    under ``--architecture afd``; under ``pdd`` with prefix caching (vLLM's "align" mamba cache
+    mode behind NixlConnector) or a drafter; or with prefix caching but chunked prefill off, which
+    vLLM refuses at start-up ("Chunked prefill is required for Mamba prefix caching")."""
+    if architecture == "afd":
+        return (f"{args.model}: Gated DeltaNet layers under --architecture afd are not simulated; use "
+                "--architecture colocated or pdd")
+    if architecture == "pdd" and args.enable_prefix_caching:
+        return (f"{args.model}: Gated DeltaNet prefix caching (vLLM's \"align\" mamba cache mode) behind a KV connector "
+                "(--architecture pdd) is not simulated; add --no-enable-prefix-caching (the \"none\" mode) or use "
+                "--architecture colocated")
+    if architecture == "pdd" and args.speculative_config is not None:
+        return (f"{args.model}: --speculative-config with Gated DeltaNet layers under --architecture pdd is not "
                 "simulated; use --architecture colocated")
     if args.enable_prefix_caching and not args.enable_chunked_prefill:
         return (f"{args.model}: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its \"align\" mamba "

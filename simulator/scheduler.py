@@ -19,6 +19,12 @@ disaggregation of NixlConnector (pull mode), as two clearly separated paths sele
       produces the first token (``_update_waiting_for_remote_kv``). The ids admitted this way in
       a step are in ``SchedulerOutput.remote_kv_request_ids`` (the worker starts the pull then).
 
+  With Gated DeltaNet state groups (``kv.num_state_groups``) NixlConnector backs off one token
+  (``_prefill_backoff``): the producer cuts a remote-decode prompt's last token at add_request
+  (``_truncate_request_for_prefill``: its state h(N - 1) is what D needs), and the consumer loads
+  all but the prompt's last token (``_get_remote_prefill_token_count``), which its 1-token step
+  recomputes.
+
 Driving protocol (the caller owns time):
 
   sync (`async_scheduling=False`, vLLM `EngineCore.step`):
@@ -74,6 +80,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
+from dataclasses import replace
 from itertools import compress
 
 from simulator.kv_cache.manager import KVCacheManager
@@ -197,6 +204,10 @@ class Scheduler:
         # (defer_block_free), and a preempted request's in-flight output is dropped
         # (requires_kv_delivery -> drop_stale_output).
         self._defer_block_free = kv_role is not None and config.async_scheduling
+        # NixlConnector's prefill backoff (vLLM `_prefill_backoff`): with Gated DeltaNet state groups
+        # the prefill instance computes a prompt but its last token (add_request) and ships the
+        # state h(N - 1); the decode instance loads those tokens and recomputes the last one.
+        self._backoff = 1 if kv_role is not None and kv.num_state_groups else 0
         self._drop_stale_on_preempt = kv_role is not None
         self._sched_step_seq = 0
         self._processed_step_seq = 0
@@ -380,6 +391,13 @@ class Scheduler:
         remote_prefill (consumer only): pull the prompt's KV from a prefill instance.
         remote_decode (producer only): keep the blocks at finish until `finish_sending_kv`.
         """
+        if remote_decode and self._backoff and request.prompt_len > self._backoff:
+            if not isinstance(request, RequestSpec):
+                raise ValueError(f"{request.request_id!r}: a prefill instance with Gated DeltaNet state groups "
+                                 "takes a RequestSpec (its prompt is cut before the Request is built)")
+            ids = request.prompt_token_ids      # vLLM `_truncate_request_for_prefill`
+            request = replace(request, prompt_len=request.prompt_len - self._backoff,
+                              prompt_token_ids=None if ids is None else ids[:-self._backoff])
         if isinstance(request, RequestSpec):
             request = Request.from_spec(request, self.config.block_size)
         if self._k and self.config.enable_prefix_caching and self.kv_role is None:
@@ -947,8 +965,9 @@ class Scheduler:
             ext = 0
             if lookup:
                 hit_blocks, hit = kv.get_computed_blocks(r)
-                if r.kv_remote_prefill:     # NixlConnector.get_num_new_matched_tokens
-                    ext = max(r.prompt_len - hit, 0)
+                if r.kv_remote_prefill:     # NixlConnector.get_num_new_matched_tokens (less the backoff)
+                    remote = r.prompt_len - self._backoff if r.prompt_len > self._backoff else r.prompt_len
+                    ext = max(remote - hit, 0)
                 computed = hit + ext
             else:
                 hit_blocks, hit, computed = [], 0, r.num_computed_tokens

@@ -33,13 +33,14 @@ STATE_ALIGN = "state_align"     # the same in vLLM's "align" mamba cache mode (p
 MAX_IDLE_STEPS = 10_000
 
 
-def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tuple[int | str, ...] = ()) -> Scheduler:
+def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tuple[int | str, ...] = (),
+                   kv_role: str | None = None) -> Scheduler:
     """A scheduler over ``num_gpu_blocks`` blocks; ``kv_groups`` (vLLM's KV cache groups in order,
     0 = full attention, W > 0 = a sliding window of W tokens, -C < 0 = chunked local attention of
     C-token chunks, ``STATE`` = a Gated DeltaNet group's states, as the oracle driver takes them)
     with a local group gives the hybrid manager, with state groups (and one full-attention group)
     ``StateKVCacheManager``, with ``STATE_ALIGN`` groups (prefix caching on) ``AlignStateKVCacheManager``,
-    otherwise one full-attention group."""
+    otherwise one full-attention group. ``kv_role``: the scheduler's (P/D: "producer" or "consumer")."""
     if STATE_ALIGN in kv_groups:
         if sorted(map(str, kv_groups)) != ["0"] + [STATE_ALIGN] * (len(kv_groups) - 1):
             raise ValueError(f"kv_groups={kv_groups}: state groups go with one full-attention group (0)")
@@ -47,13 +48,15 @@ def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tupl
             raise ValueError("kv_groups with STATE_ALIGN: the \"align\" mamba cache mode needs prefix caching")
         return Scheduler(config, AlignStateKVCacheManager(num_gpu_blocks, config.block_size, config.max_model_len,
                                                           len(kv_groups) - 1, watermark=config.watermark,
-                                                          num_speculative_blocks=config.num_speculative_tokens))
+                                                          num_speculative_blocks=config.num_speculative_tokens),
+                         kv_role=kv_role)
     if STATE in kv_groups:
         if sorted(map(str, kv_groups)) != ["0"] + [STATE] * (len(kv_groups) - 1):
             raise ValueError(f"kv_groups={kv_groups}: state groups go with one full-attention group (0)")
         return Scheduler(config, StateKVCacheManager(num_gpu_blocks, config.block_size, config.max_model_len,
                                                      len(kv_groups) - 1, watermark=config.watermark,
-                                                     num_speculative_blocks=config.num_speculative_tokens))
+                                                     num_speculative_blocks=config.num_speculative_tokens),
+                         kv_role=kv_role)
     if any(kv_groups):
         chunked = any(w < 0 for w in kv_groups)
         kv = HybridKVCacheManager(
@@ -61,7 +64,7 @@ def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tupl
             max_in_flight_tokens(config.max_num_batched_tokens, config.pipeline_parallel_size,
                                  config.async_scheduling),
             enable_prefix_caching=config.enable_prefix_caching, watermark=config.watermark, chunked=chunked)
-        return Scheduler(config, kv)
+        return Scheduler(config, kv, kv_role=kv_role)
     kv = KVCacheManager(
         num_gpu_blocks,
         config.block_size,
@@ -69,7 +72,7 @@ def make_scheduler(config: SchedulerConfig, num_gpu_blocks: int, kv_groups: tupl
         enable_prefix_caching=config.enable_prefix_caching,
         watermark=config.watermark,
     )
-    return Scheduler(config, kv)
+    return Scheduler(config, kv, kv_role=kv_role)
 
 
 def drive(

@@ -394,7 +394,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.sglang is None and (spec.architecture != "colocated" or args.enable_prefix_caching
                                 and not args.enable_chunked_prefill) \
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
-        raise ValueError(gdn_simulation_error(args, spec.architecture != "colocated"))
+        if why := gdn_simulation_error(args, spec.architecture):
+            raise ValueError(why)
     if spec.sglang is not None:
         from simulator.sglang_run import run_sglang
         return run_sglang(spec)

@@ -51,6 +51,7 @@ class KVCacheManager:
 
     inline_allocation = True    # one full-attention group: the scheduler may allocate inline
     aligned_prefill = False     # True: the scheduler cuts prefill chunks with split_chunk (GDN align mode)
+    num_state_groups = 0        # Gated DeltaNet state groups beside the attention table (state managers)
 
     def __init__(
         self,
@@ -241,19 +242,22 @@ class KVCacheManager:
         self.pool.cache_blocks(self.req_to_blocks[rid], request.block_hashes, num_cached, num_full)
         self.num_cached_block[rid] = request.kv_num_cached_blocks = num_full
 
-    def free(self, request: Request) -> None:
-        """Release the request's blocks, tail first (so a chain's tail is evicted first)."""
+    def _pop_blocks(self, request: Request) -> list[int]:
+        """vLLM `pop_blocks_for_free`: the request's blocks in allocation order; its bookkeeping is
+        forgotten."""
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.num_cached_block.pop(request.request_id, None)
         request.kv_num_blocks = request.kv_num_cached_blocks = 0
-        self.pool.free_blocks(reversed(blocks))
+        return blocks
+
+    def free(self, request: Request) -> None:
+        """Release the request's blocks, tail first (so a chain's tail is evicted first)."""
+        self.pool.free_blocks(reversed(self._pop_blocks(request)))
 
     def defer_free(self, request: Request, fence_seq: int) -> None:
         """vLLM `_free_request_blocks` when a step still in flight may write the blocks: drop the
         request's bookkeeping now, return the blocks to the pool once step `fence_seq` is processed."""
-        blocks = self.req_to_blocks.pop(request.request_id, [])
-        self.num_cached_block.pop(request.request_id, None)
-        request.kv_num_blocks = request.kv_num_cached_blocks = 0
+        blocks = self._pop_blocks(request)
         if blocks:
             self.deferred_frees.append((fence_seq, blocks))
 

@@ -62,12 +62,10 @@ class StateKVCacheManager(KVCacheManager):
             new = state + new
         return new
 
-    def free(self, request: Request) -> None:
-        super().free(request)
-        self.pool.free_blocks(reversed(self.state_blocks.pop(request.request_id, [])))
-
-    def defer_free(self, request: Request, fence_seq: int) -> None:
-        raise ValueError("a KV connector with Gated DeltaNet state groups is not simulated")
+    def _pop_blocks(self, request: Request) -> list[int]:
+        """The state blocks (vLLM lists the GDN groups first), then the full-attention table: freed
+        (or, behind a KV connector with async scheduling, deferred) as one list, tail first."""
+        return self.state_blocks.pop(request.request_id, []) + super()._pop_blocks(request)
 
     def check_invariants(self, requests: Iterable[Request] = ()) -> None:
         """``KVCacheManager.check_invariants``, and every request holding full-attention blocks

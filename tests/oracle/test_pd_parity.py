@@ -30,26 +30,15 @@ def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200
                accepted=None, kv_groups: tuple[int, ...] = (), **knobs):
     """The mirror's run of ``vllm_pd_driver.run_vllm_pd`` (same arguments); with
     ``num_speculative_tokens`` k > 0, EAGLE-style drafts accepted as ``accepted(id, context, drafts)``
-    says, and trace entries (tokens, drafts). ``kv_groups`` with a sliding window: the hybrid KV
-    cache manager over those groups."""
-    from simulator.kv_cache.manager import KVCacheManager
-    from simulator.scheduler import Scheduler
+    says, and trace entries (tokens, drafts). ``kv_groups``: the KV cache manager
+    ``scheduler_trace.make_scheduler`` builds for those groups (hybrid, or Gated DeltaNet states)."""
     from simulator.scheduler_config import SchedulerConfig
+    from simulator.scheduler_trace import make_scheduler
 
     k = num_speculative_tokens
     config = SchedulerConfig(debug=True, num_speculative_tokens=k, num_lookahead_tokens=k, **knobs)
-    if any(kv_groups):
-        from simulator.kv_cache.hybrid import HybridKVCacheManager
-        from simulator.memory import max_in_flight_tokens
-
-        kv = HybridKVCacheManager(
-            num_gpu_blocks, BLOCK_SIZE, config.max_model_len, tuple(abs(w) for w in kv_groups),
-            max_in_flight_tokens(config.max_num_batched_tokens, config.pipeline_parallel_size, config.async_scheduling),
-            enable_prefix_caching=config.enable_prefix_caching, chunked=any(w < 0 for w in kv_groups))
-    else:
-        kv = KVCacheManager(num_gpu_blocks, BLOCK_SIZE, config.max_model_len,
-                            enable_prefix_caching=config.enable_prefix_caching)
-    s = Scheduler(config, kv, kv_role="consumer" if side == "decode" else "producer")
+    s = make_scheduler(config, num_gpu_blocks, kv_groups, kv_role="consumer" if side == "decode" else "producer")
+    kv = s.kv
     if k:
         s.accept_drafts = lambda r, ctx, drafts: accepted(r.request_id, ctx, drafts)
     delay = {}

@@ -8,7 +8,10 @@ scheduler sees (``nixl/pull_scheduler.py``): ``get_num_new_matched_tokens`` retu
 no-ops. Transfers complete by a fixed rule: request ``i`` (list order) is reported in
 ``finished_recving`` (D) / ``finished_sending`` (P) by the ``DELAYS[i % len(DELAYS)]``-th
 ``update_from_output`` after the schedule() that admitted (D) / finished (P) it; the
-mirror run in ``test_pd_parity`` applies the same rule.
+mirror run in ``test_pd_parity`` applies the same rule. With mamba KV cache groups (``STATE``:
+Gated DeltaNet states) NixlConnector's one-token backoff applies (``_prefill_backoff``): a P-side
+prompt loses its last token when added (``on_new_request`` -> ``_truncate_request_for_prefill``)
+and D loads all but the prompt's last token (``_get_remote_prefill_token_count``).
 
 ``run_vllm_pd(..., num_speculative_tokens=k, accepted=...)`` adds EAGLE speculative decoding on
 the same scheduler (``vllm_driver._EagleRunner``; see ``run_vllm_pd``). What vLLM does differently
@@ -64,10 +67,29 @@ def _delay_free(request: Request, block_ids: tuple[list[int], ...]) -> tuple[boo
 
 class PullConnector(KVConnectorBase_V1):
     # ---- scheduler side
+    def _backoff(self) -> int:
+        """``NixlBaseScheduler._prefill_backoff`` without a drafter: 1 with mamba (state) groups."""
+        config = self._kv_cache_config
+        return 1 if config is not None and config.has_mamba_layers else 0
+
+    def on_new_request(self, request):
+        """``NixlBaseScheduler._truncate_request_for_prefill``: a prefill-side request's prompt
+        loses its last ``_backoff()`` tokens (once), max_tokens 1."""
+        backoff, params = self._backoff(), request.kv_transfer_params
+        if (backoff and params is not None and params.get("do_remote_decode")
+                and not params.get("_p_side_truncated") and request.num_prompt_tokens > backoff):
+            del request.prompt_token_ids[-backoff:]
+            del request._all_token_ids[-backoff:]
+            request.num_prompt_tokens -= backoff
+            request.max_tokens = 1
+            params["_p_side_truncated"] = True
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         params = request.kv_transfer_params or {}
         if params.get("do_remote_prefill"):
-            count = len(request.prompt_token_ids or []) - num_computed_tokens
+            # NixlPullConnectorScheduler: _get_remote_prefill_token_count(len(prompt)) - computed
+            n, backoff = len(request.prompt_token_ids or []), self._backoff()
+            count = (n - backoff if backoff and n > backoff else n) - num_computed_tokens
             if count > 0:
                 return count, True
         return 0, False

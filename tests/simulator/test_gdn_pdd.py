@@ -1,0 +1,69 @@
+"""P/D disaggregation of a Gated DeltaNet hybrid (Qwen3.5-35B-A3B) without prefix caching (vLLM's
+"none" mamba cache mode behind NixlConnector): the prefill role computes all but each prompt's last
+token, the pull moves the full-attention KV of those tokens and every GDN layer's state, the decode
+role recomputes the last prompt token in its first step; what is not simulated is refused in one
+line. The scheduler paths are checked against vLLM's in tests/oracle/test_pd_state_parity.py."""
+
+import re
+
+import pytest
+
+from simulator.control_plane import PddSpec, RoleLayout, kv_pull
+from simulator.engine_args import EngineArgs
+from simulator.kv_cache.state import StateKVCacheManager
+from simulator.request import Request, RequestSpec
+from simulator.simulation import SimulationSpec, run_simulation
+from simulator.spec_decode import spec_config_from_vllm
+from simulator.workload import WorkloadSpec
+
+QWEN35 = dict(model="Qwen/Qwen3.5-35B-A3B", gpu="H100", max_model_len=8192)
+
+
+def _spec(architecture="pdd", **engine):
+    return SimulationSpec(engine=EngineArgs(**{**QWEN35, "enable_prefix_caching": False, **engine}),
+                          workload=WorkloadSpec(num_prompts=8, random_input_len=2000, random_output_len=8),
+                          architecture=architecture, pdd=PddSpec() if architecture == "pdd" else None, debug=True)
+
+
+def test_a_deferred_free_returns_the_state_blocks_with_the_attention_blocks():
+    kv = StateKVCacheManager(40, 16, 4096, num_state_groups=3)
+    request = Request.from_spec(RequestSpec("a", 0.0, 40, 4), 16)
+    blocks = kv.allocate_slots(request, 40)
+    assert len(blocks) == 3 + 3 and kv.num_free_blocks == 39 - 6
+    kv.defer_free(request, fence_seq=5)
+    assert list(kv.deferred_frees) == [(5, blocks)] and kv.num_free_blocks == 39 - 6
+    kv.drain_deferred_frees(4)
+    assert kv.num_free_blocks == 39 - 6
+    kv.drain_deferred_frees(5)
+    assert kv.num_free_blocks == 39 and not kv.state_blocks and not kv.req_to_blocks
+
+
+def test_pdd_prefills_all_but_the_last_token_and_pulls_kv_and_states():
+    result = run_simulation(_spec())
+    assert result.summary["completed"] == 8 and result.summary["failed"] == 0
+    prefill, decode = result.roles
+    assert (prefill.resolved.block_size, decode.resolved.block_size) == (1056, 1056)    # the aligned block
+    assert all(type(r.scheduler.kv) is StateKVCacheManager for role in result.roles for r in role.cluster.replicas)
+    steps = result.trace.step_cols
+    prefill_tokens = sum(n for role, n in zip(steps["role"], steps["num_tokens"]) if role == "P")
+    assert prefill_tokens == 8 * 1999
+    # 10 full-attention layers x 2 KV heads x 256 x 2 (K, V) x 2 bytes = 20,480 bytes a token;
+    # 30 GDN layers x (3 x 8,192 x 2 conv + 32 x 128 x 128 x 4 temporal) = 64,389,120 bytes a request
+    pull = kv_pull(decode.resolved.model, prefill, decode)
+    assert (pull.full_bytes_per_token, pull.state_bytes) == (20_480, 30 * 2_146_304)
+    assert pull.num_bytes(0, 1999) == 1999 * 20_480 + 64_389_120
+    assert all(r.kv_transfer_s > 0 and r.output_len == 8 for r in result.records)
+
+
+@pytest.mark.parametrize("architecture, flags, message", [
+    ("pdd", {"enable_prefix_caching": True},
+     "Gated DeltaNet prefix caching (vLLM's \"align\" mamba cache mode) behind a KV connector (--architecture pdd) "
+     "is not simulated; add --no-enable-prefix-caching"),
+    ("pdd", {"speculative_config": spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": 2}, [0.8, 0.6])},
+     "--speculative-config with Gated DeltaNet layers under --architecture pdd is not simulated"),
+    ("afd", {}, "Gated DeltaNet layers under --architecture afd are not simulated"),
+])
+def test_what_is_not_simulated_is_refused_in_one_line(architecture, flags, message):
+    spec = _spec(architecture, **flags)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_simulation(spec)
