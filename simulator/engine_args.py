@@ -587,16 +587,12 @@ class ResolvedEngine:
 
 def gdn_simulation_error(args: EngineArgs, architecture: str = "colocated") -> str | None:
     """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked, or None:
-    under ``--architecture afd``; under ``pdd`` with prefix caching (vLLM's "align" mamba cache
-    mode behind NixlConnector) or a drafter; or with prefix caching but chunked prefill off, which
-    vLLM refuses at start-up ("Chunked prefill is required for Mamba prefix caching")."""
+    under ``--architecture afd``; under ``pdd`` with a drafter; or with prefix caching but chunked
+    prefill off, which vLLM refuses at start-up ("Chunked prefill is required for Mamba prefix
+    caching")."""
     if architecture == "afd":
         return (f"{args.model}: Gated DeltaNet layers under --architecture afd are not simulated; use "
                 "--architecture colocated or pdd")
-    if architecture == "pdd" and args.enable_prefix_caching:
-        return (f"{args.model}: Gated DeltaNet prefix caching (vLLM's \"align\" mamba cache mode) behind a KV connector "
-                "(--architecture pdd) is not simulated; add --no-enable-prefix-caching (the \"none\" mode) or use "
-                "--architecture colocated")
     if architecture == "pdd" and args.speculative_config is not None:
         return (f"{args.model}: --speculative-config with Gated DeltaNet layers under --architecture pdd is not "
                 "simulated; use --architecture colocated")

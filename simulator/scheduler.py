@@ -23,7 +23,8 @@ disaggregation of NixlConnector (pull mode), as two clearly separated paths sele
   (``_prefill_backoff``): the producer cuts a remote-decode prompt's last token at add_request
   (``_truncate_request_for_prefill``: its state h(N - 1) is what D needs), and the consumer loads
   all but the prompt's last token (``_get_remote_prefill_token_count``), which its 1-token step
-  recomputes.
+  recomputes. In vLLM's "align" mamba cache mode the consumer cuts a local prefill (a preempted
+  request's recompute) to block boundaries as the co-located waiting loop does (``kv.split_chunk``).
 
 Driving protocol (the caller owns time):
 
@@ -982,6 +983,10 @@ class Scheduler:
                 n = self._admission_tokens(r, computed, thr, st.token_budget, pad)
                 if n is None:
                     break
+                if self._split is not None:
+                    n = self._split(r, computed, n, self._max_prefill)
+                    if n == 0:
+                        break       # no block-aligned chunk fits: admission ends for the step
             blocks = kv.allocate_slots(      # an async load reserves no lookahead slots (vLLM)
                 r, n, hit, hit_blocks, num_lookahead_tokens=0 if load_async else self._lookahead,
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl,

@@ -29,8 +29,11 @@ prefill chunks to block boundaries (``split_chunk``, vLLM ``_mamba_block_aligned
 
 vLLM's partial-tail re-keying (``_cache_partial_tail_block``) changes nothing here: without
 ``--prefix-match-unit`` every checkpoint it would key is already keyed by the mask above, and a
-transient checkpoint (a resumed request's, past its prompt) was never keyed. Not mirrored: KV
-connectors (refused), and vLLM's ``--prefix-match-unit`` and other retention intervals (flags
+transient checkpoint (a resumed request's, past its prompt) was never keyed. Behind a P/D KV
+connector (NixlConnector, pull mode) a pulled request takes one block per GDN group at the pulled
+state's entry (``allocate_slots``), a finished request's tables lose the states behind its last
+one before the connector reads them (``connector_finished``), and frees may be deferred
+(``defer_free``). Not mirrored: vLLM's ``--prefix-match-unit`` and other retention intervals (flags
 Frontier does not take).
 """
 
@@ -239,18 +242,23 @@ class AlignStateKVCacheManager(KVCacheManager):
         delay_cache_blocks: bool = False,
         reserved_blocks: int = 0,
     ) -> list[int] | None:
-        """vLLM ``KVCacheManager.allocate_slots`` over the GDN groups and the full group (no KV
-        connector; a drafter's ``num_lookahead_tokens`` take slots in the full group only, as
-        vLLM's align mode ignores them for the states). Returns the new blocks of all groups,
-        None if they do not fit (or the same-step refusal)."""
-        if num_external_computed_tokens or delay_cache_blocks or reserved_blocks:
-            raise ValueError("a KV connector with Gated DeltaNet state groups is not simulated")
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+        """vLLM ``KVCacheManager.allocate_slots`` over the GDN groups and the full group (a
+        drafter's ``num_lookahead_tokens`` take slots in the full group only, as vLLM's align mode
+        ignores them for the states). P/D decode side: ``num_external_computed_tokens`` (a pull)
+        adopt the local hit, then take a block per GDN group at the pulled state's entry (the
+        entries before it null: vLLM's ``add_local_computed_blocks`` skips all but the last
+        computed token's, dropping a hit state the pull passes) and full-attention blocks for the
+        pulled tokens; ``delay_cache_blocks`` (nothing registered until the pull lands) and
+        ``reserved_blocks`` (kept free for in-flight prefills). Returns the new blocks of all
+        groups, None if they do not fit (or the same-step refusal)."""
+        ext = num_external_computed_tokens
+        if num_new_tokens == 0 and num_new_computed_tokens == 0 and ext == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         rid = request.request_id
         groups = self.num_state_groups
-        hits = new_computed_blocks if new_computed_blocks is not None else ((),) * (groups + 1)
-        total = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
+        hits = new_computed_blocks if new_computed_blocks else ((),) * (groups + 1)     # [] or None: no hit
+        local = request.num_computed_tokens + num_new_computed_tokens
+        total = min(local + ext, self.max_model_len)
         watermark = 0
         if has_scheduled_reqs and request.status in _ADMIT_STATUSES:
             watermark = self.watermark_blocks
@@ -262,22 +270,29 @@ class AlignStateKVCacheManager(KVCacheManager):
         main = total + num_new_tokens
         slots = min(main + num_lookahead_tokens, self.max_model_len)
         self._remove_skipped(rid, max(0, total - request.num_in_flight_tokens))
-        need, ck = self._to_allocate(rid, slots, main, hits, request.num_computed_tokens + num_new_computed_tokens,
-                                     prefill_end)
-        if need + watermark > self.pool.num_free_blocks:
+        need, ck = self._to_allocate(rid, slots, main, hits, local + ext, prefill_end)
+        if need + watermark > self.pool.num_free_blocks - reserved_blocks:
             self._sync(request)
             return None
         pool, bs, null = self.pool, self.block_size, self.pool.null_block
         if rid not in self.state_cached[0]:       # add_local_computed_blocks (hit or not), every group
+            skipped = max(local + ext - 1, 0) // bs     # a GDN group keeps the last computed token's state
             for g in range(groups):
+                kept = hits[g][skipped:]
                 table = self.state_tables[g].setdefault(rid, [])
-                table.extend(hits[g])
-                pool.touch([b for b in hits[g] if b != null])
+                table.extend([null] * skipped)
+                table.extend(kept)
+                pool.touch([b for b in kept if b != null])
                 self.state_cached[g][rid] = len(table)
             table = self.req_to_blocks.setdefault(rid, [])
             pool.touch(hits[-1])
             table.extend(hits[-1])
             self.num_cached_block[rid] = request.kv_num_cached_blocks = len(table)
+            if ext > 0:                         # allocate_external_computed_blocks, group by group
+                for t in [self.state_tables[g][rid] for g in range(groups)] + [table]:
+                    n = cdiv(local + ext, bs) - len(t)
+                    if n > 0:
+                        t.extend(pool.get_new_blocks(n))
         new: list[int] = []
         k = self.spec_blocks
         required = cdiv(main, bs) + k
@@ -309,7 +324,8 @@ class AlignStateKVCacheManager(KVCacheManager):
             table.extend(got)
             new += got
         self._sync(request)
-        self.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+        if not delay_cache_blocks:
+            self.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return new
 
     def allocate_running(self, request: Request, n: int, lookahead: int = 0) -> list[int] | None:
@@ -399,10 +415,26 @@ class AlignStateKVCacheManager(KVCacheManager):
             self.pool.free_blocks(reversed(blocks))
 
     def defer_free(self, request: Request, fence_seq: int) -> None:
-        raise ValueError("a KV connector with Gated DeltaNet state groups is not simulated")
+        """vLLM ``pop_blocks_for_free``: every group's blocks in group order, as one list returned
+        to the pool (tail first) once step ``fence_seq`` is processed."""
+        blocks = [b for table in self._pop_tables(request) for b in table]
+        if blocks:
+            self.deferred_frees.append((fence_seq, blocks))
+
+    def connector_finished(self, request: Request) -> None:
+        """vLLM ``_connector_finished``: before a finished request's tables go to the KV connector,
+        the GDN groups free the states behind the last processed token's."""
+        self._remove_skipped(request.request_id, max(0, request.num_computed_tokens - request.num_in_flight_tokens))
 
     def remaining_blocks(self, request: Request, extra_tokens: int = 0) -> int:
-        raise ValueError("a KV connector with Gated DeltaNet state groups is not simulated")
+        """vLLM ``_request_remaining_blocks``: blocks the request still needs for its whole sequence
+        (+ ``extra_tokens`` of full-attention slots: a verify step's), every group counted as its
+        ``get_num_blocks_to_allocate`` counts it (a GDN group at most its running state and a
+        checkpoint)."""
+        full = min(request.num_tokens, self.max_model_len)
+        empty = ((),) * (self.num_state_groups + 1)
+        return self._to_allocate(request.request_id, full + extra_tokens, full, empty, request.num_computed_tokens,
+                                 max(request.prompt_len, request.num_tokens - 1))[0]
 
     def check_invariants(self, requests: Iterable[Request] = ()) -> None:
         """Raise if a request's block count disagrees with its full-attention table, a GDN table

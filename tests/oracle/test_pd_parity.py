@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from dataclasses import replace
 
 import pytest
 
@@ -47,7 +48,7 @@ def run_mirror(requests, *, side: str, num_gpu_blocks: int, max_steps: int = 200
         if side == "decode":
             s.add_request(r, remote_prefill=True)
         else:
-            s.add_request(RequestSpec(r.request_id, 0.0, r.prompt_len, 1), remote_decode=True)
+            s.add_request(replace(r, output_len=1), remote_decode=True)
     pending: dict[str, int] = {}
     trace, free = [], []
 

@@ -71,7 +71,7 @@ Gated DeltaNet group as Qwen3.5 gets it on Hopper with prefix caching on (``Mamb
 ``block_size``, as FlashInfer's GDN prefill asks; ``_build_scheduler`` sets
 ``CacheConfig.mamba_cache_mode = "align"`` and ``mamba_block_size = block_size``, which vLLM's
 hybrid-model hook would set and the tiny Llama config does not trigger). ``STATE_ALIGN`` needs
-prefix caching, no drafter and no KV connector, and mixes only with full attention (0): its
+prefix caching, and mixes only with full attention (0): its
 prefill chunks end on multiples of ``block_size`` unless they end the prefill, and its states are
 prefix-cached at the prompt's last block boundary and at the shared-prefix junction.
 The scheduler only sees the ``KVCacheConfig`` (``_kv_cache_config``): no sliding
@@ -286,7 +286,7 @@ def _build_scheduler(
     no KV connector, and EAGLE in the KV cache manager is checked by ``_check_eagle_kv_cache``."""
     kv_groups = tuple(kv_groups)
     if STATE_ALIGN in kv_groups:
-        _check_align_request(kv_groups, enable_prefix_caching, num_speculative_tokens, kv_transfer_config)
+        _check_align_request(kv_groups, enable_prefix_caching)
     if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups
                                                  or any(isinstance(w, int) and w < 0 for w in kv_groups)):
         raise ValueError("kv_groups with a drafter: only without a KV connector, without chunked groups "
@@ -380,21 +380,14 @@ def _build_scheduler(
     return scheduler
 
 
-def _check_align_request(
-    kv_groups: tuple[int | str, ...],
-    enable_prefix_caching: bool,
-    num_speculative_tokens: int,
-    kv_transfer_config: Any,
-) -> None:
+def _check_align_request(kv_groups: tuple[int | str, ...], enable_prefix_caching: bool) -> None:
     """Raise ValueError unless ``kv_groups`` with ``STATE_ALIGN`` is a setup the driver models: prefix
     caching on (vLLM picks the "align" mode only then), only ``STATE_ALIGN`` and full-attention (0)
-    entries, no KV connector (its align-mode paths are not modelled)."""
+    entries."""
     if not enable_prefix_caching:
         raise ValueError("kv_groups with STATE_ALIGN: the \"align\" mamba cache mode needs enable_prefix_caching=True")
     if any(w not in (STATE_ALIGN, 0) for w in kv_groups):
         raise ValueError(f"kv_groups with STATE_ALIGN: only STATE_ALIGN and 0 entries, got {kv_groups}")
-    if kv_transfer_config is not None:
-        raise ValueError("kv_groups with STATE_ALIGN: no KV connector")
 
 
 def _kv_cache_config(

@@ -1,8 +1,9 @@
-"""P/D disaggregation of a Gated DeltaNet hybrid (Qwen3.5-35B-A3B) without prefix caching (vLLM's
-"none" mamba cache mode behind NixlConnector): the prefill role computes all but each prompt's last
-token, the pull moves the full-attention KV of those tokens and every GDN layer's state, the decode
-role recomputes the last prompt token in its first step; what is not simulated is refused in one
-line. The scheduler paths are checked against vLLM's in tests/oracle/test_pd_state_parity.py."""
+"""P/D disaggregation of a Gated DeltaNet hybrid (Qwen3.5-35B-A3B) behind NixlConnector, in both of
+vLLM's mamba cache modes ("align" with prefix caching, the default; "none" without): the prefill
+role computes all but each prompt's last token, the pull moves the full-attention KV of those tokens
+and every GDN layer's state, the decode role recomputes the last prompt token in its first step;
+what is not simulated is refused in one line. The scheduler paths are checked against vLLM's in
+tests/oracle/test_pd_state_parity.py."""
 
 import re
 
@@ -11,6 +12,7 @@ import pytest
 from simulator.control_plane import PddSpec, RoleLayout, kv_pull
 from simulator.engine_args import EngineArgs
 from simulator.kv_cache.state import StateKVCacheManager
+from simulator.kv_cache.state_align import AlignStateKVCacheManager
 from simulator.request import Request, RequestSpec
 from simulator.simulation import SimulationSpec, run_simulation
 from simulator.spec_decode import spec_config_from_vllm
@@ -19,9 +21,10 @@ from simulator.workload import WorkloadSpec
 QWEN35 = dict(model="Qwen/Qwen3.5-35B-A3B", gpu="H100", max_model_len=8192)
 
 
-def _spec(architecture="pdd", **engine):
+def _spec(architecture="pdd", prefix_len=0, **engine):
     return SimulationSpec(engine=EngineArgs(**{**QWEN35, "enable_prefix_caching": False, **engine}),
-                          workload=WorkloadSpec(num_prompts=8, random_input_len=2000, random_output_len=8),
+                          workload=WorkloadSpec(num_prompts=8, random_input_len=2000, random_output_len=8,
+                                                random_prefix_len=prefix_len),
                           architecture=architecture, pdd=PddSpec() if architecture == "pdd" else None, debug=True)
 
 
@@ -38,12 +41,14 @@ def test_a_deferred_free_returns_the_state_blocks_with_the_attention_blocks():
     assert kv.num_free_blocks == 39 and not kv.state_blocks and not kv.req_to_blocks
 
 
-def test_pdd_prefills_all_but_the_last_token_and_pulls_kv_and_states():
-    result = run_simulation(_spec())
+@pytest.mark.parametrize("caching, block, manager", [(False, 1056, StateKVCacheManager),
+                                                     (True, 1088, AlignStateKVCacheManager)])
+def test_pdd_prefills_all_but_the_last_token_and_pulls_kv_and_states(caching, block, manager):
+    result = run_simulation(_spec(enable_prefix_caching=caching))
     assert result.summary["completed"] == 8 and result.summary["failed"] == 0
     prefill, decode = result.roles
-    assert (prefill.resolved.block_size, decode.resolved.block_size) == (1056, 1056)    # the aligned block
-    assert all(type(r.scheduler.kv) is StateKVCacheManager for role in result.roles for r in role.cluster.replicas)
+    assert (prefill.resolved.block_size, decode.resolved.block_size) == (block, block)    # the aligned block
+    assert all(type(r.scheduler.kv) is manager for role in result.roles for r in role.cluster.replicas)
     steps = result.trace.step_cols
     prefill_tokens = sum(n for role, n in zip(steps["role"], steps["num_tokens"]) if role == "P")
     assert prefill_tokens == 8 * 1999
@@ -55,10 +60,17 @@ def test_pdd_prefills_all_but_the_last_token_and_pulls_kv_and_states():
     assert all(r.kv_transfer_s > 0 and r.output_len == 8 for r in result.records)
 
 
+def test_pdd_with_prefix_caching_hits_kept_states_on_the_prefill_role():
+    """8 prompts of a 3,000-token shared prefix + 2,000 own tokens (1,088-token blocks): the first
+    prefill keeps no state inside the prefix (its replay boundary lies past it), so the second stops
+    its chunk at the full-attention junction (2 blocks) and keeps that state; the other 6 hit it."""
+    result = run_simulation(_spec(enable_prefix_caching=True, prefix_len=3000))
+    assert result.summary["completed"] == 8
+    assert sorted(r.num_prefix_hit_tokens for r in result.records) == [0, 0] + [2176] * 6
+    assert (result.summary["prefix_cache_scope"], result.summary["prefix_cache_hits"]) == ("prefill role", 6 * 2176)
+
+
 @pytest.mark.parametrize("architecture, flags, message", [
-    ("pdd", {"enable_prefix_caching": True},
-     "Gated DeltaNet prefix caching (vLLM's \"align\" mamba cache mode) behind a KV connector (--architecture pdd) "
-     "is not simulated; add --no-enable-prefix-caching"),
     ("pdd", {"speculative_config": spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": 2}, [0.8, 0.6])},
      "--speculative-config with Gated DeltaNet layers under --architecture pdd is not simulated"),
     ("afd", {}, "Gated DeltaNet layers under --architecture afd are not simulated"),
