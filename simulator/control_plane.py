@@ -56,7 +56,7 @@ from simulator.dp_group import LockstepRanks
 from simulator.engine_args import EngineArgs, ResolvedEngine
 from simulator.engine_cpu import EngineCpu
 from simulator.events import EventLoop
-from simulator.spec_decode import engine_acceptance
+from simulator.spec_decode import engine_acceptance, with_draft_layer
 from simulator.kv_cache.hybrid import skipped_tokens
 from simulator.kv_transfer import Link
 from simulator.memory import MemoryBudget
@@ -174,7 +174,11 @@ class KvPull:
 
 def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> KvPull:
     """The pull of a P->D pair: the larger of the two sides' per-token KV shard for each kind of
-    layer (worst pp stage), the sliding window's split only when D's KV manager is hybrid."""
+    layer (worst pp stage), the sliding window's split only when D's KV manager is hybrid. With a
+    drafter the draft layer's KV moves too (NixlConnector reads every layer of the KV cache)."""
+    spec = decode.resolved.args.speculative_config
+    if spec is not None:
+        model = with_draft_layer(model, spec)
     layout = decode.memory.layout
     hybrid = (layout is not None and layout.local_window > 0
               and decode.resolved.args.speculative_config is None)

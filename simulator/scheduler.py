@@ -987,6 +987,8 @@ class Scheduler:
                     n = self._split(r, computed, n, self._max_prefill)
                     if n == 0:
                         break       # no block-aligned chunk fits: admission ends for the step
+                    if pad and n != pad:
+                        n, pad = 1, 0   # a promoted request's padded verify cut by the split: unpadded
             blocks = kv.allocate_slots(      # an async load reserves no lookahead slots (vLLM)
                 r, n, hit, hit_blocks, num_lookahead_tokens=0 if load_async else self._lookahead,
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl,

@@ -451,4 +451,5 @@ class AlignStateKVCacheManager(KVCacheManager):
                     raise AssertionError(f"request {rid}: GDN group {g}'s table differs from group 0's")
         held = sum(1 for tables in self.state_tables for t in tables.values() for b in t if b != null)
         held += sum(len(t) for t in self.req_to_blocks.values())
+        held += sum(len(b) for _, b in self.deferred_frees)
         self.pool.check_invariants(held)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_pd_parity import assert_pd_parity, make_requests, pd_knobs, recomputed_locally
+from test_pd_parity import _ACCEPT, assert_pd_parity, make_requests, pd_knobs, recomputed_locally, run_mirror
 
 from simulator.request import RequestSpec
 from simulator.scheduler_trace import STATE, STATE_ALIGN
@@ -52,8 +52,16 @@ ALIGN_CASES = [
     ("decode_align_shared_tight", "decode", 318, 30, (100, 600), (20, 200), 200, {}),
     ("prefill_align_shared", "prefill", 319, 30, (100, 900), (1, 1), 3000, {"max_num_batched_tokens": 512}),
 ]
+# an MTP-like drafter of k = 2 drafts (the "none" mode): 1 + k state blocks a request and group
+# (the driver's EAGLE drafter, whose layer joins the full-attention group, as Qwen3.5's MTP layer does)
+SPEC_CASES = [
+    ("spec_decode_state", "decode", 321, 30, (16, 600), (1, 60), 3000, {}),
+    ("spec_decode_state_tight", "decode", 322, 30, (16, 600), (20, 200), 200, {}),
+    ("spec_prefill_state", "prefill", 323, 30, (16, 600), (1, 1), 3000, {}),
+    ("spec_prefill_state_tight", "prefill", 324, 30, (16, 600), (1, 1), 160, {}),
+]
 SHARED_PREFIXES = 3     # the cases named "shared": prompts start with one of 3 prefixes
-_BY_NAME = {case[0]: case for case in CASES + ALIGN_CASES}
+_BY_NAME = {case[0]: case for case in CASES + ALIGN_CASES + SPEC_CASES}
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
@@ -92,6 +100,26 @@ def test_pd_align_state_paths_match_vllm(case, async_scheduling) -> None:
     expected = assert_pd_parity(name, requests, side=side, num_gpu_blocks=blocks, kv_groups=QWEN35_ALIGN,
                                 **pd_knobs(async_scheduling, enable_prefix_caching=True, **extra))
     assert len({rid for step in expected[0] for rid in step}) == n
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("case", SPEC_CASES, ids=[c[0] for c in SPEC_CASES])
+def test_pd_spec_state_paths_match_vllm(case, async_scheduling) -> None:
+    import vllm_pd_driver
+
+    name, side, seed, n, prompt, output, blocks, extra = case
+    knobs = pd_knobs(async_scheduling, **extra)
+    requests = make_requests(seed, n, prompt, output)
+    spec = dict(num_speculative_tokens=2, accepted=_ACCEPT["mixed"])
+    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, kv_groups=QWEN35, **spec,
+                                          **knobs)
+    actual = run_mirror(requests, side=side, num_gpu_blocks=blocks, kv_groups=QWEN35, **spec, **knobs)
+    assert actual[0] == expected[0], f"{name}: schedules differ"
+    assert actual[1] == expected[1], f"{name}: free blocks differ"
+    if side == "decode":
+        assert any(d for step in expected[0] for _, d in step.values()), f"{name}: no drafts verified"
+    if "tight" in name:     # guards: the pool runs out
+        assert min(expected[1]) == 0 or side == "prefill" and min(expected[1]) < 30, f"{name}: the pool never ran low"
 
 
 def _run_vllm(name: str, async_scheduling: bool, kv_groups):

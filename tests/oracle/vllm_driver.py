@@ -282,16 +282,19 @@ def _build_scheduler(
     ``num_speculative_tokens`` > 0 adds the EAGLE drafter of ``_eagle_config`` (its
     config.json in ``model_dir / "draft"``). ``kv_groups``: the KV cache groups of
     ``_kv_cache_config`` (empty: one full-attention group), checked on the built
-    scheduler by ``_check_kv_groups``; with a drafter they need a full-attention group and
-    no KV connector, and EAGLE in the KV cache manager is checked by ``_check_eagle_kv_cache``."""
+    scheduler by ``_check_kv_groups``; with a drafter they need a full-attention group and,
+    behind a KV connector, no local-attention groups, and EAGLE in the KV cache manager is checked
+    by ``_check_eagle_kv_cache``."""
     kv_groups = tuple(kv_groups)
     if STATE_ALIGN in kv_groups:
         _check_align_request(kv_groups, enable_prefix_caching)
-    if kv_groups and num_speculative_tokens and (kv_transfer_config is not None or 0 not in kv_groups
+    state_only = all(w in (STATE, STATE_ALIGN, 0) for w in kv_groups)
+    if kv_groups and num_speculative_tokens and (kv_transfer_config is not None and not state_only
+                                                 or 0 not in kv_groups
                                                  or any(isinstance(w, int) and w < 0 for w in kv_groups)):
-        raise ValueError("kv_groups with a drafter: only without a KV connector, without chunked groups "
-                         "(vLLM disables the hybrid manager there) and with a full-attention group (0), "
-                         "which the draft layer joins")
+        raise ValueError("kv_groups with a drafter: behind a KV connector only with Gated DeltaNet state groups, "
+                         "without chunked groups (vLLM disables the hybrid manager there) and with a "
+                         "full-attention group (0), which the draft layer joins")
     model_config = ModelConfig(
         model=str(model_dir),
         skip_tokenizer_init=True,

@@ -229,7 +229,8 @@ def run_vllm_pd(
     prefill) and it samples 1 token.
 
     ``kv_groups``: the KV cache groups of ``vllm_driver`` (module docstring; empty: one
-    full-attention group and the plain ``PullConnector``), not with a drafter.
+    full-attention group and the plain ``PullConnector``); with a drafter only Gated DeltaNet
+    state groups (``STATE`` / ``STATE_ALIGN``) and full attention.
     """
     k = num_speculative_tokens
     if k and accepted is None:
