@@ -38,9 +38,10 @@ replicated, one P rank serves each D rank. Either way the busiest GPU moves
 and the worst PP stage are inside ``ModelSpec.kv_bytes_per_token_per_rank``), so
 that is the size priced per transfer. With vLLM's hybrid KV groups on D (a model with
 sliding-window layers), the sliding-window layers move only the tokens of the window's blocks.
-A Gated DeltaNet model (Qwen3.5, without prefix caching) moves its full-attention layers' KV of
-all but the prompt's last token (NixlConnector's one-token backoff, ``simulator.scheduler``) and
-each GDN layer's state once a request (``KvPull.state_bytes``, the larger side's shard).
+A Gated DeltaNet model (Qwen3.5) moves its full-attention layers' KV of all but the prompt's last
+token (NixlConnector's one-token backoff, ``simulator.scheduler``) and each GDN layer's state once
+a request (``KvPull.state_bytes``, the larger side's shard). With a drafter the draft layer's KV
+moves too.
 """
 
 from __future__ import annotations
