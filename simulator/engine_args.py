@@ -586,17 +586,12 @@ class ResolvedEngine:
 
 
 def gdn_simulation_error(args: EngineArgs, architecture: str = "colocated") -> str | None:
-    """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked, or None:
-    under ``--architecture afd``; under ``pdd`` with a drafter and prefix caching (vLLM's "align"
-    mamba cache mode); or with prefix caching but chunked prefill off, which vLLM refuses at
+    """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked, or None: under
+    ``--architecture afd``, or with prefix caching but chunked prefill off, which vLLM refuses at
     start-up ("Chunked prefill is required for Mamba prefix caching")."""
     if architecture == "afd":
         return (f"{args.model}: Gated DeltaNet layers under --architecture afd are not simulated; use "
                 "--architecture colocated or pdd")
-    if architecture == "pdd" and args.speculative_config is not None and args.enable_prefix_caching:
-        return (f"{args.model}: --speculative-config with Gated DeltaNet prefix caching (vLLM's \"align\" mamba cache "
-                "mode) under --architecture pdd is not simulated; add --no-enable-prefix-caching or use "
-                "--architecture colocated")
     if args.enable_prefix_caching and not args.enable_chunked_prefill:
         return (f"{args.model}: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its \"align\" mamba "
                 "cache mode) and would not start; drop --no-enable-chunked-prefill or add --no-enable-prefix-caching")

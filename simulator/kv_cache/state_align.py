@@ -33,7 +33,12 @@ transient checkpoint (a resumed request's, past its prompt) was never keyed. Beh
 connector (NixlConnector, pull mode) a pulled request takes one block per GDN group at the pulled
 state's entry (``allocate_slots``), a finished request's tables lose the states behind its last
 one before the connector reads them (``connector_finished``), and frees may be deferred
-(``defer_free``). Not mirrored: vLLM's ``--prefix-match-unit`` and other retention intervals (flags
+(``defer_free``). A drafter behind the connector keeps vLLM's legacy hashes and EAGLE's block drop
+(``drop_last_hit_block``, set by the scheduler): a hit matches one block past the lookup limit and
+drops it, checkpoints sit one block lower, floor(n / B) x B - B (``checkpoint_position``), the
+kept boundaries are the block below the prompt's resend and extension boundaries (vLLM
+``replay_boundaries``), and a checkpoint entry, which then holds the state one block below its
+own end, is keyed at its position (``_key_checkpoint``, vLLM ``_cache_partial_tail_block``). Not mirrored: vLLM's ``--prefix-match-unit`` and other retention intervals (flags
 Frontier does not take).
 """
 
@@ -47,9 +52,13 @@ from simulator.request import Request, RequestStatus
 _ADMIT_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
-def checkpoint_position(num_tokens: int, block_size: int) -> int:
-    """vLLM ``get_mamba_prefill_checkpoint_position`` without a drafter: the last block boundary
-    before the final token, floor((num_tokens - 1) / B) x B (0 at least)."""
+def checkpoint_position(num_tokens: int, block_size: int, drop_eagle_block: bool = False) -> int:
+    """vLLM ``get_mamba_prefill_checkpoint_position`` (0 at least): the last block boundary before
+    the final token, floor((num_tokens - 1) / B) x B (no drafter, or an EAGLE-family drafter with
+    lookahead hashes); with EAGLE's block drop (a drafter behind a KV connector) the block before
+    the last boundary, floor(num_tokens / B) x B - B."""
+    if drop_eagle_block:
+        return max(num_tokens // block_size * block_size - block_size, 0)
     return max((num_tokens - 1) // block_size * block_size, 0)
 
 
@@ -97,6 +106,9 @@ class AlignStateKVCacheManager(KVCacheManager):
         self.retired: dict[str, int] = {}           # vLLM _num_retired_blocks (one for all groups)
         self.junction: dict[str, int] = {}          # request.shared_prefix_boundary
         self.cached_this_step: set[tuple] = set()   # GDN keys registered since the step began
+        # EAGLE's block drop (a drafter behind a KV connector): the checkpoint of a request's last
+        # allocation, (state position, table entry), one entry above the position's own
+        self.checkpoints: dict[str, tuple[int, int]] = {}
 
     # ------------------------------------------------------------------ scheduler hooks
     def new_step_starts(self) -> None:
@@ -116,9 +128,10 @@ class AlignStateKVCacheManager(KVCacheManager):
         if start >= prefill_end:
             return num_new_tokens
         bs = self.block_size
-        last = checkpoint_position(tokens, bs)
+        drop = self.drop_last_hit_block
+        last = checkpoint_position(tokens, bs, drop)
         end = start + num_new_tokens
-        internal = end >= prefill_end and checkpoint_valid(start, end, checkpoint_position(prefill_end, bs), bs)
+        internal = end >= prefill_end and checkpoint_valid(start, end, checkpoint_position(prefill_end, bs, drop), bs)
         if internal:
             last = 0
         if end < prefill_end:
@@ -140,11 +153,14 @@ class AlignStateKVCacheManager(KVCacheManager):
         bs, hashes, pool, full = self.block_size, request.block_hashes, self.pool, self.full_group
         get = pool.get_cached_block
         fa_hit: list[int] = []
-        for i in range(min((request.num_tokens - 1) // bs, len(hashes))):
+        drop = self.drop_last_hit_block     # EAGLE's block drop: match one block more, then drop it
+        for i in range(min((request.num_tokens - 1 + (bs if drop else 0)) // bs, len(hashes))):
             b = get((hashes[i], full))
             if b is None:
                 break
             fa_hit.append(b)
+        if drop and fa_hit:
+            fa_hit.pop()
         groups = range(self.num_state_groups)
         hits: list[list[int]] = [[] for _ in groups]
         length = 0
@@ -165,7 +181,7 @@ class AlignStateKVCacheManager(KVCacheManager):
         if end < prefill_end:
             return False
         bs = self.block_size
-        if not checkpoint_valid(start, end, checkpoint_position(end, bs), bs):
+        if not checkpoint_valid(start, end, checkpoint_position(end, bs, self.drop_last_hit_block), bs):
             return False
         idx = cdiv(end, bs) - 2
         table = self.state_tables[0].get(rid, ())
@@ -271,6 +287,11 @@ class AlignStateKVCacheManager(KVCacheManager):
         slots = min(main + num_lookahead_tokens, self.max_model_len)
         self._remove_skipped(rid, max(0, total - request.num_in_flight_tokens))
         need, ck = self._to_allocate(rid, slots, main, hits, local + ext, prefill_end)
+        if self.drop_last_hit_block:            # vLLM _checkpoints, recorded even if then refused
+            if ck:
+                self.checkpoints[rid] = (checkpoint_position(main, self.block_size, True), cdiv(main, self.block_size) - 2)
+            else:
+                self.checkpoints.pop(rid, None)
         if need + watermark > self.pool.num_free_blocks - reserved_blocks:
             self._sync(request)
             return None
@@ -338,6 +359,7 @@ class AlignStateKVCacheManager(KVCacheManager):
         blocks for ``slots`` tokens (a decode never takes a checkpoint); None when they do not
         fit (the frees stay, as in vLLM)."""
         rid, bs, pool = request.request_id, self.block_size, self.pool
+        self.checkpoints.pop(rid, None)
         self._remove_skipped(rid, processed)
         required = cdiv(slots, bs)
         table = self.req_to_blocks[rid]
@@ -375,10 +397,15 @@ class AlignStateKVCacheManager(KVCacheManager):
             keys = [(h, self.full_group) for h in hashes[start:num_full]]
             self.pool.cache_blocks(self.req_to_blocks[rid][start:num_full], keys, 0, len(keys))
             self.num_cached_block[rid] = request.kv_num_cached_blocks = num_full
+        if rid in self.checkpoints:
+            self._key_checkpoint(request)
         cached = self.state_cached[0].get(rid, 0)
         if cached >= num_full:
             return
-        keep = {(request.prompt_len - 1) // bs - 1}
+        if self.drop_last_hit_block:        # vLLM replay_boundaries with EAGLE's block drop
+            keep = {max((request.prompt_len - 1) // bs - 1, 0) - 1, max(request.prompt_len // bs - 1, 0) - 1}
+        else:
+            keep = {(request.prompt_len - 1) // bs - 1}
         junction = self.junction.get(rid, 0)
         if junction:
             keep.add(junction // bs - 1)
@@ -391,6 +418,28 @@ class AlignStateKVCacheManager(KVCacheManager):
                     self.pool.cache_blocks([table[i]], [key], 0, 1)
                     self.cached_this_step.add(key)
             self.state_cached[g][rid] = num_full
+
+    def _key_checkpoint(self, request: Request) -> None:
+        """vLLM ``_cache_partial_tail_block`` with EAGLE's block drop: the checkpoint entry holds the
+        state one block below its own end; it is keyed at that position when it is the prompt's
+        checkpoint or the junction, else its key (if any) is dropped."""
+        rid, bs, pool, null = request.request_id, self.block_size, self.pool, self.pool.null_block
+        position, idx = self.checkpoints[rid]
+        i = position // bs - 1
+        keep = (position == checkpoint_position(request.prompt_len, bs, True)
+                or position == self.junction.get(rid, 0)) and i < len(request.block_hashes)
+        for g in range(self.num_state_groups):
+            block = self.state_tables[g][rid][idx]
+            if block == null:
+                continue
+            key = (request.block_hashes[i], g) if keep else None
+            if pool.block_hash[block] == key:
+                continue
+            if pool.block_hash[block] is not None:
+                pool._evict(block)
+            if keep:
+                pool.cache_blocks([block], [key], 0, 1)
+                self.cached_this_step.add(key)
 
     # ------------------------------------------------------------------ freeing
     def _pop_tables(self, request: Request) -> list[list[int]]:
@@ -405,6 +454,7 @@ class AlignStateKVCacheManager(KVCacheManager):
         self.num_cached_block.pop(rid, None)
         self.retired.pop(rid, None)
         self.junction.pop(rid, None)
+        self.checkpoints.pop(rid, None)
         self.allocated.discard(rid)
         request.kv_num_blocks = request.kv_num_cached_blocks = request.kv_free_at = 0
         return tables

@@ -52,13 +52,22 @@ ALIGN_CASES = [
     ("decode_align_shared_tight", "decode", 318, 30, (100, 600), (20, 200), 200, {}),
     ("prefill_align_shared", "prefill", 319, 30, (100, 900), (1, 1), 3000, {"max_num_batched_tokens": 512}),
 ]
-# an MTP-like drafter of k = 2 drafts (the "none" mode): 1 + k state blocks a request and group
-# (the driver's EAGLE drafter, whose layer joins the full-attention group, as Qwen3.5's MTP layer does)
+# an MTP-like drafter of k = 2 drafts (the driver's EAGLE drafter, whose layer joins the
+# full-attention group, as Qwen3.5's MTP layer does): "none" mode 1 + k state blocks a request and
+# group; "align" mode (names with "align") k speculative blocks at the table's end, and behind the
+# connector EAGLE's block drop (legacy hashes): hits one block shorter, checkpoints one block lower
 SPEC_CASES = [
     ("spec_decode_state", "decode", 321, 30, (16, 600), (1, 60), 3000, {}),
     ("spec_decode_state_tight", "decode", 322, 30, (16, 600), (20, 200), 200, {}),
     ("spec_prefill_state", "prefill", 323, 30, (16, 600), (1, 1), 3000, {}),
     ("spec_prefill_state_tight", "prefill", 324, 30, (16, 600), (1, 1), 160, {}),
+    ("spec_decode_align", "decode", 331, 30, (16, 600), (1, 60), 3000, {}),
+    ("spec_decode_align_tight", "decode", 11, 30, (16, 600), (20, 200), 200, {}),
+    ("spec_decode_align_shared", "decode", 333, 30, (100, 900), (1, 60), 3000, {"max_num_batched_tokens": 512}),
+    ("spec_decode_align_shared_tight", "decode", 334, 30, (100, 600), (20, 200), 220, {}),
+    ("spec_prefill_align", "prefill", 335, 30, (16, 600), (1, 1), 3000, {}),
+    ("spec_prefill_align_tight", "prefill", 336, 30, (16, 600), (1, 1), 160, {}),
+    ("spec_prefill_align_shared", "prefill", 337, 30, (100, 900), (1, 1), 3000, {"max_num_batched_tokens": 512}),
 ]
 SHARED_PREFIXES = 3     # the cases named "shared": prompts start with one of 3 prefixes
 _BY_NAME = {case[0]: case for case in CASES + ALIGN_CASES + SPEC_CASES}
@@ -108,12 +117,14 @@ def test_pd_spec_state_paths_match_vllm(case, async_scheduling) -> None:
     import vllm_pd_driver
 
     name, side, seed, n, prompt, output, blocks, extra = case
-    knobs = pd_knobs(async_scheduling, **extra)
-    requests = make_requests(seed, n, prompt, output)
+    align = "align" in name
+    groups = QWEN35_ALIGN if align else QWEN35
+    knobs = pd_knobs(async_scheduling, enable_prefix_caching=align, **extra)
+    requests = _requests(name, seed, n, prompt, output)
     spec = dict(num_speculative_tokens=2, accepted=_ACCEPT["mixed"])
-    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, kv_groups=QWEN35, **spec,
+    expected = vllm_pd_driver.run_vllm_pd(requests, side=side, num_gpu_blocks=blocks, kv_groups=groups, **spec,
                                           **knobs)
-    actual = run_mirror(requests, side=side, num_gpu_blocks=blocks, kv_groups=QWEN35, **spec, **knobs)
+    actual = run_mirror(requests, side=side, num_gpu_blocks=blocks, kv_groups=groups, **spec, **knobs)
     assert actual[0] == expected[0], f"{name}: schedules differ"
     assert actual[1] == expected[1], f"{name}: free blocks differ"
     if side == "decode":

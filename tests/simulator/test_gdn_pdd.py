@@ -60,19 +60,25 @@ def test_pdd_prefills_all_but_the_last_token_and_pulls_kv_and_states(caching, bl
     assert all(r.kv_transfer_s > 0 and r.output_len == 8 for r in result.records)
 
 
-def test_pdd_with_an_mtp_drafter_pulls_the_mtp_layer_and_the_longer_conv_state():
-    """MTP with 2 drafts (the "none" mode): the MTP layer's KV joins the pull (11 attention layers:
-    22,528 bytes a token) and each GDN layer's conv state holds 2 more rows (2,179,072 bytes a layer);
-    each GDN group holds 1 + 2 state blocks a request on both roles; the decode role verifies drafts."""
+@pytest.mark.parametrize("caching, block", [(False, 1072), (True, 1088)])
+def test_pdd_with_an_mtp_drafter_pulls_the_mtp_layer_and_the_longer_conv_state(caching, block):
+    """MTP with 2 drafts: the MTP layer's KV joins the pull (11 attention layers: 22,528 bytes a
+    token) and each GDN layer's conv state holds 2 more rows (2,179,072 bytes a layer); without
+    prefix caching each GDN group holds 1 + 2 state blocks a request; with it (behind the
+    connector, EAGLE's block drop) the align manager drops the last hit block. The decode role
+    verifies drafts."""
     spec = spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": 2}, [0.8, 0.6])
-    result = run_simulation(_spec(speculative_config=spec))
+    result = run_simulation(_spec(speculative_config=spec, enable_prefix_caching=caching))
     assert result.summary["completed"] == 8 and result.summary["failed"] == 0
     prefill, decode = result.roles
-    assert (prefill.resolved.block_size, decode.resolved.block_size) == (1072, 1072)
+    assert (prefill.resolved.block_size, decode.resolved.block_size) == (block, block)
     pull = kv_pull(decode.resolved.model, prefill, decode)
     assert (pull.full_bytes_per_token, pull.state_bytes) == (11 * 2048, 30 * 2_179_072)
     kv = decode.cluster.replicas[0].scheduler.kv
-    assert type(kv) is StateKVCacheManager and kv.blocks_per_request == 3 * 3
+    if caching:
+        assert type(kv) is AlignStateKVCacheManager and kv.drop_last_hit_block and kv.spec_blocks == 2
+    else:
+        assert type(kv) is StateKVCacheManager and kv.blocks_per_request == 3 * 3
     assert result.summary["spec_num_draft_tokens"] > 0
 
 
@@ -87,10 +93,6 @@ def test_pdd_with_prefix_caching_hits_kept_states_on_the_prefill_role():
 
 
 @pytest.mark.parametrize("architecture, flags, message", [
-    ("pdd", {"speculative_config": spec_config_from_vllm({"method": "mtp", "num_speculative_tokens": 2}, [0.8, 0.6]),
-             "enable_prefix_caching": True},
-     "--speculative-config with Gated DeltaNet prefix caching (vLLM's \"align\" mamba cache mode) under "
-     "--architecture pdd is not simulated; add --no-enable-prefix-caching"),
     ("afd", {}, "Gated DeltaNet layers under --architecture afd are not simulated"),
 ])
 def test_what_is_not_simulated_is_refused_in_one_line(architecture, flags, message):
