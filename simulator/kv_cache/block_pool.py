@@ -309,6 +309,12 @@ class BlockPool:
         else:
             holders[block] = block
 
+    def uncache(self, block: int) -> None:
+        """Drop ``block``'s hash, if any (vLLM ``_maybe_evict_cached_block``): its content is no
+        longer what the hash promises."""
+        if self.block_hash[block] is not None:
+            self._evict(block)
+
     def _evict(self, block: int) -> None:
         h = self.block_hash[block]
         holders = self.cached.get(h)

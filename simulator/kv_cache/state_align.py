@@ -38,8 +38,9 @@ one before the connector reads them (``connector_finished``), and frees may be d
 drops it, checkpoints sit one block lower, floor(n / B) x B - B (``checkpoint_position``), the
 kept boundaries are the block below the prompt's resend and extension boundaries (vLLM
 ``replay_boundaries``), and a checkpoint entry, which then holds the state one block below its
-own end, is keyed at its position (``_key_checkpoint``, vLLM ``_cache_partial_tail_block``). Not mirrored: vLLM's ``--prefix-match-unit`` and other retention intervals (flags
-Frontier does not take).
+own end, is keyed at its position (``_key_checkpoint``, vLLM ``_cache_partial_tail_block``). Not
+mirrored: vLLM's ``--prefix-match-unit`` and other retention intervals (flags Frontier does not
+take).
 """
 
 from __future__ import annotations
@@ -289,7 +290,8 @@ class AlignStateKVCacheManager(KVCacheManager):
         need, ck = self._to_allocate(rid, slots, main, hits, local + ext, prefill_end)
         if self.drop_last_hit_block:            # vLLM _checkpoints, recorded even if then refused
             if ck:
-                self.checkpoints[rid] = (checkpoint_position(main, self.block_size, True), cdiv(main, self.block_size) - 2)
+                bs = self.block_size
+                self.checkpoints[rid] = (checkpoint_position(main, bs, True), cdiv(main, bs) - 2)
             else:
                 self.checkpoints.pop(rid, None)
         if need + watermark > self.pool.num_free_blocks - reserved_blocks:
@@ -435,8 +437,7 @@ class AlignStateKVCacheManager(KVCacheManager):
             key = (request.block_hashes[i], g) if keep else None
             if pool.block_hash[block] == key:
                 continue
-            if pool.block_hash[block] is not None:
-                pool._evict(block)
+            pool.uncache(block)
             if keep:
                 pool.cache_blocks([block], [key], 0, 1)
                 self.cached_this_step.add(key)
