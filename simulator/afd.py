@@ -43,7 +43,9 @@ Approximations (stated):
   they do not share bandwidth with P→A KV transfers (``SharedLinkTransfers``) nor with
   other A engines' activations.
 - Attention time per layer is the average over layers (sliding-window layers are spread
-  evenly); F layers are dense or MoE as ``ModelSpec.is_moe_layer`` says.
+  evenly; a Gated DeltaNet model's GDN layers likewise: their kernels in the attention time,
+  their projections in A's per-layer time beside the full-attention layers'); F layers are dense
+  or MoE as ``ModelSpec.is_moe_layer`` says.
 - Embedding runs on A before layer 0; final norm, lm_head and sampler on A after every
   lane has returned from the last layer.
 - EP wait = (slowest EP rank's expert time - mean EP rank's expert time) per MoE layer and
@@ -565,6 +567,9 @@ class AfdEngine:
         return self.link_latency + max(a_side, f_side) / self.link_bw
 
     def _a_dense_per_layer(self, m: int, timing: str) -> float:
+        """A's time per layer over m tokens outside the attention kernels: the norms, the token
+        mixer's GEMMs (a Gated DeltaNet model's layers averaged: its full-attention layers'
+        projections and its GDN layers' ones, ``BatchEngine._gdn_gemms``) and the TP all-reduce."""
         key = (m, timing)
         t = self._a_dense.get(key)
         if t is None:
@@ -573,10 +578,14 @@ class AfdEngine:
             ops: list[tuple[object, int]] = [
                 (ElementwiseOp("input_norm", m, h, 4 * h * ab), 1),
                 (ElementwiseOp("post_norm", m, h, 4 * h * ab), 1)]
-            ops += [(op, 1) for op in e._attn_gemms(m, mdl.num_attention_heads // tp)]
             if tp > 1:
                 ops.append((e._comm("all_reduce", m * h * ab, tp), 1))
-            t = self._a_dense[key] = e._times(ops, timing)
+            n_gdn = mdl.num_linear_attention_layers
+            mixer = e._times([(op, 1) for op in e._attn_gemms(m, mdl.num_attention_heads // tp)], timing)
+            if n_gdn:
+                gdn = e._times([(op, 1) for op in e._gdn_gemms(m)], timing)
+                mixer = ((mdl.num_layers - n_gdn) * mixer + n_gdn * gdn) / mdl.num_layers
+            t = self._a_dense[key] = e._times(ops, timing) + mixer
         return t
 
     def _f_per_layer(self, m: int, timing: str) -> tuple[float, float, float]:
@@ -675,6 +684,8 @@ def _compile_attention(spec, afd: AfdSpec, loop, trace, make_engines):
         resolved = resolve_engine(args)
         memory = attention_memory(resolved)
         resolved = fit_max_model_len(resolved, memory)
+        if memory.block_size != resolved.block_size:     # a Gated DeltaNet model's attention block, aligned
+            resolved = replace(resolved, block_size=memory.block_size)
     except ValueError as exc:
         raise ValueError(f"attention role: {exc}") from None
     if args.num_gpu_blocks_override is None:

@@ -516,7 +516,7 @@ class ResolvedEngine:
         request and group)."""
         a = self.args
         if layout is not None and layout.mamba_blocks_per_request:
-            if why := gdn_simulation_error(a, "pdd" if connector else "colocated"):
+            if why := gdn_simulation_error(a):
                 raise ValueError(why)
             groups = sum(g.kind == "mamba" for g in layout.groups)
             if a.enable_prefix_caching:
@@ -585,13 +585,10 @@ class ResolvedEngine:
         return self.num_engines * self.gpus_per_engine
 
 
-def gdn_simulation_error(args: EngineArgs, architecture: str = "colocated") -> str | None:
-    """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked, or None: under
-    ``--architecture afd``, or with prefix caching but chunked prefill off, which vLLM refuses at
-    start-up ("Chunked prefill is required for Mamba prefix caching")."""
-    if architecture == "afd":
-        return (f"{args.model}: Gated DeltaNet layers under --architecture afd are not simulated; use "
-                "--architecture colocated or pdd")
+def gdn_simulation_error(args: EngineArgs) -> str | None:
+    """Why a Gated DeltaNet model (Qwen3.5, Qwen3-Next) is not simulated as asked, or None: with
+    prefix caching but chunked prefill off, which vLLM refuses at start-up ("Chunked prefill is
+    required for Mamba prefix caching")."""
     if args.enable_prefix_caching and not args.enable_chunked_prefill:
         return (f"{args.model}: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its \"align\" mamba "
                 "cache mode) and would not start; drop --no-enable-chunked-prefill or add --no-enable-prefix-caching")

@@ -391,11 +391,9 @@ def resolve_engine(args: EngineArgs) -> ResolvedEngine:
 def run_simulation(spec: SimulationSpec) -> SimulationResult:
     """Simulate ``spec`` to completion (every request finished or refused)."""
     args = spec.engine
-    if spec.sglang is None and (spec.architecture != "colocated" or args.enable_prefix_caching
-                                and not args.enable_chunked_prefill) \
+    if spec.sglang is None and args.enable_prefix_caching and not args.enable_chunked_prefill \
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
-        if why := gdn_simulation_error(args, spec.architecture):
-            raise ValueError(why)
+        raise ValueError(gdn_simulation_error(args))
     if spec.sglang is not None:
         from simulator.sglang_run import run_sglang
         return run_sglang(spec)

@@ -253,8 +253,8 @@ def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_in_both_mamba_
     """Qwen3.5: `frontier memory` gives vLLM 0.33's plan (the attention block aligned to the GDN
     state, per prefix-caching mode); simulate runs it in vLLM's "none" mamba mode and its "align"
     mode (prefix caching, on by default) and refuses, in one line, the align mode without chunked
-    prefill (vLLM would not start), AFD and --engine sglang; P/D runs in both modes, both roles on
-    the aligned block."""
+    prefill (vLLM would not start) and --engine sglang; P/D runs in both modes, both roles on the
+    aligned block, and AFD runs."""
     base = ["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--gpu", "H200", "-tp", "2", "--max-model-len", "32768"]
     res = runner.invoke(app, base + ["--json"])
     assert res.exit_code == 0, res.output
@@ -277,22 +277,19 @@ def test_memory_plans_a_gated_deltanet_model_and_simulate_runs_it_in_both_mamba_
     res = runner.invoke(app, run + ["--language-model-only"])
     assert res.exit_code == 0 and "KV cache 238 blocks x 1088 tokens per engine" in res.output.splitlines()[0]
     assert "multimodal checkpoint" not in res.output
+    res = runner.invoke(app, run + ["--architecture", "afd", "--ffn-ep", "2"])
+    assert res.exit_code == 0 and "Qwen/Qwen3.5-35B-A3B" in res.output.splitlines()[0], res.output
     for flags, blocks in ((["--no-enable-prefix-caching"], "204 blocks x 1056"), ([], "198 blocks x 1088")):
         res = runner.invoke(app, run + flags + ["--architecture", "pdd"])
         assert res.exit_code == 0, res.output
         assert (f"prefill 1 engine(s) of TP1 x PP1 on 1 x H100-SXM (KV {blocks} tokens; steps of <= 1024 requests / "
                 f"8192 tokens); decode 1 engine(s) of TP1 x PP1 on 1 x H100-SXM (KV {blocks} tokens"
                 in res.output.splitlines()[0])
-    for flags, message in (
-            (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768"],
-             "error: Qwen/Qwen3.5-35B-A3B: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its "
-             "\"align\" mamba cache mode) and would not start; drop --no-enable-chunked-prefill or add "
-             "--no-enable-prefix-caching"),
-            (["--architecture", "afd"],
-             "error: Qwen/Qwen3.5-35B-A3B: Gated DeltaNet layers under --architecture afd are not simulated; use "
-             "--architecture colocated or pdd")):
-        res = runner.invoke(app, run + flags)
-        assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == message
+    res = runner.invoke(app, run + ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "32768"])
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == (
+        "error: Qwen/Qwen3.5-35B-A3B: vLLM requires chunked prefill for Gated DeltaNet prefix caching (its "
+        "\"align\" mamba cache mode) and would not start; drop --no-enable-chunked-prefill or add "
+        "--no-enable-prefix-caching")
     for cmd in (["memory", "--model", "Qwen/Qwen3.5-35B-A3B", "--engine", "sglang"],
                 ["simulate", "--model", "Qwen/Qwen3.5-35B-A3B", "--num-prompts", "5", "--engine", "sglang"]):
         res = runner.invoke(app, cmd)

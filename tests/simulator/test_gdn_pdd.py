@@ -1,14 +1,14 @@
 """P/D disaggregation of a Gated DeltaNet hybrid (Qwen3.5-35B-A3B) behind NixlConnector, in both of
 vLLM's mamba cache modes ("align" with prefix caching, the default; "none" without): the prefill
 role computes all but each prompt's last token, the pull moves the full-attention KV of those tokens
-and every GDN layer's state, the decode role recomputes the last prompt token in its first step;
-what is not simulated is refused in one line. The scheduler paths are checked against vLLM's in
-tests/oracle/test_pd_state_parity.py."""
-
-import re
+and every GDN layer's state, the decode role recomputes the last prompt token in its first step.
+Under --architecture afd the attention role holds the GDN layers. The scheduler paths are checked
+against vLLM's in tests/oracle/test_pd_state_parity.py."""
 
 import pytest
 
+from frontier.ops import ElementwiseOp
+from simulator.afd import AfdRole, AfdSpec
 from simulator.control_plane import PddSpec, RoleLayout, kv_pull
 from simulator.engine_args import EngineArgs
 from simulator.kv_cache.state import StateKVCacheManager
@@ -92,10 +92,27 @@ def test_pdd_with_prefix_caching_hits_kept_states_on_the_prefill_role():
     assert (result.summary["prefix_cache_scope"], result.summary["prefix_cache_hits"]) == ("prefill role", 6 * 2176)
 
 
-@pytest.mark.parametrize("architecture, flags, message", [
-    ("afd", {}, "Gated DeltaNet layers under --architecture afd are not simulated"),
-])
-def test_what_is_not_simulated_is_refused_in_one_line(architecture, flags, message):
-    spec = _spec(architecture, **flags)
-    with pytest.raises(ValueError, match=re.escape(message)):
-        run_simulation(spec)
+@pytest.mark.parametrize("caching, block", [(False, 1056), (True, 1088)])
+def test_afd_runs_the_gdn_layers_on_the_attention_role(caching, block):
+    """--architecture afd: the attention role (a KV consumer) holds the GDN layers, their states
+    and projections; its per-layer time outside the kernels averages the 10 full-attention layers'
+    projections and the 30 GDN layers' ones."""
+    spec = SimulationSpec(engine=EngineArgs(**QWEN35, enable_prefix_caching=caching),
+                          workload=WorkloadSpec(num_prompts=8, random_input_len=2000, random_output_len=8),
+                          architecture="afd", afd=AfdSpec(attention=AfdRole("attention"), ffn=AfdRole("ffn", ep=2)),
+                          debug=True)
+    result = run_simulation(spec)
+    assert result.summary["completed"] == 8 and result.summary["failed"] == 0
+    prefill, attention = result.roles[0], result.roles[1]
+    assert (prefill.resolved.block_size, attention.resolved.block_size) == (block, block)
+    manager = AlignStateKVCacheManager if caching else StateKVCacheManager
+    assert type(attention.cluster.replicas[0].scheduler.kv) is manager
+    steps = result.trace.step_cols
+    assert sum(n for role, n in zip(steps["role"], steps["num_tokens"]) if role == "P") == 8 * 1999
+    engine = attention.cluster.replicas[0].engine
+    a, m = engine.attn, 64
+    layer = lambda ops: a._times([(op, 1) for op in ops], "kernel")    # noqa: E731
+    base = engine._a_dense_per_layer(m, "kernel") - (10 * layer(a._attn_gemms(m, 16)) + 30 * layer(a._gdn_gemms(m))) / 40
+    h = 2048
+    assert base == pytest.approx(layer([ElementwiseOp("input_norm", m, h, 4 * h * 2),
+                                        ElementwiseOp("post_norm", m, h, 4 * h * 2)]), rel=1e-12)
