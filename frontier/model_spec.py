@@ -342,11 +342,16 @@ class ModelSpec:
     def kv_bytes_per_token_per_rank(self, parallel: ParallelSpec) -> int:
         """KV bytes one token occupies on one rank of the worst pp stage (all its attention
         layers; a Gated DeltaNet layer's state does not grow with the tokens)."""
-        layers, start = 0, 0
-        for n in pp_partition(self.num_layers, parallel.pp):
-            layers = max(layers, sum(not self.is_linear_attention_layer(i) for i in range(start, start + n)))
-            start += n
+        layers = self.most_layers_per_stage(parallel.pp, lambda i: not self.is_linear_attention_layer(i))
         return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
+
+    def most_layers_per_stage(self, pp: int, counted) -> int:
+        """The most layers i with ``counted(i)`` that one of ``pp`` pipeline stages holds."""
+        worst, start = 0, 0
+        for n in pp_partition(self.num_layers, pp):
+            worst = max(worst, sum(1 for i in range(start, start + n) if counted(i)))
+            start += n
+        return worst
 
     def vision_bytes_per_rank(self, tp: int) -> int:
         """Bytes of the vision tower on one rank of the first pp stage (bf16; module docstring)."""
@@ -604,24 +609,28 @@ def _vision_params(top: dict[str, Any], text_hidden: int) -> dict[str, Any]:
     (LayerNorm, two ReplicatedLinear layers with biases over the 2x2-merged width), replicated; the
     tower whole on every rank when TP does not divide its heads. {} for other towers (not
     counted)."""
+    def blocks(h: int, inter: int, depth: int) -> tuple[int, int]:
+        """(sharded, replicated) parameters of ``depth`` ViT blocks: fused qkv and fc1 with their
+        biases, proj and fc2 (row-parallel: biases replicated), two LayerNorms."""
+        return depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h), depth * (4 * h + h + h)
+
     vc = top.get("vision_config")
     if top.get("model_type") == "kimi_k25" and isinstance(vc, dict):
         k = {**_KIMI_VIT_DEFAULTS, **{key: vc[key] for key in _KIMI_VIT_DEFAULTS if vc.get(key) is not None}}
         h, inter, depth = int(k["hidden_size"]), int(k["intermediate_size"]), int(k["num_hidden_layers"])
         wide = h * int(k["merge_kernel_size"][0]) * int(k["merge_kernel_size"][1])
-        sharded = depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h)
-        replicated = (depth * (4 * h + h + h) + 3 * int(k["patch_size"]) ** 2 * h + h
-                      + int(k["pos_emb_height"]) * int(k["pos_emb_width"]) * h + 2 * h
-                      + 2 * h + wide * wide + wide + wide * text_hidden + text_hidden)
+        sharded, replicated = blocks(h, inter, depth)
+        replicated += (3 * int(k["patch_size"]) ** 2 * h + h
+                       + int(k["pos_emb_height"]) * int(k["pos_emb_width"]) * h + 2 * h
+                       + 2 * h + wide * wide + wide + wide * text_hidden + text_hidden)
         return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
                 "vision_num_heads": int(k["num_attention_heads"]), "vision_modalities": ("vision_chunk",)}
     if isinstance(vc, dict) and vc.get("model_type") == "siglip_vision_model":
         h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["num_hidden_layers"])
         patch = int(vc.get("num_channels", 3)) * int(vc["patch_size"]) ** 2
         positions = (int(vc["image_size"]) // int(vc["patch_size"])) ** 2
-        sharded = depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h)
-        replicated = (depth * (4 * h + h + h) + patch * h + h + positions * h + 2 * h
-                      + h * text_hidden + h)
+        sharded, replicated = blocks(h, inter, depth)
+        replicated += patch * h + h + positions * h + 2 * h + h * text_hidden + h
         return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
                 "vision_modalities": ("image",)}
     if not isinstance(vc, dict) or vc.get("model_type") not in _QWEN_VIT_TYPES:
@@ -630,8 +639,8 @@ def _vision_params(top: dict[str, Any], text_hidden: int) -> dict[str, Any]:
     out, merge = int(vc["out_hidden_size"]), int(vc.get("spatial_merge_size", 2)) ** 2
     patch = int(vc.get("in_channels", 3)) * int(vc.get("temporal_patch_size", 2)) * int(vc["patch_size"]) ** 2
     wide = h * merge
-    sharded = depth * (3 * h * h + 3 * h + h * h + h * inter + inter + inter * h)
-    replicated = depth * (h + h + 4 * h) + patch * h + h + int(vc.get("num_position_embeddings", 2304)) * h
+    sharded, replicated = blocks(h, inter, depth)
+    replicated += patch * h + h + int(vc.get("num_position_embeddings", 2304)) * h
     for norm in [h] + [wide] * len(vc.get("deepstack_visual_indexes") or ()):    # the merger(s)
         sharded += wide * wide + wide + wide * out
         replicated += 2 * norm + out

@@ -208,11 +208,8 @@ def _state_bytes(model: ModelSpec, role: CompiledRole) -> int:
     layout = role.memory.layout
     if layout is None or not layout.mamba_state_bytes:
         return 0
-    worst, start = 0, 0
-    for n in pp_partition(model.num_layers, role.resolved.parallel.pp):
-        worst = max(worst, sum(model.is_linear_attention_layer(i) for i in range(start, start + n)))
-        start += n
-    return worst * layout.mamba_state_bytes
+    return model.most_layers_per_stage(role.resolved.parallel.pp, model.is_linear_attention_layer) \
+        * layout.mamba_state_bytes
 
 
 def compile_role(layout: RoleLayout, main: EngineArgs, loop: EventLoop, trace: BatchTrace,

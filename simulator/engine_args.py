@@ -52,7 +52,6 @@ Kimi-K3, Nemotron-H, Qwen3.5, MiniMax-M3) are model types the simulator refuses.
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass, fields, replace
 
 from frontier.gpu import GpuSpec
