@@ -398,7 +398,7 @@ def simulate(
     comm_model: Optional[str] = typer.Option(None, help="analytical (default: ring/tree, hierarchical across nodes) or calibrated (measured AIConfigurator tables, imported once into ~/.cache/frontier/profiles).", rich_help_panel=ENGINE_HELP),
     all2all_backend: Optional[str] = typer.Option(None, help="How MoE tokens reach their experts with DP x EP, as vLLM's --all2all-backend: allgather_reducescatter (default: all_gather + reduce_scatter over TP x DP), deepep_high_throughput, deepep_low_latency, ... (a dispatch + combine of the routed tokens over the EP group, priced as two all_to_all).", rich_help_panel=ENGINE_HELP),
     performance_mode: Optional[str] = typer.Option(None, "--performance-mode", help="vLLM's --performance-mode (0.17+): balanced (default), throughput (doubles the defaulted --max-num-batched-tokens and --max-num-seqs) or interactivity (CUDA graphs at every size 1..32).", rich_help_panel=ENGINE_HELP),
-    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="vLLM --speculative-config JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'; methods eagle, eagle3, mtp (co-located or pdd; PP with async scheduling); needs --spec-acceptance-rate, or vLLM's synthetic acceptance in the config (rejection_sample_method synthetic with synthetic_acceptance_rates or synthetic_acceptance_length).", rich_help_panel=ENGINE_HELP),
+    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="vLLM --speculative-config JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}' or a draft model '{\"model\": \"Qwen/Qwen3-0.6B\", \"num_speculative_tokens\": 4}'; methods eagle, eagle3, mtp, draft_model (co-located or pdd; EAGLE family with PP under async scheduling); needs --spec-acceptance-rate, or vLLM's synthetic acceptance in the config (rejection_sample_method synthetic with synthetic_acceptance_rates or synthetic_acceptance_length).", rich_help_panel=ENGINE_HELP),
     spec_acceptance_rate: Optional[str] = typer.Option(None, "--spec-acceptance-rate", help="Not a vLLM flag: the drafts' per-position acceptance rates as vLLM logs them ('Per-position acceptance rate'), e.g. 0.8,0.6,0.45, or one rate p for p, p^2, ...", rich_help_panel=ENGINE_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     engine_cpu_overhead: Optional[bool] = typer.Option(None, "--engine-cpu-overhead/--no-engine-cpu-overhead", help="Price the engine core's CPU time per step (0.81 ms + 0.042 ms per scheduled request, measured; simulator/engine_cpu.py): on the critical path with --no-async-scheduling, overlapped with the previous forward otherwise (default off).", rich_help_panel=ENGINE_HELP),
@@ -775,7 +775,7 @@ def memory(
     enable_eplb: bool = typer.Option(False, "--enable-eplb/--no-enable-eplb", help="As vllm serve's; with --eplb-config's num_redundant_experts every EP rank holds (experts + redundant) / EP experts."),
     eplb_config: Optional[str] = typer.Option(None, "--eplb-config", help="vLLM --eplb-config JSON; only num_redundant_experts is simulated."),
     performance_mode: str = typer.Option("balanced", "--performance-mode", help="As vllm serve's (0.17+): throughput doubles the defaulted --max-num-batched-tokens and --max-num-seqs; interactivity captures CUDA graphs at every size 1..32."),
-    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="As vllm serve's (methods eagle, eagle3, mtp): the draft head's layer adds its weights and KV, and a uniform decode of 1 + k tokens a request sets the CUDA-graph sizes."),
+    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="As vllm serve's (methods eagle, eagle3, mtp, draft_model): the draft head's layer, or a draft model's layers, add their weights and KV, and a uniform decode of 1 + k tokens a request sets the CUDA-graph sizes."),
     engine: str = typer.Option("vllm", "--engine", help="vllm (default) or sglang: SGLang 0.5.23's start-up sizing instead (mem_fraction_static, token pool, max_running_requests), with its flags below."),
     mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static", help="SGLang: share of the memory free at start for weights + KV pool (default: SGLang's formula).", rich_help_panel=SGLANG_HELP),
     chunked_prefill_size: Optional[int] = typer.Option(None, "--chunked-prefill-size", help="SGLang (default by GPU memory; -1: no chunking).", rich_help_panel=SGLANG_HELP),
@@ -869,6 +869,8 @@ def memory(
         "requested_gib": budget.requested_bytes / gib,
         "weights_gib": budget.weights_bytes / gib,
         "vision_encoder_gib": resolved.model.vision_bytes_per_rank(tensor_parallel_size) / gib,   # first PP stage
+        "draft_model_gib": (resolved.draft_model.weight_bytes_per_rank(resolved.parallel) / gib
+                            if resolved.draft_model is not None else 0.0),      # --speculative-config draft_model
         "activation_gib": budget.activation_bytes / gib,
         "non_torch_gib": budget.non_torch_bytes / gib,
         "cuda_graph_gib": budget.cuda_graph_bytes / gib,
@@ -902,6 +904,8 @@ def memory(
         typer.echo(f"  {key[:-4].replace('_', ' '):<28} {report[key]:>10.2f} GiB" + (f"  ({source})" if source else ""))
         if key == "weights_gib" and report["vision_encoder_gib"] and pipeline_parallel_size == 1:
             typer.echo(f"    {'of which vision encoder':<26} {report['vision_encoder_gib']:>10.2f} GiB")
+        if key == "weights_gib" and report["draft_model_gib"]:
+            typer.echo(f"    {'of which draft model':<26} {report['draft_model_gib']:>10.2f} GiB")
     typer.echo(f"  {'num_gpu_blocks':<28} {report['num_gpu_blocks']:>10}  "
                f"({report['bytes_per_block']} bytes per block, KV {report['kv_bytes_per_elem']:g} byte(s) per element; groups "
                f"{', '.join(f'{n} {kind}' for kind, n in report['kv_cache_groups'])} layers)")

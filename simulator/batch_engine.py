@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from frontier.gpu import is_sm100_family
 from frontier.ops import MOE_A2A_PHASES, AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeA2a, MoeOp
+from frontier.parallel import ParallelSpec
 from frontier.quant import LM_HEAD
 from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
@@ -73,7 +74,6 @@ from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_F
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
     from frontier.model_spec import ModelSpec
-    from frontier.parallel import ParallelSpec
     from simulator.cost_model import CostModel
     from simulator.moe_routing import MoeRouter
 
@@ -252,10 +252,15 @@ class BatchEngine:
     def __init__(self, model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
                  cost_model: CostModel, cudagraph: CudaGraphConfig, moe_router: MoeRouter | None = None,
                  all2all_backend: str = "allgather_reducescatter",
-                 vllm_version: tuple[int, int] = SEMANTICS, spec: SpecDecodeConfig | None = None) -> None:
+                 vllm_version: tuple[int, int] = SEMANTICS, spec: SpecDecodeConfig | None = None,
+                 draft_model: ModelSpec | None = None) -> None:
         """``vllm_version``: (major, minor) of the release whose model kernels to price
         (``simulator.vllm_version``: MiniMax-M2's router and q/k norm); ``spec``: speculative
-        decoding's drafter (``draft_time_s``), None without."""
+        decoding's drafter (``draft_time_s``), None without; ``draft_model``: with ``spec``'s
+        method draft_model, the draft model as served (``ResolvedEngine.draft_model``), priced by
+        an engine of its own at this TP size (``standalone_draft_time_s``)."""
+        if (spec is not None and spec.method == "draft_model") != (draft_model is not None):
+            raise ValueError("draft_model goes with a speculative config of method draft_model, and only with one")
         parallel.check_model(model)
         if model.num_linear_attention_layers and (model.linear_num_key_heads % parallel.tp
                                                   or model.linear_num_value_heads % parallel.tp):
@@ -271,6 +276,8 @@ class BatchEngine:
         self._dispatch_combine = ALL2ALL_PRICED_AS[all2all_backend] == "all_to_all"
         self.vllm_version = vllm_version
         self.spec = spec
+        self._draft = (BatchEngine(draft_model, ParallelSpec(tp=parallel.tp), gpu, cost_model, cudagraph,
+                                   vllm_version=vllm_version) if draft_model is not None else None)
         self._draft_cache: dict[tuple[int, str], float] = {}
         self._draft_head_cache: dict[int, float] = {}
         # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
@@ -281,7 +288,8 @@ class BatchEngine:
                   if model.num_moe_layers else None)
         drafter = drafter_note(spec) if spec is not None else None
         self.pricing_notes: tuple[str, ...] = tuple(
-            n for n in (note, chunks, drafter, model.vision_encoder_note()) if n)
+            n for n in (note, chunks, drafter, model.vision_encoder_note()) if n) + (
+            self._draft.pricing_notes if self._draft is not None else ())
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node
         self._intra_link = intra_node_link(gpu)
@@ -684,8 +692,11 @@ class BatchEngine:
         draft head over the step's tokens in the step's CUDA-graph ``mode`` at its ``padded``
         count, then ``draft_passes`` - 1 forwards over one token per request (the speculator's own
         decode graphs: ``_draft_decode_dispatch``), each with draft logits for one row per
-        request. Attention sees each request's context, growing by one a pass."""
+        request. Attention sees each request's context, growing by one a pass. A draft model:
+        ``standalone_draft_time_s`` of its engine."""
         new, ctx = batch.new_tokens, batch.context_lens
+        if self._draft is not None:
+            return self._draft.standalone_draft_time_s(new, ctx, batch.draft_passes)
         rows = len(new)
         dense_timing, attn_timing = mode_timings(mode)
         t = (self._draft_layer_time_s(padded, dense_timing) + self._times(
@@ -698,6 +709,27 @@ class BatchEngine:
             for j in range(batch.draft_passes - 1):
                 ops = self._attention_for(ones, tuple([e + j for e in ends]))
                 t += per_pass + self._times([(op, 1) for op in ops], attn_timing)
+        return t
+
+    def standalone_draft_time_s(self, new: tuple[int, ...], ctx: tuple[int, ...], passes: int) -> float:
+        """This engine's model as a draft model after a target step of requests with ``new``
+        tokens each on ``ctx`` context tokens (seconds): vLLM 0.33 model runner V2's
+        ``StandaloneARSpeculator``, eager (it captures no CUDA graphs: launch timing). Its first
+        forward takes each request's tokens plus the sampled one (the expanded buffer: new + 1
+        tokens on ctx), then ``passes`` - 1 forwards take one token per request on a context one
+        longer each pass; every forward samples one row per request (this model's lm_head and
+        sampler). Rejected drafts shorten the contexts by what the step will reject, which is
+        not known when the step is priced: the contexts are the accepted-all ones (as the EAGLE
+        head's passes)."""
+        rows = len(new)
+        first = tuple([n + 1 for n in new])
+        head = self._head_time_s(rows)
+        t = self._dense_time_s(sum(first), "launch") + self.attention_time_s(first, ctx, "launch") + head
+        if passes > 1:
+            per_pass = self._dense_time_s(rows, "launch") + head
+            ends, ones = [n + 1 + c for n, c in zip(new, ctx)], (1,) * rows
+            for j in range(passes - 1):
+                t += per_pass + self.attention_time_s(ones, tuple([e + j for e in ends]), "launch")
         return t
 
     def _draft_decode_dispatch(self, rows: int) -> tuple[str, int]:

@@ -176,7 +176,8 @@ class KvPull:
 def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> KvPull:
     """The pull of a P->D pair: the larger of the two sides' per-token KV shard for each kind of
     layer (worst pp stage), the sliding window's split only when D's KV manager is hybrid. With a
-    drafter the draft layer's KV moves too (NixlConnector reads every layer of the KV cache)."""
+    drafter the draft layer's KV moves too, and a draft model's layers' (NixlConnector reads every
+    layer of the KV cache)."""
     spec = decode.resolved.args.speculative_config
     if spec is not None:
         model = with_draft_layer(model, spec)
@@ -184,8 +185,11 @@ def kv_pull(model: ModelSpec, prefill: CompiledRole, decode: CompiledRole) -> Kv
     hybrid = (layout is not None and layout.local_window > 0
               and decode.resolved.args.speculative_config is None)
     if not hybrid:
-        return KvPull(max(model.kv_bytes_per_token_per_rank(prefill.resolved.parallel),
-                          model.kv_bytes_per_token_per_rank(decode.resolved.parallel)),
+        def per_token(role: CompiledRole) -> int:      # a draft model's layers are KV layers too
+            draft = role.resolved.draft_model
+            return model.kv_bytes_per_token_per_rank(role.resolved.parallel) + (
+                draft.kv_bytes_per_token_per_rank(role.resolved.parallel) if draft is not None else 0)
+        return KvPull(max(per_token(prefill), per_token(decode)),
                       state_bytes=max(_state_bytes(model, prefill), _state_bytes(model, decode)))
 
     def split(parallel: ParallelSpec) -> tuple[int, int]:

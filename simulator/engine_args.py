@@ -59,7 +59,7 @@ from frontier.model_spec import ModelSpec
 from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
-from simulator.spec_decode import SpecDecodeConfig
+from simulator.spec_decode import SpecDecodeConfig, draft_model_error
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.kv_cache.state import StateKVCacheManager
@@ -397,9 +397,16 @@ class EngineArgs:
                 raise ValueError(f"--speculative-config with pipeline parallelism on {model.name}'s Gated DeltaNet "
                                  "layers is not simulated (vLLM's KV plan of the MTP layer on the last stage is not "
                                  "modelled); use --pipeline-parallel-size 1")
+        if spec is not None and (why := draft_model_error(spec, model, self.tensor_parallel_size,
+                                                          self.pipeline_parallel_size)):
+            raise ValueError(why)
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
+        draft = None
+        if spec is not None and spec.draft is not None:     # its own checkpoint's scheme, the target's KV dtype flag
+            draft = served_model(spec.draft, None, self.kv_cache_dtype,
+                                 auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
         if model.num_linear_attention_layers:
             model = with_mamba_dtypes(model, self.mamba_cache_dtype, self.mamba_ssm_cache_dtype)
         limits = dict(self.limit_mm_per_prompt)
@@ -412,7 +419,7 @@ class EngineArgs:
         return ResolvedEngine(
             args=self, model=model, gpu=gpu, parallel=self.parallel(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len, block_size=block_size)
+            max_model_len=max_model_len, block_size=block_size, draft_model=draft)
 
 
 MAMBA_DTYPES = ("auto", "float32", "float16", "bfloat16")    # vLLM's MambaDType
@@ -463,6 +470,9 @@ class ResolvedEngine:
     max_num_batched_tokens: int
     max_model_len: int
     block_size: int
+    # --speculative-config method draft_model: the draft model as served (its checkpoint's scheme,
+    # --kv-cache-dtype), None otherwise
+    draft_model: ModelSpec | None = None
 
     def scheduler_config(self, debug: bool = False) -> SchedulerConfig:
         """The scheduler knobs of one engine, as vLLM derives them from these arguments."""
@@ -478,7 +488,9 @@ class ResolvedEngine:
             prefill_schedule_interval=a.prefill_schedule_interval,
             enable_prefix_caching=a.enable_prefix_caching, debug=debug,
             pipeline_parallel_size=self.parallel.pp, num_speculative_tokens=self.num_spec_tokens,
-            num_lookahead_tokens=a.speculative_config.num_lookahead_tokens if a.speculative_config else 0)
+            num_lookahead_tokens=a.speculative_config.num_lookahead_tokens if a.speculative_config else 0,
+            num_draft_slots=a.speculative_config.num_draft_slots if a.speculative_config else 0,
+            eagle_drafter=a.speculative_config is None or a.speculative_config.eagle_drafter)
 
     @property
     def num_spec_tokens(self) -> int:

@@ -221,6 +221,22 @@ def kv_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, hybrid:
                     model.attention_chunk_size if local and local_kind == "chunked" else 0)
 
 
+def with_draft_model(layout: KVLayout, model: ModelSpec, draft: ModelSpec, parallel: ParallelSpec) -> KVLayout:
+    """``layout`` (``model``'s: one full-attention group, pp 1) with a draft model's layers
+    (indices after the target's) in its group: a block grows by one page of every draft layer
+    (vLLM 0.33 ``UniformTypeKVCacheSpecs``: ``page_size_bytes`` sums the layers' own pages, so the
+    pool holds available // (target pages + draft pages) blocks). ``page_bytes`` stays the target's."""
+    if len(layout.groups) != 1 or layout.groups[0].kind != "full" or parallel.pp != 1:
+        raise ValueError(f"a draft model beside {model.name}: only one full-attention KV group and pp 1 are "
+                         "simulated")
+    page = draft.kv_bytes_per_token_per_layer(parallel.tp) * layout.block_size
+    if page != int(page):
+        raise ValueError(f"{draft.name}: a {layout.block_size}-token page is not whole bytes")
+    layers = layout.groups[0].layers + tuple(range(model.num_layers, model.num_layers + draft.num_layers))
+    return replace(layout, groups=(KVGroup("full", layers),),
+                   bytes_per_block=layout.bytes_per_block + draft.num_layers * int(page))
+
+
 def _worst_stage_layers(model: ModelSpec, parallel: ParallelSpec, groups: list[KVGroup]) -> int:
     """The most layers one group holds on one pp stage: a block of the shared pool spans them."""
     worst, start = 0, 0
@@ -484,7 +500,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               cudagraph_capture_sizes: tuple[int, ...] | None = None,
               max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None,
               vllm_version: tuple[int, int] = SEMANTICS, interactivity: bool = False,
-              hybrid_kv_cache_manager: bool = True, prefix_caching: bool = True) -> MemoryBudget:
+              hybrid_kv_cache_manager: bool = True, prefix_caching: bool = True,
+              draft: ModelSpec | None = None) -> MemoryBudget:
     """KV budget of one rank (all ranks use the minimum; ours are symmetric), as vLLM
     ``vllm_version`` (major, minor) computes it (``simulator.vllm_version``: before 0.14 the
     requested memory is not rounded up, before 0.20 no CUDA-graph estimate is subtracted,
@@ -497,7 +514,11 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     ``prefix_caching``: sets a Gated DeltaNet model's layout (``gdn_layout``), planned as vLLM
     0.33 plans it on sm_90 and sm_100-family GPUs only (ValueError otherwise, and with the hybrid
     manager disabled), an MTP drafter's ``num_spec_tokens`` speculative state blocks included; the
-    block size of the budget is then the aligned one.
+    block size of the budget is then the aligned one. ``draft``: a draft model
+    (--speculative-config method draft_model, as served) loaded beside ``model`` at the same TP
+    size: its weights count, and its layers' KV joins the one full-attention group (vLLM's
+    ``UniformTypeKVCacheSpecs``: a block holds one page of every layer of both models, each layer's
+    page its own size; ``with_draft_model``).
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -520,6 +541,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     if vllm_version >= REQUEST_CEIL:
         requested = math.ceil(requested)
     weights = model.weight_bytes_per_rank(parallel)
+    if draft is not None:
+        weights += draft.weight_bytes_per_rank(parallel)
     gib = lambda b: f"{b / GIB:.2f} GiB"  # noqa: E731
     if weights >= requested and kv_cache_memory_bytes is None:
         raise ValueError(
@@ -555,6 +578,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     hybrid = hybrid_kv_cache_manager and not (model.attention_chunk_size and (
         num_spec_tokens or vllm_version < CHUNKED_LOCAL_HYBRID))
     layout = kv_layout(model, parallel, block_size, hybrid, prefix_caching, num_spec_tokens)
+    if draft is not None:
+        layout = with_draft_model(layout, model, draft, parallel)
     block_size, bytes_per_block = layout.block_size, layout.bytes_per_block
     if kv_cache_memory_bytes is not None:
         available = kv_cache_memory_bytes

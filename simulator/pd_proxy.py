@@ -187,7 +187,7 @@ def _engine_factory(spec: SimulationSpec):
                                                                  resolved.parallel, spec.workload.seed,
                                                                  resolved.gpu.gpus_per_node),
                            all2all_backend=resolved.args.all2all_backend, vllm_version=resolved.vllm_version,
-                           spec=resolved.args.speculative_config)
+                           spec=resolved.args.speculative_config, draft_model=resolved.draft_model)
     return make_engine
 
 

@@ -61,8 +61,12 @@ context_len, drafts)`` (the caller's acceptance model) says how many drafts the 
 the rejected ones roll num_computed_tokens (and async placeholders) back, and 1 + accepted tokens
 are appended, trimmed at max_tokens / max_model_len. A request admitted from waiting with one
 token left is padded to 1 + k rows with k placeholder drafts (never accepted) when nothing else
-in the step is a prefill. With prefix caching a block is hashed with the token after it; behind
-a KV connector (P/D) the hashes stay plain and a prefix hit drops its last block instead, a
+in the step is a prefill. With an EAGLE-family drafter and prefix caching a block is hashed with
+the token after it; behind a KV connector (P/D) the hashes stay plain and a prefix hit drops its
+last block instead (neither with a draft model: ``SchedulerConfig.eagle_drafter``). A draft
+model's first pass takes one input row more per request, so every scheduled request costs one
+slot of max_num_batched_tokens besides its tokens (``SchedulerConfig.num_draft_slots``, vLLM's
+``input_budget``). Behind a KV connector a
 remote-KV pull reserves no lookahead slots but keeps one verify step's blocks free beside the
 in-flight pulls', and a pulled request's first step is a padded verify. Lazy decode is off.
 Followed: vLLM 0.33's ``Scheduler`` / ``AsyncScheduler`` (tests/oracle/test_spec_parity.py and
@@ -106,12 +110,13 @@ def _drafts_unused(r: Request, computed: int, n: int) -> bool:
 class _StepState:
     """Scratch state of one schedule() call: the scheduled requests as aligned lists, in order."""
 
-    __slots__ = ("token_budget", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
+    __slots__ = ("token_budget", "slots", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
                  "remote_ids", "samples", "prefills_done", "lazy_out", "defer_prefills", "prefill_admitted",
                  "spec", "prefill_scheduled", "running_scheduled", "drafts_needed")
 
-    def __init__(self, token_budget: int) -> None:
-        self.token_budget = token_budget
+    def __init__(self, token_budget: int, slots: int = 0) -> None:
+        self.token_budget = token_budget     # vLLM's input_budget: tokens plus the drafter's slots
+        self.slots = slots                   # drafter input slots per scheduled request (num_draft_slots)
         self.defer_prefills = False          # --prefill-schedule-interval holds prefill this step
         self.prefill_admitted = False        # a waiting request was admitted with prompt to compute
         self.reqs: list[Request] = []        # scheduling order (a request at most once)
@@ -148,13 +153,13 @@ class _StepState:
         self.ids.append(r.request_id)
         self.num_sched.append(n)
         self.ctx.append(context_len)
-        self.token_budget -= n
+        self.token_budget -= n + self.slots
 
     def undo(self, r: Request) -> None:
         """Drop r (scheduled earlier in this step, now preempted) and give its tokens back."""
         i = self.reqs.index(r)
         del self.reqs[i], self.ids[i], self.ctx[i]
-        self.token_budget += self.num_sched.pop(i)
+        self.token_budget += self.num_sched.pop(i) + self.slots
         self.spec.pop(r.request_id, None)
 
 
@@ -236,7 +241,7 @@ class Scheduler:
         self.spec_stats = SpecDecodingStats(self._k)
         # vLLM hashes a block with the token after it for an EAGLE drafter (add_request), except
         # behind a KV connector, which keeps the plain hashes: a prefix hit then drops its last block
-        kv.drop_last_hit_block = bool(self._k) and kv_role is not None
+        kv.drop_last_hit_block = bool(self._k) and kv_role is not None and config.eagle_drafter
 
     # ------------------------------------------------------------------ lazy decode
     def enable_lazy_decode(self) -> bool:
@@ -401,7 +406,7 @@ class Scheduler:
                               prompt_token_ids=None if ids is None else ids[:-self._backoff])
         if isinstance(request, RequestSpec):
             request = Request.from_spec(request, self.config.block_size)
-        if self._k and self.config.enable_prefix_caching and self.kv_role is None:
+        if self._k and self.config.enable_prefix_caching and self.kv_role is None and self.config.eagle_drafter:
             request.set_hash_lookahead(1)   # vLLM: the EAGLE drafter reads the token after a block
         if remote_prefill and self.kv_role != "consumer":
             raise ValueError(f"remote_prefill needs kv_role='consumer', this scheduler has {self.kv_role!r}")
@@ -497,7 +502,7 @@ class Scheduler:
         if (not k or r.num_tokens - computed != 1 or st.prefill_scheduled
                 or not (st.running_scheduled or computed > 0) or computed + k + 2 > self.config.max_model_len):
             return 0
-        return None if 1 + k > st.token_budget else 1 + k
+        return None if 1 + k > st.token_budget - st.slots else 1 + k
 
     # ------------------------------------------------------------------ schedule
     def schedule(self) -> SchedulerOutput:
@@ -512,7 +517,7 @@ class Scheduler:
             if self._debug:
                 self.check_invariants(out)
             return out
-        st = _StepState(self.config.max_num_batched_tokens)
+        st = _StepState(self.config.max_num_batched_tokens, self.config.num_draft_slots)
         if self._split is not None:
             self.kv.new_step_starts()
         interval = self._prefill_interval
@@ -792,7 +797,7 @@ class Scheduler:
         running, kv, step_id = self.running, self.kv, self._step_id
         max_len, stagger, priority = self.config.max_model_len, self._decode_stagger, self._priority
         i = 0
-        while i < len(running) and st.token_budget > 0:
+        while i < len(running) and st.token_budget > st.slots:
             r = running[i]
             c, ph = r.num_computed_tokens, r.num_output_placeholders
             if ph > 0 and c + 2 - ph >= r.prompt_len + r.max_tokens:
@@ -808,7 +813,7 @@ class Scheduler:
             n = known + r.spec_tokens + ph - c
             if 0 < thr < n:
                 n = thr
-            n = min(n, st.token_budget, max_len - c - 1)
+            n = min(n, st.token_budget - st.slots, max_len - c - 1)
             if self._split is not None and n > 0:
                 n = self._split(r, c, n, self._max_prefill)
             if n == 0:
@@ -873,7 +878,7 @@ class Scheduler:
             return                          # most steps: nothing to admit
         skipped: deque[Request] = deque()
         max_active = cfg.max_num_active_seqs or cfg.max_num_seqs
-        while st.token_budget > 0 and waiting:
+        while st.token_budget > st.slots and waiting:
             if len(running) >= max_active:
                 break
             r = waiting.peek_request()
@@ -888,7 +893,7 @@ class Scheduler:
             pad = self._padded_rows(st, r, hit)
             if pad is None:
                 break           # vLLM: rather not schedule than schedule un-padded
-            n = self._admission_tokens(r, hit, thr, st.token_budget, pad)
+            n = self._admission_tokens(r, hit, thr, st.token_budget - st.slots, pad)
             if n is None:
                 break
             if self._split is not None:
@@ -948,7 +953,7 @@ class Scheduler:
             (skipped_holding if holds else skipped_waiting).appendleft(r)
 
         max_active = cfg.max_num_active_seqs or cfg.max_num_seqs
-        while st.token_budget > 0:
+        while st.token_budget > st.slots:
             queue = holding if holding else waiting
             if not queue or len(running) >= max_active:
                 break
@@ -980,7 +985,7 @@ class Scheduler:
                 pad = self._padded_rows(st, r, computed)
                 if pad is None:
                     break
-                n = self._admission_tokens(r, computed, thr, st.token_budget, pad)
+                n = self._admission_tokens(r, computed, thr, st.token_budget - st.slots, pad)
                 if n is None:
                     break
                 if self._split is not None:

@@ -40,6 +40,15 @@ class SchedulerConfig:
         tokens per request; rejected drafts roll num_computed_tokens back.
     num_lookahead_tokens: KV slots reserved past the scheduled tokens for the drafter's own KV
         (vLLM ``VllmConfig.num_lookahead_tokens``: k for EAGLE-family drafters and draft models).
+    num_draft_slots: input rows the drafter adds per scheduled request (vLLM 0.33
+        ``SpeculativeConfig.max_num_new_slots_for_drafting``: 1 for a draft model, whose first
+        pass takes the request's tokens plus the sampled one; 0 for the EAGLE family): each
+        scheduled request costs its tokens plus these of max_num_batched_tokens (vLLM's
+        ``input_budget``), and scheduling stops once no more than these are left.
+    eagle_drafter: the drafter reads the target's hidden states (vLLM ``use_eagle()``: EAGLE,
+        EAGLE-3, MTP): with prefix caching a block's hash covers the token after it, and behind a
+        KV connector a prefix hit drops its last block (``use_eagle_block_drop``). False for a
+        draft model, which has neither.
     """
 
     max_num_seqs: int = 256
@@ -60,19 +69,24 @@ class SchedulerConfig:
     pipeline_parallel_size: int = 1
     num_speculative_tokens: int = 0
     num_lookahead_tokens: int = 0
+    num_draft_slots: int = 0
+    eagle_drafter: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
                      "pipeline_parallel_size", "prefill_schedule_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 1")
-        for name in ("num_speculative_tokens", "num_lookahead_tokens"):
+        for name in ("num_speculative_tokens", "num_lookahead_tokens", "num_draft_slots"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 0")
         if self.num_lookahead_tokens and self.max_num_batched_tokens <= self.num_lookahead_tokens:
             raise ValueError(f"max_num_batched_tokens={self.max_num_batched_tokens}; must be > "
                              f"num_lookahead_tokens={self.num_lookahead_tokens} (vLLM: no slot left to schedule a token)")
         k = self.num_speculative_tokens
+        if self.num_draft_slots and not k:
+            raise ValueError(f"num_draft_slots={self.num_draft_slots} without speculative decoding "
+                             "(num_speculative_tokens=0); the drafter's slots need a drafter")
         if k and 0 < self.long_prefill_token_threshold < 1 + k:
             raise ValueError(f"long_prefill_token_threshold={self.long_prefill_token_threshold} with "
                              f"num_speculative_tokens={k}: must be 0 or >= {1 + k} (vLLM 0.33 stops on an assertion "

@@ -341,7 +341,7 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
     so every flag reaches its budget the same way."""
     args = resolved.args
     model = resolved.model
-    if args.speculative_config is not None:     # the draft head's weights and KV
+    if args.speculative_config is not None:     # an EAGLE-family head's weights and KV (a draft model's: draft=)
         model = with_draft_layer(model, args.speculative_config)
     return kv_budget(
         model, resolved.parallel, gpu or resolved.gpu,
@@ -354,7 +354,7 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=resolved.cudagraph_mode,
         vllm_version=resolved.vllm_version, interactivity=args.performance_mode == "interactivity",
         hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager,
-        prefix_caching=args.enable_prefix_caching)
+        prefix_caching=args.enable_prefix_caching, draft=resolved.draft_model)
 
 
 def fit_max_model_len(resolved: ResolvedEngine, memory: MemoryBudget) -> ResolvedEngine:
@@ -425,7 +425,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
                                                            spec.workload.seed, resolved.gpu.gpus_per_node),
                          all2all_backend=args.all2all_backend, vllm_version=resolved.vllm_version,
-                         spec=args.speculative_config)
+                         spec=args.speculative_config, draft_model=resolved.draft_model)
     sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)

@@ -2,15 +2,24 @@
 
 Methods simulated: vLLM's EAGLE family, whose drafter is a head of the target's own shape run
 after every step of the target (``eagle``: EAGLE-1 heads, ``eagle3``: EAGLE-3 heads, ``mtp``: a
-model's multi-token-prediction layer, e.g. DeepSeek-V3's, reused for every draft). For these vLLM
-0.33 reserves ``num_lookahead_tokens`` = k KV slots past each request's scheduled tokens and adds
-no draft rows to the step's token budget (``SpeculativeConfig.max_num_new_slots_for_drafting``
-is 0); the scheduler side is ``simulator.scheduler`` ("Speculative decoding"), co-located or on
-P/D instances. Refused with a one-line error: ``ngram`` / ``suffix`` (their proposals depend on
-the text, which a simulated request does not have), ``draft_model`` and the parallel drafters
-(DFlash, DSpark, P-EAGLE), dynamic speculation (``num_speculative_tokens_per_batch_size``: an
-unknown key), multi-module MTP (k > 1 drafts from a model with several MTP layers), pipeline
-parallelism with synchronous scheduling, and AFD.
+model's multi-token-prediction layer, e.g. DeepSeek-V3's, reused for every draft), and
+``draft_model``, a separate smaller model of the target's vocabulary (e.g. Qwen3-0.6B for
+Qwen3-32B; the method vLLM infers when a --speculative-config gives a ``model`` and no ``method``,
+unless the name says EAGLE: ``spec_method``). For all of them vLLM 0.33 reserves
+``num_lookahead_tokens`` = k KV slots past each request's scheduled tokens; the EAGLE family adds
+no draft rows to the step's token budget, a draft model one per scheduled request
+(``SpeculativeConfig.max_num_new_slots_for_drafting``: 0 / 1, ``SchedulerConfig.num_draft_slots``),
+and only the EAGLE family hashes a block with the token after it (``SchedulerConfig.eagle_drafter``).
+The scheduler side is ``simulator.scheduler`` ("Speculative decoding"), co-located or on P/D
+instances. Refused with a one-line error: ``ngram`` / ``suffix`` (their proposals depend on the
+text, which a simulated request does not have), the parallel drafters (DFlash, DSpark, P-EAGLE),
+dynamic speculation (``num_speculative_tokens_per_batch_size``: an unknown key), multi-module MTP
+(k > 1 drafts from a model with several MTP layers), pipeline parallelism with synchronous
+scheduling, and AFD; for a draft model also (``draft_model_error``) pipeline parallelism, a
+draft tensor-parallel size other than the target's, a vocabulary other than the target's (vLLM
+refuses it), and KV caches that are not one full-attention group (sliding-window, chunked,
+Gated DeltaNet or MLA layers on either side, which vLLM groups in ways not modelled here) or an
+MoE draft.
 
 Acceptance. The accepted share of drafts is a property of the model pair and the data, which a
 simulation does not have, so it is an input: ``acceptance_rates`` are the per-position
@@ -35,8 +44,14 @@ target's hidden states in (EAGLE-1 and MTP: 2 x hidden -> hidden, EAGLE-3: 3 x h
 hidden; an EAGLE-3 layer's QKV projection also reads 2 x hidden) and a logits GEMM over the
 head's vocabulary: an EAGLE-3 head's ``draft_vocab_size`` when ``--speculative-config``'s model
 is a config.json path or catalogue name the simulator can read, else the target's (a pricing
-note says so). vLLM skips drafting in a step where no scheduled request can use the drafts
-(``SchedulerOutput.skip_drafts``).
+note says so). A draft model runs as vLLM 0.33's model runner V2 runs it
+(``StandaloneARSpeculator``, v1/worker/gpu/spec_decode/standalone_ar): eagerly (it captures no CUDA
+graphs), a forward of the whole draft model over each request's scheduled tokens plus the sampled
+one, then k - 1 forwards over one token per request, each with the draft's logits for one row per
+request (``BatchEngine.standalone_draft_time_s``); its weights and its KV (every layer of it, in
+the target's pool: vLLM's ``UniformTypeKVCacheSpecs``, one block spanning both models' layers)
+come off the KV budget (``simulator.memory.kv_budget``'s ``draft``). vLLM skips drafting in a step
+where no scheduled request can use the drafts (``SchedulerOutput.skip_drafts``).
 """
 
 from __future__ import annotations
@@ -48,12 +63,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:
     from frontier.model_spec import ModelSpec
 
-SPEC_METHODS = ("eagle", "eagle3", "mtp")
+SPEC_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
+EAGLE_METHODS = ("eagle", "eagle3", "mtp")      # drafters on the target's hidden states (vLLM use_eagle())
 # Draft-head input GEMM width, in multiples of hidden_size (the target states it folds in).
 FC_INPUTS = {"eagle": 2, "eagle3": 3, "mtp": 2}
-# vLLM 0.33 --speculative-config keys accepted but not simulated (the draft checkpoint's path is read
-# only for its vocabulary; its revision, quantization, TP size and length cap are not: the head is
-# priced at the target's layout).
+# vLLM 0.33 --speculative-config keys accepted but not simulated (an EAGLE head's checkpoint is read
+# only for its vocabulary, a draft model's for its shape; their revision, quantization and length cap
+# are not: the draft runs its checkpoint's own quantization at the target's TP size, and
+# draft_tensor_parallel_size is only checked, ``draft_model_error``).
 IGNORED_KEYS = ("model", "revision", "code_revision", "quantization", "draft_tensor_parallel_size",
                 "max_model_len", "disable_padded_drafter_batch", "speculative_token_tree", "draft_sample_method")
 # vLLM's synthetic rejection sampler: the acceptance given in the config itself
@@ -62,7 +79,6 @@ REFUSED_METHODS = {
     "ngram": "its proposals depend on the prompt's text, which a simulated request does not have",
     "suffix": "its proposals depend on the prompt's text, which a simulated request does not have",
     "ngram_gpu": "its proposals depend on the prompt's text, which a simulated request does not have",
-    "draft_model": "a separate draft model is not simulated yet",
     "dflash": "parallel drafters are not simulated", "dspark": "parallel drafters are not simulated",
 }
 
@@ -71,11 +87,14 @@ REFUSED_METHODS = {
 class SpecDecodeConfig:
     """Speculative decoding of one deployment.
 
-    method: "eagle", "eagle3" or "mtp" (SPEC_METHODS).
+    method: "eagle", "eagle3", "mtp" or "draft_model" (SPEC_METHODS).
     num_speculative_tokens: drafts per request and step (k >= 1).
     acceptance_rates: per-position acceptance rates (k non-increasing values in [0, 1]; one value
         p means p, p^2, ..., p^k): see the module docstring.
     seed: seed of the acceptance draws.
+    draft: the draft model of method "draft_model" (its checkpoint's ``ModelSpec``; None otherwise).
+    draft_tensor_parallel_size: --speculative-config's, 0 when not given (checked, not priced:
+        ``draft_model_error``).
     """
 
     method: str
@@ -84,12 +103,17 @@ class SpecDecodeConfig:
     seed: int = 0
     draft_model: str = ""           # --speculative-config model: the draft head's checkpoint, as given
     draft_vocab_size: int = 0       # the head's logits width when its config was found (0: the target's)
+    draft: ModelSpec | None = None
+    draft_tensor_parallel_size: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in SPEC_METHODS:
             why = REFUSED_METHODS.get(self.method)
             raise ValueError(f"--speculative-config method {self.method!r} is not simulated"
                              + (f" ({why})" if why else "") + f"; valid: {', '.join(SPEC_METHODS)}")
+        if (self.method == "draft_model") != (self.draft is not None):
+            raise ValueError("--speculative-config method draft_model needs its draft model (a catalogue name or a "
+                             "config.json path as model); the other methods take none")
         k = self.num_speculative_tokens
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"--speculative-config num_speculative_tokens must be an integer >= 1, got {k!r}")
@@ -111,18 +135,32 @@ class SpecDecodeConfig:
         return self.num_speculative_tokens
 
     @property
+    def num_draft_slots(self) -> int:
+        """Input rows the drafter adds per scheduled request (vLLM
+        ``max_num_new_slots_for_drafting``): 1 for a draft model, 0 for the EAGLE family."""
+        return 1 if self.method == "draft_model" else 0
+
+    @property
+    def eagle_drafter(self) -> bool:
+        """Whether the drafter reads the target's hidden states (vLLM ``use_eagle()``)."""
+        return self.method in EAGLE_METHODS
+
+    @property
     def fc_inputs(self) -> int:
-        """Width of the draft head's input GEMM in multiples of hidden_size."""
+        """Width of the draft head's input GEMM in multiples of hidden_size (EAGLE family)."""
         return FC_INPUTS[self.method]
 
 
 def with_draft_layer(model: ModelSpec, spec: SpecDecodeConfig) -> ModelSpec:
-    """``model`` with the draft head's layer added, for the KV budget: its weights and its KV
+    """``model`` with an EAGLE-family draft head's layer added (a draft model: ``model`` as
+    is, its draft counted apart, ``kv_budget``'s ``draft``), for the KV budget: its weights and its KV
     (vLLM loads the head beside the target and gives its attention layer a KV cache of its own in
     the same pool). An MTP layer of an MoE model is an MoE layer, an EAGLE head a dense one (an
     MoE layer when the model states no dense width, as ``BatchEngine`` prices it); the head's
     input GEMM and an EAGLE-3 head's own draft-vocabulary logits (~0.3 GB for 32k x 4096 in
     bf16) are not counted."""
+    if not spec.eagle_drafter:
+        return model
     dense = 0 if spec.method == "mtp" and model.num_moe_layers or not model.intermediate_size else 1
     # per-layer flags gain the head's layer: full attention (neither sliding, chunked nor Gated DeltaNet)
     flags = {k: getattr(model, k) + (v,) for k, v in (("sliding_layer_flags", False), ("chunked_layer_flags", False),
@@ -140,9 +178,10 @@ def spec_config_from_vllm(cfg: dict[str, Any], acceptance_rates: Sequence[float]
     for key in cfg:
         if key not in known:
             raise ValueError(f"--speculative-config key {key!r} is not simulated; valid: {', '.join(known)}")
-    if "method" not in cfg or "num_speculative_tokens" not in cfg:
-        raise ValueError("--speculative-config needs method and num_speculative_tokens, "
-                         "e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'")
+    if "num_speculative_tokens" not in cfg or "method" not in cfg and not cfg.get("model"):
+        raise ValueError("--speculative-config needs num_speculative_tokens and a method or a draft model, "
+                         "e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}' or "
+                         "'{\"model\": \"Qwen/Qwen3-0.6B\", \"num_speculative_tokens\": 4}'")
     synthetic = synthetic_rates(cfg)
     if synthetic is not None and acceptance_rates:
         raise ValueError("give the acceptance once: --spec-acceptance-rate or the --speculative-config's "
@@ -153,8 +192,72 @@ def spec_config_from_vllm(cfg: dict[str, Any], acceptance_rates: Sequence[float]
                          "vLLM logs for this model pair and data (e.g. 0.8,0.6,0.45), or one rate p for p, p^2, ...; "
                          "or vLLM's \"rejection_sample_method\": \"synthetic\" with synthetic_acceptance_rates")
     draft = str(cfg.get("model") or "")
-    return SpecDecodeConfig(str(cfg["method"]), cfg["num_speculative_tokens"], tuple(acceptance_rates), seed,
-                            draft, draft_vocab_size(draft) if draft and cfg["method"] != "mtp" else 0)
+    method = spec_method(cfg.get("method"), draft)
+    tp = cfg.get("draft_tensor_parallel_size") or 0
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 0:
+        raise ValueError(f"--speculative-config draft_tensor_parallel_size must be a positive integer, got {tp!r}")
+    if method == "draft_model":
+        from frontier.model_spec import load_model_spec
+        if not draft:
+            raise ValueError("--speculative-config method draft_model needs model: the draft model's catalogue name "
+                             "or config.json path (e.g. Qwen/Qwen3-0.6B)")
+        try:
+            draft_spec = load_model_spec(draft)
+        except ValueError as exc:
+            raise ValueError(f"--speculative-config model {draft!r} (the draft model): {exc}") from None
+        return SpecDecodeConfig(method, cfg["num_speculative_tokens"], tuple(acceptance_rates), seed, draft,
+                                draft_spec.vocab_size, draft_spec, tp)
+    return SpecDecodeConfig(method, cfg["num_speculative_tokens"], tuple(acceptance_rates), seed,
+                            draft, draft_vocab_size(draft) if draft and method != "mtp" else 0,
+                            draft_tensor_parallel_size=tp)
+
+
+def spec_method(method: object, model: str) -> str:
+    """The method vLLM 0.33 runs for a --speculative-config ``method`` (None: not given) and
+    draft ``model``, by ``SpeculativeConfig.__post_init__``'s name rules: no method is a draft
+    model, and a draft model named "eagle-..." / "...eagle3..." is an EAGLE / EAGLE-3 head, one
+    named "...dflash..." / "...dspark..." a parallel drafter (refused). (vLLM also takes a draft
+    whose config's model_type is an MTP type for MTP; that one is given as method mtp here.)"""
+    if method is None:
+        method = "draft_model"
+    if not isinstance(method, str):
+        raise ValueError(f"--speculative-config method must be a string, got {method!r}; valid: "
+                         f"{', '.join(SPEC_METHODS)}")
+    if method == "draft_model":
+        name = model.lower()
+        for marker, named in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
+            if marker in name:
+                return named
+    return method
+
+
+def draft_model_error(spec: SpecDecodeConfig, target: ModelSpec, tp: int, pp: int) -> str | None:
+    """Why a draft model (method "draft_model") is not simulated beside ``target`` at ``tp`` x
+    ``pp``, or None (see the module docstring)."""
+    draft = spec.draft
+    if draft is None:
+        return None
+    name = f"draft model {spec.draft_model!r}"
+    if draft.vocab_size != target.vocab_size:     # vLLM verify_equal_vocab_size_if_draft_model
+        return (f"{name} has vocab_size {draft.vocab_size}, {target.name} {target.vocab_size}: vLLM requires the "
+                "same vocabulary (use_heterogeneous_vocab is not simulated)")
+    if spec.draft_tensor_parallel_size not in (0, tp):
+        return (f"--speculative-config draft_tensor_parallel_size {spec.draft_tensor_parallel_size} with "
+                f"--tensor-parallel-size {tp}: a draft model is simulated at the target's TP size only (vLLM's V1 "
+                f"proposer requires it); drop the key or give {tp}")
+    if pp > 1:
+        return f"{name} with pipeline parallelism is not simulated; use --pipeline-parallel-size 1"
+    for which, m in (("target", target), ("draft", draft)):
+        kinds = [k for k, n in (("sliding-window", m.num_sliding_layers), ("chunked local", m.num_chunked_layers),
+                                ("Gated DeltaNet", m.num_linear_attention_layers)) if n]
+        if m.is_mla:
+            kinds.append("MLA")
+        if kinds:
+            return (f"{name} with {which} {m.name}'s {', '.join(kinds)} layers is not simulated (vLLM groups the two "
+                    "models' KV caches in ways not modelled); a draft model beside full-attention models only")
+    if draft.is_moe:
+        return f"{name} is a mixture-of-experts model; a dense draft model only"
+    return None
 
 
 def synthetic_rates(cfg: dict[str, Any]) -> tuple[float, ...] | None:

@@ -27,6 +27,7 @@ class SpecCase(Case):
     k: int = 3
     acceptance: str = "mixed"
     shared: str = ""                      # "duplicate" / "extends": pairs of requests sharing a prompt
+    method: str = "eagle"                 # the drafter: "eagle" or "draft_model" (a separate draft model)
 
 
 # Deterministic acceptance rules shared by both sides: (request_id, context_len, drafts) -> accepted.
@@ -72,6 +73,25 @@ CASES = [
              pipeline_parallel_size=3),
 ]
 
+# A separate draft model (vLLM "draft_model"): one input slot per scheduled request, plain block
+# hashes. The budget cases are where the slots bite.
+DRAFT_MODEL_CASES = [
+    SpecCase("draft_sync_k3", 31, 30, (16, 400), (1, 80), 3000, method="draft_model"),
+    SpecCase("draft_async_k2_all", 32, 30, (16, 400), (1, 80), 3000, k=2, acceptance="all", async_scheduling=True,
+             method="draft_model"),
+    SpecCase("draft_sync_budget_64", 33, 12, (100, 900), (5, 40), 3000, max_num_seqs=8, max_num_batched_tokens=64,
+             method="draft_model"),
+    SpecCase("draft_async_budget_40", 34, 16, (20, 300), (5, 60), 3000, max_num_seqs=8, max_num_batched_tokens=40,
+             async_scheduling=True, method="draft_model"),
+    SpecCase("draft_sync_tight_blocks", 35, 30, (50, 300), (50, 200), 80, method="draft_model"),
+    SpecCase("draft_async_prefix_cache_duplicate_padded", 36, 24, (1, 20), (4, 40), 3000,
+             enable_prefix_caching=True, shared="duplicate", async_scheduling=True, method="draft_model"),
+    SpecCase("draft_sync_prompt_extends_prompt", 37, 24, (1, 6), (4, 40), 3000, enable_prefix_caching=True,
+             shared="extends", method="draft_model"),
+    SpecCase("draft_priority_tight_budget", 38, 24, (50, 300), (50, 150), 80, policy="priority",
+             max_num_batched_tokens=48, max_num_seqs=8, method="draft_model"),
+]
+
 
 def make_requests(case: SpecCase) -> list[RequestSpec]:
     """Seeded workload (ids zero-padded: id order == list order). Pairs of consecutive requests
@@ -104,13 +124,16 @@ def _run_both(vllm_driver, case: SpecCase):
     requests = make_requests(case)
     knobs, accept = _knobs(case), ACCEPTANCE[case.acceptance]
     expected = vllm_driver.run_vllm_spec_scheduler(requests, num_speculative_tokens=case.k, accepted=accept,
-                                                   num_gpu_blocks=case.num_gpu_blocks, **knobs)
-    config = SchedulerConfig(**knobs, num_speculative_tokens=case.k, num_lookahead_tokens=case.k)
+                                                   num_gpu_blocks=case.num_gpu_blocks, spec_method=case.method,
+                                                   **knobs)
+    draft_model = case.method == "draft_model"
+    config = SchedulerConfig(**knobs, num_speculative_tokens=case.k, num_lookahead_tokens=case.k,
+                             num_draft_slots=int(draft_model), eagle_drafter=not draft_model)
     actual = run_spec_scheduler_only(requests, config, case.num_gpu_blocks, accept)
     return requests, expected, actual
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", CASES + DRAFT_MODEL_CASES, ids=[c.name for c in CASES + DRAFT_MODEL_CASES])
 def test_spec_mirror_matches_vllm(vllm_driver, case: SpecCase) -> None:
     _, expected, actual = _run_both(vllm_driver, case)
     diff = first_difference(expected, actual)
@@ -119,7 +142,7 @@ def test_spec_mirror_matches_vllm(vllm_driver, case: SpecCase) -> None:
 
 def test_cases_exercise_what_they_name(vllm_driver) -> None:
     # Guards the cases: drafts are verified, tight cases preempt, padded cases pad.
-    for case in CASES:
+    for case in CASES + DRAFT_MODEL_CASES:
         requests, expected, _ = _run_both(vllm_driver, case)
         assert any(d for step in expected for _, d in step.values()), f"{case.name}: no drafts verified"
         if "padded" in case.name:

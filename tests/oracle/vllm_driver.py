@@ -173,6 +173,10 @@ _TINY_LLAMA_CONFIG = {
 
 # An EAGLE-LLaMA draft head's config.json: one decoder layer of the target's shape.
 _TINY_EAGLE_DRAFT_CONFIG = {**_TINY_LLAMA_CONFIG, "num_hidden_layers": 1}
+# A separate draft model (method "draft_model"): a smaller Llama with the target's vocabulary.
+_TINY_DRAFT_MODEL_CONFIG = {**_TINY_LLAMA_CONFIG, "num_hidden_layers": 1, "intermediate_size": 512,
+                            "hidden_size": 4 * _HEAD_DIM, "num_attention_heads": 4, "num_key_value_heads": 2}
+SPEC_METHODS = ("eagle", "draft_model")   # what run_vllm_spec_scheduler drafts with
 
 
 class RequestLike(Protocol):
@@ -211,16 +215,18 @@ def _prompt_ids(req: RequestLike, index: int) -> list[int]:
 
 
 def _eagle_config(
-    target: ModelConfig, parallel_config: ParallelConfig, draft_dir: Path, k: int
+    target: ModelConfig, parallel_config: ParallelConfig, draft_dir: Path, k: int, method: str = "eagle"
 ) -> SpeculativeConfig:
     """EAGLE (method "eagle") drafting ``k`` tokens, built as ``EngineArgs`` builds it.
 
     The draft dir holds a one-layer Llama config.json (as EAGLE-LLaMA checkpoints ship);
     ``SpeculativeConfig.__post_init__`` wraps it in ``EAGLEConfig``
-    (architecture ``EagleLlamaForCausalLM``). No weights are read.
+    (architecture ``EagleLlamaForCausalLM``). No weights are read. ``method`` "draft_model":
+    the dir holds a small Llama of the target's vocabulary (``_TINY_DRAFT_MODEL_CONFIG``), a
+    separate draft model.
     """
     return SpeculativeConfig(
-        method="eagle",
+        method=method,
         model=str(draft_dir),
         num_speculative_tokens=k,
         target_model_config=target,
@@ -228,12 +234,14 @@ def _eagle_config(
     )
 
 
-def _check_eagle_scheduler(scheduler: Scheduler, k: int) -> None:
+def _check_eagle_scheduler(scheduler: Scheduler, k: int, method: str = "eagle") -> None:
     """The EAGLE-family settings the spec oracle stands on, as vLLM resolved them.
 
     Model runner V2 is the 0.33 GPU default for EAGLE (``VllmConfig.use_v2_model_runner``:
     no unsupported feature); without a CPU platform plugin vLLM resolves the
-    ``UnspecifiedPlatform``, which keeps V2 too. Hence ``can_skip_drafts``.
+    ``UnspecifiedPlatform``, which keeps V2 too. Hence ``can_skip_drafts``. A draft model
+    (``method`` "draft_model", V2's ``StandaloneARSpeculator``) reads no prefill lookahead and
+    takes one input slot per scheduled request (``max_num_new_slots_for_drafting``).
     """
     spec = scheduler.vllm_config.speculative_config
     effective = {
@@ -248,14 +256,14 @@ def _check_eagle_scheduler(scheduler: Scheduler, k: int) -> None:
     wanted = {
         "num_spec_tokens": k,
         "num_lookahead_tokens": k,
-        "num_prefill_lookahead": 1,
-        "draft_slots": 0,
+        "num_prefill_lookahead": 1 if method == "eagle" else 0,
+        "draft_slots": 0 if method == "eagle" else 1,
         "use_v2_model_runner": True,
         "can_skip_drafts": True,
         "dynamic_sd_lookup": None,
     }
     if effective != wanted:
-        raise RuntimeError(f"vLLM resolved EAGLE differently: wanted {wanted}, got {effective}")
+        raise RuntimeError(f"vLLM resolved {method} differently: wanted {wanted}, got {effective}")
 
 
 def _build_scheduler(
@@ -275,6 +283,7 @@ def _build_scheduler(
     pipeline_parallel_size: int = 1,
     num_speculative_tokens: int = 0,
     kv_groups: tuple[int, ...] = (),
+    spec_method: str = "eagle",
     **scheduler_knobs: Any,
 ) -> Scheduler:
     """A vLLM scheduler over ``num_gpu_blocks`` blocks; ``scheduler_knobs``: further
@@ -284,7 +293,12 @@ def _build_scheduler(
     ``_kv_cache_config`` (empty: one full-attention group), checked on the built
     scheduler by ``_check_kv_groups``; with a drafter they need a full-attention group and,
     behind a KV connector, no local-attention groups, and EAGLE in the KV cache manager is checked
-    by ``_check_eagle_kv_cache``."""
+    by ``_check_eagle_kv_cache``. ``spec_method`` "draft_model": the drafter is a separate draft
+    model (``_eagle_config``), only over one full-attention group."""
+    if spec_method not in SPEC_METHODS:
+        raise ValueError(f"spec_method {spec_method!r}; valid: {', '.join(SPEC_METHODS)}")
+    if spec_method != "eagle" and (kv_groups or kv_transfer_config is not None):
+        raise ValueError("a draft model only over one full-attention group, without a KV connector")
     kv_groups = tuple(kv_groups)
     if STATE_ALIGN in kv_groups:
         _check_align_request(kv_groups, enable_prefix_caching)
@@ -305,7 +319,7 @@ def _build_scheduler(
     speculative_config = None
     if num_speculative_tokens:
         speculative_config = _eagle_config(
-            model_config, parallel_config, model_dir / "draft", num_speculative_tokens
+            model_config, parallel_config, model_dir / "draft", num_speculative_tokens, spec_method
         )
     scheduler_config = SchedulerConfig(
         max_model_len=max_model_len,
@@ -341,7 +355,7 @@ def _build_scheduler(
         vllm_config.cache_config.mamba_cache_mode = "align"
         vllm_config.cache_config.mamba_block_size = block_size
     kv_cache_config = _kv_cache_config(
-        num_gpu_blocks, block_size, kv_groups, num_speculative_tokens > 0,
+        num_gpu_blocks, block_size, kv_groups, num_speculative_tokens > 0 and spec_method == "eagle",
         vllm_config.cache_config.prefix_cache_retention_interval, max_model_len, num_speculative_tokens,
     )
     cls = AsyncScheduler if async_scheduling else Scheduler
@@ -378,9 +392,27 @@ def _build_scheduler(
     if effective != wanted:
         raise RuntimeError(f"vLLM changed the scheduler knobs: asked {wanted}, got {effective}")
     _check_kv_groups(scheduler, kv_groups or (0,), enable_prefix_caching, num_gpu_blocks, block_size, max_model_len)
-    if num_speculative_tokens:
+    if num_speculative_tokens and spec_method == "eagle":
         _check_eagle_kv_cache(scheduler, kv_groups or (0,), enable_prefix_caching, kv_transfer_config is not None)
+    elif num_speculative_tokens:
+        _check_no_eagle_kv_cache(scheduler)
     return scheduler
+
+
+def _check_no_eagle_kv_cache(scheduler: Scheduler) -> None:
+    """A draft model in the KV cache manager, as vLLM resolved it: no EAGLE group, plain block
+    hashes (``num_hash_lookahead_tokens`` 0), no hit-block drop."""
+    coordinator = scheduler.kv_cache_manager.coordinator
+    effective = {"eagle_group_ids": coordinator.eagle_group_ids,
+                 "drop_eagle_group_ids": coordinator.drop_eagle_group_ids,
+                 "num_hash_lookahead_tokens": scheduler.num_hash_lookahead_tokens,
+                 "use_eagle_block_drop": scheduler.use_eagle_block_drop,
+                 "kv_cache_manager_use_eagle": scheduler.kv_cache_manager.use_eagle}
+    wanted = {"eagle_group_ids": set(), "drop_eagle_group_ids": set(), "num_hash_lookahead_tokens": 0,
+              "use_eagle_block_drop": False, "kv_cache_manager_use_eagle": False}
+    if effective != wanted:
+        raise RuntimeError(f"vLLM resolved the draft model in the KV cache differently: wanted {wanted}, "
+                           f"got {effective}")
 
 
 def _check_align_request(kv_groups: tuple[int | str, ...], enable_prefix_caching: bool) -> None:
@@ -741,24 +773,27 @@ def new_scheduler(
     enable_prefix_caching: bool,
     num_speculative_tokens: int = 0,
     kv_groups: tuple[int, ...] = (),
+    spec_method: str = "eagle",
     **knobs: Any,
 ) -> tuple[Scheduler, Any]:
     """A vLLM scheduler on the tiny Llama config (``_build_scheduler``'s knobs) and the block
     hasher its requests need (None without prefix caching). ``num_speculative_tokens`` > 0:
     with the EAGLE drafter of ``_eagle_config``, checked by ``_check_eagle_scheduler``.
-    ``kv_groups``: the KV cache groups (module docstring; empty: one full-attention group)."""
+    ``kv_groups``: the KV cache groups (module docstring; empty: one full-attention group).
+    ``spec_method`` "draft_model": a separate draft model drafts instead (``_eagle_config``)."""
     with tempfile.TemporaryDirectory(prefix="frontier-oracle-") as tmp:
         model_dir = Path(tmp)
         (model_dir / "config.json").write_text(json.dumps(_TINY_LLAMA_CONFIG))
         if num_speculative_tokens:
             (model_dir / "draft").mkdir()
-            (model_dir / "draft" / "config.json").write_text(json.dumps(_TINY_EAGLE_DRAFT_CONFIG))
+            draft = _TINY_EAGLE_DRAFT_CONFIG if spec_method == "eagle" else _TINY_DRAFT_MODEL_CONFIG
+            (model_dir / "draft" / "config.json").write_text(json.dumps(draft))
         scheduler = _build_scheduler(model_dir, block_size=block_size,
                                      enable_prefix_caching=enable_prefix_caching,
                                      num_speculative_tokens=num_speculative_tokens,
-                                     kv_groups=kv_groups, **knobs)
+                                     kv_groups=kv_groups, spec_method=spec_method, **knobs)
     if num_speculative_tokens:
-        _check_eagle_scheduler(scheduler, num_speculative_tokens)
+        _check_eagle_scheduler(scheduler, num_speculative_tokens, spec_method)
     block_hasher = None
     if enable_prefix_caching:
         init_none_hash(sha256_cbor)
@@ -859,6 +894,7 @@ def run_vllm_spec_scheduler(
     max_steps: int = 200_000,
     kv_groups: tuple[int, ...] = (),
     record_free_blocks: bool = False,
+    spec_method: str = "eagle",
     **knobs: Any,
 ) -> list[dict[str, tuple[int, int]]] | tuple[list[dict[str, tuple[int, int]]], list[int]]:
     """``run_vllm_scheduler`` with EAGLE speculative decoding, ``k = num_speculative_tokens``;
@@ -882,6 +918,10 @@ def run_vllm_spec_scheduler(
     (``_check_eagle_scheduler``): num_spec_tokens = num_lookahead_tokens = k,
     num_prefill_lookahead 1, no draft slots, can_skip_drafts. With prefix caching, block
     hashes cover the token after each block (``num_hash_lookahead_tokens`` 1).
+    ``spec_method`` "draft_model": a separate draft model (a one-layer Llama of the target's
+    vocabulary, V2's ``StandaloneARSpeculator``), verified the same way: no prefill lookahead,
+    one draft slot per scheduled request, plain hashes (``_check_no_eagle_kv_cache``); the fake
+    runner is the same, as the scheduler sees the same drafts.
 
     Fake model runner V2 (``_EagleRunner``), decided right after each schedule():
 
@@ -922,7 +962,8 @@ def run_vllm_spec_scheduler(
                          "engine with PP takes drafts through its batch queue, which this driver does not model)")
     defaults = {"long_prefill_token_threshold": 0, "policy": "fcfs", "watermark": 0.0}
     scheduler, block_hasher = new_scheduler(async_scheduling=async_scheduling, kv_groups=kv_groups,
-                                            num_speculative_tokens=num_speculative_tokens, **{**defaults, **knobs})
+                                            num_speculative_tokens=num_speculative_tokens, spec_method=spec_method,
+                                            **{**defaults, **knobs})
     add_requests(scheduler, requests, block_hasher)
     runner = _EagleRunner(scheduler, accepted)
     free_blocks: list[int] | None = [] if record_free_blocks else None

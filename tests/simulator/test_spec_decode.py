@@ -73,7 +73,8 @@ def test_acceptance_draws_follow_the_per_position_rates():
 
 @pytest.mark.parametrize("cfg, rates, message", [
     ({"method": "ngram", "num_speculative_tokens": 3}, [0.5], "method 'ngram' is not simulated (its proposals"),
-    ({"method": "eagle"}, [0.5], "needs method and num_speculative_tokens"),
+    ({"method": "eagle"}, [0.5], "needs num_speculative_tokens and a method or a draft model"),
+    ({"num_speculative_tokens": 2}, [0.5], "needs num_speculative_tokens and a method or a draft model"),
     ({"method": "eagle", "num_speculative_tokens": 2, "x": 1}, [0.5], "key 'x' is not simulated"),
     ({"method": "eagle", "num_speculative_tokens": 2}, None, "needs --spec-acceptance-rate"),
     ({"method": "eagle", "num_speculative_tokens": 2}, [0.5, 0.6], "must not increase with the position"),
