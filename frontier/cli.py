@@ -121,6 +121,9 @@ EP_SIZE_HELP = ("SGLang's expert parallelism of an MoE model: its experts over t
 CG_HELP = ("CUDA-graph capture sizes in tokens, as vllm serve's list: 1,2,4,8 or '1 2 4 8'; sizes above "
            "--max-num-batched-tokens are dropped. Default: vLLM's list.")
 HUMAN_INT_HELP = "Tokens; as vLLM: 8k = 8,000, 8K = 8,192."
+LORA_HELP = ("As vllm serve's: LoRA adapters' GPU slots (--max-loras x --max-lora-rank, in the model dtype) come off "
+             "the KV budget, CUDA graphs are captured with and without LoRA kernels, and a step with adapters pays "
+             "their kernels (roofline); dense models, co-located.")
 LM_ONLY_HELP = ("As vllm serve's (and SGLang's, for Qwen3-VL / Qwen3.5): a multimodal checkpoint (Qwen3-VL, Qwen3.5, "
                 "Gemma 3, Kimi-K2.5) served without its vision encoder, whose weights are otherwise counted in the KV budget.")
 MM_LIMIT_HELP = ("As vllm serve's, JSON: input items per prompt by modality, e.g. '{\"image\": 0, \"video\": 0}'; "
@@ -400,6 +403,12 @@ def simulate(
     performance_mode: Optional[str] = typer.Option(None, "--performance-mode", help="vLLM's --performance-mode (0.17+): balanced (default), throughput (doubles the defaulted --max-num-batched-tokens and --max-num-seqs) or interactivity (CUDA graphs at every size 1..32).", rich_help_panel=ENGINE_HELP),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="vLLM --speculative-config JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}' or a draft model '{\"model\": \"Qwen/Qwen3-0.6B\", \"num_speculative_tokens\": 4}'; methods eagle, eagle3, mtp, draft_model (co-located or pdd; EAGLE family with PP under async scheduling); needs --spec-acceptance-rate, or vLLM's synthetic acceptance in the config (rejection_sample_method synthetic with synthetic_acceptance_rates or synthetic_acceptance_length).", rich_help_panel=ENGINE_HELP),
     spec_acceptance_rate: Optional[str] = typer.Option(None, "--spec-acceptance-rate", help="Not a vLLM flag: the drafts' per-position acceptance rates as vLLM logs them ('Per-position acceptance rate'), e.g. 0.8,0.6,0.45, or one rate p for p, p^2, ...", rich_help_panel=ENGINE_HELP),
+    enable_lora: Optional[bool] = typer.Option(None, "--enable-lora/--no-enable-lora", help=LORA_HELP, rich_help_panel=ENGINE_HELP),
+    max_loras: Optional[int] = typer.Option(None, "--max-loras", help="LoRA adapters in a batch at most (default 1); a waiting request of another adapter waits.", rich_help_panel=ENGINE_HELP),
+    max_lora_rank: Optional[int] = typer.Option(None, "--max-lora-rank", help="Rank of the adapters' GPU slots (default 16; 1, 8, 16, 32, 64, 128, 256, 320 or 512).", rich_help_panel=ENGINE_HELP),
+    max_cpu_loras: Optional[int] = typer.Option(None, "--max-cpu-loras", help="Adapters in the CPU cache (>= --max-loras; accepted, loading adapters is not priced).", rich_help_panel=ENGINE_HELP),
+    lora_modules: Optional[str] = typer.Option(None, "--lora-modules", help="As vllm bench serve's: adapter names the requests run (comma- or space-separated), e.g. sql-lora,chat-lora; needs --enable-lora.", rich_help_panel=BENCH_HELP),
+    lora_assignment: Optional[str] = typer.Option(None, "--lora-assignment", help="As vllm bench serve's: random (default: each request draws an adapter, seeded by --seed) or round-robin.", rich_help_panel=BENCH_HELP),
     moe_routing: Optional[str] = typer.Option(None, help="MoE token routing: balanced (default), random (each token's top-k experts drawn uniformly), power_law:ALPHA (AIConfigurator's skewed sampler as we reconstruct it; power_law:1.01 is its default assumption) or trace:PATH (one weight per expert); seeded by --seed.", rich_help_panel=ENGINE_HELP),
     engine_cpu_overhead: Optional[bool] = typer.Option(None, "--engine-cpu-overhead/--no-engine-cpu-overhead", help="Price the engine core's CPU time per step (0.81 ms + 0.042 ms per scheduled request, measured; simulator/engine_cpu.py): on the critical path with --no-async-scheduling, overlapped with the previous forward otherwise (default off).", rich_help_panel=ENGINE_HELP),
     frontend_latency_ms: Optional[float] = typer.Option(None, "--frontend-latency-ms", help="Milliseconds from a send to the request reaching the engines (HTTP, API server input processing, IPC); TTFT counts it (default 1).", rich_help_panel=ENGINE_HELP),
@@ -574,6 +583,8 @@ def _simulation_spec(values: dict[str, Any]):
     _apply_eplb_config(values)
     _apply_speculative_config(values)
     _apply_token_counts(values)
+    if isinstance(values.get("lora_modules"), str):         # a flag's text; a scenario file may give a list
+        values["lora_modules"] = tuple(n for n in values["lora_modules"].replace(",", " ").split())
     if values.get("kv_cache_memory_bytes") is not None:
         from simulator.memory import parse_human_int
         values["kv_cache_memory_bytes"] = parse_human_int(values["kv_cache_memory_bytes"])
@@ -776,6 +787,9 @@ def memory(
     eplb_config: Optional[str] = typer.Option(None, "--eplb-config", help="vLLM --eplb-config JSON; only num_redundant_experts is simulated."),
     performance_mode: str = typer.Option("balanced", "--performance-mode", help="As vllm serve's (0.17+): throughput doubles the defaulted --max-num-batched-tokens and --max-num-seqs; interactivity captures CUDA graphs at every size 1..32."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help="As vllm serve's (methods eagle, eagle3, mtp, draft_model): the draft head's layer, or a draft model's layers, add their weights and KV, and a uniform decode of 1 + k tokens a request sets the CUDA-graph sizes."),
+    enable_lora: bool = typer.Option(False, "--enable-lora/--no-enable-lora", help=LORA_HELP),
+    max_loras: int = typer.Option(1, "--max-loras", help="As vllm serve's: adapter slots on the GPU (default 1)."),
+    max_lora_rank: int = typer.Option(16, "--max-lora-rank", help="As vllm serve's: the slots' rank (default 16)."),
     engine: str = typer.Option("vllm", "--engine", help="vllm (default) or sglang: SGLang 0.5.23's start-up sizing instead (mem_fraction_static, token pool, max_running_requests), with its flags below."),
     mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static", help="SGLang: share of the memory free at start for weights + KV pool (default: SGLang's formula).", rich_help_panel=SGLANG_HELP),
     chunked_prefill_size: Optional[int] = typer.Option(None, "--chunked-prefill-size", help="SGLang (default by GPU memory; -1: no chunking).", rich_help_panel=SGLANG_HELP),
@@ -791,6 +805,7 @@ def memory(
     """Print the KV-cache budget breakdown of one GPU rank, by vLLM's formula (0.33's, or --vllm-version's),
     or SGLang 0.5.23's start-up sizing (--engine sglang)."""
     from simulator.engine_args import EngineArgs
+    from simulator.lora import slot_bytes_per_rank
     from simulator.memory import parse_human_int
     from simulator.simulation import build_memory, fit_max_model_len, resolve_engine
 
@@ -817,7 +832,8 @@ def memory(
                   "enable_eplb": enable_eplb, "eplb_config": eplb_config is not None,
                   "performance_mode": performance_mode != "balanced", "async_scheduling": async_scheduling is not None,
                   "enable_prefix_caching": not enable_prefix_caching, "mamba_cache_dtype": mamba_cache_dtype != "auto",
-                  "mamba_ssm_cache_dtype": mamba_ssm_cache_dtype != "auto"}
+                  "mamba_ssm_cache_dtype": mamba_ssm_cache_dtype != "auto", "enable_lora": enable_lora,
+                  "max_loras": max_loras != 1, "max_lora_rank": max_lora_rank != 16}
     foreign = _foreign_flag(engine, [k for k, v in vllm_given.items() if v],
                             [k for k, v in sglang_flags.items() if v is not None])
     if foreign:
@@ -850,7 +866,8 @@ def memory(
             kv_cache_dtype=kv_cache_dtype, quantization=quantization, vllm_version=vllm_version,
             mamba_cache_dtype=mamba_cache_dtype, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
             all2all_backend=all2all_backend, performance_mode=performance_mode, enable_eplb=enable_eplb, **eplb, **cg,
-            **spec, kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes))
+            **spec, kv_cache_memory_bytes=None if kv_cache_memory_bytes is None else parse_human_int(kv_cache_memory_bytes),
+            enable_lora=enable_lora, max_loras=max_loras, max_lora_rank=max_lora_rank)
         resolved = resolve_engine(args)
         profiled, note = (None, None) if predictor_bundle is None else _bundle_memory_terms(predictor_bundle, resolved)
         budget = build_memory(resolved, profiled)
@@ -871,6 +888,8 @@ def memory(
         "vision_encoder_gib": resolved.model.vision_bytes_per_rank(tensor_parallel_size) / gib,   # first PP stage
         "draft_model_gib": (resolved.draft_model.weight_bytes_per_rank(resolved.parallel) / gib
                             if resolved.draft_model is not None else 0.0),      # --speculative-config draft_model
+        "lora_slots_gib": (slot_bytes_per_rank(resolved.model, resolved.parallel, args.lora) / gib
+                           if args.lora is not None else 0.0),                  # --enable-lora
         "activation_gib": budget.activation_bytes / gib,
         "non_torch_gib": budget.non_torch_bytes / gib,
         "cuda_graph_gib": budget.cuda_graph_bytes / gib,
@@ -906,6 +925,8 @@ def memory(
             typer.echo(f"    {'of which vision encoder':<26} {report['vision_encoder_gib']:>10.2f} GiB")
         if key == "weights_gib" and report["draft_model_gib"]:
             typer.echo(f"    {'of which draft model':<26} {report['draft_model_gib']:>10.2f} GiB")
+        if key == "weights_gib" and report["lora_slots_gib"]:
+            typer.echo(f"    {'of which LoRA slots':<26} {report['lora_slots_gib']:>10.2f} GiB")
     typer.echo(f"  {'num_gpu_blocks':<28} {report['num_gpu_blocks']:>10}  "
                f"({report['bytes_per_block']} bytes per block, KV {report['kv_bytes_per_elem']:g} byte(s) per element; groups "
                f"{', '.join(f'{n} {kind}' for kind, n in report['kv_cache_groups'])} layers)")

@@ -8,7 +8,8 @@ what the roofline cost model consumes; learned predictors use the raw fields ins
 
 Families (`family` class attribute) match the profile partitions: "linear",
 "attention", "moe", "elementwise", "comm"; and "gdn" (the gated delta rule of Gated DeltaNet
-layers), which the roofline prices (its constants fitted on AIConfigurator's measured tables).
+layers), which the roofline prices (its constants fitted on AIConfigurator's measured tables),
+and "lora" (vLLM's punica LoRA kernels), which only the roofline prices (no measured tables).
 """
 
 from __future__ import annotations
@@ -425,4 +426,49 @@ class CommOp:
         return self.bytes
 
 
-OpSpec = Union[GemmOp, AttentionOp, MoeOp, ElementwiseOp, GdnOp, CommOp]
+@dataclass(frozen=True)
+class LoraOp:
+    """One of vLLM's punica LoRA kernels (triton ``lora_shrink`` / ``lora_expand``) on one rank,
+    over m tokens each on its own adapter, ``num_loras`` adapters among them.
+
+    kind "shrink": buf[m, slices x rank] = x[m, k] @ A (each of ``slices`` slices its own A of
+    [k, rank]; fp32 buffer); kind "expand": y[m, n] += buf @ B, n the slices' outputs summed (B of
+    [rank, n] per adapter). The kernel reads the A (or B) of every adapter in the batch once.
+    """
+
+    family: ClassVar[str] = "lora"
+    name: str
+    kind: str
+    m: int
+    k: int
+    n: int
+    rank: int
+    slices: int
+    num_loras: int
+    weight_bytes_per_param: float = 2.0
+    act_bytes: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_positive("LoraOp", m=self.m, k=self.k, n=self.n, rank=self.rank, slices=self.slices,
+                        num_loras=self.num_loras)
+        if self.kind not in ("shrink", "expand"):
+            raise ValueError(f"LoraOp.kind={self.kind!r}; valid: shrink, expand")
+
+    @property
+    def flops(self) -> float:
+        if self.kind == "shrink":
+            return 2.0 * self.m * self.k * self.rank * self.slices
+        return 2.0 * self.m * self.rank * self.n
+
+    @property
+    def bytes_moved(self) -> float:
+        """The batch's adapters' A (or B) once + the input and output (the fp32 buffer between
+        the two kernels; expand reads and writes y)."""
+        buf = self.m * self.rank * self.slices * 4.0
+        if self.kind == "shrink":
+            return self.num_loras * self.slices * self.rank * self.k * self.weight_bytes_per_param + (
+                self.m * self.k * self.act_bytes + buf)
+        return self.num_loras * self.rank * self.n * self.weight_bytes_per_param + buf + 2 * self.m * self.n * self.act_bytes
+
+
+OpSpec = Union[GemmOp, AttentionOp, MoeOp, ElementwiseOp, GdnOp, CommOp, LoraOp]

@@ -67,6 +67,7 @@ from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.engine_args import ALL2ALL_PRICED_AS
+from simulator.lora import LORA_PRICING_NOTE, LoraConfig, lora_ops
 from simulator.spec_decode import SpecDecodeConfig, drafter_note
 from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
                                     SEMANTICS, moe_dp_chunk_note, moe_kernel_note)
@@ -112,12 +113,14 @@ class BatchShape:
 
     Speculative decoding (else 0): ``num_drafts``, the drafts the step verifies (each adds a
     logits row); ``draft_passes``, the drafter's forwards after the step (k, or 0 when vLLM skips
-    drafting: ``BatchEngine.draft_time_s``)."""
+    drafting: ``BatchEngine.draft_time_s``). LoRA (else 0): ``num_loras``, the distinct adapters
+    of the step's requests (``simulator.lora``)."""
 
     new_tokens: tuple[int, ...]
     context_lens: tuple[int, ...]
     num_drafts: int = 0
     draft_passes: int = 0
+    num_loras: int = 0
 
     def __post_init__(self) -> None:
         if not self.new_tokens or len(self.new_tokens) != len(self.context_lens):
@@ -129,7 +132,7 @@ class BatchShape:
 
     @classmethod
     def of_step(cls, new_tokens: tuple[int, ...], context_lens: tuple[int, ...],
-                num_drafts: int = 0, draft_passes: int = 0) -> BatchShape:
+                num_drafts: int = 0, draft_passes: int = 0, num_loras: int = 0) -> BatchShape:
         """A scheduler's step (non-empty, aligned, every request >= 1 new token: what
         ``__post_init__`` checks holds by construction), built without the per-step checks."""
         b = object.__new__(cls)
@@ -137,6 +140,7 @@ class BatchShape:
         object.__setattr__(b, "context_lens", context_lens)
         object.__setattr__(b, "num_drafts", num_drafts)
         object.__setattr__(b, "draft_passes", draft_passes)
+        object.__setattr__(b, "num_loras", num_loras)
         return b
 
     @property
@@ -253,12 +257,13 @@ class BatchEngine:
                  cost_model: CostModel, cudagraph: CudaGraphConfig, moe_router: MoeRouter | None = None,
                  all2all_backend: str = "allgather_reducescatter",
                  vllm_version: tuple[int, int] = SEMANTICS, spec: SpecDecodeConfig | None = None,
-                 draft_model: ModelSpec | None = None) -> None:
+                 draft_model: ModelSpec | None = None, lora: LoraConfig | None = None) -> None:
         """``vllm_version``: (major, minor) of the release whose model kernels to price
         (``simulator.vllm_version``: MiniMax-M2's router and q/k norm); ``spec``: speculative
         decoding's drafter (``draft_time_s``), None without; ``draft_model``: with ``spec``'s
         method draft_model, the draft model as served (``ResolvedEngine.draft_model``), priced by
-        an engine of its own at this TP size (``standalone_draft_time_s``)."""
+        an engine of its own at this TP size (``standalone_draft_time_s``); ``lora``: --enable-lora's
+        adapters, whose kernels a step with adapters pays (``simulator.lora``), None without."""
         if (spec is not None and spec.method == "draft_model") != (draft_model is not None):
             raise ValueError("draft_model goes with a speculative config of method draft_model, and only with one")
         parallel.check_model(model)
@@ -280,6 +285,8 @@ class BatchEngine:
                                    vllm_version=vllm_version) if draft_model is not None else None)
         self._draft_cache: dict[tuple[int, str], float] = {}
         self._draft_head_cache: dict[int, float] = {}
+        self.lora = lora
+        self._lora_cache: dict[tuple[int, int, int, str], float] = {}
         # a kernel this release runs that the calibrated tables do not time (the price stays theirs)
         note = (moe_kernel_note(vllm_version, gpu.sm_version, model.quant.method_of("routed_experts"), parallel.moe_tp,
                                 parallel.ep)
@@ -288,7 +295,7 @@ class BatchEngine:
                   if model.num_moe_layers else None)
         drafter = drafter_note(spec) if spec is not None else None
         self.pricing_notes: tuple[str, ...] = tuple(
-            n for n in (note, chunks, drafter, model.vision_encoder_note()) if n) + (
+            n for n in (note, chunks, drafter, model.vision_encoder_note(), lora and LORA_PRICING_NOTE) if n) + (
             self._draft.pricing_notes if self._draft is not None else ())
         self._tp, self._q = parallel.tp, cudagraph.uniform_decode_query_len
         in_node = parallel.world_size <= gpu.gpus_per_node
@@ -342,6 +349,8 @@ class BatchEngine:
                     + self._head_time_s(num_reqs))
         if batch.num_drafts or batch.draft_passes:
             duration += self._spec_time_s(batch, mode, padded)
+        if batch.num_loras:
+            duration += self._lora_time_s(padded, num_reqs, batch.num_loras, dense_timing)
         cost = StepCost(duration, num_tokens, padded, mode)
         if uniform:
             self._last_uniform = (batch, cost)
@@ -650,6 +659,21 @@ class BatchEngine:
             if len(self._dense_cache) >= MAX_CACHE_ENTRIES:
                 self._dense_cache.clear()
             t = self._dense_cache[key] = self._times(self.layer_ops(m, moe_tokens), timing)
+        return t
+
+    def _lora_time_s(self, m: int, rows: int, num_loras: int, timing: str) -> float:
+        """The LoRA kernels of a step of m (padded) tokens and ``rows`` sampled rows whose
+        requests run ``num_loras`` adapters (``simulator.lora.lora_ops``): the decoder layers' and
+        the embedding's in the step's ``timing``, the lm_head's eager (launch), as the head runs."""
+        key = (m, rows, num_loras, timing)
+        t = self._lora_cache.get(key)
+        if t is None:
+            ops = lora_ops(self.model, self._tp, m, rows, num_loras, self.lora.max_lora_rank, self._ab)
+            head = [(op, n) for op, n in ops if op.name.startswith("lm_head")]
+            if len(self._lora_cache) >= MAX_CACHE_ENTRIES:
+                self._lora_cache.clear()
+            t = self._lora_cache[key] = (self._times([p for p in ops if p not in head], timing)
+                                         + self._times(head, "launch"))
         return t
 
     def _head_time_s(self, rows: int) -> float:

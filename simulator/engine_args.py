@@ -59,6 +59,7 @@ from frontier.model_spec import ModelSpec
 from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
+from simulator.lora import LoraConfig, lora_error
 from simulator.spec_decode import SpecDecodeConfig, draft_model_error
 from simulator.kv_cache.hybrid import HybridKVCacheManager
 from simulator.kv_cache.manager import KVCacheManager
@@ -177,6 +178,11 @@ class EngineArgs:
     performance_mode: str = "balanced"   # --performance-mode (vLLM 0.17+): balanced, interactivity, throughput
     # --speculative-config (with Frontier's --spec-acceptance-rate): EAGLE-family drafts, None = off
     speculative_config: SpecDecodeConfig | None = None
+    # --enable-lora and its flags (simulator/lora.py): adapters' GPU slots, --max-loras per batch
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
     # not a vLLM flag: the release whose model kernels, KV budget, engine defaults (async scheduling
     # among them) and DP load balancer to reproduce (simulator/vllm_version.py); the scheduler
     # stays vLLM 0.33's
@@ -191,7 +197,7 @@ class EngineArgs:
         for name in ("enable_expert_parallel", "enable_eplb", "enable_prefix_caching", "enable_chunked_prefill",
                      "disable_hybrid_kv_cache_manager", "language_model_only",
                      "long_prefill_token_threshold_adaptive", "scheduler_reserve_full_isl", "enforce_eager",
-                     "async_scheduling"):
+                     "async_scheduling", "enable_lora"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name in ("async_scheduling",
                                                                                 "scheduler_reserve_full_isl")):
@@ -280,8 +286,19 @@ class EngineArgs:
                                  "has none (drop the flag or use a later release)")
         if self.speculative_config is not None and not isinstance(self.speculative_config, SpecDecodeConfig):
             raise ValueError(f"speculative_config must be a SpecDecodeConfig, got {self.speculative_config!r}")
+        LoraConfig(self.max_loras, self.max_lora_rank, self.max_cpu_loras)      # the flags' checks, LoRA on or off
+        if not self.enable_lora and (self.max_loras, self.max_lora_rank, self.max_cpu_loras) != (1, 16, None):
+            raise ValueError("--max-loras / --max-lora-rank / --max-cpu-loras need --enable-lora (vLLM ignores them "
+                             "without it)")
+        if self.enable_lora and self.speculative_config is not None:
+            raise ValueError("--enable-lora with --speculative-config is not simulated; use one of them")
         if self.block_size is not None and self.block_size % 16 != 0 and self.block_size not in (1, 2, 4, 8):
             raise ValueError(f"--block-size {self.block_size} is not valid; use 1, 2, 4, 8 or a multiple of 16")
+
+    @property
+    def lora(self) -> LoraConfig | None:
+        """The LoRA configuration with --enable-lora, else None."""
+        return LoraConfig(self.max_loras, self.max_lora_rank, self.max_cpu_loras) if self.enable_lora else None
 
     @property
     def effective_cudagraph_mode(self) -> str:
@@ -400,6 +417,8 @@ class EngineArgs:
         if spec is not None and (why := draft_model_error(spec, model, self.tensor_parallel_size,
                                                           self.pipeline_parallel_size)):
             raise ValueError(why)
+        if self.enable_lora and (why := lora_error(model)):
+            raise ValueError(why)
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)
@@ -490,7 +509,8 @@ class ResolvedEngine:
             pipeline_parallel_size=self.parallel.pp, num_speculative_tokens=self.num_spec_tokens,
             num_lookahead_tokens=a.speculative_config.num_lookahead_tokens if a.speculative_config else 0,
             num_draft_slots=a.speculative_config.num_draft_slots if a.speculative_config else 0,
-            eagle_drafter=a.speculative_config is None or a.speculative_config.eagle_drafter)
+            eagle_drafter=a.speculative_config is None or a.speculative_config.eagle_drafter,
+            max_loras=a.max_loras if a.enable_lora else 0)
 
     @property
     def num_spec_tokens(self) -> int:

@@ -105,6 +105,7 @@ from typing import TYPE_CHECKING
 
 from frontier.model_spec import pp_partition
 from simulator.cuda_graph import CudaGraphConfig
+from simulator.lora import LoraConfig, slot_bytes_per_rank
 from simulator.vllm_version import (CHUNKED_LOCAL_HYBRID, CUDAGRAPH_ESTIMATE, LOGGED_BY_CONCURRENCY, REQUEST_CEIL,
                                     SEMANTICS, WINDOW_IN_FLIGHT)
 
@@ -474,11 +475,13 @@ def sampler_peak_bytes(model: ModelSpec, num_tokens: int, num_sample_rows: int) 
 
 
 def cuda_graph_bytes(model: ModelSpec, parallel: ParallelSpec, cudagraph: CudaGraphConfig,
-                     first_capture_bytes: int | None = None) -> int:
+                     first_capture_bytes: int | None = None, lora_cases: int = 1) -> int:
     """Stated model of vLLM 0.33's profile_cudagraph_memory (0 when eager).
 
     `first_capture_bytes` replaces the estimated first capture (the graph pool at the largest
-    capture size) when it was profiled.
+    capture size) when it was profiled. ``lora_cases``: graphs captured per size (vLLM's
+    ``CudagraphDispatcher._get_lora_cases``: 2 with --enable-lora, with and without the LoRA
+    kernels; 1 without).
     """
     if cudagraph.enforce_eager or not cudagraph.capture_sizes:
         return 0
@@ -487,7 +490,7 @@ def cuda_graph_bytes(model: ModelSpec, parallel: ParallelSpec, cudagraph: CudaGr
     if first is None:
         first = activation_peak_bytes(model, parallel, cudagraph.max_capture_size, 0)
     per_graph = max(CUDA_GRAPH_BYTES_PER_LAYER * layers, MIN_GRAPH_BYTES)
-    n_piecewise, n_full = len(cudagraph.piecewise_sizes), len(cudagraph.full_sizes)
+    n_piecewise, n_full = len(cudagraph.piecewise_sizes) * lora_cases, len(cudagraph.full_sizes) * lora_cases
     return first + per_graph * (max(n_piecewise - 1, 0) + max(n_full - 1, 0))
 
 
@@ -501,7 +504,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
               max_cudagraph_capture_size: int | None = None, cudagraph_mode: str | None = None,
               vllm_version: tuple[int, int] = SEMANTICS, interactivity: bool = False,
               hybrid_kv_cache_manager: bool = True, prefix_caching: bool = True,
-              draft: ModelSpec | None = None) -> MemoryBudget:
+              draft: ModelSpec | None = None, lora: LoraConfig | None = None) -> MemoryBudget:
     """KV budget of one rank (all ranks use the minimum; ours are symmetric), as vLLM
     ``vllm_version`` (major, minor) computes it (``simulator.vllm_version``: before 0.14 the
     requested memory is not rounded up, before 0.20 no CUDA-graph estimate is subtracted,
@@ -518,7 +521,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     (--speculative-config method draft_model, as served) loaded beside ``model`` at the same TP
     size: its weights count, and its layers' KV joins the one full-attention group (vLLM's
     ``UniformTypeKVCacheSpecs``: a block holds one page of every layer of both models, each layer's
-    page its own size; ``with_draft_model``).
+    page its own size; ``with_draft_model``). ``lora``: --enable-lora's adapter slots count as
+    weights (``simulator.lora.slot_bytes_per_rank``) and every CUDA graph is captured twice.
 
     `kv_cache_tokens` = num_gpu_blocks * block_size, or vLLM's logged figure when
     `max_model_len` is given. `kv_cache_memory_bytes` (vLLM --kv-cache-memory-bytes) is the KV
@@ -543,6 +547,8 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
     weights = model.weight_bytes_per_rank(parallel)
     if draft is not None:
         weights += draft.weight_bytes_per_rank(parallel)
+    if lora is not None:
+        weights += slot_bytes_per_rank(model, parallel, lora)
     gib = lambda b: f"{b / GIB:.2f} GiB"  # noqa: E731
     if weights >= requested and kv_cache_memory_bytes is None:
         raise ValueError(
@@ -573,7 +579,7 @@ def kv_budget(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *,
                                               num_spec_tokens, cudagraph_capture_sizes, max_cudagraph_capture_size,
                                               cudagraph_mode, vllm_version, interactivity)
         first = profiled.graph_pool_bytes(cudagraph.max_capture_size) if cudagraph.capture_sizes else None
-        graphs = cuda_graph_bytes(model, parallel, cudagraph, first)
+        graphs = cuda_graph_bytes(model, parallel, cudagraph, first, lora_cases=2 if lora is not None else 1)
         graph_src = PROFILED if first is not None else ESTIMATED
     hybrid = hybrid_kv_cache_manager and not (model.attention_chunk_size and (
         num_spec_tokens or vllm_version < CHUNKED_LOCAL_HYBRID))

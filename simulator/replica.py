@@ -183,7 +183,7 @@ class Replica:
 
     def _launch_one(self, out: SchedulerOutput, now: float) -> float:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
-        cost = self.engine.step_cost(self._shape(out) if out.spec_tokens else
+        cost = self.engine.step_cost(self._shape(out) if out.spec_tokens or out.num_loras else
                                      BatchShape.of_step(out.num_scheduled_tokens, out.context_lens))
         duration = cost.duration_s
         if self.engine_cpu is not None:
@@ -199,9 +199,10 @@ class Replica:
     def _shape(self, out: SchedulerOutput, group_skips_drafts: bool | None = None) -> BatchShape:
         """The step's batch for the engine; with speculative decoding, the drafts it verifies and
         the drafter's passes after it: none when vLLM skips drafting, which a lockstep DP group
-        does only when every rank can (``group_skips_drafts``; None: this output's own flag)."""
+        does only when every rank can (``group_skips_drafts``; None: this output's own flag). With
+        LoRA, the step's adapters."""
         if not out.spec_tokens:
-            return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens)
+            return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, num_loras=out.num_loras)
         skip = out.skip_drafts if group_skips_drafts is None else group_skips_drafts
         passes = 0 if skip else self.engine.spec.num_speculative_tokens
         return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, sum(out.spec_tokens), passes)

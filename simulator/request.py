@@ -15,8 +15,10 @@ them (`kv_cache_utils.get_request_block_hasher`): at creation for the full promp
 time an appended output token completes a block. Hash chain (block i covers tokens
 [i*bs, (i+1)*bs)):
 
-    h_0 = hash((None,    key_0))      key_i = tuple(block tokens)          if prompt_token_ids given
-    h_i = hash((h_{i-1}, key_i))
+    h_0 = hash((root,    key_0))      key_i = tuple(block tokens)          if prompt_token_ids given
+    h_i = hash((h_{i-1}, key_i))      root = None, or ("lora", lora_id) for a LoRA adapter's request
+                                      (vLLM puts the adapter's name in every block's extra keys:
+                                      requests of different adapters never share a block)
     h_i = hash((("u", request_id), i))                                     if prompt is unique
                                       (unique already: no chain; hashed in bulk, 2 x 64 blocks a
                                       1k prompt per P/D request)
@@ -42,6 +44,7 @@ class RequestSpec:
 
     prompt_token_ids: explicit prompt content (enables prefix sharing); None = content unique to
     this request. When given, its length must equal `prompt_len`.
+    lora_id: the LoRA adapter the request runs (vLLM ``lora_int_id``, >= 1), 0 = the base model.
     """
 
     request_id: str
@@ -50,8 +53,11 @@ class RequestSpec:
     output_len: int
     priority: int = 0
     prompt_token_ids: tuple[int, ...] | None = None
+    lora_id: int = 0
 
     def __post_init__(self) -> None:
+        if self.lora_id < 0:
+            raise ValueError(f"lora_id={self.lora_id} of {self.request_id!r}; must be >= 0 (0 = the base model)")
         if self.prompt_len < 1:
             raise ValueError(f"prompt_len={self.prompt_len} of {self.request_id!r}; must be >= 1")
         if self.output_len < 1:
@@ -146,6 +152,7 @@ class Request:
     spec_tokens: int = 0                    # speculative decoding: drafts to verify next (vLLM len(spec_token_ids))
     real_drafts: int = 0                    # of those, real ones: drafts the drafter proposed after its last step
     hash_lookahead: int = 0                 # tokens after a block its hash covers (vLLM 1 with an EAGLE drafter)
+    lora_id: int = 0                        # LoRA adapter (vLLM lora_int_id), 0 = the base model
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -161,6 +168,7 @@ class Request:
             block_size=block_size,
             priority=spec.priority,
             prompt_token_ids=spec.prompt_token_ids,
+            lora_id=spec.lora_id,
         )
 
     @property
@@ -201,7 +209,7 @@ class Request:
             elif m > n:
                 hashes += map(hash, zip(repeat(("u", self.request_id)), range(n, m)))
             return
-        parent = hashes[-1] if n else None
+        parent = hashes[-1] if n else (("lora", self.lora_id) if self.lora_id else None)
         while (n + 1) * bs <= num_tokens:
             parent = hash((parent, self._block_key(n)))
             hashes.append(parent)

@@ -1,6 +1,6 @@
 """vLLM 0.33 v1 `Scheduler` / `AsyncScheduler` mirror (vllm/v1/core/sched/{scheduler,async_scheduler}.py).
 
-Scope: generative decoder, one full-attention KV group, no structured output, no LoRA, no EOS
+Scope: generative decoder, one full-attention KV group, no structured output, no EOS
 (outputs end on max_tokens / max_model_len). Speculative decoding (``num_speculative_tokens`` k > 0):
 see "Speculative decoding" below. KV connector: only the P/D
 disaggregation of NixlConnector (pull mode), as two clearly separated paths selected by
@@ -878,12 +878,16 @@ class Scheduler:
             return                          # most steps: nothing to admit
         skipped: deque[Request] = deque()
         max_active = cfg.max_num_active_seqs or cfg.max_num_seqs
+        max_loras = cfg.max_loras
+        # LoRA: the adapters of every running request, scheduled this step or not (vLLM scheduled_loras)
+        loras = {q.lora_id for q in running if q.lora_id} if max_loras else None
         while st.token_budget > st.slots and waiting:
             if len(running) >= max_active:
                 break
             r = waiting.peek_request()
-            if r.num_stale_output_tokens and not r.drop_stale_output:
-                skipped.appendleft(waiting.pop_request())  # in-flight output of a preempted step
+            if (r.num_stale_output_tokens and not r.drop_stale_output  # in-flight output of a preempted step
+                    or loras is not None and r.lora_id and len(loras) == max_loras and r.lora_id not in loras):
+                skipped.appendleft(waiting.pop_request())      # (or another adapter than max_loras running)
                 if self._prefill_interval > 1:
                     self._deferred_waiting.add(r.request_id)
                 continue
@@ -919,6 +923,8 @@ class Scheduler:
             st.add(r, n, hit)
             r.status = RequestStatus.RUNNING
             r.num_computed_tokens = hit
+            if loras is not None and r.lora_id:
+                loras.add(r.lora_id)
         if skipped:
             waiting.prepend_requests(skipped)
 
@@ -1111,6 +1117,7 @@ class Scheduler:
             spec_tokens=tuple([st.spec.get(i, 0) for i in st.ids]) if self._k else (),
             real_spec_tokens=real,
             skip_drafts=bool(self._k) and not st.drafts_needed,
+            num_loras=len({r.lora_id for r in st.reqs} - {0}) if self.config.max_loras else 0,
         )
 
     # ------------------------------------------------------------------ update

@@ -49,6 +49,9 @@ class SchedulerConfig:
         EAGLE-3, MTP): with prefix caching a block's hash covers the token after it, and behind a
         KV connector a prefix hit drops its last block (``use_eagle_block_drop``). False for a
         draft model, which has neither.
+    max_loras: LoRA adapters at most in the batch (``--max-loras`` with ``--enable-lora``; 0 = LoRA
+        off): the adapters of the running requests count, and a waiting request of another
+        adapter is skipped (left in place, in order) while they number max_loras.
     """
 
     max_num_seqs: int = 256
@@ -71,13 +74,14 @@ class SchedulerConfig:
     num_lookahead_tokens: int = 0
     num_draft_slots: int = 0
     eagle_drafter: bool = True
+    max_loras: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
                      "pipeline_parallel_size", "prefill_schedule_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 1")
-        for name in ("num_speculative_tokens", "num_lookahead_tokens", "num_draft_slots"):
+        for name in ("num_speculative_tokens", "num_lookahead_tokens", "num_draft_slots", "max_loras"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 0")
         if self.num_lookahead_tokens and self.max_num_batched_tokens <= self.num_lookahead_tokens:
@@ -149,6 +153,7 @@ class SchedulerOutput:
     spec_tokens: tuple[int, ...] = ()
     real_spec_tokens: tuple[int, ...] = ()
     skip_drafts: bool = False   # no request of the step can use drafts proposed after it: none are
+    num_loras: int = 0          # LoRA (max_loras > 0): distinct adapters among the scheduled requests
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(self.request_ids, self.num_scheduled_tokens))

@@ -354,7 +354,7 @@ def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = 
         max_cudagraph_capture_size=resolved.max_cudagraph_capture_size, cudagraph_mode=resolved.cudagraph_mode,
         vllm_version=resolved.vllm_version, interactivity=args.performance_mode == "interactivity",
         hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager,
-        prefix_caching=args.enable_prefix_caching, draft=resolved.draft_model)
+        prefix_caching=args.enable_prefix_caching, draft=resolved.draft_model, lora=args.lora)
 
 
 def fit_max_model_len(resolved: ResolvedEngine, memory: MemoryBudget) -> ResolvedEngine:
@@ -394,6 +394,13 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.sglang is None and args.enable_prefix_caching and not args.enable_chunked_prefill \
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
         raise ValueError(gdn_simulation_error(args))
+    if spec.engine.enable_lora and (spec.sglang is not None or spec.architecture != "colocated"):
+        where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
+        raise ValueError(f"--enable-lora with {where} is not simulated; LoRA adapters are simulated on co-located "
+                         "vLLM engines")
+    if spec.workload.lora_modules and not spec.engine.enable_lora:
+        raise ValueError(f"--lora-modules {' '.join(spec.workload.lora_modules)}: the server needs --enable-lora to "
+                         "serve adapters (vLLM answers 404 for an unknown model name)")
     if spec.sglang is not None:
         from simulator.sglang_run import run_sglang
         return run_sglang(spec)
@@ -425,7 +432,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
                          cudagraph, moe_router=make_router(spec.moe_routing, resolved.model, resolved.parallel,
                                                            spec.workload.seed, resolved.gpu.gpus_per_node),
                          all2all_backend=args.all2all_backend, vllm_version=resolved.vllm_version,
-                         spec=args.speculative_config, draft_model=resolved.draft_model)
+                         spec=args.speculative_config, draft_model=resolved.draft_model, lora=args.lora)
     sched_config = resolved.scheduler_config(debug=spec.debug)
     loop = EventLoop()
     trace = BatchTrace(keep_requests=spec.keep_batch_trace)

@@ -12,7 +12,8 @@ workload property: the simulator applies it as the client's semaphore.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 
 from simulator.request import RequestSpec
 from simulator.workloads.arrivals import arrival_times_s
@@ -21,6 +22,7 @@ from simulator.workloads.sharegpt import sample_sharegpt_requests
 from simulator.workloads.trace import load_trace
 
 DATASETS = ("random", "sharegpt", "trace")
+LORA_ASSIGNMENTS = ("random", "round-robin")     # vllm bench serve --lora-assignment
 
 
 def _is_int(value: object) -> bool:
@@ -41,6 +43,12 @@ class WorkloadSpec:
     sharegpt_output_len: overrides every ShareGPT output length (``--sharegpt-output-len``).
     dataset_path: the trace file (required for "trace"), or a ShareGPT JSON replacing the
         packaged one; not allowed with "random" (vLLM rejects it too).
+    lora_modules: LoRA adapter names the requests run (``--lora-modules``, as vllm bench serve's:
+        each request one of them; empty = the base model); the server registers them in this
+        order, so adapter i has vLLM's lora_int_id i + 1.
+    lora_assignment: "random" (vllm bench serve's default: each request draws one, seeded by
+        ``seed``; vLLM's own draws come from Python's global random state, which is not
+        reproduced) or "round-robin" (request i runs adapter i mod n).
     """
 
     dataset_name: str = "random"
@@ -54,8 +62,18 @@ class WorkloadSpec:
     random_prefix_len: int = 0
     sharegpt_output_len: int | None = None
     dataset_path: str | None = None
+    lora_modules: tuple[str, ...] = ()
+    lora_assignment: str = "random"
 
     def __post_init__(self) -> None:
+        names = self.lora_modules
+        if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"lora_modules={names!r} is invalid; need adapter names (non-empty strings)")
+        object.__setattr__(self, "lora_modules", tuple(names))
+        if len(set(self.lora_modules)) != len(self.lora_modules):
+            raise ValueError(f"lora_modules={list(self.lora_modules)} names an adapter twice")
+        if self.lora_assignment not in LORA_ASSIGNMENTS:
+            raise ValueError(f"lora_assignment={self.lora_assignment!r} is invalid; valid: {', '.join(LORA_ASSIGNMENTS)}")
         if self.dataset_name not in DATASETS:
             raise ValueError(f"dataset_name={self.dataset_name!r} is invalid; valid: {', '.join(DATASETS)}")
         if not _is_int(self.num_prompts) or self.num_prompts < 1:
@@ -104,6 +122,24 @@ def generate_requests(spec: WorkloadSpec, vocab_size: int | None = None) -> list
     """
     if vocab_size is not None and (not _is_int(vocab_size) or vocab_size < 1):
         raise ValueError(f"vocab_size={vocab_size!r} is invalid; need None or an integer >= 1")
+    return assign_loras(_requests(spec, vocab_size), spec)
+
+
+def assign_loras(requests: list[RequestSpec], spec: WorkloadSpec) -> list[RequestSpec]:
+    """``requests`` with the adapters of ``spec.lora_modules`` (ids 1..n in their order) assigned
+    by ``spec.lora_assignment``; unchanged without adapters."""
+    n = len(spec.lora_modules)
+    if not n:
+        return requests
+    if spec.lora_assignment == "round-robin":
+        ids = [i % n + 1 for i in range(len(requests))]
+    else:
+        rng = random.Random(spec.seed ^ 0x10A4)
+        ids = [rng.randrange(n) + 1 for _ in requests]
+    return [replace(r, lora_id=i) for r, i in zip(requests, ids)]
+
+
+def _requests(spec: WorkloadSpec, vocab_size: int | None) -> list[RequestSpec]:
     if spec.dataset_name == "trace":
         return load_trace(spec.dataset_path, spec.num_prompts)
     arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)

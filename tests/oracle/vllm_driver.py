@@ -108,12 +108,14 @@ import torch
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
+    LoRAConfig,
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
     SpeculativeConfig,
     VllmConfig,
 )
+from vllm.lora.request import LoRARequest
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256_cbor
 from vllm.v1.core.kv_cache_coordinator import (
@@ -284,6 +286,7 @@ def _build_scheduler(
     num_speculative_tokens: int = 0,
     kv_groups: tuple[int, ...] = (),
     spec_method: str = "eagle",
+    max_loras: int = 0,
     **scheduler_knobs: Any,
 ) -> Scheduler:
     """A vLLM scheduler over ``num_gpu_blocks`` blocks; ``scheduler_knobs``: further
@@ -294,7 +297,8 @@ def _build_scheduler(
     scheduler by ``_check_kv_groups``; with a drafter they need a full-attention group and,
     behind a KV connector, no local-attention groups, and EAGLE in the KV cache manager is checked
     by ``_check_eagle_kv_cache``. ``spec_method`` "draft_model": the drafter is a separate draft
-    model (``_eagle_config``), only over one full-attention group."""
+    model (``_eagle_config``), only over one full-attention group. ``max_loras`` > 0: LoRA on
+    (``LoRAConfig``, rank 16), the requests' ``lora_id`` their adapters (``add_requests``)."""
     if spec_method not in SPEC_METHODS:
         raise ValueError(f"spec_method {spec_method!r}; valid: {', '.join(SPEC_METHODS)}")
     if spec_method != "eagle" and (kv_groups or kv_transfer_config is not None):
@@ -345,6 +349,7 @@ def _build_scheduler(
         kv_transfer_config=kv_transfer_config,
         parallel_config=parallel_config,
         speculative_config=speculative_config,
+        lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=16) if max_loras else None,
     )
     # VllmConfig may re-resolve these; the oracle must run exactly what was asked.
     vllm_config.scheduler_config.async_scheduling = async_scheduling
@@ -377,6 +382,7 @@ def _build_scheduler(
         "long_prefill_token_threshold": scheduler.scheduler_config.long_prefill_token_threshold,
         "enable_prefix_caching": scheduler.kv_cache_manager.enable_caching,
         "max_concurrent_batches": vllm_config.max_concurrent_batches,
+        "max_loras": scheduler.lora_config.max_loras if scheduler.lora_config else 0,
     }
     wanted = {
         "max_num_seqs": max_num_seqs,
@@ -388,6 +394,7 @@ def _build_scheduler(
         # model runner V2 (the default): pp + 1 with async scheduling, else pp (2 / 1 without PP)
         "max_concurrent_batches": (pipeline_parallel_size + 1 if async_scheduling else pipeline_parallel_size)
         if pipeline_parallel_size > 1 else (2 if async_scheduling else 1),
+        "max_loras": max_loras,
     }
     if effective != wanted:
         raise RuntimeError(f"vLLM changed the scheduler knobs: asked {wanted}, got {effective}")
@@ -807,8 +814,10 @@ def new_scheduler(
 
 def add_requests(scheduler: Scheduler, requests: Sequence[RequestLike], block_hasher: Any) -> None:
     """Add ``requests`` in list order, all arriving at t=0, each generating ``output_len``
-    tokens (``ignore_eos``)."""
+    tokens (``ignore_eos``); a request with ``lora_id`` > 0 (``RequestSpec.lora_id``) runs adapter
+    "lora<id>" (its name is in every block hash's extra keys)."""
     for index, req in enumerate(requests):
+        lora_id = getattr(req, "lora_id", 0)
         scheduler.add_request(
             Request(
                 request_id=req.request_id,
@@ -820,6 +829,7 @@ def add_requests(scheduler: Scheduler, requests: Sequence[RequestLike], block_ha
                 arrival_time=0.0,
                 priority=req.priority,
                 block_hasher=block_hasher,
+                lora_request=LoRARequest(f"lora{lora_id}", lora_id, "/nonexistent") if lora_id else None,
             )
         )
 
