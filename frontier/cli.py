@@ -494,6 +494,10 @@ def simulate(
                    f"busy {result.summary['colocated_busy_fraction']:.1%}, mean batch "
                    f"{result.summary['colocated_mean_batch_size']:.1f} requests; "
                    f"cost model: {result.summary.get('cost_model', 'roofline')}, {setup}")
+    if "lora_gpu_loads" in result.summary:
+        s = result.summary
+        typer.echo(f"LoRA: {s['lora_gpu_loads']} adapter copies into GPU slots ({s['lora_adapter_copy_ms']:.2f} ms "
+                   f"each), {s['lora_disk_loads']} reads from disk (not priced)")
     if "cost_queries_predicted" in result.summary:
         typer.echo(_calibrated_queries(result.summary))
     if "comm_queries" in result.summary:

@@ -34,13 +34,14 @@ class GpuSpec:
     price_per_hour_usd: float
     sm_version: int
     source: str
+    host_bw_bytes_per_s: float = 0.0  # per GPU host link (PCIe), one direction; 0 = unknown (copies not priced)
 
     def __post_init__(self) -> None:
         for f in ("memory_bytes", "hbm_bw_bytes_per_s", "bf16_flops", "fp32_flops", "nvlink_bw_bytes_per_s",
                   "network_bw_bytes_per_s", "gpus_per_node", "sm_version"):
             if not getattr(self, f) > 0:
                 raise ValueError(f"GpuSpec {self.name}: {f}={getattr(self, f)} must be > 0")
-        for f in ("fp8_flops", "fp4_flops", "price_per_hour_usd"):
+        for f in ("fp8_flops", "fp4_flops", "price_per_hour_usd", "host_bw_bytes_per_s"):
             if getattr(self, f) < 0:
                 raise ValueError(f"GpuSpec {self.name}: {f}={getattr(self, f)} must be >= 0")
 

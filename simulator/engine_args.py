@@ -419,6 +419,8 @@ class EngineArgs:
             raise ValueError(why)
         if self.enable_lora and (why := lora_error(model)):
             raise ValueError(why)
+        if self.enable_lora and self.pipeline_parallel_size > 1:
+            raise ValueError("--enable-lora with pipeline parallelism is not simulated; use --pipeline-parallel-size 1")
         block_size = self.block_size or (64 if model.is_mla else 16)
         model = served_model(model, self.quantization, self.kv_cache_dtype,
                              auto_is_model_dtype=self.vllm_release < KV_AUTO_FROM_CHECKPOINT)

@@ -24,15 +24,23 @@ What vLLM 0.33 does (vllm/lora, vllm/v1/core/sched/scheduler.py), and what is si
   roofline (no measured tables time them; a pricing note says so): each reads the A or B of every
   adapter in the step once.
 
+* Loading. Before a step the worker makes the step's adapters resident (``AdapterCache``, vLLM's
+  ``LRUCacheWorkerLoRAManager._apply_adapters``): an adapter missing from the CPU cache
+  (``--max-cpu-loras`` adapters, LRU; default max_loras) is read from disk, one missing from the
+  GPU slots (``--max-loras``, LRU) is copied into the least recently used slot; dropping an adapter
+  from the CPU cache frees its GPU slot too. A copy costs the slot's bytes over the GPU's host link
+  (``GpuSpec.host_bw_bytes_per_s``) at ``HOST_COPY_EFF``, before the step's forward (``load_s``; an
+  adapter's true rank is not known, so a slot's full rank is copied). Disk reads are counted
+  (``lora_disk_loads`` in the summary) but not priced: the disk's speed is not known.
+
 Not simulated (refused with one line, ``lora_error``): mixture-of-experts, MLA and Gated DeltaNet
 models, vocabularies over vLLM's 258,048 limit, --fully-sharded-loras, LoRA with speculative
-decoding or outside co-located serving. Not priced: loading an adapter into a GPU slot or from
-disk into the CPU cache (--max-cpu-loras), which vLLM does when a step needs an adapter its slots
-do not hold.
+decoding, pipeline parallelism or outside co-located serving.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +54,9 @@ if TYPE_CHECKING:
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)    # vLLM 0.33 MaxLoRARanks
 MAX_LORA_VOCAB = 258048      # LogitsProcessorWithLoRA: "When using LoRA, vocab size must be <= 258048"
 LORA_BYTES = 2               # lora_dtype auto = the model dtype (bf16 / fp16; an fp8 checkpoint's too)
+# Share of the host link's bandwidth a pinned host-to-device copy reaches (nvbandwidth's
+# host_to_device_memcpy_ce: ~50-55 GB/s of PCIe 5.0 x16's 64)
+HOST_COPY_EFF = 0.8
 
 
 @dataclass(frozen=True)
@@ -133,4 +144,52 @@ def lora_ops(model: ModelSpec, tp: int, m: int, rows: int, num_loras: int, rank:
 
 
 LORA_PRICING_NOTE = ("LoRA: the adapters' punica kernels (shrink / expand per wrapped layer) are priced by the "
-                     "roofline (no measured tables time them); loading adapters into GPU slots is not priced")
+                     "roofline (no measured tables time them); an adapter's copy into a GPU slot by the host link, "
+                     "its disk reads not at all")
+
+
+class AdapterCache:
+    """The adapters resident on one engine's GPUs and in its CPU cache, as vLLM's
+    ``LRUCacheWorkerLoRAManager`` keeps them (module docstring): ``apply`` makes a step's
+    adapters resident and returns (copies into GPU slots, reads from disk); ``gpu_loads`` /
+    ``disk_loads`` count them over the run."""
+
+    def __init__(self, config: LoraConfig) -> None:
+        self.gpu_slots = config.max_loras
+        self.cpu_slots = config.max_cpu_loras or config.max_loras
+        self._gpu: OrderedDict[int, None] = OrderedDict()
+        self._cpu: OrderedDict[int, None] = OrderedDict()
+        self.gpu_loads = 0
+        self.disk_loads = 0
+
+    def apply(self, lora_ids: tuple[int, ...]) -> tuple[int, int]:
+        """Make ``lora_ids`` (at most gpu_slots, in the order vLLM visits them) resident."""
+        gpu, cpu = self._gpu, self._cpu
+        copies = reads = 0
+        for a in lora_ids:
+            if a in cpu:
+                cpu.move_to_end(a)
+            else:                       # _load_adapter from disk; the oldest leaves the CPU cache (and its slot)
+                reads += 1
+                if len(cpu) + 1 > self.cpu_slots:
+                    old, _ = cpu.popitem(last=False)
+                    gpu.pop(old, None)
+                cpu[a] = None
+            if a in gpu:
+                gpu.move_to_end(a)
+            else:                       # activate_adapter: into the least recently used slot
+                copies += 1
+                if len(gpu) >= self.gpu_slots:
+                    gpu.popitem(last=False)
+                gpu[a] = None
+        self.gpu_loads += copies
+        self.disk_loads += reads
+        return copies, reads
+
+
+def adapter_copy_s(model: ModelSpec, parallel: ParallelSpec, config: LoraConfig, host_bw_bytes_per_s: float) -> float:
+    """Seconds to copy one adapter into a GPU slot on each rank (its share of the slots, over the
+    rank's own host link at HOST_COPY_EFF); 0 when the host link's speed is not known."""
+    if host_bw_bytes_per_s <= 0:
+        return 0.0
+    return slot_bytes_per_rank(model, parallel, config) / config.max_loras / (host_bw_bytes_per_s * HOST_COPY_EFF)

@@ -43,6 +43,7 @@ from simulator.batch_engine import BatchEngine, BatchShape, StepCost
 from simulator.dp_group import LockstepOutput, LockstepRanks
 from simulator.engine_cpu import EngineCpu
 from simulator.events import PRIO_KICK, PRIO_STEP_DONE, EventLoop
+from simulator.lora import AdapterCache
 from simulator.pipeline import max_concurrent_batches, stage_ends
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
@@ -62,7 +63,8 @@ class Replica:
                  engine: BatchEngine,
                  trace: BatchTrace, on_update: OnUpdate, *, async_scheduling: bool,
                  step_jitter: float = 0.0, jitter_seed: int = 0, role: str = "C",
-                 engine_cpu: EngineCpu | None = None) -> None:
+                 engine_cpu: EngineCpu | None = None, adapters: AdapterCache | None = None,
+                 adapter_copy_s: float = 0.0) -> None:
         self.replica_id = replica_id
         self.role = role                # cluster role (C, P, D...), written into the trace
         # P/D decode side: told which requests a schedule() admitted for a KV pull (the
@@ -75,6 +77,9 @@ class Replica:
         self.on_update = on_update
         self.async_scheduling = async_scheduling
         self.engine_cpu = engine_cpu    # the step's CPU time before its forward can start (None: 0)
+        # LoRA: the adapters resident on this engine (simulator.lora.AdapterCache), and the seconds a
+        # copy of one into a GPU slot takes before the step's forward
+        self.adapters, self._adapter_copy_s = adapters, adapter_copy_s
         self._cpu_free_s = 0.0          # when the engine core's thread finishes its last step's CPU work
         self._pp = getattr(engine, "num_stages", 1)   # pipeline stages (engines without PP: 1)
         self._queue_depth = max_concurrent_batches(self._pp, async_scheduling) if self._pp > 1 \
@@ -158,6 +163,8 @@ class Replica:
             start, end = self._launch_stages(shapes, costs if lockstep else None, now)
         else:
             duration = costs[0].duration_s if len(costs) == 1 else max(c.duration_s for c in costs)
+            if not lockstep and out.lora_ids:
+                duration += self._adapter_load_s(out)
             if self._rng is not None:
                 duration *= max(0.0, 1.0 + self._jitter * float(self._rng.standard_normal()))
             start = max(now, self.gpu_free_s)
@@ -183,9 +190,11 @@ class Replica:
 
     def _launch_one(self, out: SchedulerOutput, now: float) -> float:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
-        cost = self.engine.step_cost(self._shape(out) if out.spec_tokens or out.num_loras else
+        cost = self.engine.step_cost(self._shape(out) if out.spec_tokens or out.lora_ids else
                                      BatchShape.of_step(out.num_scheduled_tokens, out.context_lens))
         duration = cost.duration_s
+        if out.lora_ids:
+            duration += self._adapter_load_s(out)
         if self.engine_cpu is not None:
             now = self._cpu_done(len(out.num_scheduled_tokens))
         start = now if now > self.gpu_free_s else self.gpu_free_s
@@ -206,6 +215,14 @@ class Replica:
         skip = out.skip_drafts if group_skips_drafts is None else group_skips_drafts
         passes = 0 if skip else self.engine.spec.num_speculative_tokens
         return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, sum(out.spec_tokens), passes)
+
+    def _adapter_load_s(self, out: SchedulerOutput) -> float:
+        """LoRA: the copies into GPU slots that make the step's adapters resident (seconds, before
+        its forward; ``AdapterCache.apply``)."""
+        if self.adapters is None:
+            return 0.0
+        copies, _ = self.adapters.apply(out.lora_ids)
+        return copies * self._adapter_copy_s
 
     def _cpu_done(self, num_reqs: int) -> float:
         """When the CPU work of a step of ``num_reqs`` requests scheduled now is done: the engine

@@ -1117,7 +1117,7 @@ class Scheduler:
             spec_tokens=tuple([st.spec.get(i, 0) for i in st.ids]) if self._k else (),
             real_spec_tokens=real,
             skip_drafts=bool(self._k) and not st.drafts_needed,
-            num_loras=len({r.lora_id for r in st.reqs} - {0}) if self.config.max_loras else 0,
+            lora_ids=tuple(sorted({r.lora_id for r in st.reqs} - {0})) if self.config.max_loras else (),
         )
 
     # ------------------------------------------------------------------ update

@@ -153,7 +153,12 @@ class SchedulerOutput:
     spec_tokens: tuple[int, ...] = ()
     real_spec_tokens: tuple[int, ...] = ()
     skip_drafts: bool = False   # no request of the step can use drafts proposed after it: none are
-    num_loras: int = 0          # LoRA (max_loras > 0): distinct adapters among the scheduled requests
+    lora_ids: tuple[int, ...] = ()  # LoRA (max_loras > 0): the scheduled requests' adapters, distinct, ascending
+
+    @property
+    def num_loras(self) -> int:
+        """Distinct adapters among the scheduled requests (0 without LoRA)."""
+        return len(self.lora_ids)
 
     def as_dict(self) -> dict[str, int]:
         return dict(zip(self.request_ids, self.num_scheduled_tokens))

@@ -43,6 +43,7 @@ from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
 from simulator.scheduler_config import UpdateResult
+from simulator.lora import AdapterCache, adapter_copy_s
 from simulator.spec_decode import engine_acceptance, schedulers_stats, with_draft_layer
 from simulator.role_stats import role_summary
 from simulator.trace import BatchTrace
@@ -446,11 +447,15 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         schedulers.append(sched)
         return sched
 
+    lora = args.lora
+    copy_s = adapter_copy_s(resolved.model, resolved.parallel, lora, resolved.gpu.host_bw_bytes_per_s) if lora else 0.0
+
     def new_replica(i: int, sched: Scheduler | LockstepRanks) -> Replica:
         return Replica(i, loop, sched, engine, trace, on_update=lambda *a: None,
                        async_scheduling=args.effective_async_scheduling, step_jitter=spec.step_jitter,
                        engine_cpu=spec.engine_cpu,
-                       jitter_seed=spec.workload.seed)
+                       jitter_seed=spec.workload.seed, adapters=AdapterCache(lora) if lora else None,
+                       adapter_copy_s=copy_s)
 
     dp = args.data_parallel_size
     admission = (Admission(args.max_num_queued_reqs, args.max_num_queued_tokens)
@@ -473,6 +478,10 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         summary.update(schedulers_stats(schedulers, resolved.num_spec_tokens))
     if args.enable_prefix_caching:
         summary.update(prefix_cache_summary(schedulers))
+    if lora is not None:    # the adapters' copies into GPU slots (priced) and reads from disk (not priced)
+        summary["lora_gpu_loads"] = sum(r.adapters.gpu_loads for r in replicas)
+        summary["lora_disk_loads"] = sum(r.adapters.disk_loads for r in replicas)
+        summary["lora_adapter_copy_ms"] = copy_s * 1e3
     engines = {Role.COLOCATED.value: resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(resolved, memory, records, client.failed, trace, summary,

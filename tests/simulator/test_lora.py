@@ -17,7 +17,7 @@ from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.comm.backend import make_comm_backend
 from simulator.cost_model import RooflineCostModel
 from simulator.engine_args import EngineArgs
-from simulator.lora import LoraConfig, lora_ops, slot_bytes_per_rank
+from simulator.lora import AdapterCache, LoraConfig, adapter_copy_s, lora_ops, slot_bytes_per_rank
 from simulator.memory import cuda_graph_bytes
 from simulator.request import Request, RequestSpec
 from simulator.scheduler_config import SchedulerConfig
@@ -90,6 +90,26 @@ def test_a_step_with_adapters_pays_their_kernels():
     assert any("punica kernels" in n for n in engine.pricing_notes)
 
 
+def test_the_adapter_cache_is_vllms_two_lrus():
+    # 2 GPU slots, 3 CPU slots (LRUCacheWorkerLoRAManager): a step's adapters are read from disk when
+    # the CPU cache lacks them and copied into the least recently used GPU slot when the slots lack them;
+    # leaving the CPU cache frees the GPU slot too
+    cache = AdapterCache(LoraConfig(max_loras=2, max_cpu_loras=3))
+    assert cache.apply((1, 2)) == (2, 2)
+    assert cache.apply((1,)) == (0, 0)          # 1 is now the most recent in both
+    assert cache.apply((3,)) == (1, 1)          # slot of 2 (least recent) taken; CPU holds 1, 2, 3
+    assert cache.apply((2,)) == (1, 0)          # in the CPU cache: a copy, no read; slot of 1 taken
+    assert cache.apply((4,)) == (1, 1)          # CPU drops 1 (least recent): holds 3, 2, 4; slot of 3 taken
+    # 1 from disk again (CPU drops 3) into 2's slot, then 3 from disk (CPU drops 2) into 4's slot
+    assert cache.apply((1, 3)) == (2, 2)
+    assert (cache.gpu_loads, cache.disk_loads) == (7, 6)
+    assert cache.apply((2,)) == (1, 1)          # CPU dropped 2: from disk; CPU drops 4, 2 takes 1's slot
+    # a copy: one slot's bytes over the host link at 80 %: Llama-3.1-8B rank 16 at TP 1 on an H100
+    one_slot = slot_bytes_per_rank(LLAMA, ParallelSpec(tp=1), LoraConfig(1, 16))
+    assert adapter_copy_s(LLAMA, ParallelSpec(tp=1), LoraConfig(4, 16), 64e9) == one_slot / 51.2e9
+    assert one_slot == 92356608 and adapter_copy_s(LLAMA, ParallelSpec(tp=1), LoraConfig(4, 16), 0.0) == 0.0
+
+
 def _sched(max_loras: int):
     return SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=512, max_model_len=1024, async_scheduling=False,
                            enable_prefix_caching=False, max_loras=max_loras)
@@ -140,6 +160,10 @@ def test_fewer_adapter_slots_than_adapters_queue_the_requests():
     assert two.summary["completed"] == eight_slots.summary["completed"] == 60
     assert two.summary["mean_ttft_ms"] > 2 * eight_slots.summary["mean_ttft_ms"]
     assert eight_slots.summary["mean_tpot_ms"] > plain.summary["mean_tpot_ms"]      # the kernels
+    # copies into GPU slots are priced (1.80 ms each on an H100's PCIe 5.0 link), disk reads counted
+    s = two.summary
+    assert s["lora_adapter_copy_ms"] == pytest.approx(1e3 * 92356608 / 51.2e9, rel=1e-12)
+    assert s["lora_gpu_loads"] >= 8 and s["lora_disk_loads"] >= 8
     # no step runs more than two adapters (the batch trace: one row per scheduled request and step)
     lora_of = {r.request_id: r.lora_id for r in generate_requests(WorkloadSpec(
         dataset_name="random", num_prompts=60, request_rate=20.0, random_input_len=500, random_output_len=60,
@@ -157,6 +181,7 @@ def test_fewer_adapter_slots_than_adapters_queue_the_requests():
     (dict(enable_lora=True, speculative_config=SpecDecodeConfig("eagle", 2, (0.5,))), {},
      "--enable-lora with --speculative-config is not simulated"),
     (dict(max_loras=4), {}, "need --enable-lora"),
+    (dict(enable_lora=True, pipeline_parallel_size=2), {}, "--enable-lora with pipeline parallelism is not simulated"),
     (dict(enable_lora=True, max_lora_rank=24), {}, "--max-lora-rank 24 is not one of 1, 8, 16"),
     (dict(enable_lora=True, max_loras=4, max_cpu_loras=2), {}, r"--max-cpu-loras \(2\) must be >= --max-loras \(4\)"),
     ({}, dict(lora_modules=("a",)), "--lora-modules a: the server needs --enable-lora"),
@@ -181,3 +206,4 @@ def test_the_cli_serves_adapters():
                                    "--lora-assignment", "round-robin"])
     assert res.exit_code == 0, res.output
     assert "note: LoRA: the adapters' punica kernels" in res.output and "Successful requests:" in res.output
+    assert "LoRA: 3 adapter copies into GPU slots (1.80 ms each), 3 reads from disk (not priced)" in res.output
