@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 
 from simulator.request import RequestSpec
 from simulator.workloads.arrivals import arrival_times_s
+from simulator.workloads.prefix_repetition import sample_prefix_repetition_requests
 from simulator.workloads.random_dataset import length_bounds, sample_random_requests
 from simulator.workloads.sharegpt import sample_sharegpt_requests
 from simulator.workloads.trace import load_trace
 
-DATASETS = ("random", "sharegpt", "trace")
+DATASETS = ("random", "sharegpt", "trace", "prefix_repetition")
 LORA_ASSIGNMENTS = ("random", "round-robin")     # vllm bench serve --lora-assignment
 
 
@@ -33,7 +34,7 @@ def _is_int(value: object) -> bool:
 class WorkloadSpec:
     """One benchmark workload, named after ``vllm bench serve`` flags (defaults are vLLM's).
 
-    dataset_name: "random" | "sharegpt" | "trace".
+    dataset_name: "random" | "sharegpt" | "trace" | "prefix_repetition".
     num_prompts: requests to generate (trace: the first ``num_prompts`` rows).
     request_rate: mean arrivals per second; ``inf`` sends everything at t = 0 (ignored for traces).
     burstiness: gamma shape of the inter-arrival gaps (1 = Poisson, < 1 burstier, ``inf`` = constant).
@@ -43,6 +44,10 @@ class WorkloadSpec:
     sharegpt_output_len: overrides every ShareGPT output length (``--sharegpt-output-len``).
     dataset_path: the trace file (required for "trace"), or a ShareGPT JSON replacing the
         packaged one; not allowed with "random" (vLLM rejects it too).
+    prefix_repetition_prefix_len / _suffix_len / _num_prefixes / _output_len: the prefix_repetition
+        dataset (``workloads/prefix_repetition.py``): num_prefixes shared prefixes, each with
+        num_prompts // num_prefixes requests of their own suffix (vLLM's defaults 256, 256, 10, 128).
+    disable_shuffle: keep the prefix_repetition requests in generation order (``--disable-shuffle``).
     lora_modules: LoRA adapter names the requests run (``--lora-modules``, as vllm bench serve's:
         each request one of them; empty = the base model); the server registers them in this
         order, so adapter i has vLLM's lora_int_id i + 1.
@@ -62,6 +67,11 @@ class WorkloadSpec:
     random_prefix_len: int = 0
     sharegpt_output_len: int | None = None
     dataset_path: str | None = None
+    prefix_repetition_prefix_len: int = 256
+    prefix_repetition_suffix_len: int = 256
+    prefix_repetition_num_prefixes: int = 10
+    prefix_repetition_output_len: int = 128
+    disable_shuffle: bool = False
     lora_modules: tuple[str, ...] = ()
     lora_assignment: str = "random"
 
@@ -108,6 +118,27 @@ class WorkloadSpec:
             raise ValueError(
                 f"sharegpt_output_len={self.sharegpt_output_len!r} is invalid; need None or an integer >= 1"
             )
+        for name in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; need an integer >= 0")
+        for name in ("prefix_repetition_num_prefixes", "prefix_repetition_output_len"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; need an integer >= 1")
+        if not isinstance(self.disable_shuffle, bool):
+            raise ValueError(f"disable_shuffle={self.disable_shuffle!r} is invalid; need true or false")
+        if self.dataset_name == "prefix_repetition":
+            if self.prefix_repetition_prefix_len + self.prefix_repetition_suffix_len < 1:
+                raise ValueError("prefix_repetition_prefix_len + prefix_repetition_suffix_len must be >= 1 "
+                                 "(an empty prompt)")
+            if self.num_prompts < self.prefix_repetition_num_prefixes:
+                raise ValueError(f"num_prompts ({self.num_prompts}) must be >= prefix_repetition_num_prefixes "
+                                 f"({self.prefix_repetition_num_prefixes}), as vLLM requires")
+            if self.dataset_path is not None:
+                raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name='prefix_repetition'; "
+                                 "remove it")
+        elif self.disable_shuffle:
+            raise ValueError(f"disable_shuffle is simulated for dataset_name='prefix_repetition' only, not "
+                             f"{self.dataset_name!r}")
         if self.dataset_name == "trace" and self.dataset_path is None:
             raise ValueError("dataset_name='trace' needs dataset_path (a .jsonl, .csv or .parquet file)")
 
@@ -143,6 +174,14 @@ def _requests(spec: WorkloadSpec, vocab_size: int | None) -> list[RequestSpec]:
     if spec.dataset_name == "trace":
         return load_trace(spec.dataset_path, spec.num_prompts)
     arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
+    if spec.dataset_name == "prefix_repetition":
+        if vocab_size is None:
+            raise ValueError("dataset_name='prefix_repetition' needs vocab_size (its prompts are drawn from the "
+                             "vocabulary)")
+        return sample_prefix_repetition_requests(
+            spec.num_prompts, spec.prefix_repetition_prefix_len, spec.prefix_repetition_suffix_len,
+            spec.prefix_repetition_num_prefixes, spec.prefix_repetition_output_len, spec.seed, arrivals, vocab_size,
+            shuffle=not spec.disable_shuffle)
     if spec.dataset_name == "random":
         return sample_random_requests(
             spec.num_prompts,
