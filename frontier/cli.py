@@ -68,11 +68,12 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
     return merged
 
 
-# Scenario keys whose values may be richer than the flag's text: a YAML list of capture sizes, a
-# mapping for --compilation-config or --limit-mm-per-prompt, and --vllm-version, whose number (0.20 read as 0.2) gets its
+# Scenario keys whose values may be richer than the flag's text: a YAML list of capture sizes or of
+# LoRA adapter names, a mapping for --compilation-config or --limit-mm-per-prompt, and --vllm-version, whose number (0.20 read as 0.2) gets its
 # own message downstream.
 _UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version",
-                          "speculative_config", "spec_acceptance_rate", "cuda_graph_bs", "limit_mm_per_prompt")
+                          "speculative_config", "spec_acceptance_rate", "cuda_graph_bs", "limit_mm_per_prompt",
+                          "lora_modules")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:

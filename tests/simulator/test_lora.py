@@ -207,3 +207,11 @@ def test_the_cli_serves_adapters():
     assert res.exit_code == 0, res.output
     assert "note: LoRA: the adapters' punica kernels" in res.output and "Successful requests:" in res.output
     assert "LoRA: 3 adapter copies into GPU slots (1.80 ms each), 3 reads from disk (not priced)" in res.output
+
+
+def test_a_scenario_file_lists_the_adapters(tmp_path):
+    (tmp_path / "s.yaml").write_text("num_prompts: 12\nmax_model_len: 4096\nenable_lora: true\nmax_loras: 2\n"
+                                     "lora_modules: [sql, chat, code]\nlora_assignment: round-robin\n")
+    res = CliRunner().invoke(app, ["simulate", "--config", str(tmp_path / "s.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "LoRA: 3 adapter copies into GPU slots" in res.output
