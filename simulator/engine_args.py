@@ -179,6 +179,8 @@ class EngineArgs:
     # --speculative-config (with Frontier's --spec-acceptance-rate): EAGLE-family drafts, None = off
     speculative_config: SpecDecodeConfig | None = None
     # --enable-lora and its flags (simulator/lora.py): adapters' GPU slots, --max-loras per batch
+    # --stream-interval: tokens the API server buffers before it streams them (first and last sent at once)
+    stream_interval: int = 1
     enable_lora: bool = False
     max_loras: int = 1
     max_lora_rank: int = 16
@@ -214,7 +216,7 @@ class EngineArgs:
             _positive("max_model_len", self.max_model_len)
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                      "num_replicas", "max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs",
-                     "max_num_queued_reqs", "max_num_queued_tokens", "prefill_schedule_interval",
+                     "max_num_queued_reqs", "max_num_queued_tokens", "prefill_schedule_interval", "stream_interval",
                      "block_size", "num_gpu_blocks_override", "kv_cache_memory_bytes",
                      "max_cudagraph_capture_size"):
             _positive(name, getattr(self, name))

@@ -174,6 +174,7 @@ class BenchmarkClient:
     """
 
     frontend_latency_s = 0.0
+    stream_interval = 1     # --stream-interval: tokens a streamed chunk waits for (``_delivered_times``)
 
     def __init__(self, loop: EventLoop, specs: list[RequestSpec], entry: Cluster,
                  max_model_len: int, max_concurrency: int | None) -> None:
@@ -256,8 +257,8 @@ class BenchmarkClient:
         for rid in result.finished_request_ids:
             state = in_flight.pop(rid)
             del state.token_times_s[state.request.num_output_tokens:]
-            if result.num_new_tokens:       # one time per output chunk, as vllm bench serve records them
-                state.token_times_s = array("d", _chunk_times(state.token_times_s))
+            if result.num_new_tokens or self.stream_interval > 1:   # one time per output chunk, as vllm bench
+                state.token_times_s = array("d", _delivered_times(state.token_times_s, self.stream_interval))
             state.request.token_times_s = None
             self.records.append(self._make_record(rid, state))
             self._release_slot()
@@ -307,6 +308,7 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     """
     wall0 = time.perf_counter()
     client.frontend_latency_s = spec.frontend_latency_s
+    client.stream_interval = spec.engine.stream_interval
     client.start()
     with _event_loop_gc():
         loop.run()
@@ -328,9 +330,24 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     return records, summary, sim_wall_s
 
 
-def _chunk_times(times: array) -> list[float]:
-    """Token times with each run of equal times (the tokens of one output chunk) kept once."""
-    return [t for i, t in enumerate(times) if i == 0 or t != times[i - 1]]
+def _delivered_times(times: array, interval: int) -> list[float]:
+    """The times of the chunks a client receives for tokens generated at ``times`` (the tokens of
+    one step share its time), as vLLM 0.33's output processor streams them
+    (``RequestState.make_request_output`` with ``--stream-interval``): a step's output is sent when
+    it holds the first token, when ``interval`` tokens or more are unsent, or when it finishes the
+    request; otherwise its tokens wait for the next send. Interval 1: one chunk per step (a
+    speculative step's 1 + accepted tokens)."""
+    out: list[float] = []
+    sent, n, i = 0, len(times), 0
+    while i < n:
+        t, j = times[i], i + 1
+        while j < n and times[j] == t:      # the step's tokens
+            j += 1
+        if sent == 0 or j - sent >= interval or j == n:
+            out.append(t)
+            sent = j
+        i = j
+    return out
 
 
 def build_memory(resolved: ResolvedEngine, profiled: ProfiledOverheads | None = None,

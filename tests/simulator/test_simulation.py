@@ -106,3 +106,34 @@ def test_step_jitter_is_seeded_and_changes_timing_not_tokens():
     assert a.summary["total_output_tokens"] == plain.summary["total_output_tokens"]
     with pytest.raises(ValueError, match="--step-jitter"):
         SimulationSpec(step_jitter=1.5)
+
+
+def test_stream_interval_groups_tokens_into_chunks_as_vllms_output_processor_sends_them():
+    from array import array
+
+    from simulator.simulation import _delivered_times
+    steps = array("d", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])         # one token a step
+    assert _delivered_times(steps, 1) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    # the first token at once, then every 3 unsent tokens, the rest when the request finishes
+    assert _delivered_times(steps, 3) == [1.0, 4.0, 7.0]
+    assert _delivered_times(steps, 4) == [1.0, 5.0, 7.0]
+    # speculative steps of several tokens: a step is sent once 3 or more tokens wait
+    spec = array("d", [1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 5.0, 5.0])
+    assert _delivered_times(spec, 1) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert _delivered_times(spec, 3) == [1.0, 3.0, 5.0]
+    assert _delivered_times(array("d", [1.0]), 8) == [1.0]
+
+
+def test_stream_interval_changes_the_itl_only():
+    def run(interval: int):
+        return run_simulation(SimulationSpec(
+            engine=EngineArgs(max_model_len=4096, stream_interval=interval),
+            workload=WorkloadSpec(dataset_name="random", num_prompts=40, request_rate=10.0, random_input_len=300,
+                                  random_output_len=41))).summary
+    one, four = run(1), run(4)
+    for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "completed"):
+        assert four[key] == one[key]
+    # 40 tokens after the first: 10 chunks of 4 instead of 40 of 1, so each gap spans ~4 steps
+    assert four["mean_itl_ms"] == pytest.approx(4 * one["mean_itl_ms"], rel=0.05)
+    with pytest.raises(ValueError, match="--stream-interval must be a positive integer, got 0"):
+        EngineArgs(stream_interval=0)
