@@ -669,11 +669,11 @@ class BatchEngine:
         t = self._lora_cache.get(key)
         if t is None:
             ops = lora_ops(self.model, self._tp, m, rows, num_loras, self.lora.max_lora_rank, self._ab)
+            body = [(op, n) for op, n in ops if not op.name.startswith("lm_head")]
             head = [(op, n) for op, n in ops if op.name.startswith("lm_head")]
             if len(self._lora_cache) >= MAX_CACHE_ENTRIES:
                 self._lora_cache.clear()
-            t = self._lora_cache[key] = (self._times([p for p in ops if p not in head], timing)
-                                         + self._times(head, "launch"))
+            t = self._lora_cache[key] = self._times(body, timing) + self._times(head, "launch")
         return t
 
     def _head_time_s(self, rows: int) -> float:

@@ -178,9 +178,9 @@ class EngineArgs:
     performance_mode: str = "balanced"   # --performance-mode (vLLM 0.17+): balanced, interactivity, throughput
     # --speculative-config (with Frontier's --spec-acceptance-rate): EAGLE-family drafts, None = off
     speculative_config: SpecDecodeConfig | None = None
-    # --enable-lora and its flags (simulator/lora.py): adapters' GPU slots, --max-loras per batch
     # --stream-interval: tokens the API server buffers before it streams them (first and last sent at once)
     stream_interval: int = 1
+    # --enable-lora and its flags (simulator/lora.py): adapters' GPU slots, --max-loras per batch
     enable_lora: bool = False
     max_loras: int = 1
     max_lora_rank: int = 16

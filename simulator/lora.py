@@ -96,14 +96,15 @@ def lora_error(model: ModelSpec) -> str | None:
     return None
 
 
-def _layer_modules(model: ModelSpec, tp: int) -> list[tuple[str, int, int, int, bool]]:
-    """(name, slices, input width, output width summed over the slices, column-parallel) of a
-    decoder layer's wrapped linear layers on one TP rank (their base layers' shards)."""
+def _layer_modules(model: ModelSpec, tp: int) -> list[tuple[str, int, int, int]]:
+    """(name, slices, input width, output width summed over the slices) of a decoder layer's
+    wrapped linear layers on one TP rank (their base layers' shards: a column-parallel layer,
+    qkv or gate_up, has the whole input and its output shard, a row-parallel one the reverse)."""
     h, d = model.hidden_size, model.head_dim
     heads, kv = model.num_attention_heads // tp, max(1, model.num_kv_heads // tp)
     inter = -(-model.intermediate_size // tp)
-    return [("qkv_proj", 3, h, (heads + 2 * kv) * d, True), ("o_proj", 1, heads * d, h, False),
-            ("gate_up_proj", 2, h, 2 * inter, True), ("down_proj", 1, inter, h, False)]
+    return [("qkv_proj", 3, h, (heads + 2 * kv) * d), ("o_proj", 1, heads * d, h),
+            ("gate_up_proj", 2, h, 2 * inter), ("down_proj", 1, inter, h)]
 
 
 def slot_bytes_per_rank(model: ModelSpec, parallel: ParallelSpec, config: LoraConfig) -> int:
@@ -111,7 +112,7 @@ def slot_bytes_per_rank(model: ModelSpec, parallel: ParallelSpec, config: LoraCo
     docstring), at ``LORA_BYTES`` per element."""
     r, h, tp = config.max_lora_rank, model.hidden_size, parallel.tp
     per_layer = 0
-    for _, slices, k, n, column in _layer_modules(model, tp):
+    for _, slices, k, n in _layer_modules(model, tp):
         # column: A whole over the unsharded input (k = hidden), B the output shard; row: A the
         # input shard, B the whole output (n = hidden)
         per_layer += slices * r * k + n * r
@@ -129,7 +130,7 @@ def lora_ops(model: ModelSpec, tp: int, m: int, rows: int, num_loras: int, rank:
     whose requests run ``num_loras`` adapters: shrink + expand per wrapped layer x the decoder
     layers, the embedding's expand, and the lm_head's shrink + expand over the rows."""
     out: list[tuple[LoraOp, int]] = []
-    for name, slices, k, n, _ in _layer_modules(model, tp):
+    for name, slices, k, n in _layer_modules(model, tp):
         out += [(LoraOp(f"{name}_lora_shrink", "shrink", m, k, n, rank, slices, num_loras, act_bytes=act_bytes),
                  model.num_layers),
                 (LoraOp(f"{name}_lora_expand", "expand", m, k, n, rank, slices, num_loras, act_bytes=act_bytes),

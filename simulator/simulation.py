@@ -412,6 +412,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.sglang is None and args.enable_prefix_caching and not args.enable_chunked_prefill \
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
         raise ValueError(gdn_simulation_error(args))
+    if spec.workload.lora_modules and spec.sglang is not None:
+        raise ValueError("--lora-modules with --engine sglang: LoRA adapters are simulated on co-located vLLM engines "
+                         "only")
     if spec.engine.enable_lora and (spec.sglang is not None or spec.architecture != "colocated"):
         where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
         raise ValueError(f"--enable-lora with {where} is not simulated; LoRA adapters are simulated on co-located "
