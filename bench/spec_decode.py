@@ -1,7 +1,7 @@
 """Speculative decoding: the simulated decode speedup against a scalar expectation formula.
 
     .venv/bin/python bench/spec_decode.py [--model meta-llama/Llama-3.1-8B] [--gpu H100]
-        [--method eagle3] [--k 3] [--draft-model PATH] [--rates 0.2,0.5,0.8] [--batches 1,4,16,64]
+        [--method eagle3|eagle|mtp|draft_model] [--k 3] [--draft-model PATH] [--rates 0.2,0.5,0.8] [--batches 1,4,16,64]
         [--input-len 1024] [--output-len 512] [--predictor-bundle auto]
 
 The paper's Figure 3 compares vLLM's MTP decode speedup with AIConfigurator's analytical one,
@@ -55,7 +55,7 @@ def scalar_speedup(args, spec: SpecDecodeConfig, batch: int, bundle: str | None)
     time + the drafter's passes), at the requests' mean context."""
     r = resolve_engine(EngineArgs(model=args.model, gpu=args.gpu, speculative_config=spec))
     engine = BatchEngine(r.model, r.parallel, r.gpu, make_cost_model(r.gpu, "analytical", bundle),
-                         r.cudagraph_config(), spec=spec)
+                         r.cudagraph_config(), spec=spec, draft_model=r.draft_model)
     k, ctx = spec.num_speculative_tokens, (args.input_len + args.output_len // 2,) * batch
     plain = engine.step_cost(BatchShape((1,) * batch, ctx)).duration_s
     verify = engine.step_cost(BatchShape((1 + k,) * batch, ctx, num_drafts=k * batch, draft_passes=k)).duration_s
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="H100")
     parser.add_argument("--method", default="eagle3")
     parser.add_argument("--k", type=int, default=3)
-    parser.add_argument("--draft-model", default="", help="the draft head's config.json path (its draft vocabulary)")
+    parser.add_argument("--draft-model", default="", help="the draft head's config.json path (its draft vocabulary); "
+                        "with --method draft_model the draft model's catalogue name or config.json path")
     parser.add_argument("--rates", default="0.2,0.5,0.8")
     parser.add_argument("--batches", default="1,4,16,64")
     parser.add_argument("--input-len", type=int, default=1024)
