@@ -47,6 +47,7 @@ class RequestRecord:
     output_len: generated tokens (usage.completion_tokens).
     prefill_replica / decode_replica / kv_transfer_s: P/D disaggregation only (-1, -1, 0 otherwise):
     the engines of each role that served the request and its KV transfer time (start to last byte).
+    lora_id: the LoRA adapter it ran (``RequestSpec.lora_id``; 0 = the base model).
     """
 
     request_id: str
@@ -63,6 +64,7 @@ class RequestRecord:
     decode_replica: int = -1
     kv_transfer_s: float = 0.0
     kv_transfer_start_s: float = 0.0      # P/D: when D started pulling the KV (Perfetto transfer track)
+    lora_id: int = 0
 
     def __post_init__(self) -> None:
         if not self.arrival_s <= self.send_s <= self.first_token_s <= self.finish_s:

@@ -272,7 +272,7 @@ class BenchmarkClient:
             "first_token_s": times[0], "finish_s": times[-1], "prompt_len": state.spec.prompt_len,
             "output_len": req.num_output_tokens, "token_times_s": times,
             "num_preemptions": req.num_preemptions,
-            "num_prefix_hit_tokens": max(req.num_cached_tokens, 0), **fields})
+            "num_prefix_hit_tokens": max(req.num_cached_tokens, 0), "lora_id": state.spec.lora_id, **fields})
 
 
 @contextmanager

@@ -215,3 +215,15 @@ def test_a_scenario_file_lists_the_adapters(tmp_path):
     res = CliRunner().invoke(app, ["simulate", "--config", str(tmp_path / "s.yaml")])
     assert res.exit_code == 0, res.output
     assert "LoRA: 3 adapter copies into GPU slots" in res.output
+
+
+def test_requests_parquet_names_each_requests_adapter(tmp_path):
+    import pyarrow.parquet as pq
+    res = CliRunner().invoke(app, ["simulate", "--max-model-len", "4096", "--num-prompts", "6", "--enable-lora",
+                                   "--max-loras", "2", "--lora-modules", "a,b", "--lora-assignment", "round-robin",
+                                   "--output-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(tmp_path / "requests.parquet").to_pydict()
+    assert dict(zip(table["request_id"], table["lora_id"])) == {"0": 1, "1": 2, "2": 1, "3": 2, "4": 1, "5": 2}
+    plain = CliRunner().invoke(app, ["simulate", "--num-prompts", "3", "--output-dir", str(tmp_path / "p")])
+    assert plain.exit_code == 0 and "lora_id" not in pq.read_table(tmp_path / "p" / "requests.parquet").column_names
