@@ -374,6 +374,10 @@ class EngineArgs:
             raise ValueError(
                 f"--max-model-len {self.max_model_len} exceeds the model's max_position_embeddings "
                 f"{model.max_position_embeddings}")
+        draft_len = self.speculative_config.draft.max_position_embeddings if (
+            self.speculative_config is not None and self.speculative_config.draft is not None) else 0
+        if 0 < draft_len < max_model_len:   # vLLM _limit_max_model_len_to_draft (model runner V2): lowered, a warning
+            max_model_len = draft_len
         mem = gpu.memory_bytes
         if mem >= 160 * GiB and self.vllm_release >= LARGE_GPU_DEFAULTS:
             default_tokens, default_seqs = 16384, 1024

@@ -50,7 +50,10 @@ graphs), a forward of the whole draft model over each request's scheduled tokens
 one, then k - 1 forwards over one token per request, each with the draft's logits for one row per
 request (``BatchEngine.standalone_draft_time_s``); its weights and its KV (every layer of it, in
 the target's pool: vLLM's ``UniformTypeKVCacheSpecs``, one block spanning both models' layers)
-come off the KV budget (``simulator.memory.kv_budget``'s ``draft``). vLLM skips drafting in a step
+come off the KV budget (``simulator.memory.kv_budget``'s ``draft``), and a draft of fewer
+positions than the engine's max_model_len lowers it to the draft's (vLLM's
+``_limit_max_model_len_to_draft``, with a warning: V2 cannot skip speculation for longer
+sequences; ``EngineArgs.resolve``). vLLM skips drafting in a step
 where no scheduled request can use the drafts (``SchedulerOutput.skip_drafts``).
 """
 

@@ -182,3 +182,20 @@ def test_the_cli_simulates_and_sizes_a_draft_model():
     bad = CliRunner().invoke(app, ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--num-prompts", "5",
                                    "--speculative-config", cfg, "--spec-acceptance-rate", "0.7"])
     assert bad.exit_code == 2 and bad.output.startswith("error: draft model 'Qwen/Qwen3-0.6B' has vocab_size 151936")
+
+
+def test_a_draft_of_fewer_positions_lowers_max_model_len(tmp_path):
+    # vLLM's _limit_max_model_len_to_draft (model runner V2): the engine serves at most the draft's length
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 28,
+        "vocab_size": 151936, "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "tie_word_embeddings": True}))
+    spec = spec_config_from_vllm({"model": str(tmp_path), "num_speculative_tokens": 2}, [0.7])
+    assert spec.draft.max_position_embeddings == 8192
+    r = resolve_engine(EngineArgs(model="Qwen/Qwen3-32B", gpu="H100", tensor_parallel_size=2, speculative_config=spec))
+    assert r.max_model_len == 8192
+    longer = resolve_engine(EngineArgs(model="Qwen/Qwen3-32B", gpu="H100", tensor_parallel_size=2,
+                                       max_model_len=16384, speculative_config=spec))
+    assert longer.max_model_len == 8192
+    assert resolve_engine(EngineArgs(model="Qwen/Qwen3-32B", gpu="H100", tensor_parallel_size=2,
+                                     speculative_config=_draft())).max_model_len == 40960
