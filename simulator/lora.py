@@ -164,7 +164,10 @@ class AdapterCache:
         self.disk_loads = 0
 
     def apply(self, lora_ids: tuple[int, ...]) -> tuple[int, int]:
-        """Make ``lora_ids`` (at most gpu_slots, in the order vLLM visits them) resident."""
+        """Make ``lora_ids`` (at most gpu_slots) resident, visiting them in the given order (the
+        scheduler's: ascending ids; vLLM visits a set of requests hashed by adapter name, an order
+        that varies with the process's hash seed, so which slot an adapter evicts within one step
+        may differ; the counts differ only when one step brings in several new adapters)."""
         gpu, cpu = self._gpu, self._cpu
         copies = reads = 0
         for a in lora_ids:

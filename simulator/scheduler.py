@@ -397,6 +397,9 @@ class Scheduler:
         remote_prefill (consumer only): pull the prompt's KV from a prefill instance.
         remote_decode (producer only): keep the blocks at finish until `finish_sending_kv`.
         """
+        if request.lora_id and not self.config.max_loras:
+            raise ValueError(f"request {request.request_id!r} runs LoRA adapter {request.lora_id}, but the engine "
+                             "serves none: add --enable-lora (vLLM answers 404 for an unknown model name)")
         if remote_decode and self._backoff and request.prompt_len > self._backoff:
             if not isinstance(request, RequestSpec):
                 raise ValueError(f"{request.request_id!r}: a prefill instance with Gated DeltaNet state groups "

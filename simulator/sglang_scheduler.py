@@ -250,6 +250,9 @@ class SglangScheduler:
         ``idle_spun``: SGLang's loop spins while it has nothing to do, and its first idle iteration
         (``on_idle``) resets new_token_ratio; a request finding the scheduler idle finds it reset.
         A caller that steps the loop itself (calling ``schedule`` in idle iterations) passes False."""
+        if spec.lora_id:
+            raise ValueError(f"request {spec.request_id!r} runs a LoRA adapter: LoRA is simulated on vLLM "
+                             "engines only, not with --engine sglang")
         cfg = self.config
         max_req_len = min(cfg.context_length - 1, cfg.max_total_tokens - 1)
         if spec.prompt_len >= max_req_len - 5:

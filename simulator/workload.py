@@ -162,6 +162,8 @@ def assign_loras(requests: list[RequestSpec], spec: WorkloadSpec) -> list[Reques
     n = len(spec.lora_modules)
     if not n:
         return requests
+    if any(r.lora_id for r in requests):
+        raise ValueError("the trace names the requests' LoRA adapters (its lora column); drop --lora-modules")
     if spec.lora_assignment == "round-robin":
         ids = [i % n + 1 for i in range(len(requests))]
     else:

@@ -9,6 +9,9 @@ Columns (one row per request):
                                              or space-separated ids "1 2 3".
     request_id         str, unique (default: the row index)                   (optional)
     priority           int (default 0; lower runs first under priority scheduling)  (optional)
+    lora               str, the LoRA adapter the request runs (the OpenAI request's model name;
+                       empty = the base model): adapters are numbered 1, 2, ... in the order
+                       they first appear in the file (vLLM's lora_int_id)   (optional)
 
 A ``.json`` file may instead hold one JSON array of such objects.  Like vLLM's ``timed_trace``
 the first ``num_prompts`` rows (file order) are used; the result is sorted by arrival time
@@ -87,7 +90,7 @@ def _token_ids(value: Any, row: int) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _parse_row(raw: dict[str, Any], row: int) -> RequestSpec:
+def _parse_row(raw: dict[str, Any], row: int, adapters: dict[str, int]) -> RequestSpec:
     if not isinstance(raw, dict):
         raise ValueError(f"trace row {row}: a JSON {type(raw).__name__}, not an object with arrival_time_s, "
                          "output_len and prompt_len or prompt_token_ids")
@@ -112,7 +115,12 @@ def _parse_row(raw: dict[str, Any], row: int) -> RequestSpec:
         prompt_len = len(ids)
     priority = 0 if raw.get("priority") is None else _as_int(raw["priority"], "priority", row, -(2**63))
     request_id = str(raw["request_id"]) if raw.get("request_id") is not None else str(row)
-    return RequestSpec(request_id, arrival_s, prompt_len, output_len, priority=priority, prompt_token_ids=ids)
+    lora = raw.get("lora")
+    if lora is not None and not isinstance(lora, str):
+        raise ValueError(f"trace row {row}: lora={lora!r} is not an adapter name")
+    lora_id = adapters.setdefault(lora, len(adapters) + 1) if lora else 0
+    return RequestSpec(request_id, arrival_s, prompt_len, output_len, priority=priority, prompt_token_ids=ids,
+                       lora_id=lora_id)
 
 
 def load_trace(path: str, num_requests: int) -> list[RequestSpec]:
@@ -123,7 +131,8 @@ def load_trace(path: str, num_requests: int) -> list[RequestSpec]:
     rows = _read_rows(p)
     if not rows:
         raise ValueError(f"trace file {path!r} has no rows")
-    requests = [_parse_row(raw, n) for n, raw in enumerate(rows[:num_requests])]
+    adapters: dict[str, int] = {}       # LoRA adapter name -> id, by first appearance
+    requests = [_parse_row(raw, n, adapters) for n, raw in enumerate(rows[:num_requests])]
     seen: dict[str, int] = {}
     for n, r in enumerate(requests):
         if r.request_id in seen:

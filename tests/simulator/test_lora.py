@@ -227,3 +227,29 @@ def test_requests_parquet_names_each_requests_adapter(tmp_path):
     assert dict(zip(table["request_id"], table["lora_id"])) == {"0": 1, "1": 2, "2": 1, "3": 2, "4": 1, "5": 2}
     plain = CliRunner().invoke(app, ["simulate", "--num-prompts", "3", "--output-dir", str(tmp_path / "p")])
     assert plain.exit_code == 0 and "lora_id" not in pq.read_table(tmp_path / "p" / "requests.parquet").column_names
+
+
+def test_a_trace_names_each_requests_adapter(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_time_s": 0, "prompt_len": 100, "output_len": 20, "lora": "sql"}\n'
+                     '{"arrival_time_s": 0.1, "prompt_len": 100, "output_len": 20}\n'
+                     '{"arrival_time_s": 0.2, "prompt_len": 100, "output_len": 20, "lora": "chat"}\n'
+                     '{"arrival_time_s": 0.3, "prompt_len": 100, "output_len": 20, "lora": "sql"}\n')
+    spec = WorkloadSpec(dataset_name="trace", dataset_path=str(trace), num_prompts=4)
+    assert [r.lora_id for r in generate_requests(spec)] == [1, 0, 2, 1]       # by first appearance
+    with pytest.raises(ValueError, match="the trace names the requests' LoRA adapters"):
+        generate_requests(WorkloadSpec(dataset_name="trace", dataset_path=str(trace), num_prompts=4,
+                                       lora_modules=("a",)))
+    # one slot: sql, chat, sql again are three copies into it
+    res = CliRunner().invoke(app, ["simulate", "--dataset-name", "trace", "--dataset-path", str(trace),
+                                   "--num-prompts", "4", "--enable-lora", "--max-loras", "1"])
+    assert res.exit_code == 0, res.output
+    assert "LoRA: 3 adapter copies into GPU slots" in res.output
+    for flags, message in [([], "error: request '0' runs LoRA adapter 1, but the engine serves none: add --enable-lora"),
+                           (["--engine", "sglang"], "error: request '0' runs a LoRA adapter: LoRA is simulated on vLLM")]:
+        bad = CliRunner().invoke(app, ["simulate", "--dataset-name", "trace", "--dataset-path", str(trace),
+                                       "--num-prompts", "4", *flags])
+        assert bad.exit_code == 2 and bad.output.startswith(message), bad.output
+    trace.write_text('{"arrival_time_s": 0, "prompt_len": 100, "output_len": 20, "lora": 3}\n')
+    with pytest.raises(ValueError, match="trace row 0: lora=3 is not an adapter name"):
+        generate_requests(WorkloadSpec(dataset_name="trace", dataset_path=str(trace), num_prompts=1))
