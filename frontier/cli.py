@@ -377,7 +377,7 @@ def simulate(
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels, KV budget, engine defaults (async scheduling: off before 0.14) and DP load balancer differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler follows 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
-    dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt, trace or prefix_repetition (vllm bench serve's shared-prefix dataset).", rich_help_panel=BENCH_HELP),
+    dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt, trace, prefix_repetition (vllm bench serve's shared-prefix dataset) or reasoning (multi-round agentic sessions: --num-prompts sessions).", rich_help_panel=BENCH_HELP),
     dataset_path: Optional[str] = typer.Option(None, help="Trace file (.jsonl/.csv/.parquet) or a ShareGPT JSON.", rich_help_panel=BENCH_HELP),
     num_prompts: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
     request_rate: Optional[float] = typer.Option(None, help="Requests per second; inf (default) sends all at t=0.", rich_help_panel=BENCH_HELP),
@@ -393,6 +393,13 @@ def simulate(
     prefix_repetition_suffix_len: Optional[int] = typer.Option(None, help="prefix_repetition: tokens of each request's own suffix (default 256).", rich_help_panel=BENCH_HELP),
     prefix_repetition_num_prefixes: Optional[int] = typer.Option(None, help="prefix_repetition: shared prefixes (default 10); --num-prompts // this many requests each.", rich_help_panel=BENCH_HELP),
     prefix_repetition_output_len: Optional[int] = typer.Option(None, help="prefix_repetition: output tokens of every request (default 128).", rich_help_panel=BENCH_HELP),
+    reasoning_rounds: Optional[float] = typer.Option(None, help="reasoning: mean rounds per session (geometric, long-tailed; default 4).", rich_help_panel=BENCH_HELP),
+    reasoning_max_rounds: Optional[int] = typer.Option(None, help="reasoning: most rounds of a session (default 16).", rich_help_panel=BENCH_HELP),
+    reasoning_first_input_len: Optional[int] = typer.Option(None, help="reasoning: the first round's prompt tokens (default 4096).", rich_help_panel=BENCH_HELP),
+    reasoning_round_input_len: Optional[int] = typer.Option(None, help="reasoning: new tokens of each later round, a tool's observation (default 1024).", rich_help_panel=BENCH_HELP),
+    reasoning_round_output_len: Optional[int] = typer.Option(None, help="reasoning: output tokens of each hidden planning round (default 200).", rich_help_panel=BENCH_HELP),
+    reasoning_answer_len: Optional[int] = typer.Option(None, help="reasoning: output tokens of the final, user-facing round (default 500).", rich_help_panel=BENCH_HELP),
+    reasoning_tool_latency_ms: Optional[float] = typer.Option(None, help="reasoning: tool latency between rounds, ms (default 500).", rich_help_panel=BENCH_HELP),
     disable_shuffle: Optional[bool] = typer.Option(None, "--disable-shuffle", help="prefix_repetition: keep the requests in generation order (prefix by prefix).", rich_help_panel=BENCH_HELP),
     output_dir: Optional[Path] = typer.Option(None, help="Write requests.parquet, steps.parquet and summary.json here.", rich_help_panel=OUT_HELP),
     batch_trace: Optional[Path] = typer.Option(None, help="Parquet: one row per scheduled request per step.", rich_help_panel=OUT_HELP),
@@ -518,6 +525,13 @@ def simulate(
         scope = f" ({s['prefix_cache_scope']})" if "prefix_cache_scope" in s else ""
         typer.echo(f"prefix cache{scope}: hit rate {100 * s['prefix_cache_hit_rate']:.1f} % ({s['prefix_cache_hits']:,} of "
                    f"{s['prefix_cache_queries']:,} prompt tokens looked up, vLLM's prefix_cache_hits / queries)")
+    if "sessions_completed" in result.summary:
+        s = result.summary
+        typer.echo(f"sessions: {s['sessions_completed']} completed, {s['sessions_failed']} failed, "
+                   f"{s['mean_rounds_per_session']:.2f} rounds each; answer-visible TTFT (arrival to the final "
+                   f"round's first token) mean {s['mean_attft_ms']:.2f} / median {s['median_attft_ms']:.2f} / p99 "
+                   f"{s['p99_attft_ms']:.2f} ms; session E2EL mean {s['mean_session_e2el_ms']:.2f} ms; hidden planning "
+                   f"{s['hidden_planning_tokens']:,} tokens, {s['hidden_planning_throughput']:.1f} tok/s")
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)

@@ -94,6 +94,7 @@ class Cluster:
     admission: Admission | None = None            # the servers' API-server limits (None: none)
     router: RoundRobinRouter | LeastLoadedRouter | KvAwareRouter = field(init=False)
     _groups: list[EngineGroup] = field(init=False, default_factory=list)
+    _session_server: dict[str, int] = field(init=False, default_factory=dict)   # session -> its server
     _balancers: list[DpLoadBalancer] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -116,11 +117,18 @@ class Cluster:
     def submit(self, spec: RequestSpec) -> Request | str:
         """Route ``spec`` to a replica (and, for a server of DP engines, to a rank by vLLM's DP load
         balancer) and hand it over; return the engine's request state, or why the server refused
-        it (``admission``)."""
+        it (``admission``). A round of a multi-round session goes to the server its session's first
+        round went to (session affinity: its earlier rounds' blocks are cached there); within a
+        server of DP engines vLLM's DP load balancer still picks the rank."""
+        sid = spec.session_id
+        g = self._session_server.get(sid) if sid else None
+        if g is None:
+            g = self.router.pick(self.replicas if self.dp_ranks == 1 else self._groups)
+            if sid:
+                self._session_server[sid] = g
         if self.dp_ranks == 1:
-            server, balancer = [self.replicas[self.router.pick(self.replicas)]], None
+            server, balancer = [self.replicas[g]], None
         else:
-            g = self.router.pick(self._groups)
             server, balancer = self._groups[g].engines, self._balancers[g]
         if self.admission:      # the server refuses before its DP load balancer picks a rank
             refusal = self.admission.refusal([s for e in server for s in _schedulers(e)])

@@ -307,3 +307,36 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                 lines.append(_line(f"P{word} {short} (ms):", value, ".2f"))
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A finished multi-round session (``simulator.workloads.sessions``; seconds, simulation clock):
+    its arrival, the first token of its final round (the first the user sees: the answer-visible
+    TTFT is ``answer_first_token_s - arrival_s``), its finish, its rounds and the output tokens of
+    its hidden rounds (all but the last)."""
+
+    session_id: str
+    arrival_s: float
+    answer_first_token_s: float
+    finish_s: float
+    num_rounds: int
+    hidden_tokens: int
+
+
+def session_summary(records: Sequence[SessionRecord], num_sessions: int, duration_s: float) -> dict[str, float]:
+    """Summary keys of multi-round sessions: completed and failed sessions (a round that failed ends
+    its session), the answer-visible TTFT (session arrival to its final round's first token: mean,
+    median, p99, ms), the session's end-to-end latency (mean, ms), rounds per session and the hidden
+    planning throughput (output tokens of the hidden rounds per second of the run)."""
+    attft = np.array([r.answer_first_token_s - r.arrival_s for r in records]) * 1e3
+    e2e = np.array([r.finish_s - r.arrival_s for r in records]) * 1e3
+    hidden = sum(r.hidden_tokens for r in records)
+    return {"sessions_completed": len(records), "sessions_failed": num_sessions - len(records),
+            "mean_attft_ms": float(attft.mean()) if len(records) else 0.0,
+            "median_attft_ms": float(np.median(attft)) if len(records) else 0.0,
+            "p99_attft_ms": float(np.percentile(attft, 99)) if len(records) else 0.0,
+            "mean_session_e2el_ms": float(e2e.mean()) if len(records) else 0.0,
+            "mean_rounds_per_session": sum(r.num_rounds for r in records) / len(records) if records else 0.0,
+            "hidden_planning_tokens": hidden,
+            "hidden_planning_throughput": hidden / duration_s if duration_s > 0 else 0.0}

@@ -19,7 +19,10 @@ time an appended output token completes a block. Hash chain (block i covers toke
     h_i = hash((h_{i-1}, key_i))      root = None, or ("lora", lora_id) for a LoRA adapter's request
                                       (vLLM puts the adapter's name in every block's extra keys:
                                       requests of different adapters never share a block)
-    h_i = hash((("u", request_id), i))                                     if prompt is unique
+    h_i = hash((("u", content_key), i))                                    if prompt is unique
+                                      (content_key: the request's session for a round of a
+                                      multi-round session, whose prompt is its previous round's
+                                      whole sequence plus new tokens; else the request id)
                                       (unique already: no chain; hashed in bulk, 2 x 64 blocks a
                                       1k prompt per P/D request)
 
@@ -45,6 +48,9 @@ class RequestSpec:
     prompt_token_ids: explicit prompt content (enables prefix sharing); None = content unique to
     this request. When given, its length must equal `prompt_len`.
     lora_id: the LoRA adapter the request runs (vLLM ``lora_int_id``, >= 1), 0 = the base model.
+    session_id: the multi-round session the request is a round of ("" = none): its unique content
+        continues the session's earlier rounds (``Request.content_key``), so a round's prompt hits
+        the blocks its previous rounds left in the prefix cache.
     """
 
     request_id: str
@@ -54,8 +60,11 @@ class RequestSpec:
     priority: int = 0
     prompt_token_ids: tuple[int, ...] | None = None
     lora_id: int = 0
+    session_id: str = ""
 
     def __post_init__(self) -> None:
+        if self.session_id and self.prompt_token_ids is not None:
+            raise ValueError(f"{self.request_id!r}: a session's round has unique content (no prompt_token_ids)")
         if self.lora_id < 0:
             raise ValueError(f"lora_id={self.lora_id} of {self.request_id!r}; must be >= 0 (0 = the base model)")
         if self.prompt_len < 1:
@@ -153,9 +162,12 @@ class Request:
     real_drafts: int = 0                    # of those, real ones: drafts the drafter proposed after its last step
     hash_lookahead: int = 0                 # tokens after a block its hash covers (vLLM 1 with an EAGLE drafter)
     lora_id: int = 0                        # LoRA adapter (vLLM lora_int_id), 0 = the base model
+    content_key: str = ""                   # unique content's hash key: the session, or (default) the request id
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if not self.content_key:
+            self.content_key = self.request_id
         self._update_block_hashes()
 
     @classmethod
@@ -169,6 +181,7 @@ class Request:
             priority=spec.priority,
             prompt_token_ids=spec.prompt_token_ids,
             lora_id=spec.lora_id,
+            content_key=spec.session_id,
         )
 
     @property
@@ -205,9 +218,9 @@ class Request:
         if self.prompt_token_ids is None:
             m = num_tokens // bs
             if m == n + 1:                  # one block (an output token filled it): per block
-                hashes.append(hash((("u", self.request_id), n)))
+                hashes.append(hash((("u", self.content_key), n)))
             elif m > n:
-                hashes += map(hash, zip(repeat(("u", self.request_id)), range(n, m)))
+                hashes += map(hash, zip(repeat(("u", self.content_key)), range(n, m)))
             return
         parent = hashes[-1] if n else (("lora", self.lora_id) if self.lora_id else None)
         while (n + 1) * bs <= num_tokens:

@@ -37,7 +37,7 @@ from simulator.engine_args import AUTO_MAX_MODEL_LEN, EngineArgs, ResolvedEngine
 from simulator.engine_cpu import MEASURED as MEASURED_ENGINE_CPU, EngineCpu
 from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.memory import MemoryBudget, ProfiledOverheads, kv_budget
-from simulator.metrics import RequestRecord, summarize
+from simulator.metrics import RequestRecord, SessionRecord, session_summary, summarize
 from simulator.moe_routing import RoutingSpec, make_router
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
@@ -47,7 +47,8 @@ from simulator.lora import AdapterCache, adapter_copy_s
 from simulator.spec_decode import engine_acceptance, schedulers_stats, with_draft_layer
 from simulator.role_stats import role_summary
 from simulator.trace import BatchTrace
-from simulator.workload import WorkloadSpec, generate_requests
+from simulator.workload import WorkloadSpec, generate_requests, generate_sessions
+from simulator.workloads.sessions import Session
 
 if TYPE_CHECKING:
     from frontier.gpu import GpuSpec
@@ -177,7 +178,10 @@ class BenchmarkClient:
     stream_interval = 1     # --stream-interval: tokens a streamed chunk waits for (``_delivered_times``)
 
     def __init__(self, loop: EventLoop, specs: list[RequestSpec], entry: Cluster,
-                 max_model_len: int, max_concurrency: int | None) -> None:
+                 max_model_len: int, max_concurrency: int | None, sessions: list[Session] | None = None) -> None:
+        """``sessions``: the multi-round sessions whose first rounds ``specs`` holds
+        (``simulator.workloads.sessions``); the client sends each later round after its previous
+        round finished and the tool's latency passed, and records the session (``session_records``)."""
         self.loop = loop
         self.specs = specs
         self.entry = entry
@@ -188,6 +192,10 @@ class BenchmarkClient:
         self.records: list[RequestRecord] = []
         self.failed: dict[str, str] = {}
         self._next = 0
+        self._sessions = {s.session_id: s for s in sessions or ()}
+        self._round_index: dict[str, int] = {}      # request id of a later round -> its index in its session
+        self._hidden_tokens: dict[str, int] = {}    # session -> output tokens of its rounds before the last
+        self.session_records: list[SessionRecord] = []
         for replica in entry.replicas:
             replica.on_update = self._on_update
 
@@ -202,6 +210,9 @@ class BenchmarkClient:
 
     def _arrive(self, spec: RequestSpec) -> None:
         self._schedule_next_arrival()
+        self._admit(spec)
+
+    def _admit(self, spec: RequestSpec) -> None:
         if self.max_concurrency is not None and len(self.in_flight) >= self.max_concurrency:
             self.held.append(spec)
         else:
@@ -262,6 +273,26 @@ class BenchmarkClient:
             state.request.token_times_s = None
             self.records.append(self._make_record(rid, state))
             self._release_slot()
+            if state.spec.session_id:
+                self._next_round(rid, state)
+
+    def _next_round(self, rid: str, state: _InFlight) -> None:
+        """A session's round ``rid`` finished: its next round arrives after the tool's latency,
+        with the session's whole sequence so far as its prompt's head; after the last round the
+        session is recorded."""
+        sid = state.spec.session_id
+        session, k = self._sessions[sid], self._round_index.pop(rid, 0)
+        if k + 1 < len(session.rounds):
+            self._hidden_tokens[sid] = self._hidden_tokens.get(sid, 0) + state.request.num_output_tokens
+            at = self.loop.now_s + session.rounds[k].tool_latency_s
+            spec = dataclasses.replace(session.round_spec(k + 1, at, state.spec.prompt_len + state.request.num_output_tokens),
+                           lora_id=state.spec.lora_id)
+            self._round_index[spec.request_id] = k + 1
+            self.loop.at(at, lambda: self._admit(spec), PRIO_ARRIVAL)
+            return
+        last = self.records[-1]
+        self.session_records.append(SessionRecord(sid, session.arrival_s, last.first_token_s, last.finish_s,
+                                                  len(session.rounds), self._hidden_tokens.pop(sid, 0)))
 
     def _make_record(self, rid: str, state: _InFlight, **fields: Any) -> RequestRecord:
         """The record of a finished request; ``fields`` set or override RequestRecord fields."""
@@ -327,6 +358,8 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     summary["async_scheduling"] = spec.engine.effective_async_scheduling    # the engine loop it ran
     summary["engine_cpu_overhead"] = spec.engine_cpu_overhead
     summary["frontend_latency_ms"] = spec.frontend_latency_s * 1e3
+    if client._sessions:
+        summary.update(session_summary(client.session_records, len(client._sessions), duration_s))
     return records, summary, sim_wall_s
 
 
@@ -412,6 +445,10 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.sglang is None and args.enable_prefix_caching and not args.enable_chunked_prefill \
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
         raise ValueError(gdn_simulation_error(args))
+    if spec.workload.dataset_name == "reasoning" and (spec.sglang is not None or spec.architecture != "colocated"):
+        where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
+        raise ValueError(f"--dataset-name reasoning (multi-round sessions) with {where} is not simulated; its sessions "
+                         "run on co-located vLLM engines")
     if spec.workload.lora_modules and spec.sglang is not None:
         raise ValueError("--lora-modules with --engine sglang: LoRA adapters are simulated on co-located vLLM engines "
                          "only")
@@ -490,7 +527,8 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas),
                           dp_ranks=dp, vllm_version=resolved.vllm_version, admission=admission)
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
-    client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency)
+    sessions = generate_sessions(spec.workload) if spec.workload.dataset_name == "reasoning" else None
+    client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency, sessions)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))
     summary["pricing_notes"] = pricing_notes([engine])

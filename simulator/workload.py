@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from simulator.request import RequestSpec
 from simulator.workloads.arrivals import arrival_times_s
 from simulator.workloads.prefix_repetition import sample_prefix_repetition_requests
+from simulator.workloads.sessions import Session, sample_reasoning_sessions
 from simulator.workloads.random_dataset import length_bounds, sample_random_requests
 from simulator.workloads.sharegpt import sample_sharegpt_requests
 from simulator.workloads.trace import load_trace
 
-DATASETS = ("random", "sharegpt", "trace", "prefix_repetition")
+DATASETS = ("random", "sharegpt", "trace", "prefix_repetition", "reasoning")
 LORA_ASSIGNMENTS = ("random", "round-robin")     # vllm bench serve --lora-assignment
 
 
@@ -34,7 +35,7 @@ def _is_int(value: object) -> bool:
 class WorkloadSpec:
     """One benchmark workload, named after ``vllm bench serve`` flags (defaults are vLLM's).
 
-    dataset_name: "random" | "sharegpt" | "trace" | "prefix_repetition".
+    dataset_name: "random" | "sharegpt" | "trace" | "prefix_repetition" | "reasoning".
     num_prompts: requests to generate (trace: the first ``num_prompts`` rows).
     request_rate: mean arrivals per second; ``inf`` sends everything at t = 0 (ignored for traces).
     burstiness: gamma shape of the inter-arrival gaps (1 = Poisson, < 1 burstier, ``inf`` = constant).
@@ -48,6 +49,12 @@ class WorkloadSpec:
         dataset (``workloads/prefix_repetition.py``): num_prefixes shared prefixes, each with
         num_prompts // num_prefixes requests of their own suffix (vLLM's defaults 256, 256, 10, 128).
     disable_shuffle: keep the prefix_repetition requests in generation order (``--disable-shuffle``).
+    reasoning_*: the reasoning dataset (``workloads/sessions.py``): ``num_prompts`` multi-round
+        sessions arriving as requests do, rounds geometric with mean ``reasoning_rounds`` (at most
+        ``reasoning_max_rounds``), a first prompt of ``reasoning_first_input_len`` tokens, each later
+        round ``reasoning_round_input_len`` new tokens (a tool's observation), hidden rounds
+        ``reasoning_round_output_len`` output tokens, the final answer ``reasoning_answer_len``, and
+        ``reasoning_tool_latency_ms`` between rounds; lengths spread by ``random_range_ratio``.
     lora_modules: LoRA adapter names the requests run (``--lora-modules``, as vllm bench serve's:
         each request one of them; empty = the base model); the server registers them in this
         order, so adapter i has vLLM's lora_int_id i + 1.
@@ -72,6 +79,13 @@ class WorkloadSpec:
     prefix_repetition_num_prefixes: int = 10
     prefix_repetition_output_len: int = 128
     disable_shuffle: bool = False
+    reasoning_rounds: float = 4.0
+    reasoning_max_rounds: int = 16
+    reasoning_first_input_len: int = 4096
+    reasoning_round_input_len: int = 1024
+    reasoning_round_output_len: int = 200
+    reasoning_answer_len: int = 500
+    reasoning_tool_latency_ms: float = 500.0
     lora_modules: tuple[str, ...] = ()
     lora_assignment: str = "random"
 
@@ -139,6 +153,18 @@ class WorkloadSpec:
         elif self.disable_shuffle:
             raise ValueError(f"disable_shuffle is simulated for dataset_name='prefix_repetition' only, not "
                              f"{self.dataset_name!r}")
+        if not isinstance(self.reasoning_rounds, (int, float)) or isinstance(self.reasoning_rounds, bool) \
+                or not self.reasoning_rounds >= 1:
+            raise ValueError(f"reasoning_rounds={self.reasoning_rounds!r} is invalid; need a mean >= 1")
+        for name in ("reasoning_max_rounds", "reasoning_first_input_len", "reasoning_round_input_len",
+                     "reasoning_round_output_len", "reasoning_answer_len"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; need an integer >= 1")
+        t = self.reasoning_tool_latency_ms
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t < math.inf:
+            raise ValueError(f"reasoning_tool_latency_ms={t!r} is invalid; need a finite number >= 0")
+        if self.dataset_name == "reasoning" and self.dataset_path is not None:
+            raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name='reasoning'; remove it")
         if self.dataset_name == "trace" and self.dataset_path is None:
             raise ValueError("dataset_name='trace' needs dataset_path (a .jsonl, .csv or .parquet file)")
 
@@ -153,7 +179,20 @@ def generate_requests(spec: WorkloadSpec, vocab_size: int | None = None) -> list
     """
     if vocab_size is not None and (not _is_int(vocab_size) or vocab_size < 1):
         raise ValueError(f"vocab_size={vocab_size!r} is invalid; need None or an integer >= 1")
+    if spec.dataset_name == "reasoning":       # the sessions' first rounds; the client sends the others
+        return assign_loras([s.round_spec(0, s.arrival_s, 0) for s in generate_sessions(spec)], spec)
     return assign_loras(_requests(spec, vocab_size), spec)
+
+
+def generate_sessions(spec: WorkloadSpec) -> list[Session]:
+    """The multi-round sessions of the reasoning dataset, in arrival order (``workloads/sessions.py``)."""
+    if spec.dataset_name != "reasoning":
+        raise ValueError(f"dataset_name={spec.dataset_name!r} has no sessions; only 'reasoning'")
+    arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
+    return sample_reasoning_sessions(
+        spec.num_prompts, float(spec.reasoning_rounds), spec.reasoning_max_rounds, spec.reasoning_first_input_len,
+        spec.reasoning_round_input_len, spec.reasoning_round_output_len, spec.reasoning_answer_len,
+        spec.reasoning_tool_latency_ms / 1e3, spec.random_range_ratio, spec.seed, arrivals)
 
 
 def assign_loras(requests: list[RequestSpec], spec: WorkloadSpec) -> list[RequestSpec]:

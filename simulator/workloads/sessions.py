@@ -1,0 +1,74 @@
+"""Multi-round reasoning sessions: the stateful requests of agentic workloads (the paper's §3.3).
+
+A session is a chain of rounds: each round is an ordinary request (a prefill, then a decode); the
+rounds before the last are hidden planning ("thinking") whose output feeds a tool call, and the
+tool's latency passes before the next round arrives with the tool's observation as new tokens.
+Round k's prompt is the session's whole sequence so far (every earlier round's prompt and output)
+plus its new tokens, so it hits the blocks the earlier rounds left in the prefix cache when they
+are still cached (``RequestSpec.session_id``: the rounds share one content), and it goes to the
+engine that served the session so far (session affinity, ``simulator.cluster``). The last round
+produces the user-facing answer.
+
+``sample_reasoning_sessions`` draws a synthetic workload: the number of rounds is long-tailed
+(geometric with the given mean, at most ``max_rounds``), the lengths uniform in [L (1 - r),
+L (1 + r)] as the random dataset draws them, seeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.request import RequestSpec
+from simulator.workloads.random_dataset import length_bounds
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of a session: ``new_tokens`` appended to the session's sequence (the first
+    round's whole prompt, later a tool's observation), ``output_len`` generated, and
+    ``tool_latency_s`` before the next round arrives (0 for the last)."""
+
+    new_tokens: int
+    output_len: int
+    tool_latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Session:
+    """A multi-round session arriving at ``arrival_s``."""
+
+    session_id: str
+    arrival_s: float
+    rounds: tuple[Round, ...]
+
+    def round_spec(self, k: int, arrival_s: float, context_len: int) -> RequestSpec:
+        """Round k's request, arriving at ``arrival_s``: the session's ``context_len`` tokens so
+        far (every earlier round's prompt and output) plus the round's new tokens."""
+        r = self.rounds[k]
+        return RequestSpec(f"{self.session_id}.{k}", arrival_s, context_len + r.new_tokens, r.output_len,
+                           session_id=self.session_id)
+
+
+def sample_reasoning_sessions(num_sessions: int, mean_rounds: float, max_rounds: int, first_input_len: int,
+                              round_input_len: int, round_output_len: int, answer_len: int, tool_latency_s: float,
+                              range_ratio: float, seed: int, arrivals_s: list[float]) -> list[Session]:
+    """``num_sessions`` synthetic sessions, session i arriving at ``arrivals_s[i]``: rounds ~
+    geometric(1 / mean_rounds) capped at max_rounds; the first round's prompt ~ first_input_len,
+    later rounds' new tokens ~ round_input_len, intermediate outputs ~ round_output_len, the final
+    answer ~ answer_len (each uniform in [L (1 - r), L (1 + r)], at least 1), a fixed tool latency."""
+    rng = np.random.default_rng(seed)
+    rounds = np.minimum(rng.geometric(1.0 / mean_rounds, size=num_sessions), max_rounds)
+
+    def lengths(mean: int, n: int) -> list[int]:
+        lo, hi = length_bounds(mean, range_ratio, at_least_one=True)
+        return [int(x) for x in rng.integers(lo, hi + 1, size=n)]
+
+    sessions = []
+    for i, n in enumerate(rounds.tolist()):
+        inputs = lengths(first_input_len, 1) + lengths(round_input_len, n - 1)
+        outputs = lengths(round_output_len, n - 1) + lengths(answer_len, 1)
+        sessions.append(Session(str(i), arrivals_s[i], tuple(
+            Round(a, b, tool_latency_s if k < n - 1 else 0.0) for k, (a, b) in enumerate(zip(inputs, outputs)))))
+    return sessions
