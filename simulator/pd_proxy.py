@@ -49,7 +49,8 @@ from simulator.spec_decode import schedulers_stats
 from simulator.simulation import (BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, prefix_cache_summary,
                                   run_client)
 from simulator.trace import BatchTrace
-from simulator.workload import generate_requests
+from simulator.workload import generate_requests, generate_sessions
+from simulator.workloads.sessions import Session
 
 
 def _num_ranks(cluster: Cluster) -> int:
@@ -95,8 +96,9 @@ class PDProxy(BenchmarkClient):
 
     def __init__(self, loop: EventLoop, specs: list[RequestSpec], prefill: Cluster, decode: Cluster,
                  transfers: TransferModel, links: list[list[Link]], pull: KvPull,
-                 max_model_len: int, max_concurrency: int | None, debug: bool = False) -> None:
-        super().__init__(loop, specs, decode, max_model_len, max_concurrency)
+                 max_model_len: int, max_concurrency: int | None, debug: bool = False,
+                 sessions: list[Session] | None = None) -> None:
+        super().__init__(loop, specs, decode, max_model_len, max_concurrency, sessions)
         self.prefill, self.decode = prefill, decode
         self.transfers, self.links, self.pull = transfers, links, pull
         self.routes: dict[str, _Route] = {}
@@ -114,9 +116,20 @@ class PDProxy(BenchmarkClient):
             decode.router.read_free_blocks([r.scheduler.kv.pool.free_queue for r in decode.replicas], verify=debug)
         for replica in decode.replicas:
             replica.on_remote_kv = self._on_remote_kv
+        # multi-round sessions: the P and D replicas of each session's first round (session affinity:
+        # P holds its earlier prompts' blocks, D its earlier rounds' whole sequences)
+        self._session_routes: dict[str, list[int]] = {}
 
     def _submit(self, spec: RequestSpec, state: _InFlight) -> None:
-        p = self.prefill.router.pick(self.prefill.replicas)
+        route = self._session_routes.get(spec.session_id) if spec.session_id else None
+        if route is None:
+            p = self.prefill.router.pick(self.prefill.replicas)
+            if spec.session_id:
+                self._session_routes[spec.session_id] = [p, -1]
+        else:
+            p = route[0]
+            if self._p_follow:
+                self.prefill.router.took(p)
         replica = self.prefill.replicas[p]
         req = replica.add_request(replace(spec, output_len=1), remote_decode=True)
         self.routes[spec.request_id] = _Route(p * self._p_dp + _rank_of(replica, spec.request_id), req)
@@ -126,9 +139,15 @@ class PDProxy(BenchmarkClient):
             self.prefill.router.finished(self._p_index[id(replica)], len(result.finished_request_ids))
         for rid in result.finished_request_ids:      # P's token is discarded; send to D
             route = self.routes[rid]
-            d = self.decode.router.pick(self.decode.replicas)
-            replica = self.decode.replicas[d]
             state = self.in_flight[rid]
+            session = self._session_routes.get(state.spec.session_id) if state.spec.session_id else None
+            if session is not None and session[1] >= 0:
+                d = session[1]
+            else:
+                d = self.decode.router.pick(self.decode.replicas)
+                if session is not None:
+                    session[1] = d
+            replica = self.decode.replicas[d]
             self._track(state, replica.add_request(state.spec, remote_prefill=True))
             route.decode = d * self._d_dp + _rank_of(replica, rid)
 
@@ -207,9 +226,10 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
                          f"{decode.resolved.max_model_len}; give --max-model-len")
     model = decode.resolved.model
     specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
+    sessions = generate_sessions(spec.workload) if spec.workload.dataset_name == "reasoning" else None
     client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, decode, pdd), kv_pull(model, prefill, decode),
-                     decode.resolved.max_model_len, spec.max_concurrency, debug=spec.debug)
+                     decode.resolved.max_model_len, spec.max_concurrency, debug=spec.debug, sessions=sessions)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(pdd_summary(roles, records))
     summary.update(_roles_cost_model_stats([role.cluster.replicas[0].engine.cost_model for role in roles]))

@@ -49,6 +49,11 @@ class LeastLoadedRouter:
         self._loads = [r.num_unfinished() for r in self._replicas]
         self._verify = verify
 
+    def took(self, index: int) -> None:
+        """Replica ``index`` was handed one request without a pick (session affinity)."""
+        if self._loads is not None:
+            self._loads[index] += 1
+
     def finished(self, index: int, count: int) -> None:
         """``count`` requests of replica ``index`` finished (nothing to do when polling)."""
         if self._loads is not None:

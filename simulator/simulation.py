@@ -445,10 +445,10 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.sglang is None and args.enable_prefix_caching and not args.enable_chunked_prefill \
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
         raise ValueError(gdn_simulation_error(args))
-    if spec.workload.dataset_name == "reasoning" and (spec.sglang is not None or spec.architecture != "colocated"):
+    if spec.workload.dataset_name == "reasoning" and (spec.sglang is not None or spec.architecture == "afd"):
         where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
         raise ValueError(f"--dataset-name reasoning (multi-round sessions) with {where} is not simulated; its sessions "
-                         "run on co-located vLLM engines")
+                         "run on vLLM engines, co-located or P/D")
     if spec.workload.lora_modules and spec.sglang is not None:
         raise ValueError("--lora-modules with --engine sglang: LoRA adapters are simulated on co-located vLLM engines "
                          "only")

@@ -103,8 +103,9 @@ def test_bad_reasoning_settings_are_one_line(kw, message):
         _workload(**kw)
 
 
-def test_sessions_outside_colocated_vllm_are_refused_and_the_cli_prints_them():
-    for args, message in [(["--architecture", "pdd"], "with --architecture pdd is not simulated"),
+def test_sessions_outside_colocated_or_pd_vllm_are_refused_and_the_cli_prints_them():
+    for args, message in [(["--architecture", "afd", "--model", "Qwen/Qwen3-30B-A3B"],
+                           "with --architecture afd is not simulated"),
                           (["--engine", "sglang"], "with --engine sglang is not simulated")]:
         res = CliRunner().invoke(app, ["simulate", "--dataset-name", "reasoning", "--num-prompts", "3", *args])
         assert res.exit_code == 2 and message in res.output, res.output
@@ -112,3 +113,20 @@ def test_sessions_outside_colocated_vllm_are_refused_and_the_cli_prints_them():
                                    "1", "--reasoning-first-input-len", "500", "--reasoning-tool-latency-ms", "100"])
     assert res.exit_code == 0, res.output
     assert "sessions: 5 completed, 0 failed" in res.output and "answer-visible TTFT" in res.output
+
+
+def test_pd_sessions_keep_their_prefill_and_decode_replicas_and_hit_the_prefill_cache():
+    from simulator.control_plane import PddSpec, RoleLayout
+    result = run_simulation(SimulationSpec(
+        engine=EngineArgs(max_model_len=8192), workload=_workload(num_prompts=8), debug=True, architecture="pdd",
+        pdd=PddSpec(prefill=RoleLayout("prefill", replicas=2), decode=RoleLayout("decode", replicas=2))))
+    assert result.summary["sessions_completed"] == 8
+    rounds = {r.request_id: r for r in result.records}
+    routes: dict[str, set[tuple[int, int]]] = {}
+    for rid, rec in rounds.items():
+        sid, k = rid.split(".")
+        routes.setdefault(sid, set()).add((rec.prefill_replica, rec.decode_replica))
+        if int(k):     # P computed the earlier round's prompt (its outputs were decoded on D)
+            assert rec.num_prefix_hit_tokens == rounds[f"{sid}.{int(k) - 1}"].prompt_len // 16 * 16
+    assert all(len(r) == 1 for r in routes.values())
+    assert len({next(iter(r)) for r in routes.values()}) > 1        # the sessions spread over the replicas
