@@ -377,7 +377,7 @@ def simulate(
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels, KV budget, engine defaults (async scheduling: off before 0.14) and DP load balancer differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler follows 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
-    dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt, trace, prefix_repetition (vllm bench serve's shared-prefix dataset) or reasoning (multi-round agentic sessions: --num-prompts sessions).", rich_help_panel=BENCH_HELP),
+    dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt, trace, prefix_repetition (vllm bench serve's shared-prefix dataset), reasoning (multi-round agentic sessions: --num-prompts sessions) or session_trace (sessions from --dataset-path).", rich_help_panel=BENCH_HELP),
     dataset_path: Optional[str] = typer.Option(None, help="Trace file (.jsonl/.csv/.parquet) or a ShareGPT JSON.", rich_help_panel=BENCH_HELP),
     num_prompts: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
     request_rate: Optional[float] = typer.Option(None, help="Requests per second; inf (default) sends all at t=0.", rich_help_panel=BENCH_HELP),

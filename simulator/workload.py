@@ -18,12 +18,13 @@ from dataclasses import dataclass, replace
 from simulator.request import RequestSpec
 from simulator.workloads.arrivals import arrival_times_s
 from simulator.workloads.prefix_repetition import sample_prefix_repetition_requests
-from simulator.workloads.sessions import Session, sample_reasoning_sessions
+from simulator.workloads.sessions import Session, load_session_trace, sample_reasoning_sessions
 from simulator.workloads.random_dataset import length_bounds, sample_random_requests
 from simulator.workloads.sharegpt import sample_sharegpt_requests
 from simulator.workloads.trace import load_trace
 
-DATASETS = ("random", "sharegpt", "trace", "prefix_repetition", "reasoning")
+DATASETS = ("random", "sharegpt", "trace", "prefix_repetition", "reasoning", "session_trace")
+SESSION_DATASETS = ("reasoning", "session_trace")     # multi-round sessions (workloads/sessions.py)
 LORA_ASSIGNMENTS = ("random", "round-robin")     # vllm bench serve --lora-assignment
 
 
@@ -35,7 +36,8 @@ def _is_int(value: object) -> bool:
 class WorkloadSpec:
     """One benchmark workload, named after ``vllm bench serve`` flags (defaults are vLLM's).
 
-    dataset_name: "random" | "sharegpt" | "trace" | "prefix_repetition" | "reasoning".
+    dataset_name: "random" | "sharegpt" | "trace" | "prefix_repetition" | "reasoning" | "session_trace"
+        (multi-round sessions from ``dataset_path``, ``workloads/sessions.load_session_trace``).
     num_prompts: requests to generate (trace: the first ``num_prompts`` rows).
     request_rate: mean arrivals per second; ``inf`` sends everything at t = 0 (ignored for traces).
     burstiness: gamma shape of the inter-arrival gaps (1 = Poisson, < 1 burstier, ``inf`` = constant).
@@ -167,6 +169,9 @@ class WorkloadSpec:
             raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name='reasoning'; remove it")
         if self.dataset_name == "trace" and self.dataset_path is None:
             raise ValueError("dataset_name='trace' needs dataset_path (a .jsonl, .csv or .parquet file)")
+        if self.dataset_name == "session_trace" and self.dataset_path is None:
+            raise ValueError("dataset_name='session_trace' needs dataset_path (a .jsonl, .json or .parquet file of "
+                             "sessions)")
 
 
 def generate_requests(spec: WorkloadSpec, vocab_size: int | None = None) -> list[RequestSpec]:
@@ -179,15 +184,18 @@ def generate_requests(spec: WorkloadSpec, vocab_size: int | None = None) -> list
     """
     if vocab_size is not None and (not _is_int(vocab_size) or vocab_size < 1):
         raise ValueError(f"vocab_size={vocab_size!r} is invalid; need None or an integer >= 1")
-    if spec.dataset_name == "reasoning":       # the sessions' first rounds; the client sends the others
+    if spec.dataset_name in SESSION_DATASETS:     # the sessions' first rounds; the client sends the others
         return assign_loras([s.round_spec(0, s.arrival_s, 0) for s in generate_sessions(spec)], spec)
     return assign_loras(_requests(spec, vocab_size), spec)
 
 
 def generate_sessions(spec: WorkloadSpec) -> list[Session]:
-    """The multi-round sessions of the reasoning dataset, in arrival order (``workloads/sessions.py``)."""
+    """The multi-round sessions of the reasoning dataset or a session trace, in arrival order
+    (``workloads/sessions.py``)."""
+    if spec.dataset_name == "session_trace":
+        return load_session_trace(spec.dataset_path, spec.num_prompts)
     if spec.dataset_name != "reasoning":
-        raise ValueError(f"dataset_name={spec.dataset_name!r} has no sessions; only 'reasoning'")
+        raise ValueError(f"dataset_name={spec.dataset_name!r} has no sessions; only {', '.join(SESSION_DATASETS)}")
     arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
     return sample_reasoning_sessions(
         spec.num_prompts, float(spec.reasoning_rounds), spec.reasoning_max_rounds, spec.reasoning_first_input_len,

@@ -72,3 +72,53 @@ def sample_reasoning_sessions(num_sessions: int, mean_rounds: float, max_rounds:
         sessions.append(Session(str(i), arrivals_s[i], tuple(
             Round(a, b, tool_latency_s if k < n - 1 else 0.0) for k, (a, b) in enumerate(zip(inputs, outputs)))))
     return sessions
+
+
+def load_session_trace(path: str, num_sessions: int) -> list[Session]:
+    """The first ``num_sessions`` sessions of a session trace (JSONL, a JSON array, or Parquet: one
+    row per session), sorted by arrival (stable). Columns: ``arrival_time_s`` (float >= 0),
+    ``rounds`` (a non-empty list of objects with ``input_len``: the round's new tokens, >= 1,
+    ``output_len`` >= 1 and an optional ``tool_latency_s`` >= 0 before the next round, default 0),
+    an optional ``session_id`` (default: the row index; unique)."""
+    import math
+    from pathlib import Path
+
+    from simulator.workloads.trace import _as_int, _read_rows
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"session trace {path!r} does not exist")
+    if p.suffix.lower() == ".csv":
+        raise ValueError(f"session trace {path!r}: a CSV row cannot hold a session's rounds; use .jsonl, .json or .parquet")
+    rows = _read_rows(p)
+    if not rows:
+        raise ValueError(f"session trace {path!r} has no rows")
+    sessions: list[Session] = []
+    seen: set[str] = set()
+    for n, raw in enumerate(rows[:num_sessions]):
+        if not isinstance(raw, dict) or raw.get("arrival_time_s") is None or not raw.get("rounds"):
+            raise ValueError(f"session trace row {n}: need arrival_time_s and a non-empty list of rounds")
+        try:
+            arrival = float(raw["arrival_time_s"])
+        except (TypeError, ValueError):
+            raise ValueError(f"session trace row {n}: arrival_time_s={raw['arrival_time_s']!r} is not a number") from None
+        if not math.isfinite(arrival) or arrival < 0:
+            raise ValueError(f"session trace row {n}: arrival_time_s={arrival} is invalid; need a finite value >= 0")
+        if not isinstance(raw["rounds"], list):
+            raise ValueError(f"session trace row {n}: rounds={raw['rounds']!r} is not a list of rounds")
+        rounds = []
+        for k, r in enumerate(raw["rounds"]):
+            if not isinstance(r, dict):
+                raise ValueError(f"session trace row {n}, round {k}: {r!r} is not an object with input_len and output_len")
+            tool = r.get("tool_latency_s") or 0.0
+            if not isinstance(tool, (int, float)) or isinstance(tool, bool) or not 0 <= tool < math.inf:
+                raise ValueError(f"session trace row {n}, round {k}: tool_latency_s={tool!r} is invalid; need a "
+                                 "finite number >= 0")
+            rounds.append(Round(_as_int(r.get("input_len"), "input_len", n, 1),
+                                _as_int(r.get("output_len"), "output_len", n, 1), float(tool)))
+        sid = str(raw["session_id"]) if raw.get("session_id") is not None else str(n)
+        if sid in seen:
+            raise ValueError(f"session trace row {n}: session_id={sid!r} repeats an earlier row's")
+        seen.add(sid)
+        sessions.append(Session(sid, arrival, tuple(rounds)))
+    return sorted(sessions, key=lambda s: s.arrival_s)

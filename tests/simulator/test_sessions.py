@@ -130,3 +130,31 @@ def test_pd_sessions_keep_their_prefill_and_decode_replicas_and_hit_the_prefill_
             assert rec.num_prefix_hit_tokens == rounds[f"{sid}.{int(k) - 1}"].prompt_len // 16 * 16
     assert all(len(r) == 1 for r in routes.values())
     assert len({next(iter(r)) for r in routes.values()}) > 1        # the sessions spread over the replicas
+
+
+def test_a_session_trace_replays_its_rounds(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"session_id": "a", "arrival_time_s": 0.5, "rounds": [{"input_len": 2000, "output_len": 100, '
+                    '"tool_latency_s": 0.3}, {"input_len": 500, "output_len": 50}]}\n'
+                    '{"arrival_time_s": 0, "rounds": [{"input_len": 800, "output_len": 30}]}\n')
+    spec = WorkloadSpec(dataset_name="session_trace", dataset_path=str(path), num_prompts=10)
+    assert generate_sessions(spec) == [Session("1", 0.0, (Round(800, 30),)),
+                                       Session("a", 0.5, (Round(2000, 100, 0.3), Round(500, 50)))]
+    result = run_simulation(SimulationSpec(engine=EngineArgs(max_model_len=8192), workload=spec, debug=True))
+    rounds = {r.request_id: r for r in result.records}
+    assert rounds["a.1"].prompt_len == 2100 + 500 and rounds["a.1"].num_prefix_hit_tokens == 2099 // 16 * 16
+    assert rounds["a.1"].send_s == pytest.approx(rounds["a.0"].finish_s + 0.3, abs=1e-12)
+    assert result.summary["sessions_completed"] == 2 and result.summary["hidden_planning_tokens"] == 100
+    for text, message in [('{"arrival_time_s": 0}\n', "row 0: need arrival_time_s and a non-empty list of rounds"),
+                          ('{"arrival_time_s": 0, "rounds": [{"input_len": 0, "output_len": 1}]}\n',
+                           "input_len=0 is invalid"),
+                          ('{"arrival_time_s": 0, "rounds": [{"input_len": 5, "output_len": 1, "tool_latency_s": -1}]}\n',
+                           "tool_latency_s=-1 is invalid"),
+                          ('{"session_id": 1, "arrival_time_s": 0, "rounds": [{"input_len": 5, "output_len": 1}]}\n'
+                           '{"session_id": "1", "arrival_time_s": 0, "rounds": [{"input_len": 5, "output_len": 1}]}\n',
+                           "session_id='1' repeats")]:
+        path.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            generate_sessions(spec)
+    with pytest.raises(ValueError, match="needs dataset_path"):
+        WorkloadSpec(dataset_name="session_trace")
