@@ -193,6 +193,7 @@ class BenchmarkClient:
         self.failed: dict[str, str] = {}
         self._next = 0
         self._sessions = {s.session_id: s for s in sessions or ()}
+        self.num_sessions = len(self._sessions)
         self._round_index: dict[str, int] = {}      # request id of a later round -> its index in its session
         self._hidden_tokens: dict[str, int] = {}    # session -> output tokens of its rounds before the last
         self.session_records: list[SessionRecord] = []
@@ -285,8 +286,8 @@ class BenchmarkClient:
         if k + 1 < len(session.rounds):
             self._hidden_tokens[sid] = self._hidden_tokens.get(sid, 0) + state.request.num_output_tokens
             at = self.loop.now_s + session.rounds[k].tool_latency_s
-            spec = dataclasses.replace(session.round_spec(k + 1, at, state.spec.prompt_len + state.request.num_output_tokens),
-                           lora_id=state.spec.lora_id)
+            context = state.spec.prompt_len + state.request.num_output_tokens
+            spec = dataclasses.replace(session.round_spec(k + 1, at, context), lora_id=state.spec.lora_id)
             self._round_index[spec.request_id] = k + 1
             self.loop.at(at, lambda: self._admit(spec), PRIO_ARRIVAL)
             return
@@ -358,8 +359,8 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
     summary["async_scheduling"] = spec.engine.effective_async_scheduling    # the engine loop it ran
     summary["engine_cpu_overhead"] = spec.engine_cpu_overhead
     summary["frontend_latency_ms"] = spec.frontend_latency_s * 1e3
-    if client._sessions:
-        summary.update(session_summary(client.session_records, len(client._sessions), duration_s))
+    if client.num_sessions:
+        summary.update(session_summary(client.session_records, client.num_sessions, duration_s))
     return records, summary, sim_wall_s
 
 
@@ -448,8 +449,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.workload.dataset_name in SESSION_DATASETS and (spec.sglang is not None or spec.architecture == "afd"):
         where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
         raise ValueError(f"--dataset-name {spec.workload.dataset_name} (multi-round sessions) with {where} is not "
-                         "simulated; its sessions "
-                         "run on vLLM engines, co-located or P/D")
+                         "simulated; its sessions run on vLLM engines, co-located or P/D")
     if spec.workload.lora_modules and spec.sglang is not None:
         raise ValueError("--lora-modules with --engine sglang: LoRA adapters are simulated on co-located vLLM engines "
                          "only")
