@@ -83,7 +83,7 @@ def load_session_trace(path: str, num_sessions: int) -> list[Session]:
     import math
     from pathlib import Path
 
-    from simulator.workloads.trace import _as_int, _read_rows
+    from simulator.workloads.trace import _as_int, _read_rows, arrival_s
 
     p = Path(path)
     if not p.is_file():
@@ -98,12 +98,7 @@ def load_session_trace(path: str, num_sessions: int) -> list[Session]:
     for n, raw in enumerate(rows[:num_sessions]):
         if not isinstance(raw, dict) or raw.get("arrival_time_s") is None or not raw.get("rounds"):
             raise ValueError(f"session trace row {n}: need arrival_time_s and a non-empty list of rounds")
-        try:
-            arrival = float(raw["arrival_time_s"])
-        except (TypeError, ValueError):
-            raise ValueError(f"session trace row {n}: arrival_time_s={raw['arrival_time_s']!r} is not a number") from None
-        if not math.isfinite(arrival) or arrival < 0:
-            raise ValueError(f"session trace row {n}: arrival_time_s={arrival} is invalid; need a finite value >= 0")
+        arrival = arrival_s(raw["arrival_time_s"], f"session trace row {n}")
         if not isinstance(raw["rounds"], list):
             raise ValueError(f"session trace row {n}: rounds={raw['rounds']!r} is not a list of rounds")
         rounds = []

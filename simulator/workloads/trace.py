@@ -76,6 +76,17 @@ def _as_int(value: Any, name: str, row: int, minimum: int) -> int:
     return int(f)
 
 
+def arrival_s(value: Any, where: str) -> float:
+    """A row's ``arrival_time_s`` (``where``: "trace row 3" for the messages): a finite number >= 0."""
+    try:
+        arrival = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: arrival_time_s={value!r} is not a number") from None
+    if not math.isfinite(arrival) or arrival < 0:
+        raise ValueError(f"{where}: arrival_time_s={arrival} is invalid; need a finite value >= 0")
+    return arrival
+
+
 def _token_ids(value: Any, row: int) -> tuple[int, ...]:
     if isinstance(value, str):
         text = value.strip()
@@ -99,12 +110,7 @@ def _parse_row(raw: dict[str, Any], row: int, adapters: dict[str, int]) -> Reque
         missing.append("prompt_len|prompt_token_ids")
     if missing:
         raise ValueError(f"trace row {row}: missing column(s) {', '.join(missing)}")
-    try:
-        arrival_s = float(raw["arrival_time_s"])
-    except (TypeError, ValueError):
-        raise ValueError(f"trace row {row}: arrival_time_s={raw['arrival_time_s']!r} is not a number") from None
-    if not math.isfinite(arrival_s) or arrival_s < 0:
-        raise ValueError(f"trace row {row}: arrival_time_s={arrival_s} is invalid; need a finite value >= 0")
+    arrival = arrival_s(raw["arrival_time_s"], f"trace row {row}")
     output_len = _as_int(raw["output_len"], "output_len", row, 1)
     ids = None if raw.get("prompt_token_ids") is None else _token_ids(raw["prompt_token_ids"], row)
     if raw.get("prompt_len") is not None:
@@ -119,7 +125,7 @@ def _parse_row(raw: dict[str, Any], row: int, adapters: dict[str, int]) -> Reque
     if lora is not None and not isinstance(lora, str):
         raise ValueError(f"trace row {row}: lora={lora!r} is not an adapter name")
     lora_id = adapters.setdefault(lora, len(adapters) + 1) if lora else 0
-    return RequestSpec(request_id, arrival_s, prompt_len, output_len, priority=priority, prompt_token_ids=ids,
+    return RequestSpec(request_id, arrival, prompt_len, output_len, priority=priority, prompt_token_ids=ids,
                        lora_id=lora_id)
 
 
