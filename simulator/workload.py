@@ -4,8 +4,10 @@
     requests = generate_requests(spec, vocab_size=model.vocab_size)
 
 Arrival times follow vLLM's ``get_request`` (see ``workloads/arrivals.py``); lengths and token
-ids follow the dataset classes (``workloads/random_dataset.py``, ``workloads/sharegpt.py``);
-a trace carries its own arrival times (``workloads/trace.py``).  ``--max-concurrency`` is not a
+ids follow the dataset classes (``workloads/random_dataset.py``, ``workloads/sharegpt.py``,
+``workloads/prefix_repetition.py``); a trace carries its own arrival times (``workloads/trace.py``);
+multi-round sessions (``workloads/sessions.py``) give the client their first rounds, the later
+ones follow each round's finish.  ``--max-concurrency`` is not a
 workload property: the simulator applies it as the client's semaphore.
 """
 

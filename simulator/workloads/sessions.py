@@ -11,7 +11,8 @@ produces the user-facing answer.
 
 ``sample_reasoning_sessions`` draws a synthetic workload: the number of rounds is long-tailed
 (geometric with the given mean, at most ``max_rounds``), the lengths uniform in [L (1 - r),
-L (1 + r)] as the random dataset draws them, seeded.
+L (1 + r)] as the random dataset draws them, seeded; ``load_session_trace`` reads recorded
+sessions (their rounds' new tokens, outputs and tool latencies) from a file.
 """
 
 from __future__ import annotations
