@@ -67,7 +67,7 @@ from simulator.comm.group import intra_node_link
 from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.engine_args import ALL2ALL_PRICED_AS
-from simulator.lora import LORA_PRICING_NOTE, LoraConfig, lora_ops
+from simulator.lora import LORA_PRICING_NOTE, LoraConfig, lora_head_ops, lora_layer_ops
 from simulator.spec_decode import SpecDecodeConfig, drafter_note
 from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
                                     SEMANTICS, moe_dp_chunk_note, moe_kernel_note)
@@ -663,17 +663,18 @@ class BatchEngine:
 
     def _lora_time_s(self, m: int, rows: int, num_loras: int, timing: str) -> float:
         """The LoRA kernels of a step of m (padded) tokens and ``rows`` sampled rows whose
-        requests run ``num_loras`` adapters (``simulator.lora.lora_ops``): the decoder layers' and
-        the embedding's in the step's ``timing``, the lm_head's eager (launch), as the head runs."""
+        requests run ``num_loras`` adapters: the decoder layers' and the embedding's in the step's
+        ``timing`` (``simulator.lora.lora_layer_ops``), the lm_head's eager (launch), as the head
+        runs (``lora_head_ops``)."""
         key = (m, rows, num_loras, timing)
         t = self._lora_cache.get(key)
         if t is None:
-            ops = lora_ops(self.model, self._tp, m, rows, num_loras, self.lora.max_lora_rank, self._ab)
-            body = [(op, n) for op, n in ops if not op.name.startswith("lm_head")]
-            head = [(op, n) for op, n in ops if op.name.startswith("lm_head")]
+            rank = self.lora.max_lora_rank
+            layers = lora_layer_ops(self.model, self._tp, m, num_loras, rank, self._ab)
+            head = lora_head_ops(self.model, rows, num_loras, rank, self._ab)
             if len(self._lora_cache) >= MAX_CACHE_ENTRIES:
                 self._lora_cache.clear()
-            t = self._lora_cache[key] = self._times(body, timing) + self._times(head, "launch")
+            t = self._lora_cache[key] = self._times(layers, timing) + self._times(head, "launch")
         return t
 
     def _head_time_s(self, rows: int) -> float:

@@ -374,8 +374,8 @@ class EngineArgs:
             raise ValueError(
                 f"--max-model-len {self.max_model_len} exceeds the model's max_position_embeddings "
                 f"{model.max_position_embeddings}")
-        draft_len = self.speculative_config.draft.max_position_embeddings if (
-            self.speculative_config is not None and self.speculative_config.draft is not None) else 0
+        spec = self.speculative_config
+        draft_len = spec.draft.max_position_embeddings if spec is not None and spec.draft is not None else 0
         if 0 < draft_len < max_model_len:   # vLLM _limit_max_model_len_to_draft (model runner V2): lowered, a warning
             max_model_len = draft_len
         mem = gpu.memory_bytes
@@ -401,7 +401,6 @@ class EngineArgs:
             max_num_batched_tokens = self.max_num_batched_tokens
         if self.max_num_seqs is None:    # a defaulted max_num_seqs never exceeds the token budget
             max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
-        spec = self.speculative_config
         if spec is not None and self.pipeline_parallel_size > 1 and not self.effective_async_scheduling:
             raise ValueError("--speculative-config with pipeline parallelism is simulated with async scheduling only "
                              "(--async-scheduling; the default from vLLM 0.14); use it or PP 1")

@@ -124,24 +124,28 @@ def slot_bytes_per_rank(model: ModelSpec, parallel: ParallelSpec, config: LoraCo
     return config.max_loras * worst * LORA_BYTES
 
 
-def lora_ops(model: ModelSpec, tp: int, m: int, rows: int, num_loras: int, rank: int,
-             act_bytes: float) -> list[tuple[LoraOp, int]]:
-    """(op, multiplicity) of the LoRA kernels of a step of m tokens and ``rows`` sampled rows
-    whose requests run ``num_loras`` adapters: shrink + expand per wrapped layer x the decoder
-    layers, the embedding's expand, and the lm_head's shrink + expand over the rows."""
+def lora_layer_ops(model: ModelSpec, tp: int, m: int, num_loras: int, rank: int,
+                   act_bytes: float) -> list[tuple[LoraOp, int]]:
+    """(op, multiplicity) of the LoRA kernels over a step's m tokens whose requests run
+    ``num_loras`` adapters: shrink + expand per wrapped layer x the decoder layers, and the
+    embedding's expand (``lora_head_ops``: the lm_head's)."""
     out: list[tuple[LoraOp, int]] = []
     for name, slices, k, n in _layer_modules(model, tp):
         out += [(LoraOp(f"{name}_lora_shrink", "shrink", m, k, n, rank, slices, num_loras, act_bytes=act_bytes),
                  model.num_layers),
                 (LoraOp(f"{name}_lora_expand", "expand", m, k, n, rank, slices, num_loras, act_bytes=act_bytes),
                  model.num_layers)]
-    h = model.hidden_size
-    out.append((LoraOp("embedding_lora_expand", "expand", m, model.vocab_size, h, rank, 1, num_loras,
-                       act_bytes=act_bytes), 1))
-    vocab = model.vocab_size        # the delta is added to the logits gathered over TP: every rank, the whole vocab
-    out += [(LoraOp("lm_head_lora_shrink", "shrink", rows, h, vocab, rank, 1, num_loras, act_bytes=act_bytes), 1),
-            (LoraOp("lm_head_lora_expand", "expand", rows, h, vocab, rank, 1, num_loras, act_bytes=act_bytes), 1)]
+    out.append((LoraOp("embedding_lora_expand", "expand", m, model.vocab_size, model.hidden_size, rank, 1,
+                       num_loras, act_bytes=act_bytes), 1))
     return out
+
+
+def lora_head_ops(model: ModelSpec, rows: int, num_loras: int, rank: int, act_bytes: float) -> list[tuple[LoraOp, int]]:
+    """(op, multiplicity) of the lm_head's LoRA kernels over a step's ``rows`` sampled rows: shrink +
+    expand, on the logits gathered over TP (every rank, the whole vocabulary)."""
+    h, vocab = model.hidden_size, model.vocab_size
+    return [(LoraOp("lm_head_lora_shrink", "shrink", rows, h, vocab, rank, 1, num_loras, act_bytes=act_bytes), 1),
+            (LoraOp("lm_head_lora_expand", "expand", rows, h, vocab, rank, 1, num_loras, act_bytes=act_bytes), 1)]
 
 
 LORA_PRICING_NOTE = ("LoRA: the adapters' punica kernels (shrink / expand per wrapped layer) are priced by the "

@@ -49,7 +49,7 @@ from simulator.spec_decode import schedulers_stats
 from simulator.simulation import (BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, prefix_cache_summary,
                                   run_client)
 from simulator.trace import BatchTrace
-from simulator.workload import SESSION_DATASETS, generate_requests, generate_sessions
+from simulator.workload import generate_workload
 from simulator.workloads.sessions import Session
 
 
@@ -225,8 +225,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
         raise ValueError(f"prefill max_model_len {prefill.resolved.max_model_len} differs from decode's "
                          f"{decode.resolved.max_model_len}; give --max-model-len")
     model = decode.resolved.model
-    specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
-    sessions = generate_sessions(spec.workload) if spec.workload.dataset_name in SESSION_DATASETS else None
+    specs, sessions = generate_workload(spec.workload, vocab_size=model.vocab_size)
     client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, decode, pdd), kv_pull(model, prefill, decode),
                      decode.resolved.max_model_len, spec.max_concurrency, debug=spec.debug, sessions=sessions)

@@ -47,7 +47,7 @@ from simulator.lora import AdapterCache, adapter_copy_s
 from simulator.spec_decode import engine_acceptance, schedulers_stats, with_draft_layer
 from simulator.role_stats import role_summary
 from simulator.trace import BatchTrace
-from simulator.workload import SESSION_DATASETS, WorkloadSpec, generate_requests, generate_sessions
+from simulator.workload import SESSION_DATASETS, WorkloadSpec, generate_workload
 from simulator.workloads.sessions import Session
 
 if TYPE_CHECKING:
@@ -446,15 +446,14 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.sglang is None and args.enable_prefix_caching and not args.enable_chunked_prefill \
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
         raise ValueError(gdn_simulation_error(args))
+    where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
     if spec.workload.dataset_name in SESSION_DATASETS and (spec.sglang is not None or spec.architecture == "afd"):
-        where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
         raise ValueError(f"--dataset-name {spec.workload.dataset_name} (multi-round sessions) with {where} is not "
                          "simulated; its sessions run on vLLM engines, co-located or P/D")
     if spec.workload.lora_modules and spec.sglang is not None:
         raise ValueError("--lora-modules with --engine sglang: LoRA adapters are simulated on co-located vLLM engines "
                          "only")
     if spec.engine.enable_lora and (spec.sglang is not None or spec.architecture != "colocated"):
-        where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
         raise ValueError(f"--enable-lora with {where} is not simulated; LoRA adapters are simulated on co-located "
                          "vLLM engines")
     if spec.workload.lora_modules and not spec.engine.enable_lora:
@@ -527,8 +526,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         replicas = [new_replica(i, new_scheduler()) for i in range(args.num_replicas * dp)]
         cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas),
                           dp_ranks=dp, vllm_version=resolved.vllm_version, admission=admission)
-    specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
-    sessions = generate_sessions(spec.workload) if spec.workload.dataset_name in SESSION_DATASETS else None
+    specs, sessions = generate_workload(spec.workload, vocab_size=resolved.model.vocab_size)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency, sessions)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))

@@ -34,6 +34,14 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _require_ints(spec: object, names: tuple[str, ...], minimum: int) -> None:
+    """Refuse (one line) a field of ``names`` that is not an integer >= ``minimum``."""
+    for name in names:
+        value = getattr(spec, name)
+        if not _is_int(value) or value < minimum:
+            raise ValueError(f"{name}={value!r} is invalid; need an integer >= {minimum}")
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     """One benchmark workload, named after ``vllm bench serve`` flags (defaults are vLLM's).
@@ -104,22 +112,18 @@ class WorkloadSpec:
             raise ValueError(f"lora_assignment={self.lora_assignment!r} is invalid; valid: {', '.join(LORA_ASSIGNMENTS)}")
         if self.dataset_name not in DATASETS:
             raise ValueError(f"dataset_name={self.dataset_name!r} is invalid; valid: {', '.join(DATASETS)}")
-        if not _is_int(self.num_prompts) or self.num_prompts < 1:
-            raise ValueError(f"num_prompts={self.num_prompts!r} is invalid; need an integer >= 1")
+        _require_ints(self, ("num_prompts",), 1)
         if not isinstance(self.request_rate, (int, float)) or not self.request_rate > 0:
             raise ValueError(f"request_rate={self.request_rate!r} is invalid; need a number > 0 (inf = all at t=0)")
         if not isinstance(self.burstiness, (int, float)) or not self.burstiness > 0:
             raise ValueError(f"burstiness={self.burstiness!r} is invalid; need a number > 0 (inf = constant gaps)")
         if not _is_int(self.seed) or not 0 <= self.seed < 2**32:
             raise ValueError(f"seed={self.seed!r} is invalid; need an integer in [0, 2**32)")
-        if not _is_int(self.random_input_len) or self.random_input_len < 0:
-            raise ValueError(f"random_input_len={self.random_input_len!r} is invalid; need an integer >= 0")
-        if not _is_int(self.random_output_len) or self.random_output_len < 1:
-            raise ValueError(f"random_output_len={self.random_output_len!r} is invalid; need an integer >= 1")
+        _require_ints(self, ("random_input_len",), 0)
+        _require_ints(self, ("random_output_len",), 1)
         if not isinstance(self.random_range_ratio, (int, float)) or not 0.0 <= self.random_range_ratio < 1.0:
             raise ValueError(f"random_range_ratio={self.random_range_ratio!r} is invalid; need a number in [0, 1)")
-        if not _is_int(self.random_prefix_len) or self.random_prefix_len < 0:
-            raise ValueError(f"random_prefix_len={self.random_prefix_len!r} is invalid; need an integer >= 0")
+        _require_ints(self, ("random_prefix_len",), 0)
         if self.dataset_name == "random":
             low, _ = length_bounds(self.random_input_len, self.random_range_ratio, at_least_one=False)
             if self.random_prefix_len + low < 1:
@@ -128,20 +132,17 @@ class WorkloadSpec:
                     f"and random_prefix_len={self.random_prefix_len} allows an empty prompt; "
                     "need random_prefix_len + floor(random_input_len * (1 - ratio)) >= 1"
                 )
-            if self.dataset_path is not None:
-                raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name='random'; remove it")
+        if self.dataset_name in ("random", "prefix_repetition", "reasoning") and self.dataset_path is not None:
+            raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name={self.dataset_name!r}; "
+                             "remove it")
         if self.sharegpt_output_len is not None and (
             not _is_int(self.sharegpt_output_len) or self.sharegpt_output_len < 1
         ):
             raise ValueError(
                 f"sharegpt_output_len={self.sharegpt_output_len!r} is invalid; need None or an integer >= 1"
             )
-        for name in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; need an integer >= 0")
-        for name in ("prefix_repetition_num_prefixes", "prefix_repetition_output_len"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; need an integer >= 1")
+        _require_ints(self, ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len"), 0)
+        _require_ints(self, ("prefix_repetition_num_prefixes", "prefix_repetition_output_len"), 1)
         if not isinstance(self.disable_shuffle, bool):
             raise ValueError(f"disable_shuffle={self.disable_shuffle!r} is invalid; need true or false")
         if self.dataset_name == "prefix_repetition":
@@ -151,24 +152,17 @@ class WorkloadSpec:
             if self.num_prompts < self.prefix_repetition_num_prefixes:
                 raise ValueError(f"num_prompts ({self.num_prompts}) must be >= prefix_repetition_num_prefixes "
                                  f"({self.prefix_repetition_num_prefixes}), as vLLM requires")
-            if self.dataset_path is not None:
-                raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name='prefix_repetition'; "
-                                 "remove it")
         elif self.disable_shuffle:
             raise ValueError(f"disable_shuffle is simulated for dataset_name='prefix_repetition' only, not "
                              f"{self.dataset_name!r}")
         if not isinstance(self.reasoning_rounds, (int, float)) or isinstance(self.reasoning_rounds, bool) \
                 or not self.reasoning_rounds >= 1:
             raise ValueError(f"reasoning_rounds={self.reasoning_rounds!r} is invalid; need a mean >= 1")
-        for name in ("reasoning_max_rounds", "reasoning_first_input_len", "reasoning_round_input_len",
-                     "reasoning_round_output_len", "reasoning_answer_len"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; need an integer >= 1")
+        _require_ints(self, ("reasoning_max_rounds", "reasoning_first_input_len", "reasoning_round_input_len",
+                             "reasoning_round_output_len", "reasoning_answer_len"), 1)
         t = self.reasoning_tool_latency_ms
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t < math.inf:
             raise ValueError(f"reasoning_tool_latency_ms={t!r} is invalid; need a finite number >= 0")
-        if self.dataset_name == "reasoning" and self.dataset_path is not None:
-            raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name='reasoning'; remove it")
         if self.dataset_name == "trace" and self.dataset_path is None:
             raise ValueError("dataset_name='trace' needs dataset_path (a .jsonl, .csv or .parquet file)")
         if self.dataset_name == "session_trace" and self.dataset_path is None:
@@ -182,13 +176,22 @@ def generate_requests(spec: WorkloadSpec, vocab_size: int | None = None) -> list
     ``vocab_size`` (the model's) is needed only by the random dataset with a shared prefix,
     whose token ids it bounds.  Random prompts without a prefix carry no token ids
     (``prompt_token_ids=None``: unique content); ShareGPT and trace prompts carry real ids
-    when available, so prefix caching sees genuine sharing.
+    when available, so prefix caching sees genuine sharing. A session dataset's requests are its
+    sessions' first rounds (``generate_workload`` gives the sessions too).
     """
+    return generate_workload(spec, vocab_size)[0]
+
+
+def generate_workload(spec: WorkloadSpec, vocab_size: int | None = None) -> tuple[list[RequestSpec],
+                                                                                list[Session] | None]:
+    """``generate_requests``' requests and, for a session dataset (SESSION_DATASETS), its sessions,
+    generated once: the client sends their later rounds (None for other datasets)."""
     if vocab_size is not None and (not _is_int(vocab_size) or vocab_size < 1):
         raise ValueError(f"vocab_size={vocab_size!r} is invalid; need None or an integer >= 1")
-    if spec.dataset_name in SESSION_DATASETS:     # the sessions' first rounds; the client sends the others
-        return assign_loras([s.round_spec(0, s.arrival_s, 0) for s in generate_sessions(spec)], spec)
-    return assign_loras(_requests(spec, vocab_size), spec)
+    if spec.dataset_name in SESSION_DATASETS:
+        sessions = generate_sessions(spec)
+        return assign_loras([s.round_spec(0, s.arrival_s, 0) for s in sessions], spec), sessions
+    return assign_loras(_requests(spec, vocab_size), spec), None
 
 
 def generate_sessions(spec: WorkloadSpec) -> list[Session]:

@@ -17,12 +17,15 @@ sessions (their rounds' new tokens, outputs and tool latencies) from a file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from simulator.request import RequestSpec
 from simulator.workloads.random_dataset import length_bounds
+from simulator.workloads.trace import arrival_s, as_int, read_rows
 
 
 @dataclass(frozen=True)
@@ -81,19 +84,10 @@ def load_session_trace(path: str, num_sessions: int) -> list[Session]:
     ``rounds`` (a non-empty list of objects with ``input_len``: the round's new tokens, >= 1,
     ``output_len`` >= 1 and an optional ``tool_latency_s`` >= 0 before the next round, default 0),
     an optional ``session_id`` (default: the row index; unique)."""
-    import math
-    from pathlib import Path
-
-    from simulator.workloads.trace import _as_int, _read_rows, arrival_s
-
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"session trace {path!r} does not exist")
-    if p.suffix.lower() == ".csv":
+    if p.suffix.lower() == ".csv" and p.is_file():
         raise ValueError(f"session trace {path!r}: a CSV row cannot hold a session's rounds; use .jsonl, .json or .parquet")
-    rows = _read_rows(p)
-    if not rows:
-        raise ValueError(f"session trace {path!r} has no rows")
+    rows = read_rows(path, "session trace")
     sessions: list[Session] = []
     seen: set[str] = set()
     for n, raw in enumerate(rows[:num_sessions]):
@@ -110,8 +104,8 @@ def load_session_trace(path: str, num_sessions: int) -> list[Session]:
             if not isinstance(tool, (int, float)) or isinstance(tool, bool) or not 0 <= tool < math.inf:
                 raise ValueError(f"session trace row {n}, round {k}: tool_latency_s={tool!r} is invalid; need a "
                                  "finite number >= 0")
-            rounds.append(Round(_as_int(r.get("input_len"), "input_len", n, 1),
-                                _as_int(r.get("output_len"), "output_len", n, 1), float(tool)))
+            rounds.append(Round(as_int(r.get("input_len"), "input_len", n, 1),
+                                as_int(r.get("output_len"), "output_len", n, 1), float(tool)))
         sid = str(raw["session_id"]) if raw.get("session_id") is not None else str(n)
         if sid in seen:
             raise ValueError(f"session trace row {n}: session_id={sid!r} repeats an earlier row's")

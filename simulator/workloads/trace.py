@@ -66,7 +66,19 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     raise ValueError(f"trace file {str(path)!r} has suffix {suffix!r}; valid: .jsonl, .json, .csv, .parquet")
 
 
-def _as_int(value: Any, name: str, row: int, minimum: int) -> int:
+def read_rows(path: str, what: str) -> list[dict[str, Any]]:
+    """The rows of the file at ``path`` (``_read_rows``), refused in one line when it does not
+    exist or holds none (``what``: "trace file", "session trace" for the messages)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{what} {path!r} does not exist")
+    rows = _read_rows(p)
+    if not rows:
+        raise ValueError(f"{what} {path!r} has no rows")
+    return rows
+
+
+def as_int(value: Any, name: str, row: int, minimum: int) -> int:
     try:
         f = float(value)
     except (TypeError, ValueError):
@@ -111,15 +123,15 @@ def _parse_row(raw: dict[str, Any], row: int, adapters: dict[str, int]) -> Reque
     if missing:
         raise ValueError(f"trace row {row}: missing column(s) {', '.join(missing)}")
     arrival = arrival_s(raw["arrival_time_s"], f"trace row {row}")
-    output_len = _as_int(raw["output_len"], "output_len", row, 1)
+    output_len = as_int(raw["output_len"], "output_len", row, 1)
     ids = None if raw.get("prompt_token_ids") is None else _token_ids(raw["prompt_token_ids"], row)
     if raw.get("prompt_len") is not None:
-        prompt_len = _as_int(raw["prompt_len"], "prompt_len", row, 1)
+        prompt_len = as_int(raw["prompt_len"], "prompt_len", row, 1)
         if ids is not None and len(ids) != prompt_len:
             raise ValueError(f"trace row {row}: prompt_len={prompt_len} but prompt_token_ids has {len(ids)} ids")
     else:
         prompt_len = len(ids)
-    priority = 0 if raw.get("priority") is None else _as_int(raw["priority"], "priority", row, -(2**63))
+    priority = 0 if raw.get("priority") is None else as_int(raw["priority"], "priority", row, -(2**63))
     request_id = str(raw["request_id"]) if raw.get("request_id") is not None else str(row)
     lora = raw.get("lora")
     if lora is not None and not isinstance(lora, str):
@@ -131,12 +143,7 @@ def _parse_row(raw: dict[str, Any], row: int, adapters: dict[str, int]) -> Reque
 
 def load_trace(path: str, num_requests: int) -> list[RequestSpec]:
     """The first ``num_requests`` rows of the trace at ``path``, sorted by arrival time."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"trace file {path!r} does not exist")
-    rows = _read_rows(p)
-    if not rows:
-        raise ValueError(f"trace file {path!r} has no rows")
+    rows = read_rows(path, "trace file")
     adapters: dict[str, int] = {}       # LoRA adapter name -> id, by first appearance
     requests = [_parse_row(raw, n, adapters) for n, raw in enumerate(rows[:num_requests])]
     seen: dict[str, int] = {}

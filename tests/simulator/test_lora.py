@@ -17,7 +17,8 @@ from simulator.batch_engine import BatchEngine, BatchShape
 from simulator.comm.backend import make_comm_backend
 from simulator.cost_model import RooflineCostModel
 from simulator.engine_args import EngineArgs
-from simulator.lora import AdapterCache, LoraConfig, adapter_copy_s, lora_ops, slot_bytes_per_rank
+from simulator.lora import (AdapterCache, LoraConfig, adapter_copy_s, lora_head_ops, lora_layer_ops,
+                            slot_bytes_per_rank)
 from simulator.memory import cuda_graph_bytes
 from simulator.request import Request, RequestSpec
 from simulator.scheduler_config import SchedulerConfig
@@ -78,9 +79,8 @@ def test_a_step_with_adapters_pays_their_kernels():
     base = engine.step_cost(BatchShape(new, ctx)).duration_s
     assert base == plain.step_cost(BatchShape(new, ctx)).duration_s      # base-model requests only: no kernels
     two = engine.step_cost(BatchShape(new, ctx, num_loras=2))
-    ops = lora_ops(r.model, 1, two.padded_tokens, 8, 2, 16, 2.0)
-    decoder = [(op, n) for op, n in ops if not op.name.startswith("lm_head")]
-    head = [(op, n) for op, n in ops if op.name.startswith("lm_head")]
+    decoder = lora_layer_ops(r.model, 1, two.padded_tokens, 2, 16, 2.0)
+    head = lora_head_ops(r.model, 8, 2, 16, 2.0)
     assert len(decoder) == 9 and decoder[0][1] == 32
     timing = "kernel" if two.cudagraph_mode == "FULL" else "launch"
     expected = sum(t * n for t, (_, n) in zip(cost.op_times_s([op for op, _ in decoder], timing), decoder)) + sum(
