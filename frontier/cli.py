@@ -73,7 +73,7 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
 # own message downstream.
 _UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version",
                           "speculative_config", "spec_acceptance_rate", "cuda_graph_bs", "limit_mm_per_prompt",
-                          "lora_modules")
+                          "lora_modules", "random_mm_limit_mm_per_prompt", "random_mm_bucket_config")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:
@@ -370,6 +370,7 @@ def simulate(
     language_model_only: Optional[bool] = typer.Option(None, "--language-model-only", help=LM_ONLY_HELP, rich_help_panel=ENGINE_HELP),
     limit_mm_per_prompt: Optional[str] = typer.Option(None, "--limit-mm-per-prompt", help=MM_LIMIT_HELP, rich_help_panel=ENGINE_HELP),
     mm_encoder_tp_mode: Optional[str] = typer.Option(None, "--mm-encoder-tp-mode", help=MM_TP_HELP, rich_help_panel=ENGINE_HELP),
+    disable_chunked_mm_input: Optional[bool] = typer.Option(None, "--disable-chunked-mm-input", help="A prefill chunk never covers part of an image: it stops before the image instead (needs --max-num-batched-tokens >= the largest image's tokens).", rich_help_panel=ENGINE_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's, 512 or 1024 on B200/B300).", rich_help_panel=ENGINE_HELP),
     compilation_config: Optional[str] = typer.Option(None, "--compilation-config", "-cc", help=CC_HELP, rich_help_panel=ENGINE_HELP),
@@ -377,7 +378,7 @@ def simulate(
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling", rich_help_panel=ENGINE_HELP),
     scheduling_policy: Optional[str] = typer.Option(None, help="fcfs (default) or priority.", rich_help_panel=ENGINE_HELP),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM release to reproduce where its model kernels, KV budget, engine defaults (async scheduling: off before 0.14) and DP load balancer differ from 0.33's, e.g. 0.19.0 (default 0.33.0; simulator/vllm_version.py lists what changed); the scheduler follows 0.33 whatever this says.", rich_help_panel=ENGINE_HELP),
-    dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt, trace, prefix_repetition (vllm bench serve's shared-prefix dataset), reasoning (multi-round agentic sessions: --num-prompts sessions) or session_trace (sessions from --dataset-path).", rich_help_panel=BENCH_HELP),
+    dataset_name: Optional[str] = typer.Option(None, help="random (default), sharegpt, trace, prefix_repetition (vllm bench serve's shared-prefix dataset), reasoning (multi-round agentic sessions: --num-prompts sessions), session_trace (sessions from --dataset-path) or random-mm (random text, then images: Qwen3-VL, Qwen3.5 and Gemma 3 towers).", rich_help_panel=BENCH_HELP),
     dataset_path: Optional[str] = typer.Option(None, help="Trace file (.jsonl/.csv/.parquet) or a ShareGPT JSON.", rich_help_panel=BENCH_HELP),
     num_prompts: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
     request_rate: Optional[float] = typer.Option(None, help="Requests per second; inf (default) sends all at t=0.", rich_help_panel=BENCH_HELP),
@@ -401,6 +402,10 @@ def simulate(
     reasoning_answer_len: Optional[int] = typer.Option(None, help="reasoning: output tokens of the final, user-facing round (default 500).", rich_help_panel=BENCH_HELP),
     reasoning_tool_latency_ms: Optional[float] = typer.Option(None, help="reasoning: tool latency between rounds, ms (default 500).", rich_help_panel=BENCH_HELP),
     disable_shuffle: Optional[bool] = typer.Option(None, "--disable-shuffle", help="prefix_repetition: keep the requests in generation order (prefix by prefix).", rich_help_panel=BENCH_HELP),
+    random_mm_base_items_per_request: Optional[int] = typer.Option(None, "--random-mm-base-items-per-request", help="random-mm: mean images per request (default 1).", rich_help_panel=BENCH_HELP),
+    random_mm_num_mm_items_range_ratio: Optional[float] = typer.Option(None, "--random-mm-num-mm-items-range-ratio", help="random-mm: images per request uniform in [floor(n(1-r)), ceil(n(1+r))] (default 0).", rich_help_panel=BENCH_HELP),
+    random_mm_limit_mm_per_prompt: Optional[str] = typer.Option(None, "--random-mm-limit-mm-per-prompt", help="random-mm: JSON of items per request at most, e.g. '{\"image\": 3, \"video\": 0}' (default image 255, video 1).", rich_help_panel=BENCH_HELP),
+    random_mm_bucket_config: Optional[str] = typer.Option(None, "--random-mm-bucket-config", help="random-mm: image sizes and their probabilities, (height, width, 1): p, e.g. '{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}' (the default; video buckets are not simulated).", rich_help_panel=BENCH_HELP),
     output_dir: Optional[Path] = typer.Option(None, help="Write requests.parquet, steps.parquet and summary.json here.", rich_help_panel=OUT_HELP),
     batch_trace: Optional[Path] = typer.Option(None, help="Parquet: one row per scheduled request per step.", rich_help_panel=OUT_HELP),
     perfetto: Optional[Path] = typer.Option(None, help="Chrome trace-event JSON of every step (and P/D KV transfers) for ui.perfetto.dev.", rich_help_panel=OUT_HELP),
@@ -525,6 +530,10 @@ def simulate(
         scope = f" ({s['prefix_cache_scope']})" if "prefix_cache_scope" in s else ""
         typer.echo(f"prefix cache{scope}: hit rate {100 * s['prefix_cache_hit_rate']:.1f} % ({s['prefix_cache_hits']:,} of "
                    f"{s['prefix_cache_queries']:,} prompt tokens looked up, vLLM's prefix_cache_hits / queries)")
+    if "mm_images" in result.summary:
+        s = result.summary
+        typer.echo(f"images: {s['mm_images']:,} in the requests, {s['mm_items_encoded']:,} encoded by the vision tower "
+                   f"({s['mm_encoder_cache_evictions']:,} encoder-cache evictions)")
     if "sessions_completed" in result.summary:
         s = result.summary
         typer.echo(f"sessions: {s['sessions_completed']} completed, {s['sessions_failed']} failed, "

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from frontier.quant import BF16_BYTES, LM_HEAD, QuantSpec, parse_quantization
 from frontier.text_file import read_json
+from frontier.vision import VisionTower
 
 if TYPE_CHECKING:
     from frontier.parallel import ParallelSpec
@@ -125,6 +126,9 @@ class ModelSpec:
     # the modalities its tower serves (vLLM's ``_mark_tower_model``: Qwen's image and video, Gemma 3's
     # image, Kimi-K2.5's vision_chunk); --limit-mm-per-prompt 0 for all of them drops the tower
     vision_modalities: tuple[str, ...] = ()
+    # the tower's shape (``frontier.vision``: the images' placeholder tokens and the encoder's
+    # work); None where the tower is not known (or there is none)
+    vision: VisionTower | None = None
     # Gated DeltaNet layers (Qwen3.5 / Qwen3-Next `layer_types` "linear_attention"), True per GDN
     # layer: linear attention whose per-request cache is a fixed-size state (a causal-conv state and
     # a per-head key x value temporal state: vLLM's MambaSpec), not per-token K/V. Their shape:
@@ -364,8 +368,11 @@ class ModelSpec:
         if not self.has_vision_encoder:
             return None
         if self.vision_params_sharded or self.vision_params_replicated:
-            return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights are counted "
-                    "(--language-model-only drops them, as the engines do), vLLM's multimodal memory profiling is not")
+            served = ("its image requests' encoder work is priced (simulator.multimodal)"
+                      if self.vision is not None and self.vision.image_error() is None else "it is run text-only")
+            return (f"{self.name} is a multimodal checkpoint: its vision encoder's weights are counted "
+                    "(--language-model-only drops them, as the engines do), vLLM's multimodal memory profiling "
+                    f"(the encoder's activations and outputs at startup) is not; {served}")
         return (f"{self.name} is a multimodal checkpoint run text-only: its vision encoder's weights and "
                 "vLLM's multimodal memory profiling are not counted, so the KV budget is that much larger "
                 "than vLLM's")
@@ -623,16 +630,24 @@ def _vision_params(top: dict[str, Any], text_hidden: int) -> dict[str, Any]:
         replicated += (3 * int(k["patch_size"]) ** 2 * h + h
                        + int(k["pos_emb_height"]) * int(k["pos_emb_width"]) * h + 2 * h
                        + 2 * h + wide * wide + wide + wide * text_hidden + text_hidden)
+        tower = VisionTower("moonvit", h, inter, depth, int(k["num_attention_heads"]), int(k["patch_size"]),
+                            int(k["merge_kernel_size"][0]), text_hidden)
         return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
-                "vision_num_heads": int(k["num_attention_heads"]), "vision_modalities": ("vision_chunk",)}
+                "vision_num_heads": int(k["num_attention_heads"]), "vision_modalities": ("vision_chunk",),
+                "vision": tower}
     if isinstance(vc, dict) and vc.get("model_type") == "siglip_vision_model":
         h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["num_hidden_layers"])
         patch = int(vc.get("num_channels", 3)) * int(vc["patch_size"]) ** 2
         positions = (int(vc["image_size"]) // int(vc["patch_size"])) ** 2
         sharded, replicated = blocks(h, inter, depth)
         replicated += patch * h + h + positions * h + 2 * h + h * text_hidden + h
+        tokens = int(top.get("mm_tokens_per_image") or 256)
+        side = int(vc["image_size"]) // int(vc["patch_size"])
+        tower = VisionTower("siglip", h, inter, depth, int(vc["num_attention_heads"]), int(vc["patch_size"]),
+                            side // math.isqrt(tokens), text_hidden, image_size=int(vc["image_size"]),
+                            tokens_per_image=tokens)
         return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
-                "vision_modalities": ("image",)}
+                "vision_modalities": ("image",), "vision": tower}
     if not isinstance(vc, dict) or vc.get("model_type") not in _QWEN_VIT_TYPES:
         return {}
     h, inter, depth = int(vc["hidden_size"]), int(vc["intermediate_size"]), int(vc["depth"])
@@ -644,8 +659,11 @@ def _vision_params(top: dict[str, Any], text_hidden: int) -> dict[str, Any]:
     for norm in [h] + [wide] * len(vc.get("deepstack_visual_indexes") or ()):    # the merger(s)
         sharded += wide * wide + wide + wide * out
         replicated += 2 * norm + out
+    tower = VisionTower("qwen3_vl", h, inter, depth, int(vc["num_heads"]), int(vc["patch_size"]),
+                        int(vc.get("spatial_merge_size", 2)), out, temporal_patch=int(vc.get("temporal_patch_size", 2)),
+                        num_deepstack=len(vc.get("deepstack_visual_indexes") or ()))
     return {"vision_params_sharded": sharded, "vision_params_replicated": replicated,
-            "vision_modalities": ("image", "video")}
+            "vision_modalities": ("image", "video"), "vision": tower}
 
 
 # config.json fields read as whole numbers, with their least valid value when set (0 / null /

@@ -68,6 +68,7 @@ from simulator.cost_model import RooflineCostModel
 from simulator.cuda_graph import CudaGraphConfig
 from simulator.engine_args import ALL2ALL_PRICED_AS
 from simulator.lora import LORA_PRICING_NOTE, LoraConfig, lora_head_ops, lora_layer_ops
+from simulator.multimodal import deal_images, encoder_all_reduces, encoder_ops, output_tokens
 from simulator.spec_decode import SpecDecodeConfig, drafter_note
 from simulator.vllm_version import (BF16X3_ROUTER, DP_PAD_GRAPHS_ONLY, MINIMAX_FUSED_QK_NORM, MINIMAX_GATE_LINEAR,
                                     SEMANTICS, moe_dp_chunk_note, moe_kernel_note)
@@ -114,13 +115,15 @@ class BatchShape:
     Speculative decoding (else 0): ``num_drafts``, the drafts the step verifies (each adds a
     logits row); ``draft_passes``, the drafter's forwards after the step (k, or 0 when vLLM skips
     drafting: ``BatchEngine.draft_time_s``). LoRA (else 0): ``num_loras``, the distinct adapters
-    of the step's requests (``simulator.lora``)."""
+    of the step's requests (``simulator.lora``). Images (else empty): ``encoder_patches``, the
+    patches of each image the vision tower encodes in the step (``simulator.multimodal``)."""
 
     new_tokens: tuple[int, ...]
     context_lens: tuple[int, ...]
     num_drafts: int = 0
     draft_passes: int = 0
     num_loras: int = 0
+    encoder_patches: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.new_tokens or len(self.new_tokens) != len(self.context_lens):
@@ -132,7 +135,8 @@ class BatchShape:
 
     @classmethod
     def of_step(cls, new_tokens: tuple[int, ...], context_lens: tuple[int, ...],
-                num_drafts: int = 0, draft_passes: int = 0, num_loras: int = 0) -> BatchShape:
+                num_drafts: int = 0, draft_passes: int = 0, num_loras: int = 0,
+                encoder_patches: tuple[int, ...] = ()) -> BatchShape:
         """A scheduler's step (non-empty, aligned, every request >= 1 new token: what
         ``__post_init__`` checks holds by construction), built without the per-step checks."""
         b = object.__new__(cls)
@@ -141,6 +145,7 @@ class BatchShape:
         object.__setattr__(b, "num_drafts", num_drafts)
         object.__setattr__(b, "draft_passes", draft_passes)
         object.__setattr__(b, "num_loras", num_loras)
+        object.__setattr__(b, "encoder_patches", encoder_patches)
         return b
 
     @property
@@ -317,6 +322,11 @@ class BatchEngine:
                              - model.num_chunked_layers)
         one_group = (self._attn_layers > 0 and not (model.sliding_window and model.num_sliding_layers)
                      and not model.num_chunked_layers)
+        # the vision tower (images): split by TP (weights mode), or whole on every rank (data mode,
+        # or a tower TP does not divide: ModelSpec.vision_bytes_per_rank)
+        self._encoder_split = model.vision_params_sharded > 0 and not (model.vision_num_heads
+                                                                       and model.vision_num_heads % self._tp)
+        self._encoder_cache: dict[tuple[int, ...], float] = {}
         self._decode_attn = (self._attention_for((1,), (0,))[0]
                              if type(cost_model) is RooflineCostModel and one_group else None)
 
@@ -351,6 +361,8 @@ class BatchEngine:
             duration += self._spec_time_s(batch, mode, padded)
         if batch.num_loras:
             duration += self._lora_time_s(padded, num_reqs, batch.num_loras, dense_timing)
+        if batch.encoder_patches:
+            duration += self.encoder_time_s(batch.encoder_patches)
         cost = StepCost(duration, num_tokens, padded, mode)
         if uniform:
             self._last_uniform = (batch, cost)
@@ -393,7 +405,8 @@ class BatchEngine:
         for b, c in zip(batches, costs):
             m = c.padded_tokens
             duration = (self._dense_time_s(m, "launch", total) + self._attention_time_s(b, "launch")
-                        + self._head_time_s(len(b.new_tokens)) + self._spec_time_s(b, "NONE", m))
+                        + self._head_time_s(len(b.new_tokens)) + self._spec_time_s(b, "NONE", m)
+                        + (self.encoder_time_s(b.encoder_patches) if b.encoder_patches else 0.0))
             out.append(StepCost(duration, c.num_tokens, m, "NONE"))
         return out
 
@@ -452,10 +465,11 @@ class BatchEngine:
              CommOp("p2p", 2 * m * h * ab, 2, self._pp_link)], timing)
         head = self._head_time_s(len(batch.new_tokens))
         spec = self._spec_time_s(batch, mode, m)    # speculative decoding: on the last stage, with the head
-        per_layer = (cost.duration_s - embed - final_norm - (pp - 1) * p2p - head - spec) / self.model.num_layers
+        vision = self.encoder_time_s(batch.encoder_patches) if batch.encoder_patches else 0.0   # the first stage's
+        per_layer = (cost.duration_s - embed - final_norm - (pp - 1) * p2p - head - spec - vision) / self.model.num_layers
         parts = pp_layer_partition(self.model.num_layers, pp)
         stages = [n * per_layer + p2p for n in parts]
-        stages[0] += embed
+        stages[0] += embed + vision
         stages[-1] += final_norm + head + spec - p2p
         out = tuple(stages)
         if not memo:
@@ -675,6 +689,31 @@ class BatchEngine:
             if len(self._lora_cache) >= MAX_CACHE_ENTRIES:
                 self._lora_cache.clear()
             t = self._lora_cache[key] = self._times(layers, timing) + self._times(head, "launch")
+        return t
+
+    def encoder_time_s(self, patches: tuple[int, ...]) -> float:
+        """The vision tower over images of ``patches`` patches each, eager (launch timing), on the
+        busiest rank (``simulator.multimodal``: weights mode split by TP with its all-reduces; data
+        mode, or a tower TP cannot split, the busiest rank's share of the images and an all-gather
+        of the tokens); memoized."""
+        t = self._encoder_cache.get(patches)
+        if t is not None:
+            return t
+        tower, tp = self.model.vision, self._tp
+        if self._encoder_split:
+            t = self._times(encoder_ops(tower, patches, tp), "launch")
+            if tp > 1:
+                t += self._times([(self._comm("all_reduce", nbytes, tp), n)
+                                  for nbytes, n in encoder_all_reduces(tower, patches)], "launch")
+        else:
+            busiest = max(deal_images(patches, tp), key=sum)
+            t = self._times(encoder_ops(tower, busiest, 1), "launch")
+            if tp > 1:
+                t += self._times([(self._comm("all_gather", 2.0 * output_tokens(tower, patches) * tower.out_hidden,
+                                              tp), 1)], "launch")
+        if len(self._encoder_cache) >= MAX_CACHE_ENTRIES:
+            self._encoder_cache.clear()
+        self._encoder_cache[patches] = t
         return t
 
     def _head_time_s(self, rows: int) -> float:

@@ -157,6 +157,9 @@ class EngineArgs:
     # --mm-encoder-tp-mode: "weights" splits the vision tower's linear weights by TP (vLLM's
     # default), "data" keeps the whole tower on every rank
     mm_encoder_tp_mode: str = "weights"
+    # --disable-chunked-mm-input: a prefill chunk never covers part of an image it starts before
+    # (vLLM refuses it when the tower's largest item exceeds --max-num-batched-tokens)
+    disable_chunked_mm_input: bool = False
     enable_chunked_prefill: bool = True   # --enable-chunked-prefill / --no-enable-chunked-prefill
     long_prefill_token_threshold: int = 0
     long_prefill_token_threshold_adaptive: bool = False   # vLLM 0.31+
@@ -197,7 +200,7 @@ class EngineArgs:
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"--{name} must be {what}, got {getattr(self, name)!r}")
         for name in ("enable_expert_parallel", "enable_eplb", "enable_prefix_caching", "enable_chunked_prefill",
-                     "disable_hybrid_kv_cache_manager", "language_model_only",
+                     "disable_hybrid_kv_cache_manager", "language_model_only", "disable_chunked_mm_input",
                      "long_prefill_token_threshold_adaptive", "scheduler_reserve_full_isl", "enforce_eager",
                      "async_scheduling", "enable_lora"):
             value = getattr(self, name)
@@ -438,7 +441,8 @@ class EngineArgs:
         limits = dict(self.limit_mm_per_prompt)
         if self.language_model_only or (model.vision_modalities
                                         and all(limits.get(m, 1) == 0 for m in model.vision_modalities)):
-            model = replace(model, has_vision_encoder=False, vision_params_sharded=0, vision_params_replicated=0)
+            model = replace(model, has_vision_encoder=False, vision_params_sharded=0, vision_params_replicated=0,
+                            vision=None)
         elif self.mm_encoder_tp_mode == "data" and model.vision_params_sharded:     # every rank the whole tower
             model = replace(model, vision_params_sharded=0, vision_num_heads=0,
                             vision_params_replicated=model.vision_params_sharded + model.vision_params_replicated)
@@ -517,7 +521,34 @@ class ResolvedEngine:
             num_lookahead_tokens=a.speculative_config.num_lookahead_tokens if a.speculative_config else 0,
             num_draft_slots=a.speculative_config.num_draft_slots if a.speculative_config else 0,
             eagle_drafter=a.speculative_config is None or a.speculative_config.eagle_drafter,
-            max_loras=a.max_loras if a.enable_lora else 0)
+            max_loras=a.max_loras if a.enable_lora else 0, encoder_budget=self.encoder_budget,
+            disable_chunked_mm_input=a.disable_chunked_mm_input)
+
+    @property
+    def image_limit(self) -> int:
+        """Images a request may carry: --limit-mm-per-prompt's image count (vLLM's default 999), 0
+        when the served model's tower takes no images (none, or dropped)."""
+        if self.model.vision is None or "image" not in self.model.vision_modalities:
+            return 0
+        return dict(self.args.limit_mm_per_prompt).get("image", 999)
+
+    @property
+    def encoder_budget(self) -> int:
+        """The embeddings the vision tower may compute in a step and the encoder cache's size (vLLM
+        ``compute_mm_encoder_budget``: max(--max-num-batched-tokens, the largest item of the enabled
+        modalities)); 0 without a tower whose images are simulated."""
+        tower = self.model.vision
+        if tower is None or tower.image_error() is not None:
+            return 0
+        limits = dict(self.args.limit_mm_per_prompt)
+        enabled = tuple(m for m in self.model.vision_modalities if limits.get(m, 999) > 0)
+        if not enabled:
+            return 0
+        largest = tower.max_tokens_per_item(enabled)
+        if self.args.disable_chunked_mm_input and largest > self.max_num_batched_tokens:
+            raise ValueError(f"--disable-chunked-mm-input: the largest image item ({largest} tokens) exceeds "
+                             f"--max-num-batched-tokens {self.max_num_batched_tokens}; raise it (vLLM refuses this too)")
+        return max(self.max_num_batched_tokens, largest)
 
     @property
     def num_spec_tokens(self) -> int:

@@ -48,6 +48,8 @@ class RequestRecord:
     prefill_replica / decode_replica / kv_transfer_s: P/D disaggregation only (-1, -1, 0 otherwise):
     the engines of each role that served the request and its KV transfer time (start to last byte).
     lora_id: the LoRA adapter it ran (``RequestSpec.lora_id``; 0 = the base model).
+    image_tokens: its images' prompt tokens, which ``prompt_len`` (the text, as vllm bench serve
+        counts the prompt) leaves out (``RequestSpec.image_tokens``).
     """
 
     request_id: str
@@ -65,6 +67,7 @@ class RequestRecord:
     kv_transfer_s: float = 0.0
     kv_transfer_start_s: float = 0.0      # P/D: when D started pulling the KV (Perfetto transfer track)
     lora_id: int = 0
+    image_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not self.arrival_s <= self.send_s <= self.first_token_s <= self.finish_s:

@@ -58,6 +58,8 @@ def requests_table(result) -> pa.Table:
         "num_prefix_hit_tokens": [r.num_prefix_hit_tokens for r in recs],
         "itl_s": [[b - a for a, b in zip(r.token_times_s, r.token_times_s[1:])] for r in recs],
     }
+    if any(r.image_tokens for r in recs):            # images: their prompt tokens beyond the text
+        rows["image_tokens"] = [r.image_tokens for r in recs]
     if any(r.lora_id for r in recs):                 # LoRA adapters: which one each request ran
         rows["lora_id"] = [r.lora_id for r in recs]
     if any(r.decode_replica >= 0 for r in recs):     # P/D disaggregation

@@ -49,6 +49,7 @@ from simulator.spec_decode import schedulers_stats
 from simulator.simulation import (BenchmarkClient, SimulationResult, SimulationSpec, _InFlight, prefix_cache_summary,
                                   run_client)
 from simulator.trace import BatchTrace
+from simulator.multimodal import encoder_summary, layout_images
 from simulator.workload import generate_workload
 from simulator.workloads.sessions import Session
 
@@ -226,6 +227,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
                          f"{decode.resolved.max_model_len}; give --max-model-len")
     model = decode.resolved.model
     specs, sessions = generate_workload(spec.workload, vocab_size=model.vocab_size)
+    specs = layout_images(specs, model.vision, min(prefill.resolved.image_limit, decode.resolved.image_limit))
     client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, decode, pdd), kv_pull(model, prefill, decode),
                      decode.resolved.max_model_len, spec.max_concurrency, debug=spec.debug, sessions=sessions)
@@ -236,6 +238,10 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     if decode.resolved.args.speculative_config is not None:     # the decode role verifies the drafts
         summary.update(schedulers_stats([r.scheduler for r in decode.cluster.replicas], decode.resolved.num_spec_tokens))
     summary.update(prefill_prefix_cache(prefill))
+    if any(s.images for s in specs):    # the prefill role's towers encode them (decode pulls the KV)
+        summary["mm_images"] = sum(len(s.images) for s in specs)
+        summary.update(encoder_summary([s for r in prefill.cluster.replicas for s in (
+            r.scheduler.ranks if isinstance(r.scheduler, LockstepRanks) else [r.scheduler])]))
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.DECODE.value: decode.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,

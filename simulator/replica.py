@@ -190,7 +190,7 @@ class Replica:
 
     def _launch_one(self, out: SchedulerOutput, now: float) -> float:
         """`_launch` of one scheduler, one stage, no jitter (the same steps, written out)."""
-        cost = self.engine.step_cost(self._shape(out) if out.spec_tokens or out.lora_ids else
+        cost = self.engine.step_cost(self._shape(out) if out.spec_tokens or out.lora_ids or out.encoder_patches else
                                      BatchShape.of_step(out.num_scheduled_tokens, out.context_lens))
         duration = cost.duration_s
         if out.lora_ids:
@@ -209,12 +209,14 @@ class Replica:
         """The step's batch for the engine; with speculative decoding, the drafts it verifies and
         the drafter's passes after it: none when vLLM skips drafting, which a lockstep DP group
         does only when every rank can (``group_skips_drafts``; None: this output's own flag). With
-        LoRA, the step's adapters."""
+        LoRA, the step's adapters; with images, the patches of those the tower encodes."""
         if not out.spec_tokens:
-            return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, num_loras=out.num_loras)
+            return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, num_loras=out.num_loras,
+                                      encoder_patches=out.encoder_patches)
         skip = out.skip_drafts if group_skips_drafts is None else group_skips_drafts
         passes = 0 if skip else self.engine.spec.num_speculative_tokens
-        return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, sum(out.spec_tokens), passes)
+        return BatchShape.of_step(out.num_scheduled_tokens, out.context_lens, sum(out.spec_tokens), passes,
+                                  encoder_patches=out.encoder_patches)
 
     def _adapter_load_s(self, out: SchedulerOutput) -> float:
         """LoRA: the copies into GPU slots that make the step's adapters resident (seconds, before

@@ -19,6 +19,8 @@ time an appended output token completes a block. Hash chain (block i covers toke
     h_i = hash((h_{i-1}, key_i))      root = None, or ("lora", lora_id) for a LoRA adapter's request
                                       (vLLM puts the adapter's name in every block's extra keys:
                                       requests of different adapters never share a block)
+                                      with images (mm_inputs): (h_{i-1}, key_i, ids), ids = the
+                                      identifiers of the images whose runs overlap block i
     h_i = hash((("u", content_key), i))                                    if prompt is unique
                                       (content_key: the request's session for a round of a
                                       multi-round session, whose prompt is its previous round's
@@ -37,6 +39,8 @@ from array import array
 from itertools import repeat
 from dataclasses import dataclass, field
 
+from simulator.encoder_cache import MmInput
+
 OUTPUT_TOKEN_ID = 0
 """Token id of every sampled output token (the simulator never models EOS; outputs end on length)."""
 
@@ -51,6 +55,12 @@ class RequestSpec:
     session_id: the multi-round session the request is a round of ("" = none): its unique content
         continues the session's earlier rounds (``Request.content_key``), so a round's prompt hits
         the blocks its previous rounds left in the prefix cache.
+    images: (height, width) in pixels of each image the request carries after its text, as the
+        workload draws them (``prompt_len`` counts the text only until ``simulator.multimodal.
+        place_images`` lays them out for a model's vision tower).
+    mm_inputs: the images laid out (their placeholder runs, within ``prompt_len``); empty until then.
+    image_tokens: of ``prompt_len``, the laid-out images' tokens (runs and the template's markers);
+        the rest is text (what ``vllm bench serve`` counts as the prompt).
     """
 
     request_id: str
@@ -61,6 +71,9 @@ class RequestSpec:
     prompt_token_ids: tuple[int, ...] | None = None
     lora_id: int = 0
     session_id: str = ""
+    images: tuple[tuple[int, int], ...] = ()
+    mm_inputs: tuple[MmInput, ...] = ()
+    image_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.session_id and self.prompt_token_ids is not None:
@@ -163,6 +176,7 @@ class Request:
     hash_lookahead: int = 0                 # tokens after a block its hash covers (vLLM 1 with an EAGLE drafter)
     lora_id: int = 0                        # LoRA adapter (vLLM lora_int_id), 0 = the base model
     content_key: str = ""                   # unique content's hash key: the session, or (default) the request id
+    mm_inputs: tuple[MmInput, ...] = ()     # its images' placeholder runs (simulator.encoder_cache), in order
     block_hashes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -182,6 +196,7 @@ class Request:
             prompt_token_ids=spec.prompt_token_ids,
             lora_id=spec.lora_id,
             content_key=spec.session_id,
+            mm_inputs=spec.mm_inputs,
         )
 
     @property
@@ -223,8 +238,10 @@ class Request:
                 hashes += map(hash, zip(repeat(("u", self.content_key)), range(n, m)))
             return
         parent = hashes[-1] if n else (("lora", self.lora_id) if self.lora_id else None)
+        mm = self.mm_inputs
         while (n + 1) * bs <= num_tokens:
-            parent = hash((parent, self._block_key(n)))
+            key = self._block_key(n)
+            parent = hash((parent, key, self._mm_keys(n * bs, (n + 1) * bs)) if mm else (parent, key))
             hashes.append(parent)
             n += 1
 
@@ -237,6 +254,11 @@ class Request:
             return self.prompt_token_ids[start:end]
         head = self.prompt_token_ids[start:p] if start < p else ()
         return head + (OUTPUT_TOKEN_ID,) * (end - max(start, p))
+
+    def _mm_keys(self, start: int, end: int) -> tuple[str, ...]:
+        """Identifiers of the images whose runs overlap tokens [start, end) (vLLM's block extra
+        keys: a block holding part of an image hashes the image's content too)."""
+        return tuple([m.identifier for m in self.mm_inputs if m.offset < end and m.end > start])
 
     def __lt__(self, other: Request) -> bool:
         """Priority-queue order of vLLM: (priority, arrival, request_id); lower is served first."""

@@ -88,6 +88,7 @@ from collections import deque
 from dataclasses import replace
 from itertools import compress
 
+from simulator.encoder_cache import EncoderScheduler
 from simulator.kv_cache.manager import KVCacheManager
 from simulator.request import Request, RequestSpec, RequestStatus
 from simulator.request_queue import make_request_queue
@@ -112,10 +113,12 @@ class _StepState:
 
     __slots__ = ("token_budget", "slots", "reqs", "ids", "num_sched", "ctx", "new_ids", "resumed_ids", "preempted",
                  "remote_ids", "samples", "prefills_done", "lazy_out", "defer_prefills", "prefill_admitted",
-                 "spec", "prefill_scheduled", "running_scheduled", "drafts_needed")
+                 "spec", "prefill_scheduled", "running_scheduled", "drafts_needed", "enc_budget", "encoder")
 
-    def __init__(self, token_budget: int, slots: int = 0) -> None:
+    def __init__(self, token_budget: int, slots: int = 0, enc_budget: int = 0) -> None:
         self.token_budget = token_budget     # vLLM's input_budget: tokens plus the drafter's slots
+        self.enc_budget = enc_budget         # images: embeddings the tower may still compute this step
+        self.encoder: dict[str, list[int]] = {}     # request id -> its items encoded this step
         self.slots = slots                   # drafter input slots per scheduled request (num_draft_slots)
         self.defer_prefills = False          # --prefill-schedule-interval holds prefill this step
         self.prefill_admitted = False        # a waiting request was admitted with prompt to compute
@@ -161,6 +164,8 @@ class _StepState:
         del self.reqs[i], self.ids[i], self.ctx[i]
         self.token_budget += self.num_sched.pop(i) + self.slots
         self.spec.pop(r.request_id, None)
+        for k in self.encoder.pop(r.request_id, ()):    # its encoder budget back (vLLM restores it too)
+            self.enc_budget += r.mm_inputs[k].num_embeds
 
 
 class Scheduler:
@@ -242,6 +247,9 @@ class Scheduler:
         # vLLM hashes a block with the token after it for an EAGLE drafter (add_request), except
         # behind a KV connector, which keeps the plain hashes: a prefix hit then drops its last block
         kv.drop_last_hit_block = bool(self._k) and kv_role is not None and config.eagle_drafter
+        # Images (simulator.encoder_cache): the encoder budget and cache; None without a vision tower
+        self.encoder = (EncoderScheduler(config.encoder_budget, config.disable_chunked_mm_input)
+                        if config.encoder_budget else None)
 
     # ------------------------------------------------------------------ lazy decode
     def enable_lazy_decode(self) -> bool:
@@ -408,7 +416,13 @@ class Scheduler:
             request = replace(request, prompt_len=request.prompt_len - self._backoff,
                               prompt_token_ids=None if ids is None else ids[:-self._backoff])
         if isinstance(request, RequestSpec):
+            if request.images and not request.mm_inputs:
+                raise ValueError(f"request {request.request_id!r} carries images not laid out for a vision tower "
+                                 "(simulator.multimodal.place_images)")
             request = Request.from_spec(request, self.config.block_size)
+        if request.mm_inputs and self.encoder is None:
+            raise ValueError(f"request {request.request_id!r} carries images but the engine has no vision tower "
+                             "(encoder_budget=0)")
         if self._k and self.config.enable_prefix_caching and self.kv_role is None and self.config.eagle_drafter:
             request.set_hash_lookahead(1)   # vLLM: the EAGLE drafter reads the token after a block
         if remote_prefill and self.kv_role != "consumer":
@@ -520,7 +534,7 @@ class Scheduler:
             if self._debug:
                 self.check_invariants(out)
             return out
-        st = _StepState(self.config.max_num_batched_tokens, self.config.num_draft_slots)
+        st = _StepState(self.config.max_num_batched_tokens, self.config.num_draft_slots, self.config.encoder_budget)
         if self._split is not None:
             self.kv.new_step_starts()
         interval = self._prefill_interval
@@ -683,6 +697,10 @@ class Scheduler:
                 n = max_len - c - 1
             if split is not None and n > 0:
                 n = split(r, c, n, self._max_prefill)
+            enc = None
+            if r.mm_inputs and c < r.mm_inputs[-1].end:     # images in the window: the encoder's say
+                enc = self.encoder.try_schedule(r.request_id, r.mm_inputs, c, n, st.enc_budget)
+                n = enc[1]
             if n == 0:
                 i += 1
                 continue
@@ -701,6 +719,8 @@ class Scheduler:
             else:
                 fits = False                        # the general path (preempts until it fits)
             if fits:
+                if enc is not None:
+                    self._encoder_scheduled(st, r, enc)
                 # full blocks to cache: min(need, known) // bs (the Request hashes every full block)
                 if caching and (num_full := (need if need < known else known) // bs) > r.kv_num_cached_blocks:
                     kv.cache_blocks(r, num_full * bs)
@@ -712,7 +732,8 @@ class Scheduler:
                 i += 1
                 if fuse:
                     if lazy and n == 1 and need == known + ph and (known > r.prompt_len or ph) \
-                            and not r.num_stale_output_tokens and not (inflight and r in inflight):
+                            and not r.num_stale_output_tokens and not (inflight and r in inflight) \
+                            and not (r.mm_inputs and r.request_id in self.encoder.request_inputs):
                         # Lazy from this step for `last` steps (enable_lazy_decode). Here
                         # known + ph - c = 1, so lazy step k (0 <= k < last) has context c+k and
                         # its token makes known = c+k+2, which must not stop it or reach
@@ -782,6 +803,8 @@ class Scheduler:
                     continue  # r preempted itself; later (higher-priority) requests may still fit
                 break
             st.add(r, n, r.num_computed_tokens)
+            if enc is not None:
+                self._encoder_scheduled(st, r, enc)
             budget -= n
             i += 1
         st.token_budget = budget
@@ -819,6 +842,10 @@ class Scheduler:
             n = min(n, st.token_budget - st.slots, max_len - c - 1)
             if self._split is not None and n > 0:
                 n = self._split(r, c, n, self._max_prefill)
+            enc = None
+            if r.mm_inputs and c < r.mm_inputs[-1].end:
+                enc = self.encoder.try_schedule(r.request_id, r.mm_inputs, c, n, st.enc_budget)
+                n = enc[1]
             if n == 0:
                 i += 1
                 continue
@@ -848,6 +875,8 @@ class Scheduler:
                 break
             st.prefill_scheduled |= r.is_prefill_chunk
             st.add(r, n, c)
+            if enc is not None:
+                self._encoder_scheduled(st, r, enc)
             st.drafts_needed = st.drafts_needed or not _drafts_unused(r, c, n)
             if r.spec_tokens:
                 drafts = n + c - known - ph
@@ -907,10 +936,21 @@ class Scheduler:
                 n = self._split(r, hit, n, self._max_prefill)
                 if n == 0:
                     break       # no block-aligned chunk fits: admission ends for the step
+            enc = None
+            if r.mm_inputs and hit < r.mm_inputs[-1].end:
+                enc = self.encoder.try_schedule(r.request_id, r.mm_inputs, hit, n, st.enc_budget)
+                n = enc[1]
+                if n == 0:      # the encoder cannot take its image: requeued behind (vLLM skip_request)
+                    skipped.appendleft(waiting.pop_request())
+                    if self._prefill_interval > 1:
+                        self._deferred_waiting.add(r.request_id)
+                    continue
             blocks = kv.allocate_slots(
                 r, n, hit, hit_blocks, num_lookahead_tokens=self._lookahead,
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl, has_scheduled_reqs=bool(running))
             if blocks is None:
+                if r.mm_inputs and self.encoder is not None:
+                    self.encoder.free(r.request_id, r.mm_inputs)    # vLLM untouches it in the encoder cache
                 break  # head-of-line blocking
             if self._k:
                 self._admitted_spec(st, r, hit, n, pad)
@@ -924,12 +964,24 @@ class Scheduler:
             if r.num_preemptions == 0:
                 r.num_cached_tokens = hit
             st.add(r, n, hit)
+            if enc is not None:
+                self._encoder_scheduled(st, r, enc)
             r.status = RequestStatus.RUNNING
             r.num_computed_tokens = hit
             if loras is not None and r.lora_id:
                 loras.add(r.lora_id)
         if skipped:
             waiting.prepend_requests(skipped)
+
+    def _encoder_scheduled(self, st: _StepState, r: Request, enc: tuple[list[int], int, int, list[int]]) -> None:
+        """r was scheduled with the encoder's plan ``enc`` (``EncoderScheduler.try_schedule``): its
+        items to encode are the step's, their embeddings off the step's encoder budget, and they
+        (with the step's repeats) take their room in the cache (vLLM ``_allocate_encoder_inputs``)."""
+        items, _, budget, duplicates = enc
+        if items:
+            st.encoder[r.request_id] = items
+            st.enc_budget = budget
+            self.encoder.allocate(r.request_id, r.mm_inputs, items, duplicates)
 
     def _admitted_spec(self, st: _StepState, r: Request, computed: int, n: int, pad: int) -> None:
         """Speculative decoding: r admitted on ``computed`` tokens with n of them (``pad``: padded
@@ -1003,6 +1055,13 @@ class Scheduler:
                         break       # no block-aligned chunk fits: admission ends for the step
                     if pad and n != pad:
                         n, pad = 1, 0   # a promoted request's padded verify cut by the split: unpadded
+            enc = None
+            if n and r.mm_inputs and computed < r.mm_inputs[-1].end:
+                enc = self.encoder.try_schedule(r.request_id, r.mm_inputs, computed, n, st.enc_budget)
+                n = enc[1]
+                if n == 0:
+                    skip(queue)
+                    continue
             blocks = kv.allocate_slots(      # an async load reserves no lookahead slots (vLLM)
                 r, n, hit, hit_blocks, num_lookahead_tokens=0 if load_async else self._lookahead,
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
@@ -1010,6 +1069,8 @@ class Scheduler:
                 reserved_blocks=(self._inflight_prefill_reserved_blocks() + self._spec_decode_step_blocks()
                                  if load_async else 0))
             if blocks is None:
+                if r.mm_inputs and self.encoder is not None:
+                    self.encoder.free(r.request_id, r.mm_inputs)
                 break  # head-of-line blocking
             r.kv_remote_prefill = False     # update_state_after_alloc: one transfer per request
             if lookup:
@@ -1029,6 +1090,8 @@ class Scheduler:
             self._append_running(r)
             (st.new_ids if r.status == RequestStatus.WAITING else st.resumed_ids).append(r.request_id)
             st.add(r, n, computed)
+            if enc is not None:
+                self._encoder_scheduled(st, r, enc)
             r.status = RequestStatus.RUNNING
             r.num_computed_tokens = computed
             if computed + n < r.num_tokens:
@@ -1040,6 +1103,8 @@ class Scheduler:
 
     def _preempt(self, r: Request) -> None:
         self._free_request_blocks(r)
+        if r.mm_inputs and self.encoder is not None:
+            self.encoder.free(r.request_id, r.mm_inputs)
         self._inflight_prefills.discard(r)
         r.status = RequestStatus.PREEMPTED
         r.num_computed_tokens = 0
@@ -1121,6 +1186,10 @@ class Scheduler:
             real_spec_tokens=real,
             skip_drafts=bool(self._k) and not st.drafts_needed,
             lora_ids=tuple(sorted({r.lora_id for r in st.reqs} - {0})) if self.config.max_loras else (),
+            encoder_inputs=tuple([(r.request_id, k) for r in st.reqs for k in st.encoder.get(r.request_id, ())])
+            if st.encoder else (),
+            encoder_patches=tuple([r.mm_inputs[k].patches for r in st.reqs for k in st.encoder.get(r.request_id, ())])
+            if st.encoder else (),
         )
 
     # ------------------------------------------------------------------ update
@@ -1204,6 +1273,8 @@ class Scheduler:
                 r.num_stale_output_tokens -= n
                 if r.drop_stale_output:
                     continue
+            if r.mm_inputs and rid in self.encoder.request_inputs:     # images wholly computed: unreferenced
+                self.encoder.free_done(rid, r.mm_inputs, r.num_computed_tokens - r.num_output_placeholders)
             if not samples:
                 continue
             ph = r.num_output_placeholders
@@ -1238,6 +1309,8 @@ class Scheduler:
         rid = r.request_id
         self._finished_req_ids.add(rid)
         self._inflight_prefills.discard(r)
+        if r.mm_inputs and self.encoder is not None:
+            self.encoder.free(rid, r.mm_inputs)
         if self.kv_role is not None:
             self.kv.connector_finished(r)   # a sliding group frees what lies before its window
         if r.kv_remote_decode:
@@ -1301,6 +1374,8 @@ class Scheduler:
                 if r.drop_stale_output:
                     continue
             if not samples:
+                if r.mm_inputs and r.request_id in self.encoder.request_inputs:
+                    self.encoder.free_done(r.request_id, r.mm_inputs, r.num_computed_tokens - r.num_output_placeholders)
                 continue
             m = 1
             if drafts:
@@ -1316,6 +1391,8 @@ class Scheduler:
                     if r.num_output_placeholders > 0:
                         r.num_output_placeholders -= rejected
                 m += accepted
+            if r.mm_inputs and r.request_id in self.encoder.request_inputs:
+                self.encoder.free_done(r.request_id, r.mm_inputs, r.num_computed_tokens - r.num_output_placeholders)
             has_placeholders = r.num_output_placeholders > 0
             k0 = r.num_output_tokens
             got, stopped = m, False

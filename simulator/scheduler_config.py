@@ -52,6 +52,11 @@ class SchedulerConfig:
     max_loras: LoRA adapters at most in the batch (``--max-loras`` with ``--enable-lora``; 0 = LoRA
         off): the adapters of the running requests count, and a waiting request of another
         adapter is skipped (left in place, in order) while they number max_loras.
+    encoder_budget: images (``simulator.encoder_cache``): the embeddings the vision tower may
+        compute in one step and the encoder cache's size, both vLLM's max(max_num_batched_tokens,
+        the tower's largest item); 0 = no vision tower (requests carry no images).
+    disable_chunked_mm_input: a step's window never covers part of an image it starts before
+        (``--disable-chunked-mm-input``); it stops before the image instead.
     """
 
     max_num_seqs: int = 256
@@ -75,13 +80,16 @@ class SchedulerConfig:
     num_draft_slots: int = 0
     eagle_drafter: bool = True
     max_loras: int = 0
+    encoder_budget: int = 0
+    disable_chunked_mm_input: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
                      "pipeline_parallel_size", "prefill_schedule_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 1")
-        for name in ("num_speculative_tokens", "num_lookahead_tokens", "num_draft_slots", "max_loras"):
+        for name in ("num_speculative_tokens", "num_lookahead_tokens", "num_draft_slots", "max_loras",
+                     "encoder_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}; must be >= 0")
         if self.num_lookahead_tokens and self.max_num_batched_tokens <= self.num_lookahead_tokens:
@@ -154,6 +162,10 @@ class SchedulerOutput:
     real_spec_tokens: tuple[int, ...] = ()
     skip_drafts: bool = False   # no request of the step can use drafts proposed after it: none are
     lora_ids: tuple[int, ...] = ()  # LoRA (max_loras > 0): the scheduled requests' adapters, distinct, ascending
+    # images: the items the tower encodes this step, as (request id, item index) in scheduling
+    # order (vLLM ``scheduled_encoder_inputs``), and their patches (the tower's work)
+    encoder_inputs: tuple[tuple[str, int], ...] = ()
+    encoder_patches: tuple[int, ...] = ()
 
     @property
     def num_loras(self) -> int:

@@ -39,6 +39,7 @@ from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.memory import MemoryBudget, ProfiledOverheads, kv_budget
 from simulator.metrics import RequestRecord, SessionRecord, session_summary, summarize
 from simulator.moe_routing import RoutingSpec, make_router
+from simulator.multimodal import encoder_summary, layout_images
 from simulator.replica import Replica
 from simulator.request import Request, RequestSpec
 from simulator.scheduler import Scheduler
@@ -301,7 +302,8 @@ class BenchmarkClient:
         times = state.token_times_s
         return RequestRecord(**{
             "request_id": rid, "arrival_s": state.spec.arrival_s, "send_s": state.send_s,
-            "first_token_s": times[0], "finish_s": times[-1], "prompt_len": state.spec.prompt_len,
+            "first_token_s": times[0], "finish_s": times[-1],
+            "prompt_len": state.spec.prompt_len - state.spec.image_tokens, "image_tokens": state.spec.image_tokens,
             "output_len": req.num_output_tokens, "token_times_s": times,
             "num_preemptions": req.num_preemptions,
             "num_prefix_hit_tokens": max(req.num_cached_tokens, 0), "lora_id": state.spec.lora_id, **fields})
@@ -450,6 +452,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.workload.dataset_name in SESSION_DATASETS and (spec.sglang is not None or spec.architecture == "afd"):
         raise ValueError(f"--dataset-name {spec.workload.dataset_name} (multi-round sessions) with {where} is not "
                          "simulated; its sessions run on vLLM engines, co-located or P/D")
+    if spec.workload.dataset_name == "random-mm" and (spec.sglang is not None or spec.architecture == "afd"):
+        raise ValueError(f"--dataset-name random-mm (image requests) with {where} is not simulated; images are "
+                         "simulated on vLLM engines, co-located or P/D")
     if spec.workload.lora_modules and spec.sglang is not None:
         raise ValueError("--lora-modules with --engine sglang: LoRA adapters are simulated on co-located vLLM engines "
                          "only")
@@ -527,6 +532,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas),
                           dp_ranks=dp, vllm_version=resolved.vllm_version, admission=admission)
     specs, sessions = generate_workload(spec.workload, vocab_size=resolved.model.vocab_size)
+    specs = layout_images(specs, resolved.model.vision, resolved.image_limit)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency, sessions)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))
@@ -535,6 +541,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         summary.update(schedulers_stats(schedulers, resolved.num_spec_tokens))
     if args.enable_prefix_caching:
         summary.update(prefix_cache_summary(schedulers))
+    if any(s.images for s in specs):
+        summary["mm_images"] = sum(len(s.images) for s in specs)
+        summary.update(encoder_summary(schedulers))
     if lora is not None:    # the adapters' copies into GPU slots (priced) and reads from disk (not priced)
         summary["lora_gpu_loads"] = sum(r.adapters.gpu_loads for r in replicas)
         summary["lora_disk_loads"] = sum(r.adapters.disk_loads for r in replicas)

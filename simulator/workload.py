@@ -5,7 +5,7 @@
 
 Arrival times follow vLLM's ``get_request`` (see ``workloads/arrivals.py``); lengths and token
 ids follow the dataset classes (``workloads/random_dataset.py``, ``workloads/sharegpt.py``,
-``workloads/prefix_repetition.py``); a trace carries its own arrival times (``workloads/trace.py``);
+``workloads/prefix_repetition.py``, ``workloads/random_mm.py``: the random dataset with images); a trace carries its own arrival times (``workloads/trace.py``);
 multi-round sessions (``workloads/sessions.py``) give the client their first rounds, the later
 ones follow each round's finish.  ``--max-concurrency`` is not a
 workload property: the simulator applies it as the client's semaphore.
@@ -22,10 +22,11 @@ from simulator.workloads.arrivals import arrival_times_s
 from simulator.workloads.prefix_repetition import sample_prefix_repetition_requests
 from simulator.workloads.sessions import Session, load_session_trace, sample_reasoning_sessions
 from simulator.workloads.random_dataset import length_bounds, sample_random_requests
+from simulator.workloads.random_mm import parse_bucket_config, parse_limit_mm_per_prompt, sample_random_mm
 from simulator.workloads.sharegpt import sample_sharegpt_requests
 from simulator.workloads.trace import load_trace
 
-DATASETS = ("random", "sharegpt", "trace", "prefix_repetition", "reasoning", "session_trace")
+DATASETS = ("random", "sharegpt", "trace", "prefix_repetition", "reasoning", "session_trace", "random-mm")
 SESSION_DATASETS = ("reasoning", "session_trace")     # multi-round sessions (workloads/sessions.py)
 LORA_ASSIGNMENTS = ("random", "round-robin")     # vllm bench serve --lora-assignment
 
@@ -47,7 +48,8 @@ class WorkloadSpec:
     """One benchmark workload, named after ``vllm bench serve`` flags (defaults are vLLM's).
 
     dataset_name: "random" | "sharegpt" | "trace" | "prefix_repetition" | "reasoning" | "session_trace"
-        (multi-round sessions from ``dataset_path``, ``workloads/sessions.load_session_trace``).
+        (multi-round sessions from ``dataset_path``, ``workloads/sessions.load_session_trace``) |
+        "random-mm" (the random dataset's text, then images: ``workloads/random_mm.py``).
     num_prompts: requests to generate (trace: the first ``num_prompts`` rows).
     request_rate: mean arrivals per second; ``inf`` sends everything at t = 0 (ignored for traces).
     burstiness: gamma shape of the inter-arrival gaps (1 = Poisson, < 1 burstier, ``inf`` = constant).
@@ -73,6 +75,11 @@ class WorkloadSpec:
     lora_assignment: "random" (vllm bench serve's default: each request draws one, seeded by
         ``seed``; vLLM's own draws come from Python's global random state, which is not
         reproduced) or "round-robin" (request i runs adapter i mod n).
+    random_mm_*: the random-mm dataset (vllm bench serve's flags and defaults): images per request
+        uniform in [floor(base (1 - r)), ceil(base (1 + r))] (at most the image limit), each of a
+        (height, width, 1) bucket drawn with its probability; ``random_mm_limit_mm_per_prompt``
+        and ``random_mm_bucket_config`` as vLLM's flags take them (JSON / a Python dict literal),
+        or mappings (a scenario file's); None = vLLM's defaults.
     """
 
     dataset_name: str = "random"
@@ -100,6 +107,10 @@ class WorkloadSpec:
     reasoning_tool_latency_ms: float = 500.0
     lora_modules: tuple[str, ...] = ()
     lora_assignment: str = "random"
+    random_mm_base_items_per_request: int = 1
+    random_mm_num_mm_items_range_ratio: float = 0.0
+    random_mm_limit_mm_per_prompt: str | dict | None = None
+    random_mm_bucket_config: str | dict | None = None
 
     def __post_init__(self) -> None:
         names = self.lora_modules
@@ -132,7 +143,11 @@ class WorkloadSpec:
                     f"and random_prefix_len={self.random_prefix_len} allows an empty prompt; "
                     "need random_prefix_len + floor(random_input_len * (1 - ratio)) >= 1"
                 )
-        if self.dataset_name in ("random", "prefix_repetition", "reasoning") and self.dataset_path is not None:
+        _require_ints(self, ("random_mm_base_items_per_request",), 0)
+        if self.dataset_name == "random-mm":
+            self.mm_sampling()      # vLLM's checks of the settings, before any request is drawn
+        if self.dataset_name in ("random", "prefix_repetition", "reasoning", "random-mm") \
+                and self.dataset_path is not None:
             raise ValueError(f"dataset_path={self.dataset_path!r} is not used by dataset_name={self.dataset_name!r}; "
                              "remove it")
         if self.sharegpt_output_len is not None and (
@@ -168,6 +183,19 @@ class WorkloadSpec:
         if self.dataset_name == "session_trace" and self.dataset_path is None:
             raise ValueError("dataset_name='session_trace' needs dataset_path (a .jsonl, .json or .parquet file of "
                              "sessions)")
+
+
+    def mm_sampling(self) -> tuple[dict[str, int] | None, dict[tuple[int, int, int], float] | None]:
+        """The random-mm limits and buckets, parsed (None: vLLM's defaults); ValueError (one
+        line) for a bad text or setting."""
+        limits, buckets = self.random_mm_limit_mm_per_prompt, self.random_mm_bucket_config
+        if isinstance(limits, str):
+            limits = parse_limit_mm_per_prompt(limits)
+        if isinstance(buckets, str):
+            buckets = parse_bucket_config(buckets)
+        sample_random_mm(1, 1, 1, 0.0, 0, self.seed, 1, self.random_mm_base_items_per_request,
+                         self.random_mm_num_mm_items_range_ratio, limits, buckets)
+        return limits, buckets
 
 
 def generate_requests(spec: WorkloadSpec, vocab_size: int | None = None) -> list[RequestSpec]:
@@ -236,6 +264,16 @@ def _requests(spec: WorkloadSpec, vocab_size: int | None) -> list[RequestSpec]:
             spec.num_prompts, spec.prefix_repetition_prefix_len, spec.prefix_repetition_suffix_len,
             spec.prefix_repetition_num_prefixes, spec.prefix_repetition_output_len, spec.seed, arrivals, vocab_size,
             shuffle=not spec.disable_shuffle)
+    if spec.dataset_name == "random-mm":
+        if vocab_size is None:
+            raise ValueError("dataset_name='random-mm' needs vocab_size (its draws follow the vocabulary's)")
+        limits, buckets = spec.mm_sampling()
+        draws = sample_random_mm(spec.num_prompts, spec.random_input_len, spec.random_output_len,
+                                 spec.random_range_ratio, spec.random_prefix_len, spec.seed, vocab_size,
+                                 spec.random_mm_base_items_per_request, spec.random_mm_num_mm_items_range_ratio,
+                                 limits, buckets)
+        return [RequestSpec(str(i), arrivals[i], spec.random_prefix_len + d.input_len, d.output_len,
+                            prompt_token_ids=d.prompt_token_ids, images=d.images) for i, d in enumerate(draws)]
     if spec.dataset_name == "random":
         return sample_random_requests(
             spec.num_prompts,

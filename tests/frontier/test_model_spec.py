@@ -385,9 +385,11 @@ def test_multimodal_checkpoints_say_their_vision_encoder_is_not_counted():
     for name in ("google/gemma-3-4b-it", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "moonshotai/Kimi-K2.5",
                  "Qwen/Qwen3-VL-8B-Instruct"):
         note = load_model_spec(name).vision_encoder_note()
-        assert note.startswith(f"{name} is a multimodal checkpoint run text-only"), name
+        assert note.startswith(f"{name} is a multimodal checkpoint"), name
         counted = "meta-llama" not in name
         assert ("weights are counted" in note) == counted and ("weights and" in note) != counted, name
+        assert ("encoder work is priced" in note) == (name in ("google/gemma-3-4b-it", "Qwen/Qwen3-VL-8B-Instruct"))
+        assert ("text-only" in note) == (name in ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "moonshotai/Kimi-K2.5"))
     for name in ("google/gemma-3-1b-it", "meta-llama/Llama-3.1-8B", "openai/gpt-oss-120b"):
         assert load_model_spec(name).vision_encoder_note() is None, name
 

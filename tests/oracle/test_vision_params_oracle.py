@@ -83,3 +83,16 @@ def test_kimi_k25_vision_tower_params_equal_transformers(name):
     m = load_model_spec(name)
     assert m.vision_params_sharded + m.vision_params_replicated == want
     assert m.vision_num_heads == c.vision_config.num_attention_heads == 16
+
+
+def test_qwen_image_resize_equals_transformers():
+    # the placeholder count of an image (frontier.vision) rests on transformers' smart_resize
+    # (vLLM's Qwen3-VL processing info calls it with the tower's factor and the hub's pixel bounds)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as theirs
+
+    from frontier.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, smart_resize
+    sizes = [(h, w) for h in (17, 100, 256, 333, 720, 1080, 2000, 4000, 9000) for w in (31, 256, 640, 1280, 1920, 7000)
+             if max(h, w) / min(h, w) <= 200]
+    for h, w in sizes:
+        assert smart_resize(h, w, 32, QWEN_MIN_PIXELS, QWEN_MAX_PIXELS) == theirs(h, w, 32, QWEN_MIN_PIXELS,
+                                                                                QWEN_MAX_PIXELS), (h, w)
