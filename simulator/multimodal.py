@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
+from frontier.model_spec import ModelSpec
 from frontier.ops import AttentionOp, ElementwiseOp, GemmOp
 from frontier.vision import VisionTower
 from simulator.encoder_cache import MmInput
@@ -46,8 +47,8 @@ MARKER_TOKEN_ID = -3        # ... and the template's markers around it)
 
 def place_images(spec: RequestSpec, tower: VisionTower) -> RequestSpec:
     """``spec`` with its images laid out for ``tower`` (module docstring): ``prompt_len`` grown,
-    ``mm_inputs`` set (identifiers unique to the request: the random images of ``vllm bench``
-    share nothing), an explicit prompt extended with the runs' and markers' ids."""
+    ``mm_inputs`` set (identifiers: ``image_ids``', else unique to the request, as the random
+    images of ``vllm bench`` are), an explicit prompt extended with the runs' and markers' ids."""
     if not spec.images or spec.mm_inputs:
         return spec
     pos, ids, inputs = spec.prompt_len, [], []
@@ -56,7 +57,8 @@ def place_images(spec: RequestSpec, tower: VisionTower) -> RequestSpec:
         before = item.template_tokens // 2          # Qwen's vision start ...
         after = item.template_tokens - before       # ... and end
         pos += before
-        inputs.append(MmInput(pos, item.length, item.num_embeds, item.patches, f"{spec.request_id}/image{i}"))
+        ident = (spec.image_ids[i] if spec.image_ids else "") or f"{spec.request_id}/image{i}"
+        inputs.append(MmInput(pos, item.length, item.num_embeds, item.patches, ident))
         ids += [MARKER_TOKEN_ID] * before + [IMAGE_TOKEN_ID] * item.length + [MARKER_TOKEN_ID] * after
         pos += item.length + after
     prompt = None if spec.prompt_token_ids is None else spec.prompt_token_ids + tuple(ids)
@@ -134,15 +136,20 @@ def output_tokens(tower: VisionTower, patches: tuple[int, ...]) -> int:
     return sum(patches) // tower.merge ** 2
 
 
-def layout_images(specs: list[RequestSpec], tower: VisionTower | None, image_limit: int) -> list[RequestSpec]:
-    """``specs`` with their images laid out for ``tower`` (``place_images``); ValueError (one line,
-    ``image_request_error``) for the first request the engine cannot serve."""
+def layout_images(specs: list[RequestSpec], model: ModelSpec, image_limit: int) -> list[RequestSpec]:
+    """``specs`` with their images laid out for the served ``model``'s tower (``place_images``);
+    ValueError (one line, ``image_request_error``) for the first request the engine cannot serve."""
     if not any(s.images for s in specs):
         return specs
+    sizes: dict[str, tuple[int, int]] = {}
     for s in specs:
-        if (err := image_request_error(s, tower, image_limit)) is not None:
+        if (err := image_request_error(s, model, image_limit)) is not None:
             raise ValueError(err)
-    return [place_images(s, tower) if s.images else s for s in specs]
+        for ident, size in zip(s.image_ids, s.images):
+            if ident and sizes.setdefault(ident, size) != size:
+                raise ValueError(f"image id {ident!r} names a {size[0]}x{size[1]} image in request {s.request_id!r} "
+                                 f"and a {sizes[ident][0]}x{sizes[ident][1]} one before; an id is one image's content")
+    return [place_images(s, model.vision) if s.images else s for s in specs]
 
 
 def encoder_summary(schedulers: list) -> dict[str, int]:
@@ -155,14 +162,19 @@ def encoder_summary(schedulers: list) -> dict[str, int]:
             "mm_encoder_cache_evictions": sum(e.num_evicted for e in encoders)}
 
 
-def image_request_error(spec: RequestSpec, tower: VisionTower | None, image_limit: int) -> str | None:
-    """Why an engine cannot serve ``spec``'s images (None: it can): no vision tower (a text-only
-    model, --language-model-only, image limit 0), a tower whose images are not simulated, or
-    more images than --limit-mm-per-prompt allows (vLLM rejects the request)."""
+def image_request_error(spec: RequestSpec, model: ModelSpec, image_limit: int) -> str | None:
+    """Why an engine serving ``model`` cannot serve ``spec``'s images (None: it can): no vision
+    tower (a text-only model, --language-model-only, image limit 0), a tower the simulator does not
+    know or whose images it does not simulate, or more images than --limit-mm-per-prompt allows
+    (vLLM rejects the request)."""
     if not spec.images:
         return None
+    tower = model.vision
     if tower is not None and (err := tower.image_error()) is not None:
         return err
+    if tower is None and model.has_vision_encoder:
+        return (f"{model.name}'s vision tower is not one whose images are simulated (Qwen3-VL, Qwen3.5 / Qwen3.6, "
+                "Gemma 3)")
     if tower is None or image_limit == 0:
         return (f"request {spec.request_id!r} carries {len(spec.images)} image(s) but the engine serves no images "
                 "(a text-only model, --language-model-only, or --limit-mm-per-prompt image 0)")

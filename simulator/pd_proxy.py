@@ -227,7 +227,7 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
                          f"{decode.resolved.max_model_len}; give --max-model-len")
     model = decode.resolved.model
     specs, sessions = generate_workload(spec.workload, vocab_size=model.vocab_size)
-    specs = layout_images(specs, model.vision, min(prefill.resolved.image_limit, decode.resolved.image_limit))
+    specs = layout_images(specs, model, min(prefill.resolved.image_limit, decode.resolved.image_limit))
     client = PDProxy(loop, specs, prefill.cluster, decode.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, decode, pdd), kv_pull(model, prefill, decode),
                      decode.resolved.max_model_len, spec.max_concurrency, debug=spec.debug, sessions=sessions)

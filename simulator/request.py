@@ -58,6 +58,8 @@ class RequestSpec:
     images: (height, width) in pixels of each image the request carries after its text, as the
         workload draws them (``prompt_len`` counts the text only until ``simulator.multimodal.
         place_images`` lays them out for a model's vision tower).
+    image_ids: the images' content ids, aligned with ``images`` ("" = unique to the request; equal
+        ids share an encoder-cache entry and prefix-cache blocks); empty = all unique.
     mm_inputs: the images laid out (their placeholder runs, within ``prompt_len``); empty until then.
     image_tokens: of ``prompt_len``, the laid-out images' tokens (runs and the template's markers);
         the rest is text (what ``vllm bench serve`` counts as the prompt).
@@ -72,10 +74,13 @@ class RequestSpec:
     lora_id: int = 0
     session_id: str = ""
     images: tuple[tuple[int, int], ...] = ()
+    image_ids: tuple[str, ...] = ()
     mm_inputs: tuple[MmInput, ...] = ()
     image_tokens: int = 0
 
     def __post_init__(self) -> None:
+        if self.image_ids and len(self.image_ids) != len(self.images):
+            raise ValueError(f"{self.request_id!r}: {len(self.image_ids)} image_ids for {len(self.images)} images")
         if self.session_id and self.prompt_token_ids is not None:
             raise ValueError(f"{self.request_id!r}: a session's round has unique content (no prompt_token_ids)")
         if self.lora_id < 0:

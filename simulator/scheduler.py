@@ -72,6 +72,15 @@ in-flight pulls', and a pulled request's first step is a padded verify. Lazy dec
 Followed: vLLM 0.33's ``Scheduler`` / ``AsyncScheduler`` (tests/oracle/test_spec_parity.py and
 test_pd_parity.py run both side by side).
 
+Images (``SchedulerConfig.encoder_budget`` > 0): a request's image runs (``Request.mm_inputs``)
+go through vLLM's encoder budget and cache (``simulator.encoder_cache.EncoderScheduler``) wherever
+vLLM's loops call ``_try_schedule_encoder_inputs``: after the token count (and the "align" split)
+of a running or waiting request, before its KV allocation; an image the encoder cannot take stops
+the window before it (a running request with no tokens left is passed over, a waiting one requeued
+behind). A scheduled request's items are the step's ``encoder_inputs``; a request holding cache
+references is not made lazy, so each processed step drops those whose runs are computed. Followed:
+tests/oracle/test_mm_parity.py.
+
 Lazy decode (`enable_lazy_decode`, turned on by `simulator.replica.Replica`): a decode is
 listed in each step's output from arrays aligned with ``running`` and skipped by
 update_from_output; only its block events (allocate, hash, cache) touch it, and its counters and

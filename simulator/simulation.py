@@ -532,7 +532,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         cluster = Cluster(Role.COLOCATED, replicas, args.router, resolved.num_gpus // len(replicas),
                           dp_ranks=dp, vllm_version=resolved.vllm_version, admission=admission)
     specs, sessions = generate_workload(spec.workload, vocab_size=resolved.model.vocab_size)
-    specs = layout_images(specs, resolved.model.vision, resolved.image_limit)
+    specs = layout_images(specs, resolved.model, resolved.image_limit)
     client = BenchmarkClient(loop, specs, cluster, resolved.max_model_len, spec.max_concurrency, sessions)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))
     summary.update(cost_model_stats(cost_model))

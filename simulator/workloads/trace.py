@@ -12,6 +12,10 @@ Columns (one row per request):
     lora               str, the LoRA adapter the request runs (the OpenAI request's model name;
                        empty = the base model): adapters are numbered 1, 2, ... in the order
                        they first appear in the file (vLLM's lora_int_id)   (optional)
+    images             list of [height, width] or [height, width, id]: the images the request
+                       carries after its prompt (pixels; ``simulator.multimodal``), an id naming
+                       the image's content (requests with the same id share its encoder output
+                       and cached blocks; default: unique). CSV: as JSON text   (optional)
 
 A ``.json`` file may instead hold one JSON array of such objects.  Like vLLM's ``timed_trace``
 the first ``num_prompts`` rows (file order) are used; the result is sorted by arrival time
@@ -137,8 +141,33 @@ def _parse_row(raw: dict[str, Any], row: int, adapters: dict[str, int]) -> Reque
     if lora is not None and not isinstance(lora, str):
         raise ValueError(f"trace row {row}: lora={lora!r} is not an adapter name")
     lora_id = adapters.setdefault(lora, len(adapters) + 1) if lora else 0
+    images, image_ids = _images(raw.get("images"), row)
     return RequestSpec(request_id, arrival, prompt_len, output_len, priority=priority, prompt_token_ids=ids,
-                       lora_id=lora_id)
+                       lora_id=lora_id, images=images, image_ids=image_ids)
+
+
+def _images(value: Any, row: int) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
+    """A row's ``images``: ((height, width), ...) and their ids ("" = unique), or ((), ())."""
+    if value is None:
+        return (), ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"trace row {row}: images={value!r} is not JSON (give [[height, width], ...])") from None
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"trace row {row}: images={value!r} must be a list of [height, width] or "
+                         "[height, width, id]")
+    sizes, ids = [], []
+    for item in value:
+        ok = isinstance(item, (list, tuple)) and len(item) in (2, 3) and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in item[:2])
+        if not ok or (len(item) == 3 and not (isinstance(item[2], str) and item[2])):
+            raise ValueError(f"trace row {row}: image {item!r} is not [height, width] or [height, width, id] "
+                             "(pixel counts >= 1, a non-empty id)")
+        sizes.append((item[0], item[1]))
+        ids.append(item[2] if len(item) == 3 else "")
+    return tuple(sizes), (tuple(ids) if any(ids) else ())
 
 
 def load_trace(path: str, num_requests: int) -> list[RequestSpec]:

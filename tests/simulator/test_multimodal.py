@@ -73,13 +73,16 @@ def test_place_images_after_the_text_with_the_template_markers():
 
 def test_layout_refuses_what_the_engine_cannot_serve():
     spec = [RequestSpec("a", 0.0, 10, 5, images=((256, 256), (256, 256)))]
-    tower = load_model_spec(QWEN).vision
+    qwen = load_model_spec(QWEN)
     with pytest.raises(ValueError, match="--limit-mm-per-prompt allows 1"):
-        layout_images(spec, tower, 1)
+        layout_images(spec, qwen, 1)
+    assert layout_images(spec, qwen, 2)[0].prompt_len == 10 + 2 * 66
     with pytest.raises(ValueError, match="serves no images"):
-        layout_images(spec, None, 999)
+        layout_images(spec, load_model_spec("meta-llama/Llama-3.1-8B"), 999)
+    with pytest.raises(ValueError, match="Llama-4-Scout-17B-16E-Instruct's vision tower is not one"):
+        layout_images(spec, load_model_spec("meta-llama/Llama-4-Scout-17B-16E-Instruct"), 999)
     text = [RequestSpec("b", 0.0, 10, 5)]
-    assert layout_images(text, None, 0) is text
+    assert layout_images(text, qwen, 0) is text
 
 
 def test_image_blocks_hash_the_image():
@@ -218,3 +221,26 @@ def test_image_workloads_are_refused_where_not_simulated():
                                       workload=WorkloadSpec(dataset_name="random-mm", num_prompts=2)))
     with pytest.raises(ValueError, match="video items are not simulated"):
         WorkloadSpec(dataset_name="random-mm", random_mm_bucket_config="{(256, 256, 4): 1.0}")
+
+
+def test_trace_images_with_shared_contents(tmp_path):
+    # a trace's images column: the same id is one image, encoded once while it stays cached
+    path = tmp_path / "t.jsonl"
+    rows = [{"arrival_time_s": 0.1 * i, "prompt_len": 200, "output_len": 5,
+             "images": [[720, 1280, "logo"]] + ([[256, 256]] if i % 2 else [])} for i in range(6)]
+    path.write_text("\n".join(__import__("json").dumps(r) for r in rows))
+    result = run_simulation(SimulationSpec(engine=EngineArgs(model=QWEN, gpu="H100"),
+                                           workload=WorkloadSpec(dataset_name="trace", dataset_path=str(path),
+                                                                 num_prompts=6)))
+    s = result.summary
+    assert (s["completed"], s["mm_images"], s["mm_items_encoded"]) == (6, 9, 4)   # the logo once, 3 others
+    assert sorted(r.image_tokens for r in result.records) == [882] * 3 + [948] * 3
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"arrival_time_s": 0, "prompt_len": 5, "output_len": 1, "images": [[720, 1280, "x"]]}\n'
+                   '{"arrival_time_s": 0, "prompt_len": 5, "output_len": 1, "images": [[256, 256, "x"]]}\n')
+    with pytest.raises(ValueError, match="image id 'x' names a 256x256 image in request '1' and a 720x1280"):
+        run_simulation(SimulationSpec(engine=EngineArgs(model=QWEN, gpu="H100"),
+                                      workload=WorkloadSpec(dataset_name="trace", dataset_path=str(bad), num_prompts=2)))
+    bad.write_text('{"arrival_time_s": 0, "prompt_len": 5, "output_len": 1, "images": [[720]]}\n')
+    with pytest.raises(ValueError, match=r"trace row 0: image \[720\] is not \[height, width\]"):
+        generate_requests(WorkloadSpec(dataset_name="trace", dataset_path=str(bad), num_prompts=1))
