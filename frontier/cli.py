@@ -73,7 +73,8 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
 # own message downstream.
 _UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version",
                           "speculative_config", "spec_acceptance_rate", "cuda_graph_bs", "limit_mm_per_prompt",
-                          "lora_modules", "random_mm_limit_mm_per_prompt", "random_mm_bucket_config")
+                          "lora_modules", "random_mm_limit_mm_per_prompt", "random_mm_bucket_config",
+                          "mm_processor_kwargs")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:
@@ -129,7 +130,7 @@ LM_ONLY_HELP = ("As vllm serve's (and SGLang's, for Qwen3-VL / Qwen3.5): a multi
                 "Gemma 3, Kimi-K2.5) served without its vision encoder, whose weights are otherwise counted in the KV budget.")
 MM_LIMIT_HELP = ("As vllm serve's, JSON: input items per prompt by modality, e.g. '{\"image\": 0, \"video\": 0}'; "
                  "0 for every modality of the vision tower (Kimi-K2.5's: vision_chunk) drops it, as "
-                 "--language-model-only does. Requests are text-only either way.")
+                 "--language-model-only does; a request with more images than its image count is refused.")
 MM_TP_HELP = ("As vllm serve's: weights (default) splits the vision tower's linear weights by TP, data keeps the "
               "whole tower on every rank.")
 HYBRID_KV_HELP = ("As vllm serve's: a model's sliding-window layers keep their KV as full attention, one KV "
@@ -370,6 +371,7 @@ def simulate(
     language_model_only: Optional[bool] = typer.Option(None, "--language-model-only", help=LM_ONLY_HELP, rich_help_panel=ENGINE_HELP),
     limit_mm_per_prompt: Optional[str] = typer.Option(None, "--limit-mm-per-prompt", help=MM_LIMIT_HELP, rich_help_panel=ENGINE_HELP),
     mm_encoder_tp_mode: Optional[str] = typer.Option(None, "--mm-encoder-tp-mode", help=MM_TP_HELP, rich_help_panel=ENGINE_HELP),
+    mm_processor_kwargs: Optional[str] = typer.Option(None, "--mm-processor-kwargs", help="As vllm serve's, JSON: the image processor's settings; Qwen's min_pixels / max_pixels are simulated, e.g. '{\"max_pixels\": 1003520}' (an image's tokens, the encoder budget).", rich_help_panel=ENGINE_HELP),
     disable_chunked_mm_input: Optional[bool] = typer.Option(None, "--disable-chunked-mm-input", help="A prefill chunk never covers part of an image: it stops before the image instead (needs --max-num-batched-tokens >= the largest image's tokens).", rich_help_panel=ENGINE_HELP),
     cudagraph_capture_sizes: Optional[str] = typer.Option(None, "--cudagraph-capture-sizes", help=CG_HELP, rich_help_panel=ENGINE_HELP),
     max_cudagraph_capture_size: Optional[int] = typer.Option(None, "--max-cudagraph-capture-size", help="Largest CUDA-graph capture size in tokens (default: vLLM's, 512 or 1024 on B200/B300).", rich_help_panel=ENGINE_HELP),

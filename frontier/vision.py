@@ -28,7 +28,7 @@ simulated (``image_error``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TOWER_KINDS = ("qwen3_vl", "siglip", "moonvit")
 QWEN_MIN_PIXELS = 65_536            # hub preprocessor_config.json "size": shortest_edge (Qwen3-VL, Qwen3.5)
@@ -69,6 +69,8 @@ class VisionTower:
     out_hidden: the text model's width the tower's tokens are projected to. num_deepstack:
     Qwen3-VL's deepstack mergers (each a merger MLP over some block's output). image_size:
     SigLIP's fixed input side (pixels). tokens_per_image: Gemma 3's tokens an image (256).
+    min_pixels / max_pixels: Qwen's resize bounds (the hub's, or ``--mm-processor-kwargs``'
+    min_pixels / max_pixels: ``with_pixel_bounds``); they bound videos' frames too.
     """
 
     kind: str
@@ -83,6 +85,9 @@ class VisionTower:
     num_deepstack: int = 0
     image_size: int = 0
     tokens_per_image: int = 0
+    min_pixels: int = QWEN_MIN_PIXELS
+    max_pixels: int = QWEN_MAX_PIXELS
+    video_max_pixels: int = QWEN_MAX_VIDEO_PIXELS
 
     def __post_init__(self) -> None:
         if self.kind not in TOWER_KINDS:
@@ -115,7 +120,7 @@ class VisionTower:
         if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
             raise ValueError(f"image {height}x{width}: aspect ratio over {MAX_ASPECT_RATIO}, which the Qwen "
                              "image processor refuses")
-        h, w = smart_resize(height, width, self.patch_size * self.merge, QWEN_MIN_PIXELS, QWEN_MAX_PIXELS)
+        h, w = smart_resize(height, width, self.patch_size * self.merge, self.min_pixels, self.max_pixels)
         patches = (h // self.patch_size) * (w // self.patch_size)
         n = patches // (self.merge * self.merge)
         return ImageItem(height, width, n, n, patches, 2)
@@ -126,9 +131,30 @@ class VisionTower:
         if self.kind == "siglip":
             return self.tokens_per_image
         unit = self.patch_size * self.merge
-        image = _most_features(QWEN_MAX_PIXELS // (unit * unit))
-        video = _most_features(QWEN_MAX_VIDEO_PIXELS // self.temporal_patch // (unit * unit))
+        image = _most_features(self.max_pixels // (unit * unit))
+        video = _most_features(self.video_max_pixels // self.temporal_patch // (unit * unit))
         return max([image if m == "image" else video for m in modalities] or [0])
+
+
+def with_pixel_bounds(tower: VisionTower, kwargs: dict) -> VisionTower:
+    """``tower`` as ``--mm-processor-kwargs`` sets it: Qwen's flat ``min_pixels`` / ``max_pixels``
+    (vLLM routes them to the image and the video processor: the video's per-clip bound too);
+    ValueError (one line) for another key or tower."""
+    if not kwargs:
+        return tower
+    bad = sorted(set(kwargs) - {"min_pixels", "max_pixels"})
+    if bad or tower.kind != "qwen3_vl":
+        raise ValueError(f"--mm-processor-kwargs {sorted(kwargs)}: only min_pixels / max_pixels of Qwen's vision "
+                         f"towers are simulated{f' (not {bad})' if bad else f', not the {tower.kind} tower'}")
+    values = {k: kwargs[k] for k in ("min_pixels", "max_pixels") if k in kwargs}
+    for k, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"--mm-processor-kwargs {k}={v!r}; need a pixel count >= 1")
+    low, high = values.get("min_pixels", tower.min_pixels), values.get("max_pixels", tower.max_pixels)
+    if low > high:
+        raise ValueError(f"--mm-processor-kwargs min_pixels={low} exceeds max_pixels={high}")
+    return replace(tower, min_pixels=low, max_pixels=high,
+                   video_max_pixels=values.get("max_pixels", tower.video_max_pixels))
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:

@@ -53,11 +53,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from frontier.gpu import GpuSpec
 from frontier.model_spec import ModelSpec
 from frontier.quant import kv_bytes_for_dtype, parse_quantization
 from frontier.parallel import ParallelSpec
+from frontier.vision import with_pixel_bounds
 from simulator.cuda_graph import CUDAGRAPH_MODES, CudaGraphConfig
 from simulator.lora import LoraConfig, lora_error
 from simulator.spec_decode import SpecDecodeConfig, draft_model_error
@@ -157,6 +159,9 @@ class EngineArgs:
     # --mm-encoder-tp-mode: "weights" splits the vision tower's linear weights by TP (vLLM's
     # default), "data" keeps the whole tower on every rank
     mm_encoder_tp_mode: str = "weights"
+    # --mm-processor-kwargs (JSON): the image processor's settings; Qwen's min_pixels / max_pixels
+    # are simulated (frontier.vision.with_pixel_bounds), as (key, value) pairs
+    mm_processor_kwargs: tuple[tuple[str, Any], ...] = ()
     # --disable-chunked-mm-input: a prefill chunk never covers part of an image it starts before
     # (vLLM refuses it when the tower's largest item exceeds --max-num-batched-tokens)
     disable_chunked_mm_input: bool = False
@@ -208,6 +213,7 @@ class EngineArgs:
                                                                                 "scheduler_reserve_full_isl")):
                 raise ValueError(f"--{name.replace('_', '-')} must be true or false, got {value!r}")
         object.__setattr__(self, "limit_mm_per_prompt", mm_limits(self.limit_mm_per_prompt))
+        object.__setattr__(self, "mm_processor_kwargs", mm_processor_kwargs(self.mm_processor_kwargs))
         if self.mm_encoder_tp_mode not in MM_ENCODER_TP_MODES:
             raise ValueError(f"--mm-encoder-tp-mode {self.mm_encoder_tp_mode!r} is not one of "
                              f"{', '.join(MM_ENCODER_TP_MODES)}")
@@ -443,7 +449,11 @@ class EngineArgs:
                                         and all(limits.get(m, 1) == 0 for m in model.vision_modalities)):
             model = replace(model, has_vision_encoder=False, vision_params_sharded=0, vision_params_replicated=0,
                             vision=None)
-        elif self.mm_encoder_tp_mode == "data" and model.vision_params_sharded:     # every rank the whole tower
+        if self.mm_processor_kwargs:
+            if model.vision is None:
+                raise ValueError(f"--mm-processor-kwargs: {model.name} serves no images here")
+            model = replace(model, vision=with_pixel_bounds(model.vision, dict(self.mm_processor_kwargs)))
+        if self.mm_encoder_tp_mode == "data" and model.vision_params_sharded:     # every rank the whole tower
             model = replace(model, vision_params_sharded=0, vision_num_heads=0,
                             vision_params_replicated=model.vision_params_sharded + model.vision_params_replicated)
         return ResolvedEngine(
@@ -665,6 +675,23 @@ def gdn_simulation_error(args: EngineArgs) -> str | None:
 
 
 MM_ENCODER_TP_MODES = ("weights", "data")
+
+
+def mm_processor_kwargs(value) -> tuple[tuple[str, Any], ...]:
+    """--mm-processor-kwargs as sorted (key, value) pairs, from vLLM's JSON text, a mapping or
+    pairs; ValueError (one line) for anything else (the keys are checked against the tower later)."""
+    raw = value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"--mm-processor-kwargs {raw!r} is not JSON; give e.g. '{{\"max_pixels\": 1003520}}'") \
+                from None
+    if isinstance(value, (tuple, list)) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in value):
+        value = dict(value)
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"--mm-processor-kwargs {raw!r} must map names to values, e.g. '{{\"max_pixels\": 1003520}}'")
+    return tuple(sorted(value.items()))
 
 
 def mm_limits(value) -> tuple[tuple[str, int], ...]:

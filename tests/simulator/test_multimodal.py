@@ -244,3 +244,21 @@ def test_trace_images_with_shared_contents(tmp_path):
     bad.write_text('{"arrival_time_s": 0, "prompt_len": 5, "output_len": 1, "images": [[720]]}\n')
     with pytest.raises(ValueError, match=r"trace row 0: image \[720\] is not \[height, width\]"):
         generate_requests(WorkloadSpec(dataset_name="trace", dataset_path=str(bad), num_prompts=1))
+
+
+def test_mm_processor_kwargs_bound_qwen_images():
+    r = resolve_engine(EngineArgs(model=QWEN, gpu="H100", mm_processor_kwargs='{"max_pixels": 200704}'))
+    tower = r.model.vision
+    assert (tower.min_pixels, tower.max_pixels, tower.video_max_pixels) == (65_536, 200_704, 200_704)
+    assert tower.image(720, 1280) == ImageItem(720, 1280, 180, 180, 720, 2)      # 320 x 576 pixels
+    assert tower.max_tokens_per_item(("image", "video")) == 196
+    assert r.encoder_budget == 8192                                             # max_num_batched_tokens
+    big = resolve_engine(EngineArgs(model=QWEN, gpu="H100", mm_processor_kwargs={"min_pixels": 1_000_000}))
+    assert big.model.vision.image(256, 256).num_embeds == 1024                  # 1024 x 1024 pixels (ceil)
+    for bad, match in (('{"do_resize": false}', r"not \['do_resize'\]"), ('{"max_pixels": 0}', "pixel count >= 1"),
+                       ('{"min_pixels": 9, "max_pixels": 8}', "min_pixels=9 exceeds max_pixels=8"),
+                       ("max_pixels=5", "is not JSON")):
+        with pytest.raises(ValueError, match=match):
+            resolve_engine(EngineArgs(model=QWEN, gpu="H100", mm_processor_kwargs=bad))
+    with pytest.raises(ValueError, match="not the siglip tower"):
+        resolve_engine(EngineArgs(model=GEMMA, gpu="H100", mm_processor_kwargs='{"max_pixels": 5000}'))
