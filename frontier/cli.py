@@ -74,7 +74,7 @@ def _merge(cli: dict[str, Any], config: Optional[Path], valid: tuple[str, ...],
 _UNTYPED_SCENARIO_KEYS = ("cudagraph_capture_sizes", "compilation_config", "eplb_config", "vllm_version",
                           "speculative_config", "spec_acceptance_rate", "cuda_graph_bs", "limit_mm_per_prompt",
                           "lora_modules", "random_mm_limit_mm_per_prompt", "random_mm_bucket_config",
-                          "mm_processor_kwargs")
+                          "mm_processor_kwargs", "goodput", "percentile_metrics", "metric_percentiles")
 
 
 def _typed(key: str, value: Any, hint: Any) -> Any:
@@ -386,6 +386,12 @@ def simulate(
     request_rate: Optional[float] = typer.Option(None, help="Requests per second; inf (default) sends all at t=0.", rich_help_panel=BENCH_HELP),
     burstiness: Optional[float] = typer.Option(None, rich_help_panel=BENCH_HELP),
     max_concurrency: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
+    ramp_up_strategy: Optional[str] = typer.Option(None, "--ramp-up-strategy", help="As vllm bench serve's: linear or exponential, the request rate rising from --ramp-up-start-rps to --ramp-up-end-rps over the run (instead of --request-rate).", rich_help_panel=BENCH_HELP),
+    ramp_up_start_rps: Optional[int] = typer.Option(None, "--ramp-up-start-rps", rich_help_panel=BENCH_HELP),
+    ramp_up_end_rps: Optional[int] = typer.Option(None, "--ramp-up-end-rps", rich_help_panel=BENCH_HELP),
+    goodput: Optional[str] = typer.Option(None, "--goodput", help="As vllm bench serve's: SLOs as KEY:VALUE pairs in ms (ttft, tpot, e2el), e.g. 'ttft:500 tpot:50'; prints the request goodput.", rich_help_panel=OUT_HELP),
+    percentile_metrics: Optional[str] = typer.Option(None, "--percentile-metrics", help="Metrics whose percentiles are reported, comma-separated (default ttft,tpot,itl,e2el).", rich_help_panel=OUT_HELP),
+    metric_percentiles: Optional[str] = typer.Option(None, "--metric-percentiles", help="Percentiles reported, comma-separated, e.g. 50,90,99 (default 99).", rich_help_panel=OUT_HELP),
     seed: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
     random_input_len: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
     random_output_len: Optional[int] = typer.Option(None, rich_help_panel=BENCH_HELP),
@@ -546,6 +552,10 @@ def simulate(
     if result.failed:
         first = next(iter(result.failed.items()))
         typer.echo(f"warning: {len(result.failed)} request(s) failed, e.g. {first[0]}: {first[1]}", err=True)
+    if spec.workload.ramp_up_strategy is not None:
+        w = spec.workload
+        typer.echo(f"Traffic ramp-up strategy: {w.ramp_up_strategy}. Will increase RPS from {w.ramp_up_start_rps} to "
+                   f"{w.ramp_up_end_rps} RPS over the duration of the benchmark.")
     if result.summary.get("completed"):
         typer.echo(format_summary(result.summary))
     typer.echo(f"{'Simulated duration (s):':<40} {result.simulated_duration_s:<10.2f}")
@@ -562,7 +572,7 @@ def simulate(
 # simulate's keys beyond EngineArgs' and WorkloadSpec's fields
 OUT_KEYS = ("output_dir", "batch_trace", "perfetto", "save_result", "result_dir", "result_filename", "debug",
             "max_concurrency", "num_gpus", "save_detailed", "step_jitter", "comm_model", "moe_routing", "architecture",
-            "engine_cpu_overhead", "frontend_latency_ms",
+            "engine_cpu_overhead", "frontend_latency_ms", "goodput", "percentile_metrics", "metric_percentiles",
             "predictor_bundle", "compilation_config", "eplb_config", "spec_acceptance_rate") + PDD_KEYS + AFD_KEYS
 
 
@@ -639,7 +649,34 @@ def _simulation_spec(values: dict[str, Any]):
                             else float(values["frontend_latency_ms"]) * 1e-3),
         architecture=str(values.get("architecture", "colocated")), pdd=_pdd_spec(values),
         afd=_afd_spec(values), sglang=sglang,
-        predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")))
+        predictor_bundle=_resolve_bundle(values.get("predictor_bundle"), values.get("gpu")),
+        **_reporting(values))
+
+
+def _reporting(values: dict[str, Any]) -> dict[str, Any]:
+    """``SimulationSpec``'s goodput and percentile settings from vllm bench serve's flags (text as
+    vLLM takes it; a scenario file may give lists / a mapping); ValueError (one line) for bad text."""
+    out: dict[str, Any] = {}
+    goodput = values.get("goodput")
+    if goodput is not None:
+        pairs = goodput.items() if isinstance(goodput, dict) else [
+            p.split(":") for p in (goodput.replace(",", " ").split() if isinstance(goodput, str) else goodput)]
+        try:
+            out["goodput"] = tuple((str(k), float(v)) for k, v in pairs)
+        except (TypeError, ValueError):
+            raise ValueError(f"--goodput {goodput!r}: give KEY:VALUE pairs, the key a metric (ttft, tpot, e2el), "
+                             "the value in ms, e.g. 'ttft:500 tpot:50'") from None
+    for key, kind in (("percentile_metrics", str), ("metric_percentiles", float)):
+        raw = values.get(key)
+        if raw is None:
+            continue
+        items = raw.split(",") if isinstance(raw, str) else raw
+        try:
+            out[key] = tuple(kind(str(x).strip()) for x in items)
+        except ValueError:
+            raise ValueError(f"--{key.replace('_', '-')} {raw!r} is not a comma-separated list of "
+                             f"{'metric names' if kind is str else 'numbers'}") from None
+    return out
 
 
 def _sglang_layout(result) -> str:

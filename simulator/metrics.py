@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")     # --percentile-metrics' names (ours reports all four by default)
 DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "errors")
 _HEADERS = {
     "ttft": ("TTFT", "Time to First Token"),
@@ -161,7 +162,7 @@ def summarize(
     duration_s: float,
     selected_percentiles: Sequence[float] = (99,),
     *,
-    selected_percentile_metrics: Sequence[str] = ("ttft", "tpot", "itl", "e2el"),
+    selected_percentile_metrics: Sequence[str] = PERCENTILE_METRICS,
     goodput: Mapping[str, float] | None = None,
     max_concurrency: int | None = None,
     request_rate: float = math.inf,
@@ -185,7 +186,7 @@ def summarize(
     """
     if not duration_s > 0:
         raise ValueError(f"duration_s={duration_s} is invalid; need > 0")
-    unknown = [m for m in selected_percentile_metrics if m not in ("ttft", "tpot", "itl", "e2el")]
+    unknown = [m for m in selected_percentile_metrics if m not in PERCENTILE_METRICS]
     if unknown:
         raise ValueError(f"selected_percentile_metrics {unknown} are invalid; valid: ttft, tpot, itl, e2el")
     goodput = dict(goodput or {})
@@ -247,7 +248,7 @@ def summarize(
     }
     pooled_itls = np.concatenate(gaps) if gaps else np.zeros(0)
     series = {"ttft": ttfts, "tpot": tpots, "itl": pooled_itls, "e2el": e2els}
-    metrics = [m for m in ("ttft", "tpot", "itl", "e2el") if m in selected_percentile_metrics]
+    metrics = [m for m in PERCENTILE_METRICS if m in selected_percentile_metrics]
     extra: dict[str, list[float]] = {}
     if max_concurrency is not None:
         extra["client_queue_time"] = queue_times

@@ -78,6 +78,9 @@ def result_filename(values: dict[str, Any], model_id: str, now: datetime | None 
     mc = values.get("max_concurrency")
     mc_str = f"-concurrency{mc}" if mc is not None else ""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    if values.get("ramp_up_strategy") is not None:
+        rate_str = (f"ramp-up-{values['ramp_up_strategy']}-{values.get('ramp_up_start_rps')}qps-"
+                    f"{values.get('ramp_up_end_rps')}")
     return f"vllm-{rate_str}qps{mc_str}-{model_id.split('/')[-1]}-{stamp}.json"
 
 

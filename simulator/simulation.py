@@ -37,7 +37,8 @@ from simulator.engine_args import AUTO_MAX_MODEL_LEN, EngineArgs, ResolvedEngine
 from simulator.engine_cpu import MEASURED as MEASURED_ENGINE_CPU, EngineCpu
 from simulator.events import PRIO_ARRIVAL, EventLoop
 from simulator.memory import MemoryBudget, ProfiledOverheads, kv_budget
-from simulator.metrics import RequestRecord, SessionRecord, session_summary, summarize
+from simulator.metrics import (GOODPUT_METRICS, PERCENTILE_METRICS, RequestRecord, SessionRecord, session_summary,
+                               summarize)
 from simulator.moe_routing import RoutingSpec, make_router
 from simulator.multimodal import encoder_summary, layout_images
 from simulator.replica import Replica
@@ -85,6 +86,11 @@ class SimulationSpec:
     engine_cpu_overhead: bool = False   # --engine-cpu-overhead: each step's engine CPU time (simulator/engine_cpu.py)
     frontend_latency_s: float = FRONTEND_LATENCY_S   # --frontend-latency-ms / 1e3: send -> engines (BenchmarkClient)
     sglang: SglangArgs | None = None    # --engine sglang: SGLang's server flags (None: vLLM engines)
+    # vllm bench serve's reporting: --goodput SLOs (metric, ms), --percentile-metrics (None: ttft,
+    # tpot, itl and e2el) and --metric-percentiles
+    goodput: tuple[tuple[str, float], ...] = ()
+    percentile_metrics: tuple[str, ...] | None = None
+    metric_percentiles: tuple[float, ...] = (99.0,)
 
     @property
     def engine_cpu(self) -> EngineCpu | None:
@@ -92,6 +98,16 @@ class SimulationSpec:
         return MEASURED_ENGINE_CPU if self.engine_cpu_overhead else None
 
     def __post_init__(self) -> None:
+        for name, ms in self.goodput:
+            if name not in GOODPUT_METRICS or not isinstance(ms, (int, float)) or not ms >= 0:
+                raise ValueError(f"--goodput {name}:{ms} is invalid; metrics {', '.join(GOODPUT_METRICS)}, values >= 0 ms")
+        bad = [m for m in self.percentile_metrics or () if m not in PERCENTILE_METRICS]
+        if bad or self.percentile_metrics == ():
+            raise ValueError(f"--percentile-metrics {','.join(self.percentile_metrics)} is invalid; valid: "
+                             f"{','.join(PERCENTILE_METRICS)}")
+        if not self.metric_percentiles or not all(isinstance(p, (int, float)) and 0 < p < 100
+                                                  for p in self.metric_percentiles):
+            raise ValueError(f"--metric-percentiles {self.metric_percentiles} is invalid; need percentiles in (0, 100)")
         if self.architecture not in ("colocated", "pdd", "afd"):
             raise ValueError(f"--architecture {self.architecture!r} is not one of colocated, pdd, afd")
         if self.architecture != "afd" and self.afd is not None:
@@ -351,10 +367,16 @@ def run_client(loop: EventLoop, client, spec: SimulationSpec,
         client.failed[rid] = "never scheduled: its prompt cannot fit the KV cache"
     records = sorted(client.records, key=lambda r: (r.send_s, r.request_id))
     duration_s = max((r.finish_s for r in records), default=0.0)
-    summary = summarize(records, duration_s, max_concurrency=spec.max_concurrency,
+    summary = summarize(records, duration_s, spec.metric_percentiles, max_concurrency=spec.max_concurrency,
+                        selected_percentile_metrics=spec.percentile_metrics or PERCENTILE_METRICS,
+                        goodput=dict(spec.goodput),
                         request_rate=spec.workload.request_rate, burstiness=spec.workload.burstiness,
                         model_id=spec.engine.model, num_prompts=num_prompts,
                         detailed=spec.save_detailed) if records else {}
+    w = spec.workload
+    if records and w.ramp_up_strategy is not None:      # vllm bench serve's result keys
+        summary.update(ramp_up_strategy=w.ramp_up_strategy, ramp_up_start_rps=w.ramp_up_start_rps,
+                       ramp_up_end_rps=w.ramp_up_end_rps)
     summary["failed"] = len(client.failed)
     summary["simulated_duration_s"] = loop.now_s
     summary["sim_wall_s"] = sim_wall_s

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, replace
 
 from simulator.request import RequestSpec
-from simulator.workloads.arrivals import arrival_times_s
+from simulator.workloads.arrivals import RAMP_UP_STRATEGIES, arrival_times_s
 from simulator.workloads.prefix_repetition import sample_prefix_repetition_requests
 from simulator.workloads.sessions import Session, load_session_trace, sample_reasoning_sessions
 from simulator.workloads.random_dataset import length_bounds, sample_random_requests
@@ -75,6 +75,9 @@ class WorkloadSpec:
     lora_assignment: "random" (vllm bench serve's default: each request draws one, seeded by
         ``seed``; vLLM's own draws come from Python's global random state, which is not
         reproduced) or "round-robin" (request i runs adapter i mod n).
+    ramp_up_strategy / ramp_up_start_rps / ramp_up_end_rps: vllm bench serve's ramp-up ("linear" or
+        "exponential" from start to end requests per second over the run, replacing
+        ``request_rate``, which must stay inf: ``workloads/arrivals.py``); None = a fixed rate.
     random_mm_*: the random-mm dataset (vllm bench serve's flags and defaults): images per request
         uniform in [floor(base (1 - r)), ceil(base (1 + r))] (at most the image limit), each of a
         (height, width, 1) bucket drawn with its probability; ``random_mm_limit_mm_per_prompt``
@@ -107,6 +110,9 @@ class WorkloadSpec:
     reasoning_tool_latency_ms: float = 500.0
     lora_modules: tuple[str, ...] = ()
     lora_assignment: str = "random"
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: int | None = None
+    ramp_up_end_rps: int | None = None
     random_mm_base_items_per_request: int = 1
     random_mm_num_mm_items_range_ratio: float = 0.0
     random_mm_limit_mm_per_prompt: str | dict | None = None
@@ -144,6 +150,7 @@ class WorkloadSpec:
                     "need random_prefix_len + floor(random_input_len * (1 - ratio)) >= 1"
                 )
         _require_ints(self, ("random_mm_base_items_per_request",), 0)
+        self._check_ramp_up()
         if self.dataset_name == "random-mm":
             self.mm_sampling()      # vLLM's checks of the settings, before any request is drawn
         if self.dataset_name in ("random", "prefix_repetition", "reasoning", "random-mm") \
@@ -184,6 +191,34 @@ class WorkloadSpec:
             raise ValueError("dataset_name='session_trace' needs dataset_path (a .jsonl, .json or .parquet file of "
                              "sessions)")
 
+
+    def _check_ramp_up(self) -> None:
+        """vllm bench serve's checks of the ramp-up flags (its messages), one line each."""
+        strategy, start, end = self.ramp_up_strategy, self.ramp_up_start_rps, self.ramp_up_end_rps
+        if strategy is None:
+            if start is not None or end is not None:
+                raise ValueError("--ramp-up-start-rps / --ramp-up-end-rps need --ramp-up-strategy linear or exponential")
+            return
+        if strategy not in RAMP_UP_STRATEGIES:
+            raise ValueError(f"--ramp-up-strategy {strategy!r} is invalid; valid: {', '.join(RAMP_UP_STRATEGIES)}")
+        if self.request_rate != math.inf:
+            raise ValueError("When using ramp-up, do not specify --request-rate: the ramp-up parameters set the rate")
+        if start is None or end is None:
+            raise ValueError("When using --ramp-up-strategy, both --ramp-up-start-rps and --ramp-up-end-rps must be "
+                             "specified")
+        _require_ints(self, ("ramp_up_start_rps", "ramp_up_end_rps"), 0)
+        if start > end:
+            raise ValueError(f"--ramp-up-start-rps {start} must not exceed --ramp-up-end-rps {end}")
+        if start == 0:
+            raise ValueError(f"--ramp-up-start-rps 0 with a {strategy} ramp-up: the first request's rate is 0 "
+                             "(vLLM refuses it for exponential, and its linear ramp-up fails an assertion)")
+
+    def arrivals(self) -> list[float]:
+        """The ``num_prompts`` arrival times (seconds) of ``vllm bench serve``'s schedule
+        (``workloads/arrivals.py``), with the ramp-up when one is set."""
+        ramp = None if self.ramp_up_strategy is None else (self.ramp_up_strategy, self.ramp_up_start_rps,
+                                                           self.ramp_up_end_rps)
+        return arrival_times_s(self.num_prompts, self.request_rate, self.burstiness, self.seed, ramp)
 
     def mm_sampling(self) -> tuple[dict[str, int] | None, dict[tuple[int, int, int], float] | None]:
         """The random-mm limits and buckets, parsed (None: vLLM's defaults); ValueError (one
@@ -229,7 +264,7 @@ def generate_sessions(spec: WorkloadSpec) -> list[Session]:
         return load_session_trace(spec.dataset_path, spec.num_prompts)
     if spec.dataset_name != "reasoning":
         raise ValueError(f"dataset_name={spec.dataset_name!r} has no sessions; only {', '.join(SESSION_DATASETS)}")
-    arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
+    arrivals = spec.arrivals()
     return sample_reasoning_sessions(
         spec.num_prompts, float(spec.reasoning_rounds), spec.reasoning_max_rounds, spec.reasoning_first_input_len,
         spec.reasoning_round_input_len, spec.reasoning_round_output_len, spec.reasoning_answer_len,
@@ -255,7 +290,7 @@ def assign_loras(requests: list[RequestSpec], spec: WorkloadSpec) -> list[Reques
 def _requests(spec: WorkloadSpec, vocab_size: int | None) -> list[RequestSpec]:
     if spec.dataset_name == "trace":
         return load_trace(spec.dataset_path, spec.num_prompts)
-    arrivals = arrival_times_s(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed)
+    arrivals = spec.arrivals()
     if spec.dataset_name == "prefix_repetition":
         if vocab_size is None:
             raise ValueError("dataset_name='prefix_repetition' needs vocab_size (its prompts are drawn from the "
