@@ -34,7 +34,8 @@ TOKEN_POINT = {"linear": ("m",),
                "moe": ("num_tokens",),
                "comm": ("message_bytes",),
                "elementwise": ("num_tokens",),
-               "gdn": ("op_name", "batch_size", "seq_len")}
+               "gdn": ("op_name", "batch_size", "seq_len"),
+               "encoder_attention": ("batch_size", "seq_len")}
 SHAPE_GROUP = {"linear": ("timing_mode", "dtype", "n", "k"),
                "attention": ("timing_mode", "is_mla", "kv_dtype", "num_heads", "num_kv_heads",
                              "head_dim", "window_size"),
@@ -42,7 +43,8 @@ SHAPE_GROUP = {"linear": ("timing_mode", "dtype", "n", "k"),
                        "num_experts", "moe_tp_size", "moe_ep_size"),
                "comm": ("timing_mode", "op_name", "num_gpus", "link", "framework"),
                "elementwise": ("timing_mode", "op_name", "dtype", "hidden_size"),
-               "gdn": ("timing_mode", "op_name", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim")}
+               "gdn": ("timing_mode", "op_name", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"),
+               "encoder_attention": ("timing_mode", "num_heads", "head_dim")}
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ def _by_submodel(err_pct: np.ndarray, modes: np.ndarray, keys: np.ndarray, modul
     return out
 
 
-FAMILY_ORDER = ("linear", "attention", "moe", "comm", "elementwise", "gdn")
+FAMILY_ORDER = ("linear", "attention", "moe", "comm", "elementwise", "gdn", "encoder_attention")
 
 
 def select_version(df: pd.DataFrame, family: str, framework_version: str | None) -> pd.DataFrame:

@@ -54,19 +54,21 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from frontier.ops import GDN_CHUNK_TOKENS, AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, MoeOp
+from frontier.ops import (GDN_CHUNK_TOKENS, AttentionOp, CommOp, ElementwiseOp, EncoderAttentionOp, GdnOp, GemmOp,
+                          MoeOp)
 from frontier.power_law_routing import power_law_loads
 
 Canon = dict[str, np.ndarray]
 
 # Bump when any canonical column, feature or reference formula changes: bundles record it,
 # cached auto bundles of another version are refitted and load_bundle refuses them.
-FEATURES_VERSION = 11      # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
+FEATURES_VERSION = 12      # 3: MLA module keys; 4: GEMM 16/32-row tile features and roofline target fitted
                            # per dtype; 5: MoE power-law load statistics; 6: 20-tree GEMM forest;
                            # 7: MoE ratio target on a roofline fitted per MoE dtype (moe_roofline);
                            # 8: attention ratio target on a fitted roofline; 9: attention back on the
                            # nominal reference (v8's fitted one worsened the end-to-end bench; attention.py);
-                           # 10: the gdn family (Gated DeltaNet's gated delta rule); 11: its conv1d kernels
+                           # 10: the gdn family (Gated DeltaNet's gated delta rule); 11: its conv1d kernels;
+                           # 12: the encoder_attention family (vision towers' ViT attention)
 SMS = 132.0                 # streaming multiprocessors of an H100/H200 SXM (shapes the wave features)
 RIDGE_FLOP_PER_BYTE = 300.0  # nominal H100/H200 ridge point; only shapes the roofline feature
 _DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0,
@@ -92,13 +94,14 @@ CANON_COLUMNS: dict[str, tuple[str, ...]] = {
     "elementwise": ("op_name", "num_tokens", "hidden_size", "dtype"),
     "gdn": ("op_name", "batch_size", "seq_len", "num_tokens", "num_k_heads", "num_v_heads", "head_k_dim",
             "head_v_dim", "state_dtype", "d_conv"),
+    "encoder_attention": ("op_name", "batch_size", "seq_len", "num_tokens", "num_heads", "head_dim", "dtype"),
 }
 # The columns that name a sub-model (the kernel family changes with them).
 SUBMODEL_KEY = {"linear": "dtype", "attention": "kv_dtype", "moe": "moe_dtype", "comm": "op_name",
-                "elementwise": "op_name", "gdn": "op_name"}
+                "elementwise": "op_name", "gdn": "op_name", "encoder_attention": "op_name"}
 # The token axis of each family (what the token-count-only baseline regresses on).
 TOKENS = {"linear": "m", "attention": "num_tokens", "moe": "num_tokens", "comm": "message_bytes",
-          "elementwise": "num_tokens", "gdn": "num_tokens"}
+          "elementwise": "num_tokens", "gdn": "num_tokens", "encoder_attention": "num_tokens"}
 # Elementwise kernels: tensor passes over the [tokens, width] rows (reads + writes), and the
 # profiled kernel a simulator ElementwiseOp name stands for (names ending "_act": silu_and_mul).
 ELEMENTWISE_PASSES = {"rms_norm": 2, "fused_add_rms_norm": 4, "rotary_embedding": 2, "silu_and_mul": 3,
@@ -304,6 +307,8 @@ def canon_row_from_op(op) -> tuple[str, dict[str, object]]:
                         "link": op.link}
     if isinstance(op, GdnOp):
         return "gdn", gdn_canon_row(op)
+    if isinstance(op, EncoderAttentionOp):
+        return "encoder_attention", encoder_attention_canon_row(op)
     if isinstance(op, ElementwiseOp):
         kind = "silu_and_mul" if op.name.endswith("_act") else ELEMENTWISE_KINDS.get(op.name, op.name)
         width = max(1, round(op.bytes_per_token / (ELEMENTWISE_PASSES.get(kind, 2) * 2.0)))
@@ -325,6 +330,16 @@ def gdn_canon_row(op: GdnOp) -> dict[str, object]:
     tokens = op.num_decodes + op.spec_tokens
     return {"op_name": "conv1d_update" if conv else "recurrent", "batch_size": op.num_decodes,
             "seq_len": -(-tokens // op.num_decodes), "num_tokens": tokens, **heads}
+
+
+def encoder_attention_canon_row(op: EncoderAttentionOp) -> dict[str, object]:
+    """One canonical encoder_attention row of an op of equal images (the measured rows are uniform;
+    ``EncoderAttentionOp.uniform_parts`` splits another; ValueError for one)."""
+    b, p = len(op.seq_lens), op.seq_lens[0]
+    if op.seq_lens.count(p) != b:
+        raise ValueError("an EncoderAttentionOp of unequal images: price its uniform_parts()")
+    return {"op_name": "vit", "batch_size": b, "seq_len": p, "num_tokens": op.num_tokens,
+            "num_heads": op.num_heads, "head_dim": op.head_dim, "dtype": "bf16" if op.act_bytes == 2 else "fp32"}
 
 
 def canon_from_records(records: Sequence[dict], family: str) -> Canon:
@@ -365,13 +380,16 @@ FEATURE_NAMES: dict[str, tuple[str, ...]] = {
     "gdn": ("lg_batch", "lg_seq_len", "lg_tokens", "lg_k_heads", "lg_v_heads", "lg_head_k", "lg_head_v",
             "state_bytes", "lg_chunks", "lg_flops", "lg_state_bytes", "lg_act_bytes", "lg_ctas", "d_conv"),
     "elementwise": ("lg_tokens", "lg_width", "lg_bytes", "dtype_bytes"),
+    "encoder_attention": ("lg_batch", "lg_seq_len", "lg_tokens", "lg_heads", "lg_head_dim", "lg_flops", "lg_bytes",
+                          "lg_ctas", "lg_waves128", "tile_fill128", "lg_path128x128", "lg_path128x176",
+                          "lg_waves192", "tile_fill192", "lg_path192x128", "lg_path192x176"),
 }
 
 
 def featurize(canon: Canon, family: str) -> np.ndarray:
     """Model matrix (rows x FEATURE_NAMES[family]) of a canonical table."""
     return {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm,
-            "elementwise": _elementwise, "gdn": _gdn}[family](canon)
+            "elementwise": _elementwise, "gdn": _gdn, "encoder_attention": _encoder_attention}[family](canon)
 
 
 def _f(canon: Canon, name: str) -> np.ndarray:
@@ -501,6 +519,28 @@ def _gdn(c: Canon) -> np.ndarray:
                             _lg(flops), _lg(state_bytes), _lg(act_bytes), _lg(b * nv), _f(c, "d_conv")])
 
 
+def encoder_attention_work(c: Canon) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOPs, bytes) of encoder_attention rows, as ``frontier.ops.EncoderAttentionOp`` counts them:
+    4 x heads x head_dim x batch x seq_len^2, and q, k, v in and the output out over the tokens."""
+    b, s, h, d = _f(c, "batch_size"), _f(c, "seq_len"), _f(c, "num_heads"), _f(c, "head_dim")
+    return 4 * h * d * b * s * s, 4 * _f(c, "num_tokens") * h * d * dtype_bytes(c["dtype"])
+
+
+def _encoder_attention(c: Canon) -> np.ndarray:
+    """The sizes and work, and the flash-attention grid: for query tiles of 128 and 192 rows (FA3's
+    for these head dims), the waves of (image x head x tile) blocks over SMS multiprocessors, the
+    last tile's fill, and waves x key tiles of 128 and 176 (each block's sequential loop) -
+    the critical path when few blocks run (held-out p95 on the H100 rows 14.7 -> 11.4 %)."""
+    flops, nbytes = encoder_attention_work(c)
+    b, s, h = _f(c, "batch_size"), _f(c, "seq_len"), _f(c, "num_heads")
+    cols = [_lg(b), _lg(s), _lg(c["num_tokens"]), _lg(h), _lg(c["head_dim"]), _lg(flops), _lg(nbytes),
+            _lg(b * h * np.ceil(s / 128))]
+    for rows in (128, 192):
+        waves = np.ceil(b * h * np.ceil(s / rows) / SMS)
+        cols += [_lg(waves), (s % rows) / rows, _lg(waves * np.ceil(s / 128)), _lg(waves * np.ceil(s / 176))]
+    return np.column_stack(cols)
+
+
 def tokens_of(canon: Canon, family: str) -> np.ndarray:
     """The token-count axis of a family (m, tokens in the batch, tokens into MoE, message bytes)."""
     if family == "attention":
@@ -566,6 +606,9 @@ def reference_s(canon: Canon, family: str) -> np.ndarray:
     if family == "gdn":
         flops, state_bytes, act_bytes, chunks = gdn_work(canon)
         return flops / _REF_FLOPS + (state_bytes + act_bytes) / _REF_BW + chunks * _REF_FIXED_S
+    if family == "encoder_attention":
+        flops, nbytes = encoder_attention_work(canon)
+        return flops / _REF_FLOPS + nbytes / _REF_BW + _REF_FIXED_S
     nbytes, g = _f(canon, "message_bytes"), _f(canon, "num_gpus")
     ops = np.array([str(o) for o in canon["op_name"]])
     bus = np.where(ops == "all_reduce", 2 * (g - 1) / g, (g - 1) / g) * nbytes

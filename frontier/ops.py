@@ -9,7 +9,8 @@ what the roofline cost model consumes; learned predictors use the raw fields ins
 Families (`family` class attribute) match the profile partitions: "linear",
 "attention", "moe", "elementwise", "comm"; and "gdn" (the gated delta rule of Gated DeltaNet
 layers), which the roofline prices (its constants fitted on AIConfigurator's measured tables),
-and "lora" (vLLM's punica LoRA kernels), which only the roofline prices (no measured tables).
+and "lora" (vLLM's punica LoRA kernels), which only the roofline prices (no measured tables);
+"encoder_attention": a vision tower's bidirectional attention within each image.
 """
 
 from __future__ import annotations
@@ -471,4 +472,52 @@ class LoraOp:
         return self.num_loras * self.rank * self.n * self.weight_bytes_per_param + buf + 2 * self.m * self.n * self.act_bytes
 
 
-OpSpec = Union[GemmOp, AttentionOp, MoeOp, ElementwiseOp, GdnOp, CommOp, LoraOp]
+@dataclass(frozen=True)
+class EncoderAttentionOp:
+    """A vision tower block's attention on one rank (vLLM's ViT flash attention, varlen): each image
+    attends to itself, bidirectionally, ``seq_lens`` its patches; ``num_heads`` (already divided by
+    TP) of ``head_dim``; q, k, v read and the output written at ``act_bytes``.
+
+    FLOPs: 4 x heads x head_dim x p^2 per image (QK^T and PV over all p x p pairs). Bytes: 4 x p x
+    heads x head_dim x act_bytes per image.
+    """
+
+    family: ClassVar[str] = "encoder_attention"
+    seq_lens: tuple[int, ...]
+    num_heads: int
+    head_dim: int
+    act_bytes: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_positive("EncoderAttentionOp", num_heads=self.num_heads, head_dim=self.head_dim,
+                        act_bytes=self.act_bytes)
+        if not self.seq_lens or min(self.seq_lens) < 1:
+            raise ValueError(f"EncoderAttentionOp: seq_lens={self.seq_lens}; need one length >= 1 per image")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.seq_lens)
+
+    @property
+    def pairs(self) -> int:
+        """Query-key pairs: the sum of p^2 over the images."""
+        return sum(p * p for p in self.seq_lens)
+
+    def uniform_parts(self) -> tuple[EncoderAttentionOp, ...]:
+        """The op as one op per distinct image length (longest first): the uniform batches a
+        calibrated bundle prices (its measured rows are uniform) and sums."""
+        lengths = sorted(set(self.seq_lens), reverse=True)
+        if len(lengths) == 1:
+            return (self,)
+        return tuple(dataclasses.replace(self, seq_lens=(p,) * self.seq_lens.count(p)) for p in lengths)
+
+    @property
+    def flops(self) -> float:
+        return 4.0 * self.num_heads * self.head_dim * self.pairs
+
+    @property
+    def bytes_moved(self) -> float:
+        return 4.0 * self.num_tokens * self.num_heads * self.head_dim * self.act_bytes
+
+
+OpSpec = Union[GemmOp, AttentionOp, MoeOp, ElementwiseOp, GdnOp, CommOp, LoraOp, EncoderAttentionOp]

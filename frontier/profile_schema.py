@@ -35,7 +35,7 @@ from frontier.ops import MOE_A2A_OPS
 # not bump the version; bundles refuse any other version, and a bump would orphan them all.
 SCHEMA_VERSION = 1
 
-FAMILIES = ("linear", "attention", "moe", "elementwise", "comm", "gdn", "memory")
+FAMILIES = ("linear", "attention", "moe", "elementwise", "comm", "gdn", "encoder_attention", "memory")
 TIMING_MODES = ("kernel", "launch")  # kernel: CUDA-graph replay / kernel-only; launch: eager, launch-inclusive
 SOURCES = ("aiconfigurator", "vidur", "frontier-profiler")
 DTYPES = ("fp32", "fp16", "bf16", "fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4",
@@ -48,6 +48,7 @@ COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p") +
 LINKS = ("nvlink", "network", "pcie")
 # the gated delta rule's prefill (chunked) and decode (recurrent) kernels, the causal conv1d's (conv1d, conv1d_update)
 GDN_OPS = ("chunked", "recurrent", "conv1d", "conv1d_update")
+ENCODER_ATTENTION_OPS = ("vit",)   # a vision tower's non-causal attention (vLLM's ViT flash attention)
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 
@@ -125,6 +126,13 @@ FAMILY_COLUMNS: dict[str, pa.Schema] = {
         ("op_name", _S), ("batch_size", _I), ("seq_len", _I), ("num_tokens", _I), ("num_k_heads", _I),
         ("num_v_heads", _I), ("head_k_dim", _I), ("head_v_dim", _I), ("state_dtype", _S), ("d_conv", _I),
     ]),
+    # A vision tower block's attention on one rank (vLLM's ViT flash attention): batch_size images
+    # of seq_len patches each, num_tokens (= batch_size x seq_len) patches in all; heads already
+    # divided by TP; dtype of q, k, v.
+    "encoder_attention": pa.schema([
+        ("op_name", _S), ("batch_size", _I), ("seq_len", _I), ("num_tokens", _I), ("num_heads", _I),
+        ("head_dim", _I), ("dtype", _S),
+    ]),
     "memory": pa.schema([
         ("model", _S), ("tp", _I), ("pp", _I), ("ep", _I), ("max_num_batched_tokens", _I),
         ("weights_bytes", _I), ("torch_peak_increase_bytes", _I), ("non_torch_bytes", _I),
@@ -139,6 +147,7 @@ _ENUMS: dict[str, dict[str, tuple[str, ...]]] = {
     "elementwise": {"op_name": ELEMENTWISE_OPS, "dtype": DTYPES},
     "comm": {"op_name": COMM_OPS, "link": LINKS},
     "gdn": {"op_name": GDN_OPS, "state_dtype": DTYPES},
+    "encoder_attention": {"op_name": ENCODER_ATTENTION_OPS, "dtype": DTYPES},
     "memory": {},
 }
 
@@ -311,6 +320,7 @@ OPERATOR_MINIMUM: dict[str, dict[str, float]] = {
     "comm": {"message_bytes": 1, "num_gpus": 1},
     "gdn": {"batch_size": 1, "seq_len": 1, "num_tokens": 1, "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 1,
             "head_v_dim": 1, "d_conv": 1},
+    "encoder_attention": {"batch_size": 1, "seq_len": 1, "num_tokens": 1, "num_heads": 1, "head_dim": 1},
 }
 OPERATOR_OPTIONAL_MINIMUM: dict[str, dict[str, float]] = {
     "attention": {"prefill_ctx_max": 0, "window_size": 0},
@@ -319,6 +329,7 @@ OPERATOR_OPTIONAL_MINIMUM: dict[str, dict[str, float]] = {
 OPERATOR_ENUMS: dict[str, tuple[str, ...]] = {
     "linear": ("dtype",), "attention": ("kv_dtype",), "moe": ("moe_dtype",),
     "elementwise": ("op_name", "dtype"), "comm": ("op_name", "link"), "gdn": ("op_name", "state_dtype"),
+    "encoder_attention": ("op_name", "dtype"),
 }
 
 

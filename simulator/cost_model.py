@@ -23,7 +23,8 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from frontier.gpu import GpuSpec
-from frontier.ops import GDN_CHUNK_TOKENS, AttentionOp, CommOp, ElementwiseOp, GdnOp, GemmOp, LoraOp, MoeOp, OpSpec
+from frontier.ops import (GDN_CHUNK_TOKENS, AttentionOp, CommOp, ElementwiseOp, EncoderAttentionOp, GdnOp, GemmOp,
+                          LoraOp, MoeOp, OpSpec)
 from simulator.comm.analytical import ALPHA_S, LINK_EFF, AnalyticalCommBackend
 from simulator.comm.backend import CommBackend
 from simulator.comm.group import CommGroup
@@ -68,7 +69,8 @@ LAUNCH_OVERHEAD_S = 5e-6
 # Kernels launched per op when eager: attention = KV-cache write + attention kernel;
 # fused MoE = routing top-k, align/permute, two grouped GEMMs, activation, combine;
 # gdn = the recurrent (decode) or chunked (prefill) gated-delta-rule kernel, or the causal conv1d.
-KERNELS_PER_OP = {"linear": 1, "attention": 2, "moe": 6, "elementwise": 1, "gdn": 1, "comm": 1, "lora": 1}
+KERNELS_PER_OP = {"linear": 1, "attention": 2, "moe": 6, "elementwise": 1, "gdn": 1, "comm": 1, "lora": 1,
+                  "encoder_attention": 1}
 # GPU-side fixed time of one kernel (graph or eager). Source: AIConfigurator's measured vLLM
 # 0.24 GEMM tables (systems/data/{h100,h200}_sxm/gemm/vllm/0.24.0): the smallest bf16 GEMM
 # (m=1, n=k=32) takes 2.4-2.5 us on H200, and mid-size skinny GEMMs fit
@@ -168,6 +170,9 @@ class RooflineCostModel:
             return t
         if isinstance(op, CommOp):
             return self.comm_time_s(op)
+        if isinstance(op, EncoderAttentionOp):     # one flash-attention kernel, no KV cache
+            return KERNEL_LATENCY_S + max(op.flops / (self.gpu.bf16_flops * ATTN_COMPUTE_EFF),
+                                          op.bytes_moved / (bw * ATTN_MEMORY_EFF))
         if isinstance(op, LoraOp):     # a skinny GEMM over the batch's adapters: the GEMM roofline
             return KERNEL_LATENCY_S + max(op.flops / (self.gpu.bf16_flops * GEMM_COMPUTE_EFF),
                                           op.bytes_moved / (bw * GEMM_MEMORY_EFF))

@@ -19,11 +19,9 @@ inside the step before the language model, over every item the scheduler schedul
   then an all-gather of the tokens.
 
 Per block: two LayerNorms, fused qkv, the attention, the output projection, fc1, GELU, fc2
-(Qwen3-VL also a 2-D rotary on q and k). Attention is bidirectional within each image: an image
-of p patches is priced as an ``AttentionOp`` prefill of p new tokens on (p - 1) // 2 context
-tokens, the causal shape with the same query-key pairs (p^2 within one pair of rounding); heads
-are the tower's, its head_dim (72) one the calibrated tables may not hold (flagged as out of range
-then). Qwen3-VL: the patch embedding (a linear over 2 x 16 x 16 x 3 pixels), the position
+(Qwen3-VL also a 2-D rotary on q and k). Attention is bidirectional within each image
+(``EncoderAttentionOp``: a calibrated bundle prices it from AIConfigurator's measured vLLM ViT
+flash-attention tables, family ``encoder_attention``; the roofline otherwise). Qwen3-VL: the patch embedding (a linear over 2 x 16 x 16 x 3 pixels), the position
 embedding's interpolation (an elementwise pass), the merger (LayerNorm, fc1 over 4 merged patches,
 GELU, fc2 to the text width) and each deepstack merger. Gemma 3: the patch embedding (14 x 14 x 3),
 the position embedding, SigLIP's post-LayerNorm, the 4 x 4 average pool, the projector's RMSNorm
@@ -36,7 +34,7 @@ import heapq
 from dataclasses import replace
 
 from frontier.model_spec import ModelSpec
-from frontier.ops import AttentionOp, ElementwiseOp, GemmOp
+from frontier.ops import ElementwiseOp, EncoderAttentionOp, GemmOp
 from frontier.vision import VisionTower
 from simulator.encoder_cache import MmInput
 from simulator.request import RequestSpec
@@ -89,7 +87,7 @@ def encoder_ops(tower: VisionTower, patches: tuple[int, ...], tp: int) -> list[t
     block: list[object] = [
         ElementwiseOp("vit_norm", total, h, 2 * h * ab),
         GemmOp("vit_qkv", total, qkv, h),
-        AttentionOp(patches, tuple([(p - 1) // 2 for p in patches]), (), heads, heads, tower.head_dim),
+        EncoderAttentionOp(patches, heads, tower.head_dim),
         GemmOp("vit_proj", total, h, h // tp),
         ElementwiseOp("vit_norm", total, h, 2 * h * ab),
         GemmOp("vit_fc1", total, inter, h),

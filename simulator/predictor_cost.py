@@ -3,7 +3,8 @@
 ``PredictorCostModel`` prices GEMMs (family ``linear``), attention, MoE, elementwise
 ops (norms, RoPE, activation) and Gated DeltaNet's kernels (``gdn``: the gated delta rule and the
 conv1d, a mixed batch's prefill and decode kernels priced apart and summed; a bundle without the
-kernel's sub-model leaves the op to the roofline) with the predictors of a calibration bundle
+kernel's sub-model leaves the op to the roofline) and vision towers' attention (``encoder_attention``)
+with the predictors of a calibration bundle
 (``calibration.bundle.load_bundle``; the simulator only queries, it never fits).
 Everything the bundle cannot price goes to the roofline model and is counted, never
 silently mixed in:
@@ -58,7 +59,7 @@ from frontier.ops import GemmOp, OpSpec
 from simulator.comm.backend import make_comm_backend
 from simulator.cost_model import CostModel, RooflineCostModel
 
-PREDICTED_FAMILIES = ("linear", "attention", "moe", "elementwise", "gdn")
+PREDICTED_FAMILIES = ("linear", "attention", "moe", "elementwise", "gdn", "encoder_attention")
 FP8_BLOCK_AS = "fp8"   # the GEMM sub-model block-scaled fp8 GEMMs are priced from (see above)
 
 
@@ -98,6 +99,9 @@ class PredictorCostModel:
                 op = as_per_tensor_fp8(op)
             if family == "gdn":     # no per-op query path: ops priced by value (memoized), kernel by kernel
                 priced = predictor.price_ops(op.kernel_parts(), timing_mode)
+                t, oor = sum(p for p, _ in priced), any(o for _, o in priced)
+            elif family == "encoder_attention":     # by value (memoized), one uniform batch per image length
+                priced = predictor.price_ops(op.uniform_parts(), timing_mode)
                 t, oor = sum(p for p, _ in priced), any(o for _, o in priced)
             else:
                 t, oor = predictor.price_op(op, timing_mode)

@@ -29,6 +29,9 @@ and a frontier catalogue entry:
   state_dtype fp32, Qwen3.5's ``mamba_ssm_dtype``) and the causal conv1d before it
   (``causal_conv1d_fn``: "conv1d"; ``causal_conv1d_update``: "conv1d_update"; a bf16 conv state),
   batch_size sequences of seq_len tokens, heads per rank, the conv window d_conv.
+* encoder_attention <- ``encoder_attention/vllm/<v>/encoder_attention_perf``: a vision tower's
+  non-causal attention (vLLM's ViT flash attention, ``vllm_vit_flash_attn_fa3`` on Hopper):
+  batch_size images of isl patches each (seq_len), heads per rank of head_dim 64 / 72 / 80.
 
 Timings: AIC replays CUDA graphs and records the mean of the replays (ms); it is stored
 as ``latency_s_median`` (seconds), p10/p90/num_samples null, timing_mode "kernel". The
@@ -49,7 +52,7 @@ from calibration.importers.rows import DTYPE_BYTES, ImportReport, add, finish, w
 from frontier import profile_schema as ps
 from frontier.gpu import get_gpu, intra_node_link
 
-FAMILIES = ("linear", "attention", "moe", "comm", "gdn")
+FAMILIES = ("linear", "attention", "moe", "comm", "gdn", "encoder_attention")
 _COMM_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
              "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all"}
 # Latent dims of the models in the MLA module tables (from their HF config.json).
@@ -388,9 +391,26 @@ def _gdn(systems, aic_gpu, gpu, vdir, skipped):
     return [finish(out, "gdn", timing_mode="kernel", backend="vllm", **_provenance(d, gpu, table, "vllm", vdir))]
 
 
+def _encoder_attention(systems, aic_gpu, gpu, vdir, skipped):
+    if not any((systems / "data" / aic_gpu / "encoder_attention" / "vllm").glob("*/encoder_attention_perf.parquet")):
+        skipped.append(f"{aic_gpu}: no encoder_attention/vllm/*/encoder_attention_perf table")
+        return []
+    got = _read(systems, aic_gpu, f"encoder_attention/vllm/{vdir}/encoder_attention_perf.parquet", skipped)
+    if got is None:
+        return []
+    d, table = got
+    out = pd.DataFrame({"op_name": "vit", "batch_size": d["batch_size"], "seq_len": d["isl"],
+                        "num_tokens": d["batch_size"] * d["isl"], "num_heads": d["num_heads"],
+                        "head_dim": d["head_dim"], "dtype": d["attn_dtype"].map(ps.normalize_dtype),
+                        "latency_s_median": _ms_to_s(d)})
+    return [finish(out, "encoder_attention", timing_mode="kernel", backend="vllm",
+                   **_provenance(d, gpu, table, "vllm", vdir))]
+
+
 def _system_yaml(systems: Path, aic_gpu: str) -> dict:
     path = systems / f"{aic_gpu}.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
-_FAMILY_READERS = {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm, "gdn": _gdn}
+_FAMILY_READERS = {"linear": _linear, "attention": _attention, "moe": _moe, "comm": _comm, "gdn": _gdn,
+                   "encoder_attention": _encoder_attention}

@@ -28,9 +28,10 @@ def test_h200_row_counts(h200):
     # moe 49896; comm = custom all-reduce 138 + DeepEP dispatch / combine 324 + nccl 2.26.2
     # (h200_sxm.yaml nccl_version) 1008 + SGLang's DeepEP 1554 (0.5.12: LL 176 + normal at 20 SMs
     # 414, 0.5.6.post2: 95 + 92; two phases each); gdn = FlashInfer's chunked scan 4144 + the
-    # recurrent decode 405 + the causal conv1d's prefill 4144 and decode 407 kernels.
+    # recurrent decode 405 + the causal conv1d's prefill 4144 and decode 407 kernels; encoder_attention
+    # = the ViT flash attention's 7679 rows.
     assert report.rows == {"linear": 107225, "attention": 122770, "moe": 49896, "comm": 1470 + 1554,
-                           "gdn": 4144 + 405 + 4144 + 407}
+                           "gdn": 4144 + 405 + 4144 + 407, "encoder_attention": 7679}
     assert report.rows_by_gpu == {"H200": report.rows}
     assert report.skipped == ()
     assert (out / "family=linear" / "gpu=H200" / "part-0.parquet").exists()
@@ -283,3 +284,17 @@ def test_h200_gdn_rows(h200):
         ("chunk_gated_delta_rule_flashinfer", "0.24.0", "data/h200_sxm/linear_attention/vllm/0.24.0/gdn_perf.parquet")
     assert set(df[df.op_name == "recurrent"].seq_len) == {1}
     assert set(df[df.op_name.str.startswith("conv1d")].state_dtype) == {"bf16"}
+
+
+@needs_aic
+def test_h200_encoder_attention_rows(h200):
+    """A vision tower's attention (vLLM 0.24.0's ViT flash attention): 1-64 images of 1-65,536
+    patches, 1-32 heads of 64 / 72 / 80 dims; one image of 4,096 patches at Qwen3-VL's 16 heads of 72."""
+    _, out = h200
+    df = read_profiles(out, "encoder_attention", "H200")
+    assert (len(df), set(df.op_name), set(df["dtype"]), set(df.timing_mode)) == (7679, {"vit"}, {"bf16"}, {"kernel"})
+    assert sorted(df.head_dim.unique()) == [64, 72, 80] and (df.num_tokens == df.batch_size * df.seq_len).all()
+    row = df[(df.batch_size == 1) & (df.seq_len == 4096) & (df.num_heads == 16) & (df.head_dim == 72)].iloc[0]
+    assert (row.kernel_source, row.framework_version, row.source_table) == (
+        "vllm_vit_flash_attn_fa3", "0.24.0", "data/h200_sxm/encoder_attention/vllm/0.24.0/encoder_attention_perf.parquet")
+    assert 0.1e-3 < row.latency_s_median < 0.3e-3

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from frontier.model_spec import load_model_spec
-from frontier.ops import AttentionOp, GemmOp
+from frontier.ops import EncoderAttentionOp, GemmOp
 from frontier.vision import ImageItem, smart_resize
 from simulator.batch_engine import BatchEngine
 from simulator.cost_model import RooflineCostModel
@@ -158,14 +158,15 @@ def test_encoder_ops_of_the_qwen_tower():
     ops = dict((getattr(op, "name", type(op).__name__), (op, n)) for op, n in encoder_ops(tower, (256, 3520), 2))
     assert ops["vit_qkv"] == (GemmOp("vit_qkv", 3776, 1728, 1152), 27)
     assert ops["vit_fc2"] == (GemmOp("vit_fc2", 3776, 1152, 2152), 27)
-    assert ops["AttentionOp"] == (AttentionOp((256, 3520), (127, 1759), (), 8, 8, 72), 27)
+    assert ops["EncoderAttentionOp"] == (EncoderAttentionOp((256, 3520), 8, 72), 27)
     assert ops["vit_patch_embed"] == (GemmOp("vit_patch_embed", 3776, 1152, 1536), 1)
     assert ops["vit_merger_fc1"] == (GemmOp("vit_merger_fc1", 944, 2304, 4608), 4)     # merger + 3 deepstack
     assert ops["vit_merger_fc2"] == (GemmOp("vit_merger_fc2", 944, 4096, 2304), 4)
     assert encoder_all_reduces(tower, (256, 3520)) == [(2.0 * 3776 * 1152, 54), (2.0 * 944 * 4096, 4)]
-    # a non-causal attention over p patches: p^2 query-key pairs, as the causal op priced
-    op = ops["AttentionOp"][0]
-    assert op.flops == 2 * 8 * 144 * (256 * 127 + 256 * 257 / 2 + 3520 * 1759 + 3520 * 3521 / 2)
+    # a non-causal attention over p patches: p^2 query-key pairs
+    op = ops["EncoderAttentionOp"][0]
+    assert (op.pairs, op.flops, op.bytes_moved) == (256 ** 2 + 3520 ** 2, 4.0 * 8 * 72 * (256 ** 2 + 3520 ** 2),
+                                                   4.0 * 3776 * 8 * 72 * 2)
 
 
 def test_data_mode_deals_images_largest_first():
