@@ -1122,7 +1122,7 @@ def import_profiles(
     path: Optional[Path] = typer.Option(None, "--path", help="Data folder (aiconfigurator: systems/ or its parent; default the installed aiconfigurator_core). Required for vidur."),
     out: Path = typer.Option(..., "--out", help="Profile root to write (hive family=/gpu= folders)."),
     gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="aiconfigurator only: AIC or catalogue GPU name; repeatable."),
-    family: Optional[list[str]] = typer.Option(None, "--family", help="aiconfigurator only: linear, attention, moe, comm; repeatable."),
+    family: Optional[list[str]] = typer.Option(None, "--family", help="aiconfigurator only: linear, attention, moe, comm, gdn, encoder_attention; repeatable."),
     version: Optional[str] = typer.Option(None, "--version", help="aiconfigurator only: vLLM version folder (default: current)."),
 ) -> None:
     """Import public measured profiles (AIConfigurator perf DB, Vidur CSVs) into the profile schema."""
@@ -1185,7 +1185,7 @@ def calibrate(
     holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", help="Share of rows (or token points) held out for the error report."),
     split_seed: int = typer.Option(0, "--split-seed", help="Seed of the held-out split."),
     holdout_by: str = typer.Option("rows", "--holdout-by", help="rows (random rows; default) or token-points (whole token counts unseen by every shape; harder)."),
-    family: Optional[list[str]] = typer.Option(None, "--family", help="linear, attention, moe, comm, elementwise; repeatable (default all)."),
+    family: Optional[list[str]] = typer.Option(None, "--family", help="linear, attention, moe, comm, elementwise, gdn, encoder_attention; repeatable (default all)."),
 ) -> None:
     """Fit per-family predictors for one GPU, report held-out error and write a bundle."""
     import tempfile
