@@ -85,7 +85,7 @@ class RequestSpec:
             raise ValueError(f"{self.request_id!r}: a session's round has unique content (no prompt_token_ids)")
         if self.lora_id < 0:
             raise ValueError(f"lora_id={self.lora_id} of {self.request_id!r}; must be >= 0 (0 = the base model)")
-        if self.prompt_len < 1:
+        if self.prompt_len < (0 if self.images else 1):     # (images alone make a prompt)
             raise ValueError(f"prompt_len={self.prompt_len} of {self.request_id!r}; must be >= 1")
         if self.output_len < 1:
             raise ValueError(f"output_len={self.output_len} of {self.request_id!r}; must be >= 1")

@@ -263,3 +263,11 @@ def test_mm_processor_kwargs_bound_qwen_images():
             resolve_engine(EngineArgs(model=QWEN, gpu="H100", mm_processor_kwargs=bad))
     with pytest.raises(ValueError, match="not the siglip tower"):
         resolve_engine(EngineArgs(model=GEMMA, gpu="H100", mm_processor_kwargs='{"max_pixels": 5000}'))
+
+
+def test_images_alone_make_a_prompt():
+    # random-mm with no text: the prompt is the images' runs (vllm bench counts 0 input tokens)
+    result = _run(random_input_len=0, random_mm_base_items_per_request=2, num_prompts=10)
+    assert (result.summary["completed"], result.summary["total_input_tokens"], result.summary["mm_images"]) == (10, 0, 20)
+    with pytest.raises(ValueError, match="prompt_len=0 of '0'; must be >= 1"):
+        _run(random_input_len=0, random_mm_base_items_per_request=0, num_prompts=2)
