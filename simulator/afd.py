@@ -734,6 +734,7 @@ def run_afd(spec):
     from simulator.role_stats import role_summary
     from simulator.simulation import SimulationResult, run_client
     from simulator.trace import BatchTrace
+    from simulator.multimodal import refuse_images
     from simulator.workload import generate_requests
 
     afd = spec.afd or AfdSpec()
@@ -808,6 +809,7 @@ def run_afd(spec):
         raise ValueError(f"prefill max_model_len {prefill.resolved.max_model_len} differs from attention's "
                          f"{attention.resolved.max_model_len}; give --max-model-len")
     specs = generate_requests(spec.workload, vocab_size=model.vocab_size)
+    refuse_images(specs, "--architecture afd")
     client = PDProxy(loop, specs, prefill.cluster, attention.cluster, SharedLinkTransfers(loop),
                      build_links(prefill, attention, pdd),
                      kv_pull(model, prefill, attention),

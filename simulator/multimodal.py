@@ -150,6 +150,15 @@ def layout_images(specs: list[RequestSpec], model: ModelSpec, image_limit: int) 
     return [place_images(s, model.vision) if s.images else s for s in specs]
 
 
+def refuse_images(specs: list[RequestSpec], where: str) -> None:
+    """ValueError (one line) when a request of ``specs`` carries images: ``where`` (an engine or
+    architecture) does not simulate them."""
+    first = next((s for s in specs if s.images), None)
+    if first is not None:
+        raise ValueError(f"request {first.request_id!r} carries images, which {where} does not simulate; images are "
+                         "simulated on vLLM engines, co-located or P/D")
+
+
 def encoder_summary(schedulers: list) -> dict[str, int]:
     """The images the schedulers' towers encoded (a preempted request's are encoded again; an image
     in the encoder cache is not) and the cache entries evicted; {} without a tower."""

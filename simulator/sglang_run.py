@@ -27,6 +27,7 @@ from simulator.role_stats import role_summary
 from simulator.sglang_layout import SGLANG_VERSION, SglangLayout, resolve_sglang, sglang_parallel
 from simulator.sglang_scheduler import SglangScheduler
 from simulator.trace import BatchTrace
+from simulator.multimodal import refuse_images
 from simulator.workload import generate_requests
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def run_sglang(spec: SimulationSpec) -> SimulationResult:
     # with DP workers the one level of routing is their round robin (a server's --router is moot)
     cluster = Cluster(Role.COLOCATED, replicas, "round_robin" if dp > 1 else args.router, resolved.parallel.tp)
     specs = generate_requests(spec.workload, vocab_size=resolved.model.vocab_size)
+    refuse_images(specs, "--engine sglang")
     context = layout.config.context_length
     client = BenchmarkClient(loop, specs, cluster, context, spec.max_concurrency)
     records, summary, sim_wall_s = run_client(loop, client, spec, len(specs))

@@ -474,9 +474,6 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
     if spec.workload.dataset_name in SESSION_DATASETS and (spec.sglang is not None or spec.architecture == "afd"):
         raise ValueError(f"--dataset-name {spec.workload.dataset_name} (multi-round sessions) with {where} is not "
                          "simulated; its sessions run on vLLM engines, co-located or P/D")
-    if spec.workload.dataset_name == "random-mm" and (spec.sglang is not None or spec.architecture == "afd"):
-        raise ValueError(f"--dataset-name random-mm (image requests) with {where} is not simulated; images are "
-                         "simulated on vLLM engines, co-located or P/D")
     if spec.workload.lora_modules and spec.sglang is not None:
         raise ValueError("--lora-modules with --engine sglang: LoRA adapters are simulated on co-located vLLM engines "
                          "only")

@@ -373,11 +373,17 @@ _GDN_KERNELS = {"chunk_gated_delta_rule_flashinfer": "chunked",
 _GDN_STATE_DTYPE = {"chunked": "fp32", "recurrent": "fp32", "conv1d": "bf16", "conv1d_update": "bf16"}
 
 
+def _read_optional(systems, aic_gpu, op_dir: str, table: str, vdir: str, skipped) -> tuple[pd.DataFrame, str] | None:
+    """``_read`` of a table only some GPUs have (``<op_dir>/vllm/<v>/<table>.parquet``): None, and a
+    line in ``skipped``, for a GPU with no version of it."""
+    if not any((systems / "data" / aic_gpu / op_dir / "vllm").glob(f"*/{table}.parquet")):
+        skipped.append(f"{aic_gpu}: no {op_dir}/vllm/*/{table} table")
+        return None
+    return _read(systems, aic_gpu, f"{op_dir}/vllm/{vdir}/{table}.parquet", skipped)
+
+
 def _gdn(systems, aic_gpu, gpu, vdir, skipped):
-    if not any((systems / "data" / aic_gpu / "linear_attention" / "vllm").glob("*/gdn_perf.parquet")):
-        skipped.append(f"{aic_gpu}: no linear_attention/vllm/*/gdn_perf table")
-        return []
-    got = _read(systems, aic_gpu, f"linear_attention/vllm/{vdir}/gdn_perf.parquet", skipped)
+    got = _read_optional(systems, aic_gpu, "linear_attention", "gdn_perf", vdir, skipped)
     if got is None:
         return []
     d, table = got
@@ -392,10 +398,7 @@ def _gdn(systems, aic_gpu, gpu, vdir, skipped):
 
 
 def _encoder_attention(systems, aic_gpu, gpu, vdir, skipped):
-    if not any((systems / "data" / aic_gpu / "encoder_attention" / "vllm").glob("*/encoder_attention_perf.parquet")):
-        skipped.append(f"{aic_gpu}: no encoder_attention/vllm/*/encoder_attention_perf table")
-        return []
-    got = _read(systems, aic_gpu, f"encoder_attention/vllm/{vdir}/encoder_attention_perf.parquet", skipped)
+    got = _read_optional(systems, aic_gpu, "encoder_attention", "encoder_attention_perf", vdir, skipped)
     if got is None:
         return []
     d, table = got

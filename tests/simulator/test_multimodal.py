@@ -217,7 +217,7 @@ def test_image_workloads_are_refused_where_not_simulated():
     with pytest.raises(ValueError, match="serves no images"):
         run_simulation(SimulationSpec(engine=EngineArgs(model="meta-llama/Llama-3.1-8B", gpu="H100"),
                                       workload=WorkloadSpec(dataset_name="random-mm", num_prompts=2)))
-    with pytest.raises(ValueError, match="random-mm \\(image requests\\) with --architecture afd"):
+    with pytest.raises(ValueError, match="carries images, which --architecture afd does not simulate"):
         run_simulation(SimulationSpec(engine=EngineArgs(model=QWEN, gpu="H100"), architecture="afd",
                                       workload=WorkloadSpec(dataset_name="random-mm", num_prompts=2)))
     with pytest.raises(ValueError, match="video items are not simulated"):
@@ -271,3 +271,12 @@ def test_images_alone_make_a_prompt():
     assert (result.summary["completed"], result.summary["total_input_tokens"], result.summary["mm_images"]) == (10, 0, 20)
     with pytest.raises(ValueError, match="prompt_len=0 of '0'; must be >= 1"):
         _run(random_input_len=0, random_mm_base_items_per_request=0, num_prompts=2)
+
+
+def test_sglang_refuses_image_requests(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_time_s": 0, "prompt_len": 50, "output_len": 5, "images": [[256, 256]]}\n')
+    from simulator.sglang_layout import SglangArgs
+    with pytest.raises(ValueError, match="carries images, which --engine sglang does not simulate"):
+        run_simulation(SimulationSpec(engine=EngineArgs(model=QWEN, gpu="H100"), sglang=SglangArgs(),
+                                      workload=WorkloadSpec(dataset_name="trace", dataset_path=str(path), num_prompts=1)))
