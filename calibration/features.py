@@ -324,11 +324,12 @@ def gdn_canon_row(op: GdnOp) -> dict[str, object]:
     state = "fp32" if (op.act_bytes if conv else op.state_bytes_per_elem) >= 4 else "bf16"
     heads = {"num_k_heads": op.num_key_heads, "num_v_heads": op.num_value_heads, "head_k_dim": op.key_head_dim,
              "head_v_dim": op.value_head_dim, "state_dtype": state, "d_conv": op.conv_kernel}
+    ssd = "ssd_" if op.kernel == "ssd" else ""      # Mamba2's kernels: no table, unknown keys (the roofline)
     if op.prefill_new:
-        return {"op_name": "conv1d" if conv else "chunked", "batch_size": len(op.prefill_new),
+        return {"op_name": "conv1d" if conv else ssd + "chunked", "batch_size": len(op.prefill_new),
                 "seq_len": max(op.prefill_new), "num_tokens": sum(op.prefill_new), **heads}
     tokens = op.num_decodes + op.spec_tokens
-    return {"op_name": "conv1d_update" if conv else "recurrent", "batch_size": op.num_decodes,
+    return {"op_name": "conv1d_update" if conv else ssd + "recurrent", "batch_size": op.num_decodes,
             "seq_len": -(-tokens // op.num_decodes), "num_tokens": tokens, **heads}
 
 

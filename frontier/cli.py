@@ -1006,7 +1006,8 @@ def memory(
     if report["mamba_state_bytes"]:
         page = budget.layout.page_bytes
         typer.echo(f"  {'block size':<28} {report['block_size']:>10}  tokens (vLLM's attention block aligned to the "
-                   f"Gated DeltaNet state: {report['mamba_state_bytes']:,} bytes a layer, padded to the "
+                   f"{'Mamba2' if resolved.model.block_pattern else 'Gated DeltaNet'} state: {report['mamba_state_bytes']:,} "
+                   f"bytes a layer, padded to the "
                    f"{page:,}-byte page; {report['mamba_blocks_per_request']} state block(s) per request "
                    f"in each mamba group, prefix caching {'on' if enable_prefix_caching else 'off'})")
     typer.echo(f"GPU KV cache size: {report['kv_cache_tokens']:,} tokens")

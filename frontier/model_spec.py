@@ -157,6 +157,15 @@ class ModelSpec:
     # dtype of the MoE router's weights and product: "bf16", or "fp32" (MiniMax-M2: vLLM keeps its
     # gate in fp32 and multiplies in fp32; see BatchEngine._router_ops)
     router_dtype: str = "bf16"
+    # Nemotron-H's hybrid_override_pattern: every layer ONE block, "M" a Mamba2 mixer (its state in
+    # the GDN fields: key heads = n_groups, key head dim = ssm_state_size, value heads =
+    # mamba_num_heads, value head dim = mamba_head_dim, the shapes vLLM's mamba2_state_shape gives),
+    # "*" attention, "-" an MLP, "E" an MoE; one RMSNorm a block. "" = every layer an attention (or
+    # GDN) mixer and an MLP / MoE
+    block_pattern: str = ""
+    # MLPs and experts gate_up + SiLU-and-mul + down (True), or up + activation + down (False:
+    # Nemotron-H's relu2)
+    mlp_gated: bool = True
     quant: QuantSpec = field(default_factory=QuantSpec)
 
     def __post_init__(self) -> None:
@@ -203,8 +212,14 @@ class ModelSpec:
             if self.sliding_window or self.attention_chunk_size or self.is_mla:
                 raise ValueError(f"{self.name}: Gated DeltaNet layers with sliding-window, chunked or MLA "
                                  "attention are not modelled")
-        if self.norms_per_layer not in (2, 4):
-            raise ValueError(f"ModelSpec.norms_per_layer={self.norms_per_layer} ({self.name}); valid: 2, 4")
+        if self.norms_per_layer not in (1, 2, 4):
+            raise ValueError(f"ModelSpec.norms_per_layer={self.norms_per_layer} ({self.name}); valid: 1, 2, 4")
+        p = self.block_pattern
+        if p and (len(p) != self.num_layers or set(p) - set(BLOCK_KINDS)
+                  or tuple(c == "M" for c in p) != (self.linear_attention_flags or (False,) * len(p))
+                  or ("E" in p and tuple(c == "E" for c in p) != self.moe_layer_flags)):
+            raise ValueError(f"{self.name}: block_pattern {p[:40]!r} must give each of {self.num_layers} layers one of "
+                             f"{BLOCK_KINDS!r}, its M layers the linear-attention flags and its E layers the MoE flags")
 
     @property
     def is_moe(self) -> bool:
@@ -256,6 +271,26 @@ class ModelSpec:
         conv = MAMBA_DTYPE_BYTES.get(self.mamba_conv_dtype, int(BF16_BYTES))
         return conv, MAMBA_DTYPE_BYTES.get(self.mamba_ssm_dtype, conv)
 
+    def has_attention(self, layer: int) -> bool:
+        """Whether layer `layer` (0-based) runs attention (KV per token): not a GDN / Mamba2 layer,
+        nor an MLP or MoE block of a block pattern."""
+        if self.block_pattern:
+            return self.block_pattern[layer] == "*"
+        return not self.is_linear_attention_layer(layer)
+
+    def has_ffn(self, layer: int) -> bool:
+        """Whether layer `layer` runs an MLP or MoE (every layer, but a block pattern's mixers)."""
+        return not self.block_pattern or self.block_pattern[layer] in "-E"
+
+    @property
+    def num_attention_layers(self) -> int:
+        return sum(1 for i in range(self.num_layers) if self.has_attention(i))
+
+    @property
+    def num_mlp_layers(self) -> int:
+        """Layers with a dense MLP (not MoE)."""
+        return sum(1 for i in range(self.num_layers) if self.has_ffn(i) and not self.is_moe_layer(i))
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-based) is an MoE layer."""
         if not self.is_moe:
@@ -297,25 +332,42 @@ class ModelSpec:
                  + 2 * _ceil_div(self.linear_num_value_heads, tp) + self.linear_value_head_dim)
         return projections * q + small * BF16_BYTES
 
+    def _mamba2_bytes(self, tp: int) -> float:
+        """A Mamba2 mixer on one TP rank (vLLM MambaMixer2): in_proj (hidden -> z, x, B, C and dt:
+        2 x intermediate + 2 x n_groups x state + heads) and out_proj (intermediate -> hidden) split
+        by TP at the "linear_attention" part's bytes; the depthwise conv1d with its bias, A, D,
+        dt_bias and the gated norm in bf16 (intermediate = heads x head dim)."""
+        q = self.quant.bytes_per_param("linear_attention")
+        h, inter = self.hidden_size, self.linear_value_dim
+        heads = _ceil_div(self.linear_num_value_heads, tp)
+        conv = _ceil_div(self.linear_conv_dim, tp)
+        projections = h * _ceil_div(2 * inter + 2 * self.linear_key_dim + self.linear_num_value_heads, tp) \
+            + _ceil_div(inter, tp) * h
+        small = conv * (self.linear_conv_kernel_dim + 1) + 3 * heads + _ceil_div(inter, tp)
+        return projections * q + small * BF16_BYTES
+
     def _mlp_bytes(self, moe: bool, parallel: ParallelSpec) -> float:
-        h = self.hidden_size
+        h, mats = self.hidden_size, 3 if self.mlp_gated else 2     # gate, up, down (or up, down)
         if not moe:
-            return 3 * h * _ceil_div(self.intermediate_size, parallel.tp) * self.quant.bytes_per_param("dense_mlp")
+            return mats * h * _ceil_div(self.intermediate_size, parallel.tp) * self.quant.bytes_per_param("dense_mlp")
         local_experts = parallel.local_experts(self.num_experts)
         inter = _ceil_div(self.moe_intermediate_size, parallel.moe_tp)
-        routed = local_experts * 3 * h * inter * self.quant.bytes_per_param("routed_experts")
+        routed = local_experts * mats * h * inter * self.quant.bytes_per_param("routed_experts")
         shared_inter = self.num_shared_experts * self.shared_expert_intermediate_size
-        shared = 3 * h * _ceil_div(shared_inter, parallel.tp) * self.quant.bytes_per_param("shared_experts")
+        shared = mats * h * _ceil_div(shared_inter, parallel.tp) * self.quant.bytes_per_param("shared_experts")
         router = h * self.num_experts * BF16_BYTES
         return routed + shared + router
 
     def layer_bytes_per_rank(self, layer: int, parallel: ParallelSpec) -> float:
-        """Weight bytes of decoder layer `layer` (0-based) on one rank: attention + MLP/MoE + norms."""
-        moe = self.is_moe_layer(layer)
+        """Weight bytes of decoder layer `layer` (0-based) on one rank: its mixer (attention, GDN or
+        Mamba2), its MLP / MoE and its norms (a block pattern's layer: one of them and one norm)."""
         norms = self.norms_per_layer * self.hidden_size * BF16_BYTES
-        mixer = self._gdn_bytes(parallel.tp) if self.is_linear_attention_layer(layer) else \
-            self._attention_bytes(parallel.tp)
-        return mixer + self._mlp_bytes(moe, parallel) + norms
+        if self.is_linear_attention_layer(layer):
+            mixer = self._mamba2_bytes(parallel.tp) if self.block_pattern else self._gdn_bytes(parallel.tp)
+        else:
+            mixer = self._attention_bytes(parallel.tp) if self.has_attention(layer) else 0.0
+        ffn = self._mlp_bytes(self.is_moe_layer(layer), parallel) if self.has_ffn(layer) else 0.0
+        return mixer + ffn + norms
 
     def weight_bytes_per_rank(self, parallel: ParallelSpec) -> int:
         """Weight bytes on one GPU of the worst pipeline stage (see module docstring)."""
@@ -346,7 +398,7 @@ class ModelSpec:
     def kv_bytes_per_token_per_rank(self, parallel: ParallelSpec) -> int:
         """KV bytes one token occupies on one rank of the worst pp stage (all its attention
         layers; a Gated DeltaNet layer's state does not grow with the tokens)."""
-        layers = self.most_layers_per_stage(parallel.pp, lambda i: not self.is_linear_attention_layer(i))
+        layers = self.most_layers_per_stage(parallel.pp, self.has_attention)
         return int(round(layers * self.kv_bytes_per_token_per_layer(parallel.tp)))
 
     def most_layers_per_stage(self, pp: int, counted) -> int:
@@ -392,11 +444,13 @@ class ModelSpec:
 # ---- loading ------------------------------------------------------------------------------
 
 ROUTER_DTYPES = ("bf16", "fp32")
+BLOCK_KINDS = "M*-E"     # a block pattern's layers: Mamba2, attention, MLP, MoE (ModelSpec.block_pattern)
 MAMBA_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}   # a Gated DeltaNet state's element
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "gpt_oss", "mimo",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen3_vl_text", "qwen3_vl_moe_text", "minimax_m2",
     "gemma", "gemma2", "gemma3_text", "llama4_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+    "nemotron_h",
 )
 # Gemma config classes' defaults (transformers 5.20 GemmaConfig, Gemma2Config, Gemma3TextConfig):
 # the hub's config.json files omit the fields equal to them (google/gemma-3-27b-it's text_config
@@ -549,6 +603,9 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         inter = int(cfg.get("intermediate_size_mlp") or 16384) if not all(moe_flags) else 0
         dense = layers - sum(moe_flags)
         moe_flags = moe_flags if 0 < dense < layers else ()
+    elif model_type == "nemotron_h":
+        moe_flags = tuple(c == "E" for c in _nemotron_pattern(cfg, layers, name)) if num_experts else ()
+        dense = layers - sum(moe_flags) if num_experts else 0
     else:
         dense = _num_dense_layers(cfg, layers) if num_experts else 0
     if num_experts and dense == 0:
@@ -559,8 +616,10 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         shared, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
     if model_type == "llama4_text" and num_experts:  # Llama4MoE: one shared expert as wide as a routed one
         shared, shared_inter = 1, moe_inter
+    if model_type == "nemotron_h" and shared:      # NemotronHMoE: n_shared_experts of this width
+        shared_inter = int(cfg.get("moe_shared_expert_intermediate_size") or 0)
     kv_lora = int(cfg.get("kv_lora_rank") or 0)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    head_dim = int(cfg.get("head_dim") or cfg.get("attention_head_dim") or hidden // heads)
     if kv_lora:
         head_dim = int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"])
     window, sliding_layers = _sliding(cfg, layers)
@@ -583,12 +642,13 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         sliding_window=window, num_sliding_layers=sliding_layers, quant=quant,
         sliding_layer_flags=_sliding_flags(cfg, layers, name) if window and cfg.get("layer_types") else (),
         **_chunked(cfg, layers, name) if model_type == "llama4_text" else {}, moe_layer_flags=moe_flags,
-        norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 2,
+        norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 1 if model_type == "nemotron_h" else 2,
         **_gdn(cfg, layers, name) if gdn else {},
+        **_nemotron_h(cfg, layers, name) if model_type == "nemotron_h" else {},
         has_vision_encoder=isinstance(top.get("vision_config"), dict) or arch.endswith("ForConditionalGeneration"),
         **_vision_params(top, hidden),
         tp_wide_qk_norm=model_type == "minimax_m2",
-        router_dtype="fp32" if model_type == "minimax_m2" else "bf16",
+        router_dtype="fp32" if model_type in ("minimax_m2", "nemotron_h") else "bf16",
     )
 
 
@@ -773,6 +833,37 @@ def _gdn(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
             **{k: int(cfg[k]) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                         "linear_value_head_dim", "linear_conv_kernel_dim")},
             "mamba_ssm_dtype": ssm_dtype, "attn_output_gate": bool(cfg.get("attn_output_gate", True))}
+
+
+def _nemotron_pattern(cfg: dict[str, Any], layers: int, name: str) -> str:
+    """Nemotron-H's ``hybrid_override_pattern`` (one block kind a layer), checked; latent MoE (Nemotron 3
+    Super / Ultra: ``moe_latent_size``) refused."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set(BLOCK_KINDS):
+        raise ValueError(f"{name}: config.json hybrid_override_pattern must give each of {layers} layers one of "
+                         f"{BLOCK_KINDS!r}; got {str(pattern)[:60]!r}")
+    if cfg.get("moe_latent_size"):
+        raise ValueError(f"{name}: latent MoE (moe_latent_size={cfg['moe_latent_size']}: Nemotron 3 Super / Ultra) "
+                         "is not simulated; Nemotron-H and Nemotron 3 Nano are")
+    return pattern
+
+
+def _nemotron_h(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
+    """Nemotron-H's ModelSpec fields: its block pattern, the Mamba2 mixers' shape in the GDN fields
+    (``ModelSpec.block_pattern``), their temporal state's dtype (vLLM's NemotronH config hook: the
+    config's ``mamba_ssm_cache_dtype``, else float32), relu2 MLPs and experts (not gated)."""
+    pattern = _nemotron_pattern(cfg, layers, name)
+    for key in ("n_groups", "ssm_state_size", "mamba_num_heads", "mamba_head_dim", "conv_kernel"):
+        if not isinstance(cfg.get(key), int) or isinstance(cfg.get(key), bool) or cfg[key] < 1:
+            raise ValueError(f"{name}: config.json {key}={cfg.get(key)!r}; need an integer >= 1")
+    ssm_dtype = cfg.get("mamba_ssm_cache_dtype") or "float32"
+    if ssm_dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"{name}: config.json mamba_ssm_cache_dtype={ssm_dtype!r}; valid: float32, bfloat16, float16")
+    return {"block_pattern": pattern, "mlp_gated": False, "attn_output_gate": False,
+            "linear_attention_flags": tuple(c == "M" for c in pattern),
+            "linear_num_key_heads": cfg["n_groups"], "linear_key_head_dim": cfg["ssm_state_size"],
+            "linear_num_value_heads": cfg["mamba_num_heads"], "linear_value_head_dim": cfg["mamba_head_dim"],
+            "linear_conv_kernel_dim": cfg["conv_kernel"], "mamba_ssm_dtype": ssm_dtype}
 
 
 def _sliding(cfg: dict[str, Any], layers: int) -> tuple[int, int]:

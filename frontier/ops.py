@@ -181,6 +181,7 @@ class MoeOp:
     moe_tp: int = 1
     moe_ep: int | None = None
     quant_method: str | None = None
+    gated: bool = True      # gate_up + act-and-mul + down; False: up + act + down (Nemotron-H's relu2 experts)
 
     def __post_init__(self) -> None:
         _check_positive("MoeOp", tokens=self.tokens, num_experts=self.num_experts,
@@ -205,13 +206,18 @@ class MoeOp:
         return min(self.num_local_experts, self.routed_pairs)
 
     @property
+    def matrices(self) -> int:
+        """Weight matrices an expert holds: gate, up, down (3), or up, down (2: not gated)."""
+        return 3 if self.gated else 2
+
+    @property
     def flops(self) -> float:
-        return 6.0 * self.hidden * self.inter * self.routed_pairs   # gate_up 4hI + down 2hI
+        return 2.0 * self.matrices * self.hidden * self.inter * self.routed_pairs   # gate_up 4hI (up 2hI) + down 2hI
 
     @property
     def bytes_moved(self) -> float:
-        weights = self.active_experts * 3 * self.hidden * self.inter * self.weight_bytes_per_param
-        acts = self.routed_pairs * (2 * self.hidden + 3 * self.inter) * self.act_bytes
+        weights = self.active_experts * self.matrices * self.hidden * self.inter * self.weight_bytes_per_param
+        acts = self.routed_pairs * (2 * self.hidden + self.matrices * self.inter) * self.act_bytes
         return weights + acts
 
 
@@ -238,7 +244,7 @@ class ElementwiseOp:
         return self.tokens * self.bytes_per_token
 
 
-GDN_KERNELS = ("delta_rule", "conv1d")
+GDN_KERNELS = ("delta_rule", "conv1d", "ssd")
 
 
 @dataclass(frozen=True)
@@ -249,7 +255,11 @@ class GdnOp:
     "conv1d", the causal conv1d before it (``causal_conv1d_fn`` for prefills,
     ``causal_conv1d_update`` for decodes) over the conv_dim = 2 x nk x dk + nv x dv channels with a
     ``conv_kernel``-wide window: it reads and writes each token's channels and each sequence's conv
-    state of conv_kernel - 1 rows at ``act_bytes``, 2 x conv_kernel FLOPs a channel and token.
+    state of conv_kernel - 1 rows at ``act_bytes``, 2 x conv_kernel FLOPs a channel and token; or
+    "ssd", a Mamba2 mixer's state-space scan (vLLM's ``mamba_chunk_scan_combined`` for prefills,
+    ``selective_state_update`` for decodes; Nemotron-H), in the same shapes (nk = n_groups, dk =
+    the state size, nv = heads, dv = head dim) and counted with the delta rule's work (no table
+    times it: the roofline prices it as the delta rule).
     Shapes per rank: ``num_value_heads`` (nv) and
     ``num_key_heads`` (nk) already divided by TP, head dims ``key_head_dim`` (dk) and
     ``value_head_dim`` (dv); each sequence's temporal state is nv x dk x dv elements of

@@ -274,8 +274,9 @@ class BatchEngine:
         parallel.check_model(model)
         if model.num_linear_attention_layers and (model.linear_num_key_heads % parallel.tp
                                                   or model.linear_num_value_heads % parallel.tp):
+            kind = ("Mamba2 layers (n_groups, heads)" if model.block_pattern else "Gated DeltaNet layers")
             raise ValueError(f"tp={parallel.tp} must divide the {model.linear_num_key_heads} key and "
-                             f"{model.linear_num_value_heads} value heads of {model.name}'s Gated DeltaNet layers")
+                             f"{model.linear_num_value_heads} value heads of {model.name}'s {kind}")
         if all2all_backend not in ALL2ALL_PRICED_AS:
             raise ValueError(f"all2all_backend={all2all_backend!r}; valid: {', '.join(ALL2ALL_PRICED_AS)}")
         if moe_router is not None and moe_router.ep != parallel.ep:
@@ -318,8 +319,7 @@ class BatchEngine:
         # roofline's attention time depends on nothing else; a calibrated model may (it sees
         # the context distribution), and sliding-window layers see clipped contexts
         self._gdn_layers = model.num_linear_attention_layers
-        self._attn_layers = (model.num_layers - self._gdn_layers - model.num_sliding_layers
-                             - model.num_chunked_layers)
+        self._attn_layers = model.num_attention_layers - model.num_sliding_layers - model.num_chunked_layers
         one_group = (self._attn_layers > 0 and not (model.sliding_window and model.num_sliding_layers)
                      and not model.num_chunked_layers)
         # the vision tower (images): split by TP (weights mode), or whole on every rank (data mode,
@@ -488,22 +488,24 @@ class BatchEngine:
         mdl, par, ab, tp = self.model, self.parallel, self._ab, self._tp
         h, n_layers = mdl.hidden_size, mdl.num_layers
         heads = mdl.num_attention_heads // tp
+        sublayers = 1 if mdl.block_pattern else 2      # a block pattern's layer: one mixer or one MLP / MoE
         ops: list[tuple[object, int]] = [
             (ElementwiseOp("embedding", m, h, 2 * h * ab), 1),
             (ElementwiseOp("final_norm", m, h, 2 * h * ab), 1),
             (ElementwiseOp("input_norm", m, h, 4 * h * ab), n_layers),     # fused residual add + RMSNorm
-            (ElementwiseOp("post_norm", m, h, 4 * h * ab), n_layers),
         ]
+        if sublayers == 2:
+            ops.append((ElementwiseOp("post_norm", m, h, 4 * h * ab), n_layers))
         if mdl.norms_per_layer == 4:    # Gemma 2 / 3: post-attention and post-feedforward RMSNorms, no residual
             ops.append((ElementwiseOp("sandwich_norm", m, h, 2 * h * ab), 2 * n_layers))
-        n_attn, n_gdn = n_layers - mdl.num_linear_attention_layers, mdl.num_linear_attention_layers
+        n_attn, n_gdn = mdl.num_attention_layers, mdl.num_linear_attention_layers
         if n_attn:
             ops += [(op, n_attn) for op in self._attn_gemms(m, heads)]
         if n_gdn:
-            ops += [(op, n_gdn) for op in self._gdn_gemms(m)]
+            ops += [(op, n_gdn) for op in (self._mamba2_gemms(m) if mdl.block_pattern else self._gdn_gemms(m))]
         if tp > 1:
-            ops.append((self._comm("all_reduce", m * h * ab, tp), 2 * n_layers))
-        n_dense = n_layers - mdl.num_moe_layers
+            ops.append((self._comm("all_reduce", m * h * ab, tp), sublayers * n_layers))
+        n_dense = mdl.num_mlp_layers
         if n_dense:
             inter = _cdiv(mdl.intermediate_size, tp)
             ops += [(op, n_dense) for op in self._mlp_ops("dense_mlp", "mlp", m, inter)]
@@ -569,8 +571,24 @@ class BatchEngine:
                 ElementwiseOp("gdn_norm", m, value, 3 * value * ab),
                 self._gemm("out_proj", m, h, value, "linear_attention")]
 
+    def _mamba2_gemms(self, m: int) -> list[object]:
+        """A Mamba2 mixer's ops over m tokens outside its conv1d and scan (vLLM MambaMixer2): in_proj
+        (hidden -> z, x, B, C, dt: 2 x intermediate + 2 x n_groups x state + heads, / tp), the gated
+        RMSNorm over intermediate / tp (reads the scan's output and z, writes the normed product)
+        and out_proj (intermediate / tp -> hidden); intermediate = heads x head dim."""
+        mdl, tp, ab, h = self.model, self._tp, self._ab, self.model.hidden_size
+        inter = mdl.linear_value_dim // tp
+        width = (2 * mdl.linear_value_dim + 2 * mdl.linear_key_dim + mdl.linear_num_value_heads) // tp
+        return [self._gemm("mamba_in_proj", m, width, h, "linear_attention"),
+                ElementwiseOp("mamba_norm", m, inter, 3 * inter * ab),
+                self._gemm("mamba_out_proj", m, h, inter, "linear_attention")]
+
     def _mlp_ops(self, part: str, prefix: str, m: int, inter: int) -> list[object]:
         h = self.model.hidden_size
+        if not self.model.mlp_gated:        # up, the activation (Nemotron-H's relu2), down
+            return [self._gemm(f"{prefix}_up_proj", m, inter, h, part),
+                    ElementwiseOp(f"{prefix}_relu2", m, inter, 2 * inter * self._ab),
+                    self._gemm(f"{prefix}_down_proj", m, h, inter, part)]
         return [self._gemm(f"{prefix}_gate_up_proj", m, 2 * inter, h, part),
                 ElementwiseOp(f"{prefix}_act", m, inter, 3 * inter * self._ab),
                 self._gemm(f"{prefix}_down_proj", m, h, inter, part)]
@@ -591,10 +609,10 @@ class BatchEngine:
         if router is None or router.balanced:   # every rank holds ceil(pairs / ep) pairs
             pairs = _cdiv(tokens * mdl.num_experts_per_tok * local, e)
             experts = MoeOp(tokens, slots, local, mdl.num_experts_per_tok, h, inter, max(pairs, 1), wb, ab, dtype,
-                            **shard)
+                            **shard, gated=mdl.mlp_gated)
         else:   # price every distinct load of a rank that has pairs (an idle rank is not the slowest)
             ranks = [MoeOp(tokens, slots, local, mdl.num_experts_per_tok, h, inter, sum(r), wb, ab, dtype, r,
-                           **shard) for r in dict.fromkeys(router.rank_loads(tokens)) if any(r)]
+                           **shard, gated=mdl.mlp_gated) for r in dict.fromkeys(router.rank_loads(tokens)) if any(r)]
             times = self.cost_model.op_times_s(ranks, "kernel")
             experts = ranks[max(range(len(ranks)), key=times.__getitem__)]
             pairs = max(op.routed_pairs for op in ranks)   # the busiest receiver of the all_to_all
@@ -903,7 +921,7 @@ class BatchEngine:
         state = float(mdl.mamba_state_elem_bytes[1])     # bytes a temporal-state element
         core = GdnOp(prefill, num_recurrent, mdl.linear_num_value_heads // tp, mdl.linear_key_head_dim,
                      mdl.linear_value_head_dim, mdl.linear_num_key_heads // tp, state, ab,
-                     num_tokens - prefill_tokens - num_recurrent)
+                     num_tokens - prefill_tokens - num_recurrent, "ssd" if mdl.block_pattern else "delta_rule")
         conv = replace(core, kernel="conv1d", conv_kernel=mdl.linear_conv_kernel_dim)
         return [(conv, n_layers), (core, n_layers)]
 

@@ -233,6 +233,6 @@ def expected_active_experts(op: MoeOp) -> float:
 
 def moe_bytes(op: MoeOp) -> float:
     """``MoeOp.bytes_moved`` with the expected (not the maximal) number of experts read."""
-    weights = expected_active_experts(op) * 3 * op.hidden * op.inter * op.weight_bytes_per_param
-    acts = op.routed_pairs * (2 * op.hidden + 3 * op.inter) * op.act_bytes
+    weights = expected_active_experts(op) * op.matrices * op.hidden * op.inter * op.weight_bytes_per_param
+    acts = op.routed_pairs * (2 * op.hidden + op.matrices * op.inter) * op.act_bytes
     return weights + acts

@@ -371,6 +371,18 @@ class EngineArgs:
             dp=self.data_parallel_size, enable_expert_parallel=self.enable_expert_parallel,
             enable_eplb=self.enable_eplb, num_redundant_experts=self.num_redundant_experts)
 
+    def mamba2_error(self, model: ModelSpec) -> str | None:
+        """Why a Nemotron-H model (Mamba2 blocks: ``ModelSpec.block_pattern``) is not simulated with
+        these arguments, or None: prefix caching (vLLM's default: add --no-enable-prefix-caching),
+        pipeline parallelism, speculative decoding and LoRA are not simulated on it."""
+        if self.enable_prefix_caching:
+            return (f"{model.name} (Mamba2 hybrid) with prefix caching (vLLM's default): {MAMBA2_PREFIX_CACHING_NOTE}; "
+                    "add --no-enable-prefix-caching")
+        why = [flag for flag, on in (("--pipeline-parallel-size > 1", self.pipeline_parallel_size > 1),
+                                     ("--speculative-config", self.speculative_config is not None),
+                                     ("--enable-lora", self.enable_lora)) if on]
+        return f"{model.name} (Mamba2 hybrid) with {', '.join(why)} is not simulated" if why else None
+
     def resolve(self, model: ModelSpec, gpu: GpuSpec) -> "ResolvedEngine":
         """Fill the defaults of ``vllm serve`` on ``gpu`` as release ``vllm_version`` sets them
         (0.33's unless given; ``simulator.vllm_version``)."""
@@ -430,6 +442,8 @@ class EngineArgs:
                                  "modelled); use --pipeline-parallel-size 1")
         if spec is not None and (why := draft_model_error(spec, model, self.tensor_parallel_size,
                                                           self.pipeline_parallel_size)):
+            raise ValueError(why)
+        if model.block_pattern and (why := self.mamba2_error(model)):
             raise ValueError(why)
         if self.enable_lora and (why := lora_error(model)):
             raise ValueError(why)
@@ -662,6 +676,10 @@ class ResolvedEngine:
     @property
     def num_gpus(self) -> int:
         return self.num_engines * self.gpus_per_engine
+
+
+MAMBA2_PREFIX_CACHING_NOTE = ("vLLM's \"align\" mamba cache mode for Mamba2 layers (their prefill checkpoints at "
+                              "any position) is not simulated")
 
 
 def gdn_simulation_error(args: EngineArgs) -> str | None:

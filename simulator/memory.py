@@ -289,8 +289,8 @@ def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix
     block = unit * -(-state // (unit * per_token))
     block = max(block_size, GDN_ATTENTION_KERNEL_BLOCK * -(-block // GDN_ATTENTION_KERNEL_BLOCK))
     page = block * per_token
-    full = [i for i in range(model.num_layers) if not model.is_linear_attention_layer(i)]
-    gdn = [i for i in range(model.num_layers) if model.is_linear_attention_layer(i)]
+    full = [i for i in range(model.num_layers) if model.has_attention(i)]
+    gdn = [i for i in range(model.num_layers) if model.is_linear_attention_layer(i)]   # (a block's MLP: neither)
     groups = _hybrid_groups(full, gdn, "mamba") if full else [KVGroup("mamba", tuple(gdn))]
     return KVLayout(block, page, tuple(groups), _worst_stage_layers(model, parallel, groups) * page,
                     mamba_state_bytes=state,
@@ -301,7 +301,7 @@ def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int
                     hybrid_kv_cache_manager: bool) -> None:
     """ValueError (one line) for a Gated DeltaNet model's KV plan that ``gdn_layout`` does not model."""
     why = None
-    if gpu.sm_version not in GDN_SM_VERSIONS:
+    if gpu.sm_version not in GDN_SM_VERSIONS and not model.block_pattern:     # (Mamba2's Triton kernels: any GPU)
         why = (f"{gpu.name} is sm_{gpu.sm_version}; the plan is modelled on sm_90 GPUs (H100, H200, H20, H800), "
                "the sm_100 family (B200, B300, GB200, GB300) and sm_120 (RTX PRO 6000), where vLLM runs "
                "FlashInfer's GDN prefill (sm_80 / sm_89: Triton's)")
@@ -310,7 +310,7 @@ def _check_gdn_plan(model: ModelSpec, gpu: GpuSpec, vllm_version: tuple[int, int
     elif not hybrid_kv_cache_manager:
         why = "vLLM keeps these layers' states only with its hybrid KV cache manager (--disable-hybrid-kv-cache-manager)"
     if why:
-        raise ValueError(f"{model.name}'s Gated DeltaNet KV plan: {why}")
+        raise ValueError(f"{model.name}'s {'Mamba2' if model.block_pattern else 'Gated DeltaNet'} KV plan: {why}")
 
 
 def max_in_flight_tokens(max_num_batched_tokens: int, pp: int, async_scheduling: bool) -> int:

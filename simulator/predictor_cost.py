@@ -95,6 +95,9 @@ class PredictorCostModel:
             if predictor is None or (family == "attention" and self.mla_module and op.is_mla):
                 rest.append(i)    # MLA under module rows: the kernel alone; its projections are their own ops
                 continue
+            if family == "moe" and not op.gated:     # no table times a non-gated fused MoE (relu2 experts)
+                rest.append(i)
+                continue
             if family == "linear" and self.fp8_block_as_fp8:
                 op = as_per_tensor_fp8(op)
             if family == "gdn":     # no per-op query path: ops priced by value (memoized), kernel by kernel

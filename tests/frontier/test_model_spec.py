@@ -189,8 +189,8 @@ def test_load_from_path_and_folder(tmp_path):
 
 
 def test_unsupported_model_type_is_one_line():
-    with pytest.raises(ValueError, match="unsupported model_type 'nemotron_h'"):
-        model_spec_from_config(_tiny(model_type="nemotron_h"), "x")
+    with pytest.raises(ValueError, match="unsupported model_type 'jamba'"):
+        model_spec_from_config(_tiny(model_type="jamba"), "x")
 
 
 def test_mistral_sliding_window_and_vocab_padding():

@@ -191,6 +191,53 @@ def _gdn_layer(vllm_config, prefix: str, gdn_prefill_backend: str):
     return layer
 
 
+def _mamba2_layer(vllm_config, prefix: str):
+    """A ``MambaMixer2`` as ``NemotronHMambaDecoderLayer`` builds it (nemotron_h.py), with the
+    attributes its ``get_state_shape`` / ``get_state_dtype`` / ``get_kv_cache_spec`` read, set as
+    its constructor sets them (mamba_mixer2.py:313-555); its state shape reads the TP size from the
+    distributed state, patched by ``_tp_world``."""
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+
+    text = vllm_config.model_config.hf_text_config
+    layer = object.__new__(MambaMixer2)
+    torch.nn.Module.__init__(layer)
+    layer.prefix = prefix
+    layer.tp_size = vllm_config.parallel_config.tensor_parallel_size
+    layer.model_config = vllm_config.model_config
+    layer.cache_config = vllm_config.cache_config
+    layer.ssm_state_size = text.ssm_state_size
+    layer.conv_kernel_size = text.conv_kernel
+    layer.intermediate_size = text.mamba_num_heads * text.mamba_head_dim
+    layer.head_dim = text.mamba_head_dim
+    layer.num_heads = text.mamba_num_heads
+    layer.n_groups = text.n_groups
+    layer.use_replayssm = False
+    layer.num_spec = vllm_config.num_speculative_tokens
+    return layer
+
+
+@contextlib.contextmanager
+def _tp_world(tp: int):
+    import vllm.model_executor.layers.mamba.mamba_mixer2 as m2
+
+    saved = m2.get_tensor_model_parallel_world_size
+    m2.get_tensor_model_parallel_world_size = lambda: tp
+    try:
+        yield
+    finally:
+        m2.get_tensor_model_parallel_world_size = saved
+
+
+def layer_kinds(text) -> list[str | None]:
+    """Each layer's cache kind: Qwen3.5's ``layer_types`` ("linear_attention" / "full_attention"),
+    or Nemotron-H's ``hybrid_override_pattern`` ("mamba2" for M, "full_attention" for *, None for
+    its MLP / MoE blocks, which hold no cache)."""
+    pattern = getattr(text, "hybrid_override_pattern", None)
+    if pattern:
+        return [{"M": "mamba2", "*": "full_attention"}.get(c) for c in pattern]
+    return list(text.layer_types)
+
+
 def stage_layer_indices(num_layers: int, pp: int) -> list[range]:
     """Layers of each pp stage, from vLLM's get_pp_indices (vllm/distributed/utils.py:198)."""
     from vllm.distributed.utils import get_pp_indices
@@ -319,7 +366,7 @@ def vllm_mamba_plan(config_name_or_dict: str | dict, tp: int, pp: int, available
     config = build_vllm_config(cfg, tp, pp, max_model_len, max_num_batched_tokens, prefix_caching,
                                kv_cache_dtype, user_block_size, mamba_cache_dtype, mamba_ssm_cache_dtype,
                                num_speculative_tokens=num_speculative_tokens)
-    with device:
+    with device, _tp_world(tp):
         return _plan(cfg, config, backend, tp, pp, available_bytes, prefix_caching, kv_cache_dtype, user_block_size,
                      gpu_sm, gdn_prefill_backend, num_speculative_tokens, cuda_runtime_major)
 
@@ -338,10 +385,10 @@ def _plan(cfg, config, backend, tp, pp, available_bytes, prefix_caching, kv_cach
 
     cache_config = config.cache_config
     text = config.model_config.hf_text_config
-    layer_types = list(text.layer_types)
+    layer_types = layer_kinds(text)
     num_layers = text.num_hidden_layers
     assert len(layer_types) == num_layers
-    prefill_backend = gdn_prefill_backend_on_cuda(gpu_sm, text.linear_key_head_dim, cuda_runtime_major,
+    prefill_backend = gdn_prefill_backend_on_cuda(gpu_sm, getattr(text, "linear_key_head_dim", 0), cuda_runtime_major,
                                                   requested=gdn_prefill_backend)
     # Layer names as the checkpoint's module tree registers them (not used by the numbers).
     root = "language_model.model.layers" if hasattr(config.model_config.hf_config, "text_config") else "model.layers"
@@ -355,6 +402,11 @@ def _plan(cfg, config, backend, tp, pp, available_bytes, prefix_caching, kv_cach
             elif layer_types[i] == "full_attention":
                 name = f"{root}.{i}.self_attn.attn"
                 layers[name] = _attention_layer(config, name, backend)
+            elif layer_types[i] == "mamba2":
+                name = f"{root}.{i}.mixer"
+                layers[name] = _mamba2_layer(config, name)
+            elif layer_types[i] is None:
+                continue
             else:
                 raise ValueError(f"layer {i}: unknown layer type {layer_types[i]!r}")
         if num_speculative_tokens and indices.stop == num_layers:      # the drafter runs on the last stage

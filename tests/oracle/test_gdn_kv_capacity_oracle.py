@@ -45,6 +45,11 @@ CASES = [
     ("Qwen/Qwen3.5-35B-A3B", 1, 1, True, "auto", 2048, 40 * GIB, 32768),
     ("qwen3-next", 1, 1, True, "auto", None, 40 * GIB, 32768),
     ("qwen3-next", 4, 1, False, "fp8", None, 40 * GIB, 65536),
+    # Nemotron-H's Mamba2 blocks (without prefix caching: its "align" mode is not simulated)
+    *[("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", tp, 1, False, "auto", None, 40 * GIB, 32768) for tp in (1, 2, 4, 8)],
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2, 1, False, "fp8", None, 30 * GIB + 777, 131072),
+    ("nvidia/Nemotron-H-56B-Base-8K", 2, 1, False, "auto", None, 40 * GIB, 8192),
+    ("nvidia/Nemotron-H-56B-Base-8K", 8, 1, False, "auto", 64, 20 * GIB, 8192),
 ]
 
 
@@ -84,6 +89,7 @@ DTYPE_CASES = [
     ("Qwen/Qwen3.5-27B", 4, True, {"mamba_cache_dtype": "float32", "mamba_ssm_cache_dtype": "bfloat16"}),
     ("qwen3-next", 1, True, {"mamba_ssm_cache_dtype": "float32"}),
     ("qwen3-next", 2, False, {"mamba_cache_dtype": "float32"}),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 1, False, {"mamba_ssm_cache_dtype": "bfloat16"}),
 ]
 
 
