@@ -466,7 +466,8 @@ class BatchEngine:
         head = self._head_time_s(len(batch.new_tokens))
         spec = self._spec_time_s(batch, mode, m)    # speculative decoding: on the last stage, with the head
         vision = self.encoder_time_s(batch.encoder_patches) if batch.encoder_patches else 0.0   # the first stage's
-        per_layer = (cost.duration_s - embed - final_norm - (pp - 1) * p2p - head - spec - vision) / self.model.num_layers
+        per_layer = ((cost.duration_s - embed - final_norm - (pp - 1) * p2p - head - spec - vision)
+                     / self.model.num_layers)
         parts = pp_layer_partition(self.model.num_layers, pp)
         stages = [n * per_layer + p2p for n in parts]
         stages[0] += embed + vision

@@ -21,9 +21,10 @@ inside the step before the language model, over every item the scheduler schedul
 Per block: two LayerNorms, fused qkv, the attention, the output projection, fc1, GELU, fc2
 (Qwen3-VL also a 2-D rotary on q and k). Attention is bidirectional within each image
 (``EncoderAttentionOp``: a calibrated bundle prices it from AIConfigurator's measured vLLM ViT
-flash-attention tables, family ``encoder_attention``; the roofline otherwise). Qwen3-VL: the patch embedding (a linear over 2 x 16 x 16 x 3 pixels), the position
-embedding's interpolation (an elementwise pass), the merger (LayerNorm, fc1 over 4 merged patches,
-GELU, fc2 to the text width) and each deepstack merger. Gemma 3: the patch embedding (14 x 14 x 3),
+flash-attention tables, family ``encoder_attention``; the roofline otherwise). Qwen3-VL: the
+patch embedding (a linear over 2 x 16 x 16 x 3 pixels), the position embedding's interpolation
+(an elementwise pass), the merger (LayerNorm, fc1 over 4 merged patches, GELU, fc2 to the text
+width) and each deepstack merger. Gemma 3: the patch embedding (14 x 14 x 3),
 the position embedding, SigLIP's post-LayerNorm, the 4 x 4 average pool, the projector's RMSNorm
 and matrix (replicated). All bf16.
 """

@@ -5,10 +5,11 @@
 
 Arrival times follow vLLM's ``get_request`` (see ``workloads/arrivals.py``); lengths and token
 ids follow the dataset classes (``workloads/random_dataset.py``, ``workloads/sharegpt.py``,
-``workloads/prefix_repetition.py``, ``workloads/random_mm.py``: the random dataset with images); a trace carries its own arrival times (``workloads/trace.py``);
-multi-round sessions (``workloads/sessions.py``) give the client their first rounds, the later
-ones follow each round's finish.  ``--max-concurrency`` is not a
-workload property: the simulator applies it as the client's semaphore.
+``workloads/prefix_repetition.py``, ``workloads/random_mm.py``: the random dataset with images);
+a trace carries its own arrival times (``workloads/trace.py``); multi-round sessions
+(``workloads/sessions.py``) give the client their first rounds, the later ones follow each round's
+finish. ``--max-concurrency`` is not a workload property: the simulator applies it as the client's
+semaphore.
 """
 
 from __future__ import annotations
@@ -190,7 +191,6 @@ class WorkloadSpec:
         if self.dataset_name == "session_trace" and self.dataset_path is None:
             raise ValueError("dataset_name='session_trace' needs dataset_path (a .jsonl, .json or .parquet file of "
                              "sessions)")
-
 
     def _check_ramp_up(self) -> None:
         """vllm bench serve's checks of the ramp-up flags (its messages), one line each."""
