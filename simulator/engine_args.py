@@ -373,11 +373,8 @@ class EngineArgs:
 
     def mamba2_error(self, model: ModelSpec) -> str | None:
         """Why a Nemotron-H model (Mamba2 blocks: ``ModelSpec.block_pattern``) is not simulated with
-        these arguments, or None: prefix caching (vLLM's default: add --no-enable-prefix-caching),
-        pipeline parallelism, speculative decoding and LoRA are not simulated on it."""
-        if self.enable_prefix_caching:
-            return (f"{model.name} (Mamba2 hybrid) with prefix caching (vLLM's default): {MAMBA2_PREFIX_CACHING_NOTE}; "
-                    "add --no-enable-prefix-caching")
+        these arguments, or None: pipeline parallelism, speculative decoding and LoRA are not
+        simulated on it."""
         why = [flag for flag, on in (("--pipeline-parallel-size > 1", self.pipeline_parallel_size > 1),
                                      ("--speculative-config", self.speculative_config is not None),
                                      ("--enable-lora", self.enable_lora)) if on]
@@ -676,10 +673,6 @@ class ResolvedEngine:
     @property
     def num_gpus(self) -> int:
         return self.num_engines * self.gpus_per_engine
-
-
-MAMBA2_PREFIX_CACHING_NOTE = ("vLLM's \"align\" mamba cache mode for Mamba2 layers (their prefill checkpoints at "
-                              "any position) is not simulated")
 
 
 def gdn_simulation_error(args: EngineArgs) -> str | None:

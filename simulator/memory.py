@@ -284,7 +284,7 @@ def gdn_layout(model: ModelSpec, parallel: ParallelSpec, block_size: int, prefix
     per_token = int(model.kv_bytes_per_token_per_layer(parallel.tp))
     state = gdn_state_bytes(model, parallel.tp, num_spec_tokens)
     unit = max(GDN_ATTENTION_KERNEL_BLOCK, block_size)
-    if prefix_caching:
+    if prefix_caching and not model.block_pattern:     # (Mamba2's checkpoints need no grid)
         unit = math.lcm(unit, GDN_CHECKPOINT_ALIGNMENT)
     block = unit * -(-state // (unit * per_token))
     block = max(block_size, GDN_ATTENTION_KERNEL_BLOCK * -(-block // GDN_ATTENTION_KERNEL_BLOCK))

@@ -45,10 +45,13 @@ CASES = [
     ("Qwen/Qwen3.5-35B-A3B", 1, 1, True, "auto", 2048, 40 * GIB, 32768),
     ("qwen3-next", 1, 1, True, "auto", None, 40 * GIB, 32768),
     ("qwen3-next", 4, 1, False, "fp8", None, 40 * GIB, 65536),
-    # Nemotron-H's Mamba2 blocks (without prefix caching: its "align" mode is not simulated)
-    *[("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", tp, 1, False, "auto", None, 40 * GIB, 32768) for tp in (1, 2, 4, 8)],
+    # Nemotron-H's Mamba2 blocks (their prefill checkpoints need no 64-token grid in the "align" mode)
+    *[("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", tp, 1, pc, "auto", None, 40 * GIB, 32768) for tp in (1, 2, 4, 8)
+      for pc in (True, False)],
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 1, 1, True, "auto", 64, 40 * GIB, 32768),
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2, 1, False, "fp8", None, 30 * GIB + 777, 131072),
     ("nvidia/Nemotron-H-56B-Base-8K", 2, 1, False, "auto", None, 40 * GIB, 8192),
+    ("nvidia/Nemotron-H-56B-Base-8K", 4, 1, True, "auto", None, 40 * GIB, 8192),
     ("nvidia/Nemotron-H-56B-Base-8K", 8, 1, False, "auto", 64, 20 * GIB, 8192),
 ]
 
@@ -90,6 +93,7 @@ DTYPE_CASES = [
     ("qwen3-next", 1, True, {"mamba_ssm_cache_dtype": "float32"}),
     ("qwen3-next", 2, False, {"mamba_cache_dtype": "float32"}),
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 1, False, {"mamba_ssm_cache_dtype": "bfloat16"}),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2, True, {"mamba_cache_dtype": "float32"}),
 ]
 
 

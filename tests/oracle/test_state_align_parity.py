@@ -66,6 +66,15 @@ def test_mirror_matches_vllm(vllm_driver, case: AlignCase) -> None:
     assert_mirror_matches_vllm(vllm_driver, case)
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_mirror_matches_vllm_with_mamba2_checkpoints(vllm_driver, case: AlignCase, monkeypatch) -> None:
+    """Mamba2's layers (Nemotron-H) export a prefill checkpoint at any position (alignment 1), not
+    on FlashInfer's 64-token grid: with hash block = mamba block = B both fall on block boundaries,
+    so vLLM schedules the same and the same mirror follows it."""
+    monkeypatch.setattr(vllm_driver, "MAMBA_CHECKPOINT_ALIGNMENT", 1)
+    assert_mirror_matches_vllm(vllm_driver, case)
+
+
 @pytest.mark.parametrize("name", [c.name for c in CASES if "tight" in c.name or "shared" in c.name])
 def test_cases_exercise_the_align_mode(vllm_driver, name: str) -> None:
     """Guards the cases: vLLM schedules each otherwise than with the same state groups in the

@@ -150,6 +150,10 @@ STATE = "state"
 # a ``kv_groups`` entry for a Gated DeltaNet group in the "align" mamba cache mode (block size
 # block_size, one prefill checkpoint block), as Qwen3.5 with prefix caching on Hopper
 STATE_ALIGN = "state_align"
+# the prefill checkpoint alignment of ``STATE_ALIGN`` groups' specs: None = the block size (FlashInfer's
+# GDN prefill, whose 64 divides the aligned block), 1 = Mamba2's (vLLM MambaMixer2.get_kv_cache_spec:
+# a checkpoint at any token position); a test sets it
+MAMBA_CHECKPOINT_ALIGNMENT: int | None = None
 _UNIQUE_ID_STRIDE = 1_000_003
 _NUM_KV_HEADS = 8
 _HEAD_DIM = 128
@@ -463,7 +467,8 @@ def _kv_cache_config(
         if window == STATE_ALIGN:   # FlashInfer's GDN prefill (SM90): one checkpoint block per prefill
             return MambaSpec(block_size=block_size, shapes=((3, 64), (8, 128, 128)),
                              dtypes=(torch.bfloat16, torch.float32), mamba_cache_mode="align",
-                             num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=block_size,
+                             num_prefill_checkpoint_blocks=1,
+                             prefill_checkpoint_alignment=MAMBA_CHECKPOINT_ALIGNMENT or block_size,
                              num_speculative_blocks=num_speculative_tokens)
         if window == 0:
             return FullAttentionSpec(block_size=block_size, num_kv_heads=_NUM_KV_HEADS,
@@ -571,7 +576,7 @@ def _check_align_mode(scheduler: Scheduler, kv_groups: tuple[int | str, ...], bl
         "mamba_cache_mode": "align",
         "need_mamba_block_aligned_split": True,
         "mamba_has_prefill_checkpoint_blocks": True,
-        "mamba_prefill_checkpoint_alignment": block_size,
+        "mamba_prefill_checkpoint_alignment": MAMBA_CHECKPOINT_ALIGNMENT or block_size,
         "mamba_partial_cache_hit": False,
         "checkpoint_blocks": (1,) * len(mambas),
         "cache_hit_alignment_tokens": (block_size,) * len(mambas),

@@ -76,8 +76,6 @@ def test_the_ops_of_a_step():
 def test_what_is_refused():
     def resolve(**kw):
         return resolve_engine(EngineArgs(model=NANO, gpu="H100", **kw))
-    with pytest.raises(ValueError, match="with prefix caching \\(vLLM's default\\).*add --no-enable-prefix-caching"):
-        resolve()
     with pytest.raises(ValueError, match="with --pipeline-parallel-size > 1 is not simulated"):
         resolve(enable_prefix_caching=False, pipeline_parallel_size=2)
     with pytest.raises(ValueError, match="with --architecture pdd is not simulated"):
@@ -92,3 +90,15 @@ def test_a_run():
     result = run_simulation(spec)
     assert result.summary["completed"] == 50 and result.summary["failed"] == 0
     assert result.memory.block_size == 2096 and result.memory.layout.mamba_blocks_per_request == 1
+
+
+def test_prefix_caching_in_the_align_mode():
+    # vLLM's default: the "align" mamba cache mode (blocks of 2,096 tokens at TP 2: no 64-token grid
+    # for Mamba2's checkpoints), 3 state blocks a request and group; shared prefixes hit
+    spec = SimulationSpec(engine=EngineArgs(model=NANO, gpu="H100", tensor_parallel_size=2),
+                          workload=WorkloadSpec(num_prompts=40, request_rate=5.0, random_input_len=300,
+                                                random_prefix_len=5000, random_output_len=20), debug=True)
+    result = run_simulation(spec)
+    assert result.summary["completed"] == 40
+    assert (result.memory.block_size, result.memory.layout.mamba_blocks_per_request) == (2096, 3)
+    assert result.summary["prefix_cache_hits"] == 39 * 4192        # the prefix's 2 whole blocks, after the first
