@@ -1112,7 +1112,8 @@ def models() -> None:
             typer.echo(f"{name:<52} not supported ({reason})")
             continue
         experts = f"{m.num_experts} experts top-{m.num_experts_per_tok}" if m.is_moe else "dense"
-        only = f"  {m.num_linear_attention_layers} Gated DeltaNet layers" if m.num_linear_attention_layers else ""
+        kind = "Mamba2" if m.block_pattern else "Gated DeltaNet"
+        only = f"  {m.num_linear_attention_layers} {kind} layers" if m.num_linear_attention_layers else ""
         typer.echo(f"{name:<52} {m.architecture:<32} {m.num_layers:>3} layers  {experts:<20} "
                    f"weights {m.quant.label}{only}")
 

@@ -581,6 +581,9 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         raise ValueError(f"{name}: unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     if model_type in _GEMMA_DEFAULTS:
         cfg = _gemma_config(cfg, model_type, name)
+    if model_type == "nemotron_h" and isinstance(cfg.get("layers_block_type"), list):
+        cfg = {**cfg, "hybrid_override_pattern": _nemotron_blocks_pattern(cfg["layers_block_type"], name),
+               "num_hidden_layers": cfg.get("num_hidden_layers") or len(cfg["layers_block_type"])}
     gdn = model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
     if gdn:
         cfg = {**_GDN_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
@@ -833,6 +836,18 @@ def _gdn(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
             **{k: int(cfg[k]) for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                         "linear_value_head_dim", "linear_conv_kernel_dim")},
             "mamba_ssm_dtype": ssm_dtype, "attn_output_gate": bool(cfg.get("attn_output_gate", True))}
+
+
+_NEMOTRON_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_blocks_pattern(types: list, name: str) -> str:
+    """Newer Nemotron-H configs' ``layers_block_type`` (mamba / attention / mlp / moe a layer) as
+    the ``hybrid_override_pattern`` transformers derives from it."""
+    bad = [t for t in types if t not in _NEMOTRON_BLOCKS]
+    if bad:
+        raise ValueError(f"{name}: config.json layers_block_type holds {bad[0]!r}; valid: {', '.join(_NEMOTRON_BLOCKS)}")
+    return "".join(_NEMOTRON_BLOCKS[t] for t in types)
 
 
 def _nemotron_pattern(cfg: dict[str, Any], layers: int, name: str) -> str:

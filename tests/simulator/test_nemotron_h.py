@@ -102,3 +102,14 @@ def test_prefix_caching_in_the_align_mode():
     assert result.summary["completed"] == 40
     assert (result.memory.block_size, result.memory.layout.mamba_blocks_per_request) == (2096, 3)
     assert result.summary["prefix_cache_hits"] == 39 * 4192        # the prefix's 2 whole blocks, after the first
+
+
+def test_layers_block_type_configs():
+    # newer configs (Nemotron 3.5 Lightning, Ultra) name each layer's block instead of the pattern
+    m = load_model_spec("nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4")
+    assert m.block_pattern == load_model_spec(NANO).block_pattern and m.num_layers == 52
+    cfg, _ = _catalogue_lookup("nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4")
+    with pytest.raises(ValueError, match="layers_block_type holds 'ssm'; valid: mamba, attention, mlp, moe"):
+        model_spec_from_config({**cfg, "layers_block_type": ["ssm"] + cfg["layers_block_type"][1:]}, "x")
+    with pytest.raises(ValueError, match="latent MoE \\(moe_latent_size=2048"):
+        load_model_spec("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16")
