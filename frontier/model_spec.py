@@ -166,6 +166,10 @@ class ModelSpec:
     # MLPs and experts gate_up + SiLU-and-mul + down (True), or up + activation + down (False:
     # Nemotron-H's relu2)
     mlp_gated: bool = True
+    # latent MoE (Nemotron 3 Super / Ultra): the routed experts work on tokens projected from the
+    # hidden size to this width (``fc1_latent_proj``) and back (``fc2_latent_proj``), replicated
+    # bf16 linears; the shared experts see the hidden states. 0 = none
+    moe_latent_size: int = 0
     quant: QuantSpec = field(default_factory=QuantSpec)
 
     def __post_init__(self) -> None:
@@ -352,7 +356,9 @@ class ModelSpec:
             return mats * h * _ceil_div(self.intermediate_size, parallel.tp) * self.quant.bytes_per_param("dense_mlp")
         local_experts = parallel.local_experts(self.num_experts)
         inter = _ceil_div(self.moe_intermediate_size, parallel.moe_tp)
-        routed = local_experts * mats * h * inter * self.quant.bytes_per_param("routed_experts")
+        width = self.moe_latent_size or h      # the experts' input width
+        routed = local_experts * mats * width * inter * self.quant.bytes_per_param("routed_experts")
+        routed += 2 * h * self.moe_latent_size * BF16_BYTES       # the latent projections (0 without)
         shared_inter = self.num_shared_experts * self.shared_expert_intermediate_size
         shared = mats * h * _ceil_div(shared_inter, parallel.tp) * self.quant.bytes_per_param("shared_experts")
         router = h * self.num_experts * BF16_BYTES
@@ -851,15 +857,11 @@ def _nemotron_blocks_pattern(types: list, name: str) -> str:
 
 
 def _nemotron_pattern(cfg: dict[str, Any], layers: int, name: str) -> str:
-    """Nemotron-H's ``hybrid_override_pattern`` (one block kind a layer), checked; latent MoE (Nemotron 3
-    Super / Ultra: ``moe_latent_size``) refused."""
+    """Nemotron-H's ``hybrid_override_pattern`` (one block kind a layer), checked."""
     pattern = cfg.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set(BLOCK_KINDS):
         raise ValueError(f"{name}: config.json hybrid_override_pattern must give each of {layers} layers one of "
                          f"{BLOCK_KINDS!r}; got {str(pattern)[:60]!r}")
-    if cfg.get("moe_latent_size"):
-        raise ValueError(f"{name}: latent MoE (moe_latent_size={cfg['moe_latent_size']}: Nemotron 3 Super / Ultra) "
-                         "is not simulated; Nemotron-H and Nemotron 3 Nano are")
     return pattern
 
 
@@ -874,7 +876,10 @@ def _nemotron_h(cfg: dict[str, Any], layers: int, name: str) -> dict[str, Any]:
     ssm_dtype = cfg.get("mamba_ssm_cache_dtype") or "float32"
     if ssm_dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"{name}: config.json mamba_ssm_cache_dtype={ssm_dtype!r}; valid: float32, bfloat16, float16")
-    return {"block_pattern": pattern, "mlp_gated": False, "attn_output_gate": False,
+    latent = cfg.get("moe_latent_size") or 0
+    if not isinstance(latent, int) or isinstance(latent, bool) or latent < 0:
+        raise ValueError(f"{name}: config.json moe_latent_size={latent!r}; need null or an integer >= 1")
+    return {"block_pattern": pattern, "mlp_gated": False, "attn_output_gate": False, "moe_latent_size": latent,
             "linear_attention_flags": tuple(c == "M" for c in pattern),
             "linear_num_key_heads": cfg["n_groups"], "linear_key_head_dim": cfg["ssm_state_size"],
             "linear_num_value_heads": cfg["mamba_num_heads"], "linear_value_head_dim": cfg["mamba_head_dim"],

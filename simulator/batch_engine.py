@@ -596,7 +596,8 @@ class BatchEngine:
 
     def _moe_ops(self, m: int, moe_tokens: int | None = None) -> list[object]:
         mdl, par, ab = self.model, self.parallel, self._ab
-        h, e = mdl.hidden_size, mdl.num_experts
+        e = mdl.num_experts
+        h = mdl.moe_latent_size or mdl.hidden_size      # the routed tokens' width (latent MoE: projected first)
         local = par.local_experts(e)
         slots = e + par.redundant_experts   # the layer's expert weight sets (EPLB adds replicas)
         tokens = m * par.dp if moe_tokens is None else moe_tokens   # DP ranks' tokens gathered to the experts
@@ -618,6 +619,10 @@ class BatchEngine:
             experts = ranks[max(range(len(ranks)), key=times.__getitem__)]
             pairs = max(op.routed_pairs for op in ranks)   # the busiest receiver of the all_to_all
         ops: list[object] = [*self._router_ops(m), experts]
+        if mdl.moe_latent_size:     # Nemotron 3 Super / Ultra: the rank's tokens projected to the latent before
+            full = mdl.hidden_size  # the dispatch and back after the combine, replicated bf16 linears (ModelOpt
+            ops[-1:-1] = [GemmOp("moe_latent_in", m, h, full, BF16, ab)]    # leaves them unquantized)
+            ops.append(GemmOp("moe_latent_out", m, full, h, BF16, ab))
         shared = mdl.num_shared_experts * mdl.shared_expert_intermediate_size
         if shared:
             ops += self._mlp_ops("shared_experts", "shared", m, _cdiv(shared, self._tp))

@@ -52,6 +52,9 @@ CASES = [
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2, 1, False, "fp8", None, 30 * GIB + 777, 131072),
     ("nvidia/Nemotron-H-56B-Base-8K", 2, 1, False, "auto", None, 40 * GIB, 8192),
     ("nvidia/Nemotron-H-56B-Base-8K", 4, 1, True, "auto", None, 40 * GIB, 8192),
+    # (Super's FP8 KV: the planner reads config.json alone, not the hf_quant_config.json that makes vLLM's "auto" fp8)
+    *[("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", tp, 1, pc, "fp8", None, 40 * GIB, 65536) for tp in (4, 8)
+      for pc in (True, False)],
     ("nvidia/Nemotron-H-56B-Base-8K", 8, 1, False, "auto", 64, 20 * GIB, 8192),
 ]
 

@@ -47,8 +47,6 @@ def test_config_refusals():
     cfg, _ = _catalogue_lookup(NANO)
     with pytest.raises(ValueError, match="hybrid_override_pattern must give each of 52 layers"):
         model_spec_from_config({**cfg, "hybrid_override_pattern": "M*"}, "x")
-    with pytest.raises(ValueError, match="latent MoE"):
-        load_model_spec("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8")
     with pytest.raises(ValueError, match="n_groups=0"):
         model_spec_from_config({**cfg, "n_groups": 0}, "x")
 
@@ -111,5 +109,23 @@ def test_layers_block_type_configs():
     cfg, _ = _catalogue_lookup("nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4")
     with pytest.raises(ValueError, match="layers_block_type holds 'ssm'; valid: mamba, attention, mlp, moe"):
         model_spec_from_config({**cfg, "layers_block_type": ["ssm"] + cfg["layers_block_type"][1:]}, "x")
-    with pytest.raises(ValueError, match="latent MoE \\(moe_latent_size=2048"):
-        load_model_spec("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16")
+    # Ultra's config has no num_hidden_layers: its block names count them
+    ultra_cfg, _ = _catalogue_lookup("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16")
+    ultra = load_model_spec("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16")
+    assert "num_hidden_layers" not in ultra_cfg and ultra.num_layers == len(ultra_cfg["layers_block_type"])
+    assert ultra.moe_latent_size == 2048
+
+
+def test_latent_moe():
+    # Nemotron 3 Super: 512 experts over a 1,024-wide latent; the rank's tokens are projected to it
+    # before the dispatch and back after (replicated bf16 linears), the shared expert sees 4,096
+    m = load_model_spec("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8")
+    assert (m.moe_latent_size, m.num_experts, m.num_experts_per_tok, m.hidden_size) == (1024, 512, 22, 4096)
+    r = resolve_engine(EngineArgs(model="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", gpu="H100",
+                                  tensor_parallel_size=4))
+    engine = BatchEngine(r.model, r.parallel, r.gpu, RooflineCostModel(r.gpu), r.cudagraph_config())
+    ops = {getattr(op, "name", type(op).__name__): op for op, _ in engine.layer_ops(32)}
+    assert ops["moe_latent_in"] == GemmOp("moe_latent_in", 32, 1024, 4096)
+    assert ops["moe_latent_out"] == GemmOp("moe_latent_out", 32, 4096, 1024)
+    assert (ops["MoeOp"].hidden, ops["MoeOp"].inter) == (1024, 2688 // 4)
+    assert ops["shared_up_proj"] == GemmOp("shared_up_proj", 32, 5376 // 4, 4096, 1.0, 2.0, "fp8")
