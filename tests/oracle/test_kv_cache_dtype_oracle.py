@@ -28,6 +28,10 @@ def _quantized_catalogue() -> list[tuple[str, dict]]:
             or hf_quant
         if not quant:
             continue
+        if quant is hf_quant and "producer" not in quant:
+            # AIConfigurator's copies of some ModelOpt hf_quant_config.json files (Nemotron 3 Super) drop
+            # the producer block NVIDIA's checkpoints carry, which vLLM reads to know them as ModelOpt's
+            quant = {"producer": {"name": "modelopt"}, **quant}
         try:
             load_model_spec(name)
         except ValueError:          # an architecture the simulator does not model
