@@ -471,9 +471,9 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
             and load_model_spec(args.model).num_linear_attention_layers:     # (--engine sglang refuses them)
         raise ValueError(gdn_simulation_error(args))
     where = "--engine sglang" if spec.sglang is not None else f"--architecture {spec.architecture}"
-    if (spec.sglang is not None or spec.architecture != "colocated") and load_model_spec(args.model).block_pattern:
+    if (spec.sglang is not None or spec.architecture == "afd") and load_model_spec(args.model).block_pattern:
         raise ValueError(f"{args.model} (Mamba2 hybrid) with {where} is not simulated; its blocks are simulated on "
-                         "co-located vLLM engines")
+                         "vLLM engines, co-located or P/D")
     if spec.workload.dataset_name in SESSION_DATASETS and (spec.sglang is not None or spec.architecture == "afd"):
         raise ValueError(f"--dataset-name {spec.workload.dataset_name} (multi-round sessions) with {where} is not "
                          "simulated; its sessions run on vLLM engines, co-located or P/D")

@@ -76,9 +76,9 @@ def test_what_is_refused():
         return resolve_engine(EngineArgs(model=NANO, gpu="H100", **kw))
     with pytest.raises(ValueError, match="with --pipeline-parallel-size > 1 is not simulated"):
         resolve(enable_prefix_caching=False, pipeline_parallel_size=2)
-    with pytest.raises(ValueError, match="with --architecture pdd is not simulated"):
+    with pytest.raises(ValueError, match="with --architecture afd is not simulated"):
         run_simulation(SimulationSpec(engine=EngineArgs(model=NANO, gpu="H100", enable_prefix_caching=False),
-                                      architecture="pdd", workload=WorkloadSpec(num_prompts=2)))
+                                      architecture="afd", workload=WorkloadSpec(num_prompts=2)))
 
 
 def test_a_run():
@@ -129,3 +129,18 @@ def test_latent_moe():
     assert ops["moe_latent_out"] == GemmOp("moe_latent_out", 32, 4096, 1024)
     assert (ops["MoeOp"].hidden, ops["MoeOp"].inter) == (1024, 2688 // 4)
     assert ops["shared_up_proj"] == GemmOp("shared_up_proj", 32, 5376 // 4, 4096, 1.0, 2.0, "fp8")
+
+
+def test_prefill_decode_disaggregation():
+    # P/D as for Gated DeltaNet hybrids (NixlConnector's one-token backoff for Mamba states): the
+    # prefill role hits a 6,000-token shared prefix's 2 whole blocks of 2,096 tokens
+    from simulator.control_plane import PddSpec, RoleLayout
+    spec = SimulationSpec(engine=EngineArgs(model=NANO, gpu="H100"), architecture="pdd",
+                          pdd=PddSpec(prefill=RoleLayout("prefill", tp=2), decode=RoleLayout("decode", tp=2)), debug=True,
+                          workload=WorkloadSpec(num_prompts=30, request_rate=4.0, random_input_len=500,
+                                                random_prefix_len=6000, random_output_len=20))
+    result = run_simulation(spec)
+    assert (result.summary["completed"], result.summary["failed"]) == (30, 0)
+    # 28 of 30 hit both blocks (the first two arrive before the first prefill has cached them); the
+    # prefill role looks up each prompt less its last token (the backoff): 30 x 6,499
+    assert (result.summary["prefix_cache_hits"], result.summary["prefix_cache_queries"]) == (28 * 4192, 30 * 6499)
