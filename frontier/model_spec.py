@@ -606,6 +606,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
     if num_experts and not moe_inter:  # Mixtral, gpt-oss, Llama 4: intermediate_size is the expert width
         moe_inter, inter = inter, 0
     moe_flags: tuple[bool, ...] = ()
+    nemotron = _nemotron_h(cfg, layers, name) if model_type == "nemotron_h" else {}
     if model_type == "llama4_text":     # vLLM Llama4DecoderLayer: MoE iff (i + 1) % step == 0, dense MLP wider
         step = int(cfg.get("interleave_moe_layer_step", 1) or 0)
         moe_flags = tuple(step > 0 and (i + 1) % step == 0 for i in range(layers))
@@ -613,7 +614,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         dense = layers - sum(moe_flags)
         moe_flags = moe_flags if 0 < dense < layers else ()
     elif model_type == "nemotron_h":
-        moe_flags = tuple(c == "E" for c in _nemotron_pattern(cfg, layers, name)) if num_experts else ()
+        moe_flags = tuple(c == "E" for c in nemotron["block_pattern"]) if num_experts else ()
         dense = layers - sum(moe_flags) if num_experts else 0
     else:
         dense = _num_dense_layers(cfg, layers) if num_experts else 0
@@ -653,7 +654,7 @@ def model_spec_from_config(config: dict[str, Any], name: str, hf_quant: dict[str
         **_chunked(cfg, layers, name) if model_type == "llama4_text" else {}, moe_layer_flags=moe_flags,
         norms_per_layer=4 if model_type in _GEMMA_FULL_EVERY else 1 if model_type == "nemotron_h" else 2,
         **_gdn(cfg, layers, name) if gdn else {},
-        **_nemotron_h(cfg, layers, name) if model_type == "nemotron_h" else {},
+        **nemotron,
         has_vision_encoder=isinstance(top.get("vision_config"), dict) or arch.endswith("ForConditionalGeneration"),
         **_vision_params(top, hidden),
         tp_wide_qk_norm=model_type == "minimax_m2",

@@ -61,10 +61,8 @@ class EncoderScheduler:
     def __init__(self, budget: int, disable_chunked_mm_input: bool = False) -> None:
         if budget < 1:
             raise ValueError(f"encoder budget={budget}; must be >= 1")
-        self.budget = budget
         self.disable_chunked = disable_chunked_mm_input
-        self.cache_size = budget
-        self.num_free_slots = budget
+        self.num_free_slots = budget          # the cache's room (embeddings), as big as the step's budget
         self.num_freeable_slots = budget
         self.cached: dict[str, set[str]] = {}        # identifier -> ids of the requests holding it
         self.num_embeds_by_id: dict[str, int] = {}

@@ -160,13 +160,15 @@ def refuse_images(specs: list[RequestSpec], where: str) -> None:
                          "simulated on vLLM engines, co-located or P/D")
 
 
-def encoder_summary(schedulers: list) -> dict[str, int]:
-    """The images the schedulers' towers encoded (a preempted request's are encoded again; an image
-    in the encoder cache is not) and the cache entries evicted; {} without a tower."""
+def encoder_summary(specs: list[RequestSpec], schedulers: list) -> dict[str, int]:
+    """The images the requests carried, those the schedulers' towers encoded (a preempted request's
+    are encoded again; an image in the encoder cache is not) and the cache entries evicted; {}
+    without images."""
     encoders = [s.encoder for s in schedulers if s.encoder is not None]
-    if not encoders:
+    if not encoders or not any(s.images for s in specs):
         return {}
-    return {"mm_items_encoded": sum(e.num_encoded for e in encoders),
+    return {"mm_images": sum(len(s.images) for s in specs),
+            "mm_items_encoded": sum(e.num_encoded for e in encoders),
             "mm_encoder_cache_evictions": sum(e.num_evicted for e in encoders)}
 
 

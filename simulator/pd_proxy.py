@@ -238,10 +238,8 @@ def run_pdd(spec: SimulationSpec) -> SimulationResult:
     if decode.resolved.args.speculative_config is not None:     # the decode role verifies the drafts
         summary.update(schedulers_stats([r.scheduler for r in decode.cluster.replicas], decode.resolved.num_spec_tokens))
     summary.update(prefill_prefix_cache(prefill))
-    if any(s.images for s in specs):    # the prefill role's towers encode them (decode pulls the KV)
-        summary["mm_images"] = sum(len(s.images) for s in specs)
-        summary.update(encoder_summary([s for r in prefill.cluster.replicas for s in (
-            r.scheduler.ranks if isinstance(r.scheduler, LockstepRanks) else [r.scheduler])]))
+    summary.update(encoder_summary(specs, [s for r in prefill.cluster.replicas for s in (   # the prefill role
+        r.scheduler.ranks if isinstance(r.scheduler, LockstepRanks) else [r.scheduler])]))  # encodes (D pulls KV)
     engines = {Role.PREFILL.value: prefill.resolved.num_engines, Role.DECODE.value: decode.resolved.num_engines}
     summary.update(role_summary(trace.step_cols, engines, loop.now_s))
     return SimulationResult(decode.resolved, decode.memory, records, client.failed, trace, summary,

@@ -1197,8 +1197,6 @@ class Scheduler:
             lora_ids=tuple(sorted({r.lora_id for r in st.reqs} - {0})) if self.config.max_loras else (),
             encoder_inputs=tuple([(r.request_id, k) for r in st.reqs for k in st.encoder.get(r.request_id, ())])
             if st.encoder else (),
-            encoder_patches=tuple([r.mm_inputs[k].patches for r in st.reqs for k in st.encoder.get(r.request_id, ())])
-            if st.encoder else (),
         )
 
     # ------------------------------------------------------------------ update
@@ -1282,8 +1280,8 @@ class Scheduler:
                 r.num_stale_output_tokens -= n
                 if r.drop_stale_output:
                     continue
-            if r.mm_inputs and rid in self.encoder.request_inputs:     # images wholly computed: unreferenced
-                self.encoder.free_done(rid, r.mm_inputs, r.num_computed_tokens - r.num_output_placeholders)
+            if r.mm_inputs:
+                self._free_computed_images(r)
             if not samples:
                 continue
             ph = r.num_output_placeholders
@@ -1312,6 +1310,11 @@ class Scheduler:
                 (stopped_running if status_before == _RUNNING else stopped_waiting).add(r)
         self._drop_stopped(stopped_running, stopped_waiting)
         return UpdateResult(tuple(tokens), tuple(firsts), tuple(finished), tuple(token_reqs))
+
+    def _free_computed_images(self, r: Request) -> None:
+        """After a processed step of r (a request with images): its references to the images whose
+        runs are computed, less the async placeholders' tokens, go (vLLM ``_free_encoder_inputs``)."""
+        self.encoder.free_done(r.request_id, r.mm_inputs, r.num_computed_tokens - r.num_output_placeholders)
 
     def _finish(self, r: Request) -> None:
         """r stopped: report it, free its blocks (P/D producer: once D has read them), forget it."""
@@ -1383,8 +1386,8 @@ class Scheduler:
                 if r.drop_stale_output:
                     continue
             if not samples:
-                if r.mm_inputs and r.request_id in self.encoder.request_inputs:
-                    self.encoder.free_done(r.request_id, r.mm_inputs, r.num_computed_tokens - r.num_output_placeholders)
+                if r.mm_inputs:
+                    self._free_computed_images(r)
                 continue
             m = 1
             if drafts:
@@ -1400,8 +1403,8 @@ class Scheduler:
                     if r.num_output_placeholders > 0:
                         r.num_output_placeholders -= rejected
                 m += accepted
-            if r.mm_inputs and r.request_id in self.encoder.request_inputs:
-                self.encoder.free_done(r.request_id, r.mm_inputs, r.num_computed_tokens - r.num_output_placeholders)
+            if r.mm_inputs:
+                self._free_computed_images(r)
             has_placeholders = r.num_output_placeholders > 0
             k0 = r.num_output_tokens
             got, stopped = m, False

@@ -163,9 +163,16 @@ class SchedulerOutput:
     skip_drafts: bool = False   # no request of the step can use drafts proposed after it: none are
     lora_ids: tuple[int, ...] = ()  # LoRA (max_loras > 0): the scheduled requests' adapters, distinct, ascending
     # images: the items the tower encodes this step, as (request id, item index) in scheduling
-    # order (vLLM ``scheduled_encoder_inputs``), and their patches (the tower's work)
+    # order (vLLM ``scheduled_encoder_inputs``)
     encoder_inputs: tuple[tuple[str, int], ...] = ()
-    encoder_patches: tuple[int, ...] = ()
+
+    @property
+    def encoder_patches(self) -> tuple[int, ...]:
+        """Patches of each item the tower encodes this step (its work), in ``encoder_inputs``' order."""
+        if not self.encoder_inputs:
+            return ()
+        by_id = dict(zip(self.request_ids, self.requests))
+        return tuple([by_id[rid].mm_inputs[k].patches for rid, k in self.encoder_inputs])
 
     @property
     def num_loras(self) -> int:

@@ -563,9 +563,7 @@ def run_simulation(spec: SimulationSpec) -> SimulationResult:
         summary.update(schedulers_stats(schedulers, resolved.num_spec_tokens))
     if args.enable_prefix_caching:
         summary.update(prefix_cache_summary(schedulers))
-    if any(s.images for s in specs):
-        summary["mm_images"] = sum(len(s.images) for s in specs)
-        summary.update(encoder_summary(schedulers))
+    summary.update(encoder_summary(specs, schedulers))
     if lora is not None:    # the adapters' copies into GPU slots (priced) and reads from disk (not priced)
         summary["lora_gpu_loads"] = sum(r.adapters.gpu_loads for r in replicas)
         summary["lora_disk_loads"] = sum(r.adapters.disk_loads for r in replicas)

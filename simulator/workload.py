@@ -23,7 +23,8 @@ from simulator.workloads.arrivals import RAMP_UP_STRATEGIES, arrival_times_s
 from simulator.workloads.prefix_repetition import sample_prefix_repetition_requests
 from simulator.workloads.sessions import Session, load_session_trace, sample_reasoning_sessions
 from simulator.workloads.random_dataset import length_bounds, sample_random_requests
-from simulator.workloads.random_mm import parse_bucket_config, parse_limit_mm_per_prompt, sample_random_mm
+from simulator.workloads.random_mm import (DEFAULT_BUCKET_CONFIG, DEFAULT_LIMIT_MM_PER_PROMPT, image_item_params,
+                                           parse_bucket_config, parse_limit_mm_per_prompt, sample_random_mm)
 from simulator.workloads.sharegpt import sample_sharegpt_requests
 from simulator.workloads.trace import load_trace
 
@@ -228,8 +229,9 @@ class WorkloadSpec:
             limits = parse_limit_mm_per_prompt(limits)
         if isinstance(buckets, str):
             buckets = parse_bucket_config(buckets)
-        sample_random_mm(1, 1, 1, 0.0, 0, self.seed, 1, self.random_mm_base_items_per_request,
-                         self.random_mm_num_mm_items_range_ratio, limits, buckets)
+        image_item_params(self.random_mm_base_items_per_request, self.random_mm_num_mm_items_range_ratio,
+                          DEFAULT_LIMIT_MM_PER_PROMPT if limits is None else limits,
+                          DEFAULT_BUCKET_CONFIG if buckets is None else buckets)
         return limits, buckets
 
 

@@ -97,7 +97,7 @@ def sample_random_mm(
         raise ValueError(f"range_ratio={range_ratio} is invalid; it must be in [0, 1)")
     limits = DEFAULT_LIMIT_MM_PER_PROMPT if limit_mm_per_prompt is None else limit_mm_per_prompt
     buckets = DEFAULT_BUCKET_CONFIG if bucket_config is None else bucket_config
-    items_lo, items_hi, probs = _image_item_params(base_items_per_request, num_mm_items_range_ratio, limits, buckets)
+    items_lo, items_hi, probs = image_item_params(base_items_per_request, num_mm_items_range_ratio, limits, buckets)
     keys = np.array(list(probs))
     p = np.array(list(probs.values()))
 
@@ -196,7 +196,7 @@ def _normalize(buckets: dict[tuple[int, int, int], float]) -> dict[tuple[int, in
     return {k: v / total for k, v in kept.items()}
 
 
-def _image_item_params(
+def image_item_params(
     base_items_per_request: int,
     num_mm_items_range_ratio: float,
     limit_mm_per_prompt: dict[str, int],
